@@ -1,0 +1,105 @@
+//! Builds the device crate `kernels-gpu/` into one PTX module and hands its path to the host
+//! crate (`RGDN_PTX_PATH`, embedded with `include_str!`).
+//!
+//! rustc's own `nvptx64-nvidia-cuda` backend: `-Zbuild-std=core` (no prebuilt std is served for
+//! that target), fat LTO into a `cdylib`, `--emit=asm` (the `.s` file *is* the PTX), and a no-op
+//! linker because the final link step wants `llvm-bitcode-linker`, which is not needed for PTX.
+//! The device build uses its own target directory so it never waits on the host build's lock.
+//!
+//! `RGDN_CUDA_ARCH` picks the target (default `sm_90`).
+
+use std::env;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const TOOLCHAIN_HINT: &str = "the pinned toolchain from rust-toolchain.toml: \
+    `rustup toolchain install` (run in the repository root; it also installs rust-src)";
+
+fn main() {
+    let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let kernels = manifest_dir.join("kernels-gpu");
+    let out_dir = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let arch = env::var("RGDN_CUDA_ARCH").unwrap_or_else(|_| "sm_90".to_string());
+    println!("cargo:rerun-if-changed=kernels-gpu/src");
+    println!("cargo:rerun-if-changed=kernels-gpu/Cargo.toml");
+    println!("cargo:rerun-if-env-changed=RGDN_CUDA_ARCH");
+
+    let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    check_rust_src(&cargo);
+
+    // Next to the host's own target dir, but separate (no lock contention).
+    let target_dir = env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| manifest_dir.join("target"))
+        .join("kernels-gpu");
+    let ptx_out = out_dir.join("rgdn.ptx");
+
+    let mut cmd = Command::new(&cargo);
+    scrub_cargo_env(&mut cmd);
+    cmd.current_dir(&kernels)
+        .args(["rustc", "--release", "--target", "nvptx64-nvidia-cuda", "-Zbuild-std=core"])
+        .arg("--target-dir")
+        .arg(&target_dir)
+        .args(["--", "-C"])
+        .arg(format!("target-cpu={arch}"))
+        .args(["-C", "linker=/bin/true"])
+        .arg(format!("--emit=asm={}", ptx_out.display()));
+    let output = cmd.output().unwrap_or_else(|e| fail(&format!("could not run `{cargo}`: {e}")));
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        fail(&format!("the device crate kernels-gpu/ did not build for nvptx64-nvidia-cuda ({arch}).\n{stderr}"));
+    }
+    let ptx = std::fs::read_to_string(&ptx_out)
+        .unwrap_or_else(|e| fail(&format!("the device build succeeded but wrote no PTX at {}: {e}", ptx_out.display())));
+    if !ptx.contains(".entry") {
+        fail(&format!("{} holds no kernel entry point", ptx_out.display()));
+    }
+    println!("cargo:rustc-env=RGDN_PTX_PATH={}", ptx_out.display());
+    println!("cargo:rustc-env=RGDN_PTX_ARCH={arch}");
+}
+
+/// `-Zbuild-std` compiles `core` from the toolchain's `rust-src` component; say so plainly if
+/// it is missing instead of letting cargo fail deep inside.
+fn check_rust_src(cargo: &str) {
+    let rustc = Path::new(cargo).with_file_name("rustc");
+    let rustc = if rustc.exists() { rustc } else { PathBuf::from("rustc") };
+    let sysroot = Command::new(&rustc)
+        .args(["--print", "sysroot"])
+        .output()
+        .unwrap_or_else(|e| fail(&format!("could not run `{}`: {e}; install {TOOLCHAIN_HINT}", rustc.display())));
+    let sysroot = String::from_utf8_lossy(&sysroot.stdout).trim().to_string();
+    let core_src = Path::new(&sysroot).join("lib/rustlib/src/rust/library/core");
+    if !core_src.exists() {
+        fail(&format!(
+            "the toolchain at {sysroot} has no rust-src component (needed for -Zbuild-std=core).\n\
+             Install it with `rustup component add rust-src --toolchain nightly-2026-05-20`, or {TOOLCHAIN_HINT}."
+        ));
+    }
+    let version = Command::new(&rustc).arg("--version").output().map(|o| String::from_utf8_lossy(&o.stdout).to_string());
+    if let Ok(v) = version {
+        if !v.contains("nightly") {
+            fail(&format!("`{}` is `{}`, but the device build needs nightly features; install {TOOLCHAIN_HINT}", rustc.display(), v.trim()));
+        }
+    }
+}
+
+/// The nested cargo must not inherit the outer build's per-package settings (flags, target,
+/// wrappers, jobserver-specific state), or it would build the device crate for the host.
+fn scrub_cargo_env(cmd: &mut Command) {
+    for (key, _) in env::vars_os() {
+        let key = key.to_string_lossy().to_string();
+        let keep = key == "CARGO_HOME" || key == "CARGO_NET_OFFLINE" || key.starts_with("CARGO_REGISTRIES") || key.starts_with("CARGO_HTTP");
+        let drop = (key.starts_with("CARGO_") && !keep)
+            || key.starts_with("RUSTC")
+            || key.starts_with("RUSTDOC")
+            || matches!(key.as_str(), "RUSTFLAGS" | "TARGET" | "HOST" | "OUT_DIR" | "OPT_LEVEL" | "PROFILE" | "DEBUG" | "NUM_JOBS");
+        if drop {
+            cmd.env_remove(&key);
+        }
+    }
+}
+
+fn fail(message: &str) -> ! {
+    eprintln!("error: rgdn build.rs: {message}");
+    std::process::exit(1);
+}

@@ -1,0 +1,3 @@
+fn main() {
+    println!("rgdn {}", env!("CARGO_PKG_VERSION"));
+}

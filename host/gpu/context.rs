@@ -1,0 +1,273 @@
+//! [`Gpu`]: context, stream, the rgdn PTX module, and the single launch path.
+
+use super::probe::{GpuInfo, probe};
+use crate::error::{Error, Result};
+use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
+use cudarc::nvrtc::Ptx;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// One device allocation. Kernels address it through raw device pointers computed from views
+/// that ops validated against [`DeviceBuffer::len`].
+pub struct DeviceBuffer {
+    slice: CudaSlice<u8>,
+    ptr: u64,
+    len: usize,
+}
+
+impl DeviceBuffer {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn device_ptr(&self) -> u64 {
+        self.ptr
+    }
+}
+
+/// A kernel parameter, pushed by value in declaration order.
+#[derive(Clone, Copy, Debug)]
+pub enum KernelArg {
+    /// A device address (`*const T` / `*mut T` in the kernel); 0 for an absent optional operand.
+    Ptr(u64),
+    /// `usize` in the kernel (element strides and counts).
+    Usize(u64),
+    U32(u32),
+    I32(i32),
+    F32(f32),
+}
+
+/// Grid, block and dynamic shared memory of one launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchDims {
+    pub grid: (u32, u32, u32),
+    pub block: (u32, u32, u32),
+    pub shared_bytes: u32,
+}
+
+impl LaunchDims {
+    pub fn new(grid: (u32, u32, u32), block: (u32, u32, u32)) -> Self {
+        LaunchDims { grid, block, shared_bytes: 0 }
+    }
+
+    pub fn with_shared_bytes(self, shared_bytes: u32) -> Self {
+        LaunchDims { shared_bytes, ..self }
+    }
+}
+
+/// One launch as the log saw it; `elapsed_ms` is filled when timing was on.
+#[derive(Clone, Debug)]
+pub struct LaunchRecord {
+    pub entry: &'static str,
+    pub dims: LaunchDims,
+    pub elapsed_ms: Option<f32>,
+}
+
+#[derive(Default)]
+struct LaunchLog {
+    records: Vec<LaunchRecord>,
+    pending_events: Vec<(usize, CudaEvent, CudaEvent)>,
+    timing: bool,
+}
+
+/// The device, its stream and the rgdn kernels. Every launch of the library goes through
+/// [`Gpu::launch`] (or [`Gpu::launch_function`] for test oracles), which checks the launch
+/// shape, and logs — and when asked, times — the launch.
+pub struct Gpu {
+    info: GpuInfo,
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    module: Arc<CudaModule>,
+    functions: Mutex<HashMap<&'static str, CudaFunction>>,
+    log: Mutex<LaunchLog>,
+}
+
+impl Gpu {
+    /// Probes for a driver and device (never panics), then creates a context on device 0 and
+    /// loads the rgdn PTX module.
+    pub fn new() -> Result<Self> {
+        let info = probe()?;
+        let ctx = CudaContext::new(0)?;
+        // One stream, and ordering is the stream's: cudarc's per-buffer event tracking would
+        // only add events (and break graph capture).
+        // SAFETY: called before any allocation or launch on this context.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.default_stream();
+        let module = ctx.load_module(Ptx::from_src(crate::kernels::PTX))?;
+        Ok(Gpu { info, ctx, stream, module, functions: Mutex::new(HashMap::new()), log: Mutex::new(LaunchLog::default()) })
+    }
+
+    pub fn info(&self) -> &GpuInfo {
+        &self.info
+    }
+
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// Loads another PTX module (test oracles compiled by nvcc).
+    pub fn load_module(&self, ptx_src: &str) -> Result<Arc<CudaModule>> {
+        Ok(self.ctx.load_module(Ptx::from_src(ptx_src))?)
+    }
+
+    /// A new zero-filled device buffer.
+    pub fn alloc(&self, len: usize) -> Result<DeviceBuffer> {
+        // A zero-byte allocation is refused by the driver; keep one byte behind empty buffers.
+        let slice = self.stream.alloc_zeros::<u8>(len.max(1))?;
+        Ok(Self::wrap(slice, len, &self.stream))
+    }
+
+    /// A new device buffer holding `bytes`.
+    pub fn upload(&self, bytes: &[u8]) -> Result<DeviceBuffer> {
+        if bytes.is_empty() {
+            return self.alloc(0);
+        }
+        let slice = self.stream.clone_htod(bytes)?;
+        Ok(Self::wrap(slice, bytes.len(), &self.stream))
+    }
+
+    /// Overwrites a buffer with `bytes` (same length).
+    pub fn write(&self, buf: &mut DeviceBuffer, bytes: &[u8]) -> Result<()> {
+        if bytes.len() != buf.len {
+            return Err(Error::Invalid { op: "Gpu::write", what: format!("buffer holds {} bytes, got {}", buf.len, bytes.len()) });
+        }
+        if !bytes.is_empty() {
+            self.stream.memcpy_htod(bytes, &mut buf.slice)?;
+        }
+        Ok(())
+    }
+
+    /// Copies a buffer to the host (waits for all earlier work on the stream).
+    pub fn download(&self, buf: &DeviceBuffer) -> Result<Vec<u8>> {
+        let mut out = vec![0u8; buf.slice.len()];
+        self.stream.memcpy_dtoh(&buf.slice, &mut out)?;
+        self.stream.synchronize()?;
+        out.truncate(buf.len);
+        Ok(out)
+    }
+
+    fn wrap(slice: CudaSlice<u8>, len: usize, stream: &Arc<CudaStream>) -> DeviceBuffer {
+        // With event tracking off the guard records nothing; drop it before moving the slice.
+        let ptr = {
+            let (ptr, _sync) = slice.device_ptr(stream);
+            ptr
+        };
+        DeviceBuffer { slice, ptr, len }
+    }
+
+    /// Waits for all launched work; reports any asynchronous kernel fault.
+    pub fn synchronize(&self) -> Result<()> {
+        Ok(self.stream.synchronize()?)
+    }
+
+    /// Launches `entry` of the rgdn module.
+    ///
+    /// # Safety
+    /// `args` must match the entry's parameter list in number, order and type, and every
+    /// pointer with the extents the kernel will derive from the other arguments and `dims` must
+    /// lie inside live device allocations (the op wrappers establish this by validation).
+    pub unsafe fn launch(&self, entry: &'static str, dims: LaunchDims, args: &[KernelArg]) -> Result<()> {
+        let func = self.function(entry)?;
+        // SAFETY: forwarded to the caller.
+        unsafe { self.launch_function(&func, entry, dims, args) }
+    }
+
+    /// Launches a function of any loaded module; `label` names it in the launch log.
+    ///
+    /// # Safety
+    /// As [`Gpu::launch`].
+    pub unsafe fn launch_function(&self, func: &CudaFunction, label: &'static str, dims: LaunchDims, args: &[KernelArg]) -> Result<()> {
+        check_dims(label, &dims)?;
+        let cfg = LaunchConfig { grid_dim: dims.grid, block_dim: dims.block, shared_mem_bytes: dims.shared_bytes };
+        let mut builder = self.stream.launch_builder(func);
+        for a in args {
+            match a {
+                KernelArg::Ptr(v) | KernelArg::Usize(v) => builder.arg(v),
+                KernelArg::U32(v) => builder.arg(v),
+                KernelArg::I32(v) => builder.arg(v),
+                KernelArg::F32(v) => builder.arg(v),
+            };
+        }
+        let mut log = self.log();
+        let start = if log.timing { Some(self.stream.record_event(None)?) } else { None };
+        // SAFETY: the caller guarantees the argument list and extents (see `launch`).
+        unsafe { builder.launch(cfg) }?;
+        let index = log.records.len();
+        log.records.push(LaunchRecord { entry: label, dims, elapsed_ms: None });
+        if let Some(start) = start {
+            let end = self.stream.record_event(None)?;
+            log.pending_events.push((index, start, end));
+        }
+        Ok(())
+    }
+
+    fn function(&self, entry: &'static str) -> Result<CudaFunction> {
+        let mut functions = self.functions.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(f) = functions.get(entry) {
+            return Ok(f.clone());
+        }
+        let f = self.module.load_function(entry)?;
+        functions.insert(entry, f.clone());
+        Ok(f)
+    }
+
+    fn log(&self) -> MutexGuard<'_, LaunchLog> {
+        self.log.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Turns per-launch event timing on or off (off by default: events cost time).
+    pub fn set_timing(&self, on: bool) {
+        self.log().timing = on;
+    }
+
+    /// Takes the launch log (waits for timed launches to finish first).
+    pub fn take_launches(&self) -> Result<Vec<LaunchRecord>> {
+        let mut log = self.log();
+        if !log.pending_events.is_empty() {
+            self.stream.synchronize()?;
+        }
+        let pending = std::mem::take(&mut log.pending_events);
+        for (i, start, end) in pending {
+            log.records[i].elapsed_ms = Some(start.elapsed_ms(&end)?);
+        }
+        Ok(std::mem::take(&mut log.records))
+    }
+
+    /// Launches so far per entry, without clearing the log.
+    pub fn launch_counts(&self) -> BTreeMap<&'static str, usize> {
+        let mut counts = BTreeMap::new();
+        for r in &self.log().records {
+            *counts.entry(r.entry).or_default() += 1;
+        }
+        counts
+    }
+}
+
+/// The hardware limits a launch shape must respect (checked here, not left to the driver, so
+/// the error names the kernel).
+fn check_dims(label: &'static str, d: &LaunchDims) -> Result<()> {
+    let (bx, by, bz) = d.block;
+    let (gx, gy, gz) = d.grid;
+    let threads = bx as u64 * by as u64 * bz as u64;
+    let why = if threads == 0 || gx == 0 || gy == 0 || gz == 0 {
+        Some("an empty grid or block")
+    } else if threads > 1024 || bz > 64 {
+        Some("a block larger than the device allows")
+    } else if gy > 65535 || gz > 65535 {
+        Some("a grid y/z dimension above 65535")
+    } else {
+        None
+    };
+    match why {
+        Some(why) => Err(Error::Unsupported { op: label, what: format!("launch shape grid {:?} block {:?}: {why}", d.grid, d.block) }),
+        None => Ok(()),
+    }
+}

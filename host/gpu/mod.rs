@@ -1,0 +1,8 @@
+//! The GPU side: a probe that never panics ([`probe`]), and [`Gpu`], the one place that loads
+//! the PTX module, allocates, copies and launches — so every launch can be counted and timed.
+
+mod context;
+mod probe;
+
+pub use context::{DeviceBuffer, Gpu, KernelArg, LaunchDims, LaunchRecord};
+pub use probe::{GpuInfo, probe};

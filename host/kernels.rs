@@ -1,0 +1,32 @@
+//! The built PTX module and the entry-point table shared with the device crate.
+
+/// What host and kernels agree on (block sizes, entry names): the device crate's own file.
+#[path = "../kernels-gpu/src/abi.rs"]
+pub mod abi;
+
+/// The PTX of every rgdn kernel, built from `kernels-gpu/` by `build.rs`.
+pub const PTX: &str = include_str!(env!("RGDN_PTX_PATH"));
+
+/// The GPU architecture the PTX targets (`RGDN_CUDA_ARCH` at build time, default sm_90).
+pub const PTX_ARCH: &str = env!("RGDN_PTX_ARCH");
+
+/// Every entry point the host may launch; `tests/ptx.rs` checks each is in [`PTX`].
+pub fn all_entries() -> Vec<&'static str> {
+    let mut entries = Vec::new();
+    for d in abi::SSM_CONV_WIDTHS {
+        for silu in [false, true] {
+            entries.extend(abi::ssm_conv_entry(d, silu));
+        }
+    }
+    entries.push(abi::L2_NORM_ENTRY);
+    entries.extend([abi::MATH_PROBE_ENTRY, abi::COUNT_MISMATCHES_ENTRY, abi::MUFU_EVAL_ENTRY]);
+    entries
+}
+
+/// Names of the `.entry` functions in [`PTX`].
+pub fn ptx_entries() -> Vec<&'static str> {
+    PTX.lines()
+        .filter_map(|l| l.trim_start().strip_prefix(".visible .entry "))
+        .map(|rest| rest.split('(').next().unwrap_or(rest).trim())
+        .collect()
+}

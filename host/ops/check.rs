@@ -1,0 +1,78 @@
+//! Validation shared by every op: each function names the op and argument in its error.
+
+use crate::error::{Error, Result};
+use crate::memory::Memory;
+use crate::tensor::{DType, Tensor};
+
+/// A tensor the op will access: right type, not empty, element-aligned, inside its buffer.
+pub(crate) fn tensor(op: &'static str, arg: &'static str, t: &Tensor, dtype: DType, mem: &dyn Memory) -> Result<()> {
+    if t.dtype() != dtype {
+        return Err(Error::DType { op, arg, expected: format!("{dtype:?}"), got: t.dtype() });
+    }
+    let l = &t.layout;
+    let Some(range) = l.byte_range() else {
+        return Err(Error::Empty { op, arg, ne: l.ne });
+    };
+    let size = dtype.size();
+    if l.offset % size != 0 || l.nb.iter().any(|nb| nb % size != 0) {
+        return Err(Error::Stride { op, arg, nb: l.nb, offset: l.offset, reason: format!("offset and strides must be multiples of the {size}-byte element") });
+    }
+    let len = mem.buffer_len(t.buffer).ok_or_else(|| Error::Invalid { op, what: format!("`{arg}` names buffer {}, which does not exist", t.buffer.0) })?;
+    if range.end > len {
+        return Err(Error::OutOfBounds { op, arg, buffer: t.buffer.0, start: range.start, end: range.end, len });
+    }
+    Ok(())
+}
+
+/// A tensor the op writes: also not an index buffer (whose host-side values must stay true).
+pub(crate) fn output(op: &'static str, arg: &'static str, t: &Tensor, dtype: DType, mem: &dyn Memory) -> Result<()> {
+    tensor(op, arg, t, dtype, mem)?;
+    if mem.is_index_buffer(t.buffer) {
+        return Err(Error::Invalid { op, what: format!("`{arg}` is in index buffer {}; kernels never write index buffers", t.buffer.0) });
+    }
+    Ok(())
+}
+
+/// Exactly this shape.
+pub(crate) fn shape(op: &'static str, arg: &'static str, t: &Tensor, expected: [usize; 4]) -> Result<()> {
+    if t.ne() != expected {
+        return Err(Error::Shape { op, arg, expected: format!("{expected:?}"), got: t.ne() });
+    }
+    Ok(())
+}
+
+/// Elements along dimension 0 are adjacent (what every kernel here assumes for rows).
+pub(crate) fn rows_contiguous(op: &'static str, arg: &'static str, t: &Tensor) -> Result<()> {
+    if t.ne()[0] > 1 && t.layout.nb[0] != t.dtype().size() {
+        return Err(Error::Stride { op, arg, nb: t.layout.nb, offset: t.layout.offset, reason: "dimension 0 must be contiguous".into() });
+    }
+    Ok(())
+}
+
+/// The two tensors touch disjoint bytes.
+pub(crate) fn disjoint(op: &'static str, a: &'static str, ta: &Tensor, b: &'static str, tb: &Tensor) -> Result<()> {
+    if ta.overlaps(tb) {
+        return Err(Error::Aliasing { op, a, b, why: "the kernel reads one while writing the other" });
+    }
+    Ok(())
+}
+
+/// Either the same elements (an in-place op each thread does element by element) or disjoint.
+pub(crate) fn same_or_disjoint(op: &'static str, a: &'static str, ta: &Tensor, b: &'static str, tb: &Tensor) -> Result<()> {
+    if ta.overlaps(tb) && !ta.same_elements(tb) {
+        return Err(Error::Aliasing { op, a, b, why: "partial overlap (only exact in-place use is allowed)" });
+    }
+    Ok(())
+}
+
+/// Element strides of a validated tensor (byte strides over the element size), as the kernels
+/// take them.
+pub(crate) fn elem_strides(t: &Tensor) -> [u64; 4] {
+    let s = t.dtype().size();
+    t.layout.nb.map(|nb| (nb / s) as u64)
+}
+
+/// A count that a kernel takes as `u32` (or a grid dimension).
+pub(crate) fn fits_u32(op: &'static str, what: &str, v: usize) -> Result<u32> {
+    u32::try_from(v).map_err(|_| Error::Unsupported { op, what: format!("{what} = {v} (above u32)") })
+}

@@ -1,0 +1,42 @@
+//! Warp-level collectives.
+
+use super::math;
+use core::arch::asm;
+
+/// `shfl.sync.bfly.b32` with a full mask and clamp 31: returns `v` of lane `lane ^ lane_mask`.
+///
+/// # Safety
+/// All 32 lanes of the warp must execute this call together (full mask): none may have exited
+/// or be on another branch.
+#[inline(always)]
+pub unsafe fn shfl_xor(v: f32, lane_mask: u32) -> f32 {
+    let r: f32;
+    // SAFETY: forwarded to the caller (the whole warp is converged here). No memory is touched.
+    unsafe {
+        asm!(
+            "shfl.sync.bfly.b32 {r}, {v}, {m}, 0x1f, 0xffffffff;",
+            r = out(reg32) r,
+            v = in(reg32) v,
+            m = in(reg32) lane_mask,
+            options(nomem, nostack)
+        );
+    }
+    r
+}
+
+/// ggml's `warp_reduce_sum` (width 32): for offsets 16, 8, 4, 2, 1 every lane computes
+/// `x = x + shfl_xor(x, offset)` with `add.rn.ftz`, own value first. Each step adds a
+/// commutative pair, so all lanes end with the same bits (spec §2.0).
+///
+/// # Safety
+/// All 32 lanes of the warp must call it together.
+#[inline(always)]
+pub unsafe fn warp_sum(mut x: f32) -> f32 {
+    let mut offset = 16;
+    while offset > 0 {
+        // SAFETY: forwarded to the caller.
+        x = math::add(x, unsafe { shfl_xor(x, offset) });
+        offset >>= 1;
+    }
+    x
+}

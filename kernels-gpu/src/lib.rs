@@ -1,0 +1,23 @@
+//! rgdn device kernels: `#![no_std]` Rust compiled by rustc's `nvptx64-nvidia-cuda` backend to
+//! one PTX module (see the root `build.rs`).
+//!
+//! Layout: [`device`] is the only module with inline PTX or nvptx intrinsics; [`fast_math`]
+//! composes ggml's fast-math functions from it; every other module is one op (one file, its
+//! `#[inline(always)]` bodies and its `extern "ptx-kernel"` entries). [`abi`] holds what the host
+//! must agree on (block sizes, entry names) and is compiled into the host crate too.
+#![no_std]
+#![feature(abi_ptx, stdarch_nvptx, asm_experimental_arch)]
+#![allow(clippy::missing_safety_doc)]
+
+pub mod abi;
+pub mod device;
+pub mod fast_math;
+
+pub mod l2_norm;
+pub mod ssm_conv;
+pub mod test_support;
+
+#[panic_handler]
+fn panic(_: &core::panic::PanicInfo) -> ! {
+    device::trap()
+}
