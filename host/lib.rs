@@ -18,6 +18,7 @@ pub mod kernels;
 pub mod memory;
 pub mod ops;
 pub mod reference;
+pub mod suite;
 pub mod tensor;
 
 pub use error::{Error, Result};

@@ -45,11 +45,11 @@ pub unsafe extern "ptx-kernel" fn test_math_probe_f32(function: u32, first: u32,
 /// two NaNs as equal (NaN payloads are not part of the parity target).
 ///
 /// # Safety
-/// `a`, `b` must hold `n` u32; `count` must point to one u32.
+/// `a`, `b` must hold `n` u32; `count` must point to one u64 (a u32 could wrap to 0).
 #[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn test_count_mismatches_u32(a: *const u32, b: *const u32, n: u32, count: *mut u32) {
+pub unsafe extern "ptx-kernel" fn test_count_mismatches_u32(a: *const u32, b: *const u32, n: u32, count: *mut u64) {
     let (mut i, stride) = grid_stride();
-    let mut local = 0u32;
+    let mut local = 0u64;
     while i < n as usize {
         // SAFETY: i < n, forwarded to the caller.
         let (x, y) = unsafe { (*a.add(i), *b.add(i)) };
@@ -61,7 +61,7 @@ pub unsafe extern "ptx-kernel" fn test_count_mismatches_u32(a: *const u32, b: *c
     }
     if local != 0 {
         // SAFETY: count is valid, forwarded to the caller.
-        unsafe { atomic::add_u32(count, local) };
+        unsafe { atomic::add_u64(count, local) };
     }
 }
 

@@ -2,15 +2,15 @@
 
 use core::arch::asm;
 
-/// `atom.global.add.u32`: adds `v` to `*p`, returns nothing.
+/// `red.global.add.u64`: adds `v` to `*p` atomically, returns nothing.
 ///
 /// # Safety
-/// `p` must point to a live, 4-byte aligned u32 in global memory.
+/// `p` must point to a live, 8-byte aligned u64 in global memory.
 #[inline(always)]
-pub unsafe fn add_u32(p: *mut u32, v: u32) {
+pub unsafe fn add_u64(p: *mut u64, v: u64) {
     // SAFETY: forwarded to the caller (valid global address).
     unsafe {
-        asm!("red.global.add.u32 [{p}], {v};", p = in(reg64) p, v = in(reg32) v,
+        asm!("red.global.add.u64 [{p}], {v};", p = in(reg64) p, v = in(reg64) v,
              options(nostack));
     }
 }

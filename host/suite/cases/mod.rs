@@ -1,0 +1,30 @@
+//! The case registry: one file per op, each a function returning its cases.
+
+pub mod l2_norm;
+pub mod ssm_conv;
+
+use super::Case;
+
+/// Every case, grouped by op, in a stable order.
+pub fn all() -> Vec<Case> {
+    let mut cases = Vec::new();
+    cases.extend(ssm_conv::cases());
+    cases.extend(l2_norm::cases());
+    cases
+}
+
+/// The cases whose group or name contains one of the comma-separated filters (`RGDN_OPS`,
+/// like test-backend-ops' `-o`); all cases for an empty filter.
+pub fn filtered(filter: &str) -> Vec<Case> {
+    let wanted: Vec<String> = filter.split(',').map(|f| f.trim().to_ascii_uppercase()).filter(|f| !f.is_empty()).collect();
+    all()
+        .into_iter()
+        .filter(|c| wanted.is_empty() || wanted.iter().any(|w| c.group.to_ascii_uppercase().contains(w.as_str()) || c.name.to_ascii_uppercase().contains(w.as_str())))
+        .collect()
+}
+
+/// A stable per-case seed from the case name (so each case's data is reproducible alone).
+pub fn seed_of(name: &str) -> u64 {
+    // FNV-1a.
+    name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3))
+}

@@ -1,0 +1,321 @@
+//! The op suite: named cases (as data) that run an op chain on the GPU and on the CPU reference
+//! and compare every byte of every buffer — in the spirit of ggml's test-backend-ops, but
+//! bitwise. Used by the GPU test binary (`tests/gpu_ops.rs`) and by `rgdn check`.
+//!
+//! Each case passes only if:
+//! 1. **bits**: every buffer after the GPU run equals, byte for byte, the CPU reference run with
+//!    the MUFU results the GPU's own instructions give ([`mufu_gpu`]) — inputs untouched, the
+//!    poisoned padding around outputs untouched, every output element written. Any two NaNs
+//!    count as equal for arithmetic outputs; copies must keep NaN payloads too.
+//! 2. **bound**: the op outputs are within the case's [`Tolerance`] of the reference computed
+//!    with exact math in place of MUFU approximations ([`crate::reference::math::ExactMufu`]).
+//! 3. **hardware**: every MUFU result met is within its documented bound of the exact function.
+
+pub mod cases;
+pub mod inputs;
+pub mod mufu_gpu;
+pub mod parity;
+
+use crate::error::{Error, Result};
+use crate::gpu::Gpu;
+use crate::memory::{DeviceMemory, HostMemory};
+use crate::ops::Op;
+use crate::reference::math::{ExactMufu, MufuOp, MufuTable, exact_mufu, ulp_distance};
+use crate::tensor::{DType, Layout, Tensor};
+use inputs::Values;
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+
+/// How far the GPU may be from the exact-math reference (check 2).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Tolerance {
+    /// No MUFU op enters: the exact-math reference must match bitwise too.
+    BitExact,
+    /// At most this many ulp per element (NaN matches NaN, infinities must agree).
+    Ulps(u64),
+    /// `|gpu − exact| ≤ abs + rel·|exact|` per element.
+    AbsRel { abs: f64, rel: f64 },
+}
+
+/// Memory, an op chain to run on it, and how to judge the result.
+pub struct Scenario {
+    pub mem: HostMemory,
+    pub ops: Vec<Box<dyn Op>>,
+    pub tolerance: Tolerance,
+    /// Copies move NaN payloads unchanged; arithmetic produces canonical NaNs on the GPU.
+    pub exact_nan_payloads: bool,
+}
+
+/// What a case expects.
+pub enum Expect {
+    /// Run on both sides and compare.
+    Match(Scenario),
+    /// The op chain must be refused with an error for which the predicate holds; nothing may
+    /// launch.
+    Refusal { scenario: Scenario, predicate: fn(&Error) -> bool, expected: &'static str },
+}
+
+/// A named, seeded case of one op group.
+pub struct Case {
+    pub group: &'static str,
+    pub name: String,
+    build: Box<dyn Fn() -> Result<Expect> + Send + Sync>,
+}
+
+impl Case {
+    pub fn new(group: &'static str, name: String, build: impl Fn() -> Result<Expect> + Send + Sync + 'static) -> Self {
+        Case { group, name, build: Box::new(build) }
+    }
+
+    pub fn build(&self) -> Result<Expect> {
+        (self.build)()
+    }
+}
+
+/// The outcome of one case.
+#[derive(Clone, Debug)]
+pub struct CaseReport {
+    pub group: &'static str,
+    pub name: String,
+    pub passed: bool,
+    pub detail: String,
+}
+
+/// Allocates a case's tensors in one [`HostMemory`] from one seed.
+pub struct Builder {
+    pub rng: StdRng,
+    pub mem: HostMemory,
+}
+
+/// Poisoned bytes kept before and after every output view (stray writes land there).
+pub const GUARD_BYTES: usize = 64;
+
+impl Builder {
+    pub fn new(seed: u64) -> Self {
+        Builder { rng: StdRng::seed_from_u64(seed), mem: HostMemory::new() }
+    }
+
+    /// A tensor of `ne` inside a buffer padded by `pad[d]` extra elements along each dimension
+    /// (so its strides are not the contiguous ones when any pad is non-zero) and by guard
+    /// bytes; the whole buffer, padding included, is filled with `values`.
+    pub fn tensor_padded(&mut self, dtype: DType, ne: [usize; 4], pad: [usize; 4], values: Values) -> Tensor {
+        let outer = [ne[0] + pad[0], ne[1] + pad[1], ne[2] + pad[2], ne[3] + pad[3]];
+        let full = Layout::contiguous(dtype, outer);
+        let bytes = full.n_elements() * dtype.size() + 2 * GUARD_BYTES;
+        let id = self.mem.alloc(bytes);
+        let words = inputs::fill(&mut self.rng, bytes / 4, values);
+        let buf = self.mem.bytes_mut(id);
+        for (chunk, w) in buf.chunks_exact_mut(4).zip(words) {
+            chunk.copy_from_slice(&w.to_bits().to_le_bytes());
+        }
+        Tensor::new(id, full.view(ne, full.nb, GUARD_BYTES))
+    }
+
+    /// A contiguous F32 input.
+    pub fn input(&mut self, ne: [usize; 4], values: Values) -> Tensor {
+        self.tensor_padded(DType::F32, ne, [0; 4], values)
+    }
+
+    /// A contiguous F32 output, poisoned with random bits, inside guard bytes.
+    pub fn output(&mut self, ne: [usize; 4]) -> Tensor {
+        self.tensor_padded(DType::F32, ne, [0; 4], Values::AnyBits)
+    }
+
+    pub fn finish(self, ops: Vec<Box<dyn Op>>, tolerance: Tolerance, exact_nan_payloads: bool) -> Expect {
+        Expect::Match(Scenario { mem: self.mem, ops, tolerance, exact_nan_payloads })
+    }
+}
+
+/// Runs one case on the GPU (both checks), never panicking: errors become a failed report.
+pub fn run_case(gpu: &Gpu, case: &Case, table: &mut MufuTable) -> CaseReport {
+    let result = match case.build() {
+        Ok(Expect::Match(s)) => run_match(gpu, &s, table),
+        Ok(Expect::Refusal { scenario, predicate, expected }) => run_refusal(gpu, &scenario, predicate, expected),
+        Err(e) => Err(format!("the case did not build: {e}")),
+    };
+    let (passed, detail) = match result {
+        Ok(detail) => (true, detail),
+        Err(detail) => (false, detail),
+    };
+    CaseReport { group: case.group, name: case.name.clone(), passed, detail }
+}
+
+/// Runs one case on the CPU only (no GPU): the case must build, a `Match` case's ops must
+/// validate and run their exact-math reference, a `Refusal` case must be refused by validation.
+pub fn run_case_cpu(case: &Case) -> CaseReport {
+    let result = match case.build() {
+        Ok(Expect::Match(s)) => {
+            let mut mem = s.mem.clone();
+            s.ops.iter().try_for_each(|op| op.reference(&mut mem, &mut ExactMufu)).map(|_| "reference ran (exact math)".to_string()).map_err(|e| e.to_string())
+        }
+        Ok(Expect::Refusal { scenario, predicate, expected }) => match scenario.ops.iter().map(|op| op.validate(&scenario.mem)).find_map(|r| r.err()) {
+            Some(err) if predicate(&err) => Ok(format!("refused as expected: {err}")),
+            Some(err) => Err(format!("refused with the wrong error: {err} (expected {expected})")),
+            None => Err(format!("was not refused (expected {expected})")),
+        },
+        Err(e) => Err(format!("the case did not build: {e}")),
+    };
+    let (passed, detail) = match result {
+        Ok(d) => (true, d),
+        Err(d) => (false, d),
+    };
+    CaseReport { group: case.group, name: case.name.clone(), passed, detail }
+}
+
+type Verdict = std::result::Result<String, String>;
+
+fn run_match(gpu: &Gpu, s: &Scenario, table: &mut MufuTable) -> Verdict {
+    let e = |e: Error| e.to_string();
+    let dev = DeviceMemory::upload(gpu, &s.mem).map_err(e)?;
+    for op in &s.ops {
+        op.launch(gpu, &dev).map_err(e)?;
+    }
+    gpu.synchronize().map_err(e)?;
+    let got = dev.download(gpu).map_err(e)?;
+    let want = mufu_gpu::reference_with_hardware_mufu(gpu, &s.mem, &s.ops, table).map_err(e)?;
+    compare_all_bytes(&got, &want, s.exact_nan_payloads)?;
+    let mut exact = s.mem.clone();
+    for op in &s.ops {
+        op.reference(&mut exact, &mut ExactMufu).map_err(e)?;
+    }
+    let outputs: Vec<Tensor> = s.ops.iter().flat_map(|op| op.outputs()).collect();
+    let bound = check_tolerance(&got, &exact, &outputs, s.tolerance)?;
+    Ok(format!("bit-exact; {bound}"))
+}
+
+fn run_refusal(gpu: &Gpu, s: &Scenario, predicate: fn(&Error) -> bool, expected: &str) -> Verdict {
+    let [op] = s.ops.as_slice() else {
+        return Err(format!("a refusal case holds exactly one op, this one {}", s.ops.len()));
+    };
+    let dev = DeviceMemory::upload(gpu, &s.mem).map_err(|e| e.to_string())?;
+    let before: usize = gpu.launch_counts().values().sum();
+    let result = op.launch(gpu, &dev);
+    let launched = gpu.launch_counts().values().sum::<usize>() - before;
+    match result {
+        Err(err) if predicate(&err) && launched == 0 => Ok(format!("refused as expected: {err}")),
+        Err(err) if predicate(&err) => Err(format!("refused ({err}) but launched {launched} kernel(s)")),
+        Err(err) => Err(format!("refused with the wrong error: {err} (expected {expected})")),
+        Ok(()) => Err(format!("was not refused (expected {expected})")),
+    }
+}
+
+/// Check 1: every byte of every buffer.
+fn compare_all_bytes(got: &HostMemory, want: &HostMemory, exact_nan_payloads: bool) -> Verdict {
+    const SHOW: usize = 4;
+    let mut shown = Vec::new();
+    let mut total = 0usize;
+    for b in 0..want.n_buffers() {
+        let id = crate::tensor::BufferId(b);
+        let (g, w) = (got.bytes(id), want.bytes(id));
+        if g.len() != w.len() {
+            return Err(format!("buffer {b}: {} bytes back, expected {}", g.len(), w.len()));
+        }
+        for (i, (gw, ww)) in g.chunks(4).zip(w.chunks(4)).enumerate() {
+            if gw == ww {
+                continue;
+            }
+            if gw.len() == 4 && !exact_nan_payloads {
+                let (x, y) = (f32::from_le_bytes(gw.try_into().unwrap()), f32::from_le_bytes(ww.try_into().unwrap()));
+                if x.is_nan() && y.is_nan() {
+                    continue;
+                }
+            }
+            total += 1;
+            if shown.len() < SHOW {
+                shown.push(format!("buffer {b} byte {}: gpu {:02x?} reference {:02x?}", 4 * i, gw, ww));
+            }
+        }
+    }
+    if total == 0 { Ok(String::new()) } else { Err(format!("{total} word(s) differ from the reference: {}", shown.join("; "))) }
+}
+
+/// Check 2: outputs against the exact-math reference.
+fn check_tolerance(got: &HostMemory, exact: &HostMemory, outputs: &[Tensor], tol: Tolerance) -> Verdict {
+    let mut worst_ulp = 0u64;
+    let mut worst_err = 0f64;
+    for t in outputs.iter().filter(|t| t.dtype() == DType::F32) {
+        for i in t.layout.indices() {
+            let (g, x) = (got.read_f32(t, i), exact.read_f32(t, i));
+            if g.is_nan() && x.is_nan() {
+                continue;
+            }
+            let ok = match tol {
+                Tolerance::BitExact => g.to_bits() == x.to_bits(),
+                Tolerance::Ulps(n) => {
+                    let u = ulp_distance(g, x);
+                    worst_ulp = worst_ulp.max(u);
+                    u <= n && g.is_nan() == x.is_nan()
+                }
+                Tolerance::AbsRel { abs, rel } => {
+                    if g.is_infinite() || x.is_infinite() {
+                        g == x
+                    } else {
+                        let err = (g as f64 - x as f64).abs();
+                        let scaled = err / (abs + rel * (x as f64).abs());
+                        worst_err = worst_err.max(scaled);
+                        scaled <= 1.0
+                    }
+                }
+            };
+            if !ok {
+                return Err(format!("output {:?} at {i:?}: gpu {g:e} ({:#010x}) vs exact-math {x:e} ({:#010x}), beyond {tol:?}", t.buffer, g.to_bits(), x.to_bits()));
+            }
+        }
+    }
+    Ok(match tol {
+        Tolerance::BitExact => "exact math agrees bitwise".into(),
+        Tolerance::Ulps(n) => format!("≤ {worst_ulp} ulp from exact math (bound {n})"),
+        Tolerance::AbsRel { .. } => format!("error ≤ {:.2} of the abs+rel bound", worst_err),
+    })
+}
+
+/// Check 3: each MUFU result in `table` against the exact function. Returns the worst
+/// deviation seen per instruction, or the first violation.
+pub fn check_mufu_bounds(table: &MufuTable) -> std::result::Result<Vec<(MufuOp, u64, usize)>, String> {
+    let mut worst: Vec<(MufuOp, u64, usize)> = MufuOp::ALL.iter().map(|op| (*op, 0, 0)).collect();
+    for (op, x, hw) in table.entries() {
+        let exact = exact_mufu(op, x);
+        let slot = worst.iter_mut().find(|w| w.0 == op).expect("every op has a slot");
+        slot.2 += 1;
+        if hw.is_nan() && exact.is_nan() {
+            continue;
+        }
+        // lg2.approx has an absolute error bound near 1 (where log2 is near 0): 2^-22 in the
+        // PTX ISA; allow 2^-21 there and 2 ulp elsewhere. Results that flush or overflow must
+        // agree exactly.
+        if op == MufuOp::Lg2 && (0.5..=2.0).contains(&x) {
+            let err = (hw as f64 - exact as f64).abs();
+            if err > 2f64.powi(-21) {
+                return Err(format!("lg2.approx({x:e}) = {hw:e}, exact {exact:e}: absolute error {err:e} > 2^-21"));
+            }
+            continue;
+        }
+        let u = ulp_distance(hw, exact);
+        slot.1 = slot.1.max(u);
+        if u > crate::reference::math::MUFU_ULP_BOUND as u64 {
+            return Err(format!("{op:?}.approx({x:e} = {:#010x}) = {hw:e}, exact {exact:e}: {u} ulp", x.to_bits()));
+        }
+    }
+    Ok(worst)
+}
+
+/// Prints a test-backend-ops-like table (op, cases, passed) and returns whether all passed.
+pub fn summarize(reports: &[CaseReport], out: &mut dyn std::io::Write) -> std::io::Result<bool> {
+    let mut groups: Vec<(&str, usize, usize)> = Vec::new();
+    for r in reports {
+        match groups.iter_mut().find(|g| g.0 == r.group) {
+            Some(g) => {
+                g.1 += 1;
+                g.2 += r.passed as usize;
+            }
+            None => groups.push((r.group, 1, r.passed as usize)),
+        }
+    }
+    writeln!(out, "{:<24} {:>6} {:>7}", "op", "cases", "passed")?;
+    for (g, n, p) in &groups {
+        writeln!(out, "{:<24} {:>6} {:>7}{}", g, n, p, if n == p { "" } else { "   FAIL" })?;
+    }
+    let (n, p) = groups.iter().fold((0, 0), |acc, g| (acc.0 + g.1, acc.1 + g.2));
+    writeln!(out, "{:<24} {:>6} {:>7}", "total", n, p)?;
+    Ok(n == p)
+}

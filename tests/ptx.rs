@@ -1,0 +1,79 @@
+//! The built PTX: every entry the host can launch is in it, and every kernel assembles with
+//! ptxas for sm_90 (registers and spills printed). ptxas comes from PyPI
+//! (`pip install nvidia-cuda-nvcc`); `RGDN_PTXAS` points at another one.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+#[test]
+fn every_host_entry_is_in_the_ptx() {
+    let entries = rgdn::kernels::ptx_entries();
+    for e in rgdn::kernels::all_entries() {
+        assert!(entries.contains(&e), "entry {e} is missing from the PTX (has {entries:?})");
+    }
+}
+
+#[test]
+fn the_ptx_targets_the_configured_arch_and_uses_ftz_math() {
+    let ptx = rgdn::kernels::PTX;
+    assert!(ptx.contains(&format!(".target {}", rgdn::kernels::PTX_ARCH)));
+    // The kernels' float arithmetic is all explicit .ftz (no plain add.rn.f32 from Rust ops).
+    for plain in ["add.rn.f32", "mul.rn.f32", "fma.rn.f32"] {
+        assert!(!ptx.contains(plain), "the PTX contains `{plain}`: a float op bypassed device::math");
+    }
+    for needed in ["fma.rn.ftz.f32", "ex2.approx.ftz.f32", "div.approx.ftz.f32", "rsqrt.approx.ftz.f32", "shfl.sync.bfly.b32"] {
+        assert!(ptx.contains(needed), "the PTX lacks `{needed}`");
+    }
+}
+
+fn find_ptxas() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("RGDN_PTXAS") {
+        return Some(PathBuf::from(p));
+    }
+    let works = |p: &PathBuf| Command::new(p).arg("--version").output().is_ok_and(|o| o.status.success());
+    let on_path = PathBuf::from("ptxas");
+    if works(&on_path) {
+        return Some(on_path);
+    }
+    // pip's nvidia-cuda-nvcc wheel: <site-packages>/nvidia/cu13/bin/ptxas
+    let out = Command::new("python3").args(["-c", "import nvidia, os; print(list(nvidia.__path__)[0])"]).output().ok()?;
+    let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    ["cu13", "cuda_nvcc"].iter().map(|d| dir.join(d).join("bin/ptxas")).find(works)
+}
+
+#[test]
+fn every_kernel_assembles_with_ptxas_without_spills() {
+    let Some(ptxas) = find_ptxas() else {
+        panic!("ptxas not found: `pip install nvidia-cuda-nvcc` (or set RGDN_PTXAS); CI installs it");
+    };
+    let dir = std::env::temp_dir().join(format!("rgdn-ptx-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("rgdn.ptx");
+    std::fs::write(&src, rgdn::kernels::PTX).unwrap();
+    let out = Command::new(&ptxas).arg(format!("-arch={}", rgdn::kernels::PTX_ARCH)).arg("-v").arg(&src).arg("-o").arg(dir.join("rgdn.cubin")).output().unwrap();
+    let log = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "ptxas failed:\n{log}");
+    // One line per kernel: name, registers, stack, spills.
+    let mut report = Vec::new();
+    let mut current = String::new();
+    for line in log.lines() {
+        if let Some(rest) = line.split("Compiling entry function '").nth(1) {
+            current = rest.split('\'').next().unwrap_or("").to_string();
+        } else if line.contains("stack frame") {
+            report.push((current.clone(), line.trim().trim_start_matches("ptxas info    : ").to_string()));
+        } else if line.contains("Used") && line.contains("registers") {
+            if let Some(r) = report.last_mut() {
+                r.1 = format!("{}; {}", line.split(": ").last().unwrap_or(line).trim(), r.1);
+            }
+        }
+    }
+    println!("ptxas {} report ({} kernels):", rgdn::kernels::PTX_ARCH, report.len());
+    for (k, r) in &report {
+        println!("  {k:<32} {r}");
+    }
+    assert_eq!(report.len(), rgdn::kernels::ptx_entries().len(), "ptxas reported a different number of kernels:\n{log}");
+    for (k, r) in &report {
+        assert!(r.contains("0 bytes spill stores") && r.contains("0 bytes spill loads"), "{k} spills: {r}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
