@@ -28,10 +28,7 @@ fn main() {
     check_rust_src(&cargo);
 
     // Next to the host's own target dir, but separate (no lock contention).
-    let target_dir = env::var("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| manifest_dir.join("target"))
-        .join("kernels-gpu");
+    let target_dir = env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| manifest_dir.join("target")).join("kernels-gpu");
     let ptx_out = out_dir.join("rgdn.ptx");
 
     let mut cmd = Command::new(&cargo);
@@ -78,7 +75,11 @@ fn check_rust_src(cargo: &str) {
     let version = Command::new(&rustc).arg("--version").output().map(|o| String::from_utf8_lossy(&o.stdout).to_string());
     if let Ok(v) = version {
         if !v.contains("nightly") {
-            fail(&format!("`{}` is `{}`, but the device build needs nightly features; install {TOOLCHAIN_HINT}", rustc.display(), v.trim()));
+            fail(&format!(
+                "`{}` is `{}`, but the device build needs nightly features; install {TOOLCHAIN_HINT}",
+                rustc.display(),
+                v.trim()
+            ));
         }
     }
 }
@@ -88,7 +89,8 @@ fn check_rust_src(cargo: &str) {
 fn scrub_cargo_env(cmd: &mut Command) {
     for (key, _) in env::vars_os() {
         let key = key.to_string_lossy().to_string();
-        let keep = key == "CARGO_HOME" || key == "CARGO_NET_OFFLINE" || key.starts_with("CARGO_REGISTRIES") || key.starts_with("CARGO_HTTP");
+        let keep =
+            key == "CARGO_HOME" || key == "CARGO_NET_OFFLINE" || key.starts_with("CARGO_REGISTRIES") || key.starts_with("CARGO_HTTP");
         let drop = (key.starts_with("CARGO_") && !keep)
             || key.starts_with("RUSTC")
             || key.starts_with("RUSTDOC")

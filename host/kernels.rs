@@ -20,6 +20,15 @@ pub fn all_entries() -> Vec<&'static str> {
     }
     entries.push(abi::L2_NORM_ENTRY);
     entries.extend([abi::MATH_PROBE_ENTRY, abi::COUNT_MISMATCHES_ENTRY, abi::MUFU_EVAL_ENTRY]);
+
+    // [copies]
+
+    // [unary]
+
+    // [mmvf]
+
+    // [gdn]
+
     entries
 }
 

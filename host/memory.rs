@@ -161,7 +161,10 @@ impl DeviceMemory {
     pub fn write(&mut self, gpu: &Gpu, id: BufferId, bytes: &[u8]) -> Result<()> {
         let len = self.buffer_len(id).ok_or_else(|| Error::Invalid { op: "DeviceMemory::write", what: format!("no buffer {}", id.0) })?;
         if len != bytes.len() {
-            return Err(Error::Invalid { op: "DeviceMemory::write", what: format!("buffer {} holds {len} bytes, got {}", id.0, bytes.len()) });
+            return Err(Error::Invalid {
+                op: "DeviceMemory::write",
+                what: format!("buffer {} holds {len} bytes, got {}", id.0, bytes.len()),
+            });
         }
         gpu.write(&mut self.buffers[id.0], bytes)?;
         if let Some(shadow) = &mut self.index_shadow[id.0] {

@@ -99,9 +99,8 @@ impl Layout {
     /// Logical indices in `ne` order, fastest first (for gathering a view element by element).
     pub fn indices(&self) -> impl Iterator<Item = [usize; 4]> + '_ {
         let ne = self.ne;
-        (0..ne[3]).flat_map(move |i3| {
-            (0..ne[2]).flat_map(move |i2| (0..ne[1]).flat_map(move |i1| (0..ne[0]).map(move |i0| [i0, i1, i2, i3])))
-        })
+        (0..ne[3])
+            .flat_map(move |i3| (0..ne[2]).flat_map(move |i2| (0..ne[1]).flat_map(move |i1| (0..ne[0]).map(move |i0| [i0, i1, i2, i3]))))
     }
 }
 

@@ -20,7 +20,10 @@ fn main() -> ExitCode {
         Ok(gpu) => gpu,
         Err(e) => {
             let banner = "=".repeat(78);
-            println!("{banner}\nGPU SUITE SKIPPED: {e}\n{} GPU cases and the 2^32 math parity sweep did NOT run.", suite::cases::all().len());
+            println!(
+                "{banner}\nGPU SUITE SKIPPED: {e}\n{} GPU cases and the 2^32 math parity sweep did NOT run.",
+                suite::cases::all().len()
+            );
             println!("(set RGDN_REQUIRE_GPU=1 to make a missing GPU a failure)\n{banner}");
             return if require_gpu { ExitCode::FAILURE } else { ExitCode::SUCCESS };
         }
@@ -38,7 +41,8 @@ fn main() -> ExitCode {
         reports.push(r);
     }
 
-    let parity_wanted = std::env::var("RGDN_SKIP_PARITY").is_err() && (filter.is_empty() || "MATH_PARITY".contains(&filter.to_ascii_uppercase()));
+    let parity_wanted =
+        std::env::var("RGDN_SKIP_PARITY").is_err() && (filter.is_empty() || "MATH_PARITY".contains(&filter.to_ascii_uppercase()));
     if parity_wanted {
         let t = Instant::now();
         match parity::run(&gpu, 28) {
@@ -71,7 +75,13 @@ fn main() -> ExitCode {
         println!("FAILED {}: {}", r.name, r.detail);
     }
     let all_passed = suite::summarize(&reports, &mut std::io::stdout()).unwrap_or(false);
-    println!("GPU suite: {} of {} passed in {:.1} s on {}", reports.len() - failed.len(), reports.len(), started.elapsed().as_secs_f64(), gpu.info());
+    println!(
+        "GPU suite: {} of {} passed in {:.1} s on {}",
+        reports.len() - failed.len(),
+        reports.len(),
+        started.elapsed().as_secs_f64(),
+        gpu.info()
+    );
     if reports.is_empty() {
         println!("no case matched the filter {filter:?}");
         return ExitCode::FAILURE;

@@ -50,7 +50,14 @@ fn every_kernel_assembles_with_ptxas_without_spills() {
     std::fs::create_dir_all(&dir).unwrap();
     let src = dir.join("rgdn.ptx");
     std::fs::write(&src, rgdn::kernels::PTX).unwrap();
-    let out = Command::new(&ptxas).arg(format!("-arch={}", rgdn::kernels::PTX_ARCH)).arg("-v").arg(&src).arg("-o").arg(dir.join("rgdn.cubin")).output().unwrap();
+    let out = Command::new(&ptxas)
+        .arg(format!("-arch={}", rgdn::kernels::PTX_ARCH))
+        .arg("-v")
+        .arg(&src)
+        .arg("-o")
+        .arg(dir.join("rgdn.cubin"))
+        .output()
+        .unwrap();
     let log = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(out.status.success(), "ptxas failed:\n{log}");
     // One line per kernel: name, registers, stack, spills.

@@ -15,9 +15,17 @@ pub(crate) fn tensor(op: &'static str, arg: &'static str, t: &Tensor, dtype: DTy
     };
     let size = dtype.size();
     if l.offset % size != 0 || l.nb.iter().any(|nb| nb % size != 0) {
-        return Err(Error::Stride { op, arg, nb: l.nb, offset: l.offset, reason: format!("offset and strides must be multiples of the {size}-byte element") });
+        return Err(Error::Stride {
+            op,
+            arg,
+            nb: l.nb,
+            offset: l.offset,
+            reason: format!("offset and strides must be multiples of the {size}-byte element"),
+        });
     }
-    let len = mem.buffer_len(t.buffer).ok_or_else(|| Error::Invalid { op, what: format!("`{arg}` names buffer {}, which does not exist", t.buffer.0) })?;
+    let len = mem
+        .buffer_len(t.buffer)
+        .ok_or_else(|| Error::Invalid { op, what: format!("`{arg}` names buffer {}, which does not exist", t.buffer.0) })?;
     if range.end > len {
         return Err(Error::OutOfBounds { op, arg, buffer: t.buffer.0, start: range.start, end: range.end, len });
     }

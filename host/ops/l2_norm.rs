@@ -34,7 +34,10 @@ impl L2Norm {
         check::rows_contiguous(OP, "dst", &self.dst)?;
         check::same_or_disjoint(OP, "dst", &self.dst, "src", &self.src)?;
         if ne[0] >= abi::L2_NORM_MAX_COLS {
-            return Err(Error::Unsupported { op: OP, what: format!("rows of {} columns (the one-warp kernel takes < {})", ne[0], abi::L2_NORM_MAX_COLS) });
+            return Err(Error::Unsupported {
+                op: OP,
+                what: format!("rows of {} columns (the one-warp kernel takes < {})", ne[0], abi::L2_NORM_MAX_COLS),
+            });
         }
         if ne[1] > u32::MAX as usize || ne[2] > 65535 || ne[3] > 65535 {
             return Err(Error::Unsupported { op: OP, what: format!("shape {ne:?}: grid is (ne1, ne2 ≤ 65535, ne3 ≤ 65535)") });

@@ -9,6 +9,14 @@ pub mod ssm_conv;
 pub use l2_norm::L2Norm;
 pub use ssm_conv::SsmConv;
 
+// [copies]
+
+// [unary]
+
+// [mmvf]
+
+// [gdn]
+
 use crate::error::Result;
 use crate::gpu::Gpu;
 use crate::memory::{DeviceMemory, HostMemory, Memory};

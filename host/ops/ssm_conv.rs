@@ -47,7 +47,12 @@ impl SsmConv {
         check::tensor(OP, "conv_input", &self.conv_input, DType::F32, mem)?;
         let [cols, _, n_seqs, _] = self.conv_input.ne();
         if cols < d_conv {
-            return Err(Error::Shape { op: OP, arg: "conv_input", expected: format!("[d_conv−1+n_t ≥ {d_conv}, {n_channels}, n_s, 1]"), got: self.conv_input.ne() });
+            return Err(Error::Shape {
+                op: OP,
+                arg: "conv_input",
+                expected: format!("[d_conv−1+n_t ≥ {d_conv}, {n_channels}, n_s, 1]"),
+                got: self.conv_input.ne(),
+            });
         }
         let n_tokens = cols - (d_conv - 1);
         check::shape(OP, "conv_input", &self.conv_input, [cols, n_channels, n_seqs, 1])?;
@@ -88,7 +93,8 @@ impl Op for SsmConv {
         let [_, dst_token, dst_seq, _] = check::elem_strides(&self.dst);
         let bias = self.bias.map_or(0, |b| mem.device_ptr(&b));
         let channel_blocks = shape.n_channels.div_ceil(abi::SSM_CONV_BLOCK as usize);
-        let dims = LaunchDims::new((shape.n_seqs as u32, check::fits_u32(OP, "channel blocks", channel_blocks)?, 1), (abi::SSM_CONV_BLOCK, 1, 1));
+        let dims =
+            LaunchDims::new((shape.n_seqs as u32, check::fits_u32(OP, "channel blocks", channel_blocks)?, 1), (abi::SSM_CONV_BLOCK, 1, 1));
         let args = [
             KernelArg::Ptr(mem.device_ptr(&self.conv_input)),
             KernelArg::Usize(in_channel),

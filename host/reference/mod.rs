@@ -4,3 +4,11 @@
 pub mod l2_norm;
 pub mod math;
 pub mod ssm_conv;
+
+// [copies]
+
+// [unary]
+
+// [mmvf]
+
+// [gdn]

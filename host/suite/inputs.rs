@@ -22,12 +22,12 @@ pub fn special(rng: &mut StdRng) -> f32 {
     let bits = match rng.random_range(0..8) {
         0 => 0,
         1 => rng.random_range(1..0x0080_0000),               // subnormal
-        2 => 0x7F80_0000,                                     // Inf
-        3 => 0x7F80_0000 | rng.random_range(1..0x0080_0000),  // NaN, random payload
-        4 => 0x7F7F_FFFF,                                     // max normal
-        5 => 0x0080_0000,                                     // min normal
-        6 => rng.random_range(0x0080_0000..0x1F00_0000),      // tiny normal: square flushes
-        _ => rng.random_range(0x5000_0000..0x7F00_0000),      // huge: products overflow
+        2 => 0x7F80_0000,                                    // Inf
+        3 => 0x7F80_0000 | rng.random_range(1..0x0080_0000), // NaN, random payload
+        4 => 0x7F7F_FFFF,                                    // max normal
+        5 => 0x0080_0000,                                    // min normal
+        6 => rng.random_range(0x0080_0000..0x1F00_0000),     // tiny normal: square flushes
+        _ => rng.random_range(0x5000_0000..0x7F00_0000),     // huge: products overflow
     };
     f32::from_bits(bits | sign)
 }
@@ -37,7 +37,11 @@ pub fn fill(rng: &mut StdRng, n: usize, values: Values) -> Vec<f32> {
         .map(|_| match values {
             Values::Uniform(scale) => rng.random_range(-scale..scale),
             Values::WithSpecials { scale, every } => {
-                if rng.random_range(0..every) == 0 { special(rng) } else { rng.random_range(-scale..scale) }
+                if rng.random_range(0..every) == 0 {
+                    special(rng)
+                } else {
+                    rng.random_range(-scale..scale)
+                }
             }
             Values::AnyBits => f32::from_bits(rng.random()),
         })

@@ -146,13 +146,19 @@ pub fn run_case_cpu(case: &Case) -> CaseReport {
     let result = match case.build() {
         Ok(Expect::Match(s)) => {
             let mut mem = s.mem.clone();
-            s.ops.iter().try_for_each(|op| op.reference(&mut mem, &mut ExactMufu)).map(|_| "reference ran (exact math)".to_string()).map_err(|e| e.to_string())
+            s.ops
+                .iter()
+                .try_for_each(|op| op.reference(&mut mem, &mut ExactMufu))
+                .map(|_| "reference ran (exact math)".to_string())
+                .map_err(|e| e.to_string())
         }
-        Ok(Expect::Refusal { scenario, predicate, expected }) => match scenario.ops.iter().map(|op| op.validate(&scenario.mem)).find_map(|r| r.err()) {
-            Some(err) if predicate(&err) => Ok(format!("refused as expected: {err}")),
-            Some(err) => Err(format!("refused with the wrong error: {err} (expected {expected})")),
-            None => Err(format!("was not refused (expected {expected})")),
-        },
+        Ok(Expect::Refusal { scenario, predicate, expected }) => {
+            match scenario.ops.iter().map(|op| op.validate(&scenario.mem)).find_map(|r| r.err()) {
+                Some(err) if predicate(&err) => Ok(format!("refused as expected: {err}")),
+                Some(err) => Err(format!("refused with the wrong error: {err} (expected {expected})")),
+                None => Err(format!("was not refused (expected {expected})")),
+            }
+        }
         Err(e) => Err(format!("the case did not build: {e}")),
     };
     let (passed, detail) = match result {
@@ -258,7 +264,12 @@ fn check_tolerance(got: &HostMemory, exact: &HostMemory, outputs: &[Tensor], tol
                 }
             };
             if !ok {
-                return Err(format!("output {:?} at {i:?}: gpu {g:e} ({:#010x}) vs exact-math {x:e} ({:#010x}), beyond {tol:?}", t.buffer, g.to_bits(), x.to_bits()));
+                return Err(format!(
+                    "output {:?} at {i:?}: gpu {g:e} ({:#010x}) vs exact-math {x:e} ({:#010x}), beyond {tol:?}",
+                    t.buffer,
+                    g.to_bits(),
+                    x.to_bits()
+                ));
             }
         }
     }

@@ -48,7 +48,8 @@ pub fn oracle_source() -> String {
 }
 
 fn find_nvcc() -> Option<PathBuf> {
-    let candidates = std::env::var_os("RGDN_NVCC").map(PathBuf::from).into_iter().chain(["nvcc", "/usr/local/cuda/bin/nvcc"].map(PathBuf::from));
+    let candidates =
+        std::env::var_os("RGDN_NVCC").map(PathBuf::from).into_iter().chain(["nvcc", "/usr/local/cuda/bin/nvcc"].map(PathBuf::from));
     candidates.into_iter().find(|c| Command::new(c).arg("--version").output().is_ok_and(|o| o.status.success()))
 }
 
@@ -98,9 +99,33 @@ pub fn run(gpu: &Gpu, chunk_log2: u32) -> Result<Parity> {
             let dims = LaunchDims::new((1024, 1, 1), (256, 1, 1));
             // SAFETY: both output buffers hold `chunk` ≥ n u32; every kernel is grid-stride over i < n.
             unsafe {
-                gpu.launch(abi::MATH_PROBE_ENTRY, dims, &[KernelArg::U32(id), KernelArg::U32(first as u32), KernelArg::U32(n), KernelArg::F32(L2_EPS), KernelArg::Ptr(ours.device_ptr())])?;
-                gpu.launch_function(&oracle, "nvcc_oracle", dims, &[KernelArg::U32(first as u32), KernelArg::U32(n), KernelArg::F32(L2_EPS), KernelArg::Ptr(theirs.device_ptr())])?;
-                gpu.launch(abi::COUNT_MISMATCHES_ENTRY, dims, &[KernelArg::Ptr(ours.device_ptr()), KernelArg::Ptr(theirs.device_ptr()), KernelArg::U32(n), KernelArg::Ptr(counter.device_ptr())])?;
+                gpu.launch(
+                    abi::MATH_PROBE_ENTRY,
+                    dims,
+                    &[
+                        KernelArg::U32(id),
+                        KernelArg::U32(first as u32),
+                        KernelArg::U32(n),
+                        KernelArg::F32(L2_EPS),
+                        KernelArg::Ptr(ours.device_ptr()),
+                    ],
+                )?;
+                gpu.launch_function(
+                    &oracle,
+                    "nvcc_oracle",
+                    dims,
+                    &[KernelArg::U32(first as u32), KernelArg::U32(n), KernelArg::F32(L2_EPS), KernelArg::Ptr(theirs.device_ptr())],
+                )?;
+                gpu.launch(
+                    abi::COUNT_MISMATCHES_ENTRY,
+                    dims,
+                    &[
+                        KernelArg::Ptr(ours.device_ptr()),
+                        KernelArg::Ptr(theirs.device_ptr()),
+                        KernelArg::U32(n),
+                        KernelArg::Ptr(counter.device_ptr()),
+                    ],
+                )?;
             }
             first += n as u64;
         }

@@ -53,3 +53,11 @@ pub mod mufu_op {
     pub const RCP: u32 = 2;
     pub const RSQRT: u32 = 3;
 }
+
+// ---- [copies] GET_ROWS, CONCAT, CPY, CPY_SNAPSHOTS, SCALE ----
+
+// ---- [unary] unary and binary element-wise ops ----
+
+// ---- [mmvf] MUL_MAT_VEC ----
+
+// ---- [gdn] GATED_DELTA_NET ----

@@ -49,9 +49,16 @@ pub unsafe fn row_scale(lane_partial: f32, eps: f32) -> f32 {
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "ptx-kernel" fn l2_norm_f32(
-    src: *const f32, src_row: usize, src_channel: usize, src_sample: usize,
-    dst: *mut f32, dst_row: usize, dst_channel: usize, dst_sample: usize,
-    n_cols: u32, eps: f32,
+    src: *const f32,
+    src_row: usize,
+    src_channel: usize,
+    src_sample: usize,
+    dst: *mut f32,
+    dst_row: usize,
+    dst_channel: usize,
+    dst_sample: usize,
+    n_cols: u32,
+    eps: f32,
 ) {
     let (r, ch, s) = (block_idx_x() as usize, block_idx_y() as usize, block_idx_z() as usize);
     let lane = thread_idx_x();

@@ -17,6 +17,14 @@ pub mod l2_norm;
 pub mod ssm_conv;
 pub mod test_support;
 
+// [copies] get_rows, concat, cpy, cpy_snapshots, scale
+
+// [unary] unary, binary
+
+// [mmvf] mul_mat_vec
+
+// [gdn] gated_delta_net
+
 #[panic_handler]
 fn panic(_: &core::panic::PanicInfo) -> ! {
     device::trap()

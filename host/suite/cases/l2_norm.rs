@@ -12,7 +12,11 @@ pub const QWEN_EPS: f32 = 1e-6;
 #[derive(Clone, Copy, Debug)]
 enum Kind {
     /// q (offset 0) or k (offset H_k·D) heads of a [C, n_t] conv output: ne [D, H_k, n_t, 1].
-    HeadView { key: bool, heads: usize, channels: usize },
+    HeadView {
+        key: bool,
+        heads: usize,
+        channels: usize,
+    },
     Contiguous,
     InPlace,
 }
@@ -40,7 +44,14 @@ impl L2Case {
             Values::WithSpecials { .. } => ",specials",
             _ => "",
         };
-        format!("{GROUP}({kind},ncols={},rows={},n_t={},eps={:e}{vals}{})", self.cols, self.rows, self.tokens, self.eps, if self.zero_rows { ",zero_rows" } else { "" })
+        format!(
+            "{GROUP}({kind},ncols={},rows={},n_t={},eps={:e}{vals}{})",
+            self.cols,
+            self.rows,
+            self.tokens,
+            self.eps,
+            if self.zero_rows { ",zero_rows" } else { "" }
+        )
     }
 
     fn case(self) -> Case {
@@ -76,7 +87,8 @@ impl L2Case {
 }
 
 pub fn cases() -> Vec<Case> {
-    let base = L2Case { kind: Kind::Contiguous, cols: 128, rows: 16, tokens: 1, eps: QWEN_EPS, values: Values::Uniform(1.0), zero_rows: false };
+    let base =
+        L2Case { kind: Kind::Contiguous, cols: 128, rows: 16, tokens: 1, eps: QWEN_EPS, values: Values::Uniform(1.0), zero_rows: false };
     let mut out = Vec::new();
     // The layer's q and k views (Qwen3.5 9B: 16 heads × 128 of an 8192-channel conv output).
     for tokens in [1, 4, 8, 16] {
@@ -85,7 +97,12 @@ pub fn cases() -> Vec<Case> {
         }
     }
     out.push(L2Case { kind: Kind::HeadView { key: true, heads: 16, channels: 10240 }, tokens: 3, ..base });
-    out.push(L2Case { kind: Kind::HeadView { key: false, heads: 4, channels: 1536 }, tokens: 2, values: Values::WithSpecials { scale: 1.0, every: 40 }, ..base });
+    out.push(L2Case {
+        kind: Kind::HeadView { key: false, heads: 4, channels: 1536 },
+        tokens: 2,
+        values: Values::WithSpecials { scale: 1.0, every: 40 },
+        ..base
+    });
     // Row lengths: shorter than a warp, not a multiple of 32, the largest one-warp row.
     for cols in [1, 20, 32, 100, 1023] {
         out.push(L2Case { cols, rows: 5, tokens: 2, ..base });

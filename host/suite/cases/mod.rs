@@ -3,6 +3,14 @@
 pub mod l2_norm;
 pub mod ssm_conv;
 
+// [copies]
+
+// [unary]
+
+// [mmvf]
+
+// [gdn]
+
 use super::Case;
 
 /// Every case, grouped by op, in a stable order.
@@ -10,6 +18,15 @@ pub fn all() -> Vec<Case> {
     let mut cases = Vec::new();
     cases.extend(ssm_conv::cases());
     cases.extend(l2_norm::cases());
+
+    // [copies]
+
+    // [unary]
+
+    // [mmvf]
+
+    // [gdn]
+
     cases
 }
 
@@ -19,7 +36,12 @@ pub fn filtered(filter: &str) -> Vec<Case> {
     let wanted: Vec<String> = filter.split(',').map(|f| f.trim().to_ascii_uppercase()).filter(|f| !f.is_empty()).collect();
     all()
         .into_iter()
-        .filter(|c| wanted.is_empty() || wanted.iter().any(|w| c.group.to_ascii_uppercase().contains(w.as_str()) || c.name.to_ascii_uppercase().contains(w.as_str())))
+        .filter(|c| {
+            wanted.is_empty()
+                || wanted
+                    .iter()
+                    .any(|w| c.group.to_ascii_uppercase().contains(w.as_str()) || c.name.to_ascii_uppercase().contains(w.as_str()))
+        })
         .collect()
 }
 

@@ -49,7 +49,12 @@ impl ConvCase {
             let conv_input = b.tensor_padded(DType::F32, [cols, p.channels, p.seqs, 1], pad, values);
             let weight = b.input([p.d_conv, p.channels, 1, 1], Values::Uniform(1.0));
             let bias = p.bias.then(|| b.input([p.channels, 1, 1, 1], Values::Uniform(0.5)));
-            let dst = b.tensor_padded(DType::F32, [p.channels, p.tokens, p.seqs, 1], if p.padded { [5, 0, 0, 0] } else { [0; 4] }, Values::AnyBits);
+            let dst = b.tensor_padded(
+                DType::F32,
+                [p.channels, p.tokens, p.seqs, 1],
+                if p.padded { [5, 0, 0, 0] } else { [0; 4] },
+                Values::AnyBits,
+            );
             let op = SsmConv { conv_input, weight, bias, dst, apply_silu: p.silu };
             // Without SiLU no MUFU op enters: the exact-math reference must match bitwise. With
             // it, ex2 (≤ 2 ulp) feeds e + 1 and rcp (≤ 1 ulp), whose errors can land in a
