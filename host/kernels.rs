@@ -24,6 +24,8 @@ pub fn all_entries() -> Vec<&'static str> {
     // [copies]
 
     // [unary]
+    entries.extend((0..4).filter_map(abi::unary_entry));
+    entries.extend((0..2).filter_map(abi::binary_entry));
 
     // [mmvf]
 

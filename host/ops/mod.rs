@@ -12,6 +12,10 @@ pub use ssm_conv::SsmConv;
 // [copies]
 
 // [unary]
+pub mod binary;
+pub mod unary;
+pub use binary::{Binary, BinaryKind};
+pub use unary::{Unary, UnaryKind};
 
 // [mmvf]
 

@@ -8,6 +8,8 @@ pub mod ssm_conv;
 // [copies]
 
 // [unary]
+pub mod binary;
+pub mod unary;
 
 // [mmvf]
 

@@ -57,6 +57,42 @@ pub mod mufu_op {
 // ---- [copies] GET_ROWS, CONCAT, CPY, CPY_SNAPSHOTS, SCALE ----
 
 // ---- [unary] unary and binary element-wise ops ----
+/// Threads per block of the unary kernels (one element per thread, ggml's 256).
+pub const UNARY_BLOCK: u32 = 256;
+/// Threads per block of the binary broadcast kernels (one element per thread).
+pub const BINARY_BLOCK: u32 = 256;
+
+/// Op ids of the unary kernels.
+pub mod unary_kind {
+    pub const SIGMOID: u32 = 0;
+    pub const SOFTPLUS: u32 = 1;
+    pub const SILU: u32 = 2;
+    pub const EXP: u32 = 3;
+}
+
+pub const fn unary_entry(kind: u32) -> Option<&'static str> {
+    Some(match kind {
+        unary_kind::SIGMOID => "unary_sigmoid_f32",
+        unary_kind::SOFTPLUS => "unary_softplus_f32",
+        unary_kind::SILU => "unary_silu_f32",
+        unary_kind::EXP => "unary_exp_f32",
+        _ => return None,
+    })
+}
+
+/// Op ids of the binary broadcast kernels.
+pub mod binary_kind {
+    pub const ADD: u32 = 0;
+    pub const MUL: u32 = 1;
+}
+
+pub const fn binary_entry(kind: u32) -> Option<&'static str> {
+    Some(match kind {
+        binary_kind::ADD => "binary_add_f32",
+        binary_kind::MUL => "binary_mul_f32",
+        _ => return None,
+    })
+}
 
 // ---- [mmvf] MUL_MAT_VEC ----
 

@@ -20,6 +20,8 @@ pub mod test_support;
 // [copies] get_rows, concat, cpy, cpy_snapshots, scale
 
 // [unary] unary, binary
+pub mod binary;
+pub mod unary;
 
 // [mmvf] mul_mat_vec
 

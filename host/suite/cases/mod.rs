@@ -6,6 +6,8 @@ pub mod ssm_conv;
 // [copies]
 
 // [unary]
+pub mod binary;
+pub mod unary;
 
 // [mmvf]
 
@@ -22,6 +24,8 @@ pub fn all() -> Vec<Case> {
     // [copies]
 
     // [unary]
+    cases.extend(unary::cases());
+    cases.extend(binary::cases());
 
     // [mmvf]
 

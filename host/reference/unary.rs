@@ -1,0 +1,80 @@
+//! Unary reference (spec §2.7): one element at a time through the fast-math mirrors.
+
+use super::math::{Mufu, exp, sigmoid, silu, softplus};
+use crate::memory::HostMemory;
+use crate::ops::unary::{Unary, UnaryKind};
+
+pub fn apply(kind: UnaryKind, x: f32, mufu: &mut dyn Mufu) -> f32 {
+    match kind {
+        UnaryKind::Sigmoid => sigmoid(x, mufu),
+        UnaryKind::Softplus => softplus(x, mufu),
+        UnaryKind::Silu => silu(x, mufu),
+        UnaryKind::Exp => exp(x, mufu),
+    }
+}
+
+pub fn unary(op: &Unary, mem: &mut HostMemory, mufu: &mut dyn Mufu) {
+    let idx: Vec<_> = op.src.layout.indices().collect();
+    for i in idx {
+        let y = apply(op.kind, mem.read_f32(&op.src, i), mufu);
+        mem.write_f32(&op.dst, i, y);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::memory::HostMemory;
+    use crate::ops::{Op, Unary, UnaryKind};
+    use crate::reference::math::{ExactMufu, LOG2_E, MufuOp, MufuTable, RecordingMufu, mul};
+    use crate::tensor::DType;
+
+    fn run(kind: UnaryKind, x: &[f32]) -> Vec<f32> {
+        let mut mem = HostMemory::new();
+        let (src, dst) = (mem.alloc_tensor(DType::F32, [x.len(), 1, 1, 1]), mem.alloc_tensor(DType::F32, [x.len(), 1, 1, 1]));
+        mem.fill_f32(&src, x);
+        Unary { kind, src, dst }.reference(&mut mem, &mut ExactMufu).unwrap();
+        mem.to_f32_vec(&dst)
+    }
+
+    #[test]
+    fn functions_at_known_points() {
+        assert_eq!(run(UnaryKind::Sigmoid, &[0.0, f32::INFINITY, f32::NEG_INFINITY]), vec![0.5, 1.0, 0.0]);
+        assert_eq!(run(UnaryKind::Exp, &[0.0, f32::NEG_INFINITY]), vec![1.0, 0.0]);
+        let y = run(UnaryKind::Silu, &[0.0, 10.0]);
+        assert_eq!(y[0], 0.0);
+        assert!((y[1] - 9.999_546).abs() < 1e-5);
+    }
+
+    #[test]
+    fn softplus_passes_x_through_only_above_20() {
+        let above = f32::from_bits(0x41A0_0001);
+        let y = run(UnaryKind::Softplus, &[above, 20.0, f32::NAN]);
+        assert_eq!(y[0], above);
+        // At exactly 20 the log form runs: log(1 + e^20) ≈ 20 + 2e-9, which rounds to 20.
+        assert!((y[1] - 20.0).abs() < 4e-6);
+        assert!(y[2].is_nan());
+    }
+
+    #[test]
+    fn exp_uses_the_hardware_ex2_of_the_rounded_product() {
+        // The reference asks its MUFU provider for ex2(x · log2 e) (one rounded mul first).
+        let x = 1.5f32;
+        let mut table = MufuTable::new();
+        table.insert(MufuOp::Ex2, mul(x, LOG2_E).to_bits(), 0x4080_0001);
+        let mut mem = HostMemory::new();
+        let (src, dst) = (mem.alloc_tensor(DType::F32, [1, 1, 1, 1]), mem.alloc_tensor(DType::F32, [1, 1, 1, 1]));
+        mem.fill_f32(&src, &[x]);
+        let mut rec = RecordingMufu::new(&table);
+        Unary { kind: UnaryKind::Exp, src, dst }.reference(&mut mem, &mut rec).unwrap();
+        assert!(rec.missing.is_empty());
+        assert_eq!(mem.read_f32(&dst, [0, 0, 0, 0]).to_bits(), 0x4080_0001);
+    }
+
+    #[test]
+    fn refuses_non_contiguous_views() {
+        let mut mem = HostMemory::new();
+        let t = mem.alloc_tensor(DType::F32, [4, 4, 1, 1]);
+        let op = Unary { kind: UnaryKind::Exp, src: t.transpose(), dst: t.transpose() };
+        assert!(matches!(op.validate(&mem), Err(crate::Error::Stride { arg: "src", .. })));
+    }
+}

@@ -1,0 +1,51 @@
+//! Unary cases: each function on the alpha/beta shapes ([H_v, n_t]), larger vectors, in place,
+//! special values, and the softplus threshold.
+
+use crate::ops::{Unary, UnaryKind};
+use crate::suite::inputs::Values;
+use crate::suite::{Builder, Case, Tolerance};
+
+pub const GROUP: &str = "UNARY";
+
+/// The bound against exact math for each function (the bitwise check is the exactness proof).
+fn tolerance(kind: UnaryKind) -> Tolerance {
+    match kind {
+        // ex2 ≤ 2 ulp; for sigmoid/silu the rcp (≤ 1 ulp) and the +1 / ·x roundings compose
+        // across binades: 8 ulp bounds them.
+        UnaryKind::Exp => Tolerance::Ulps(4),
+        UnaryKind::Sigmoid | UnaryKind::Silu => Tolerance::Ulps(8),
+        // lg2.approx has an *absolute* error bound (2^-22) near 1, where softplus of a very
+        // negative x takes its log: the result's error is absolute there (≤ 2^-22·ln 2 plus the
+        // ex2 error carried through), relative elsewhere.
+        UnaryKind::Softplus => Tolerance::AbsRel { abs: 4e-7, rel: 1e-6 },
+    }
+}
+
+pub fn cases() -> Vec<Case> {
+    let mut out = Vec::new();
+    for kind in UnaryKind::ALL {
+        for (ne, values, in_place, label) in [
+            ([32, 1, 1, 1], Values::Uniform(8.0), false, "H_v=32,n_t=1"),
+            ([48, 16, 1, 1], Values::Uniform(8.0), false, "H_v=48,n_t=16"),
+            ([1000, 3, 1, 1], Values::Uniform(30.0), false, "n=3000,wide"),
+            ([256, 4, 1, 1], Values::WithSpecials { scale: 30.0, every: 20 }, false, "specials"),
+            ([32, 8, 1, 1], Values::Uniform(4.0), true, "in_place"),
+        ] {
+            let name = format!("{GROUP}({},{label})", kind.name());
+            let seed = super::seed_of(&name);
+            out.push(Case::new(GROUP, name, move || {
+                let mut b = Builder::new(seed);
+                let src = b.input(ne, values);
+                let dst = if in_place { src } else { b.output(ne) };
+                if kind == UnaryKind::Softplus {
+                    // Straddle the x > 20 threshold exactly.
+                    for (k, x) in [20.0f32, f32::from_bits(0x41A0_0001), f32::from_bits(0x419F_FFFF), -20.0].into_iter().enumerate() {
+                        b.mem.write_f32(&src, [k, 0, 0, 0], x);
+                    }
+                }
+                Ok(b.finish(vec![Box::new(Unary { kind, src, dst })], tolerance(kind), false))
+            }));
+        }
+    }
+    out
+}
