@@ -44,9 +44,8 @@ impl ConcatDim0 {
         check::distinct_elements(OP, "dst", &self.dst)?;
         check::disjoint(OP, "dst", &self.dst, "a", &self.a)?;
         check::disjoint(OP, "dst", &self.dst, "b", &self.b)?;
-        check::fits_u32(OP, "ne1", n1)?;
-        if n2 > 65535 {
-            return Err(Error::Unsupported { op: OP, what: format!("ne2 = {n2} (grid y ≤ 65535)") });
+        if n1 > i32::MAX as usize || n2 > 65535 {
+            return Err(Error::Unsupported { op: OP, what: format!("ne1 = {n1}, ne2 = {n2} (grid x ≤ 2^31 − 1, y ≤ 65535)") });
         }
         Ok(ConcatShape { na, nb, n1, n2 })
     }
@@ -151,6 +150,18 @@ mod tests {
         let mut o = op(&mut mem, 3, 4);
         o.dst = o.dst.view([7, 5, 2, 1], [4, 28, 0, 0], 0);
         assert!(matches!(o.check(&mem), Err(Error::Stride { arg: "dst", .. })));
+    }
+
+    #[test]
+    fn more_planes_than_grid_y_allows_are_refused() {
+        let mut mem = HostMemory::new();
+        let a = mem.alloc_tensor(DType::F32, [1, 1, 65536, 1]);
+        let b = mem.alloc_tensor(DType::F32, [1, 1, 65536, 1]);
+        let dst = mem.alloc_tensor(DType::F32, [2, 1, 65536, 1]);
+        assert!(matches!(ConcatDim0 { a, b, dst }.check(&mem), Err(Error::Unsupported { op: OP, .. })));
+        let dst = dst.view([2, 1, 65535, 1], dst.layout.nb, 0);
+        let (a, b) = (a.view([1, 1, 65535, 1], a.layout.nb, 0), b.view([1, 1, 65535, 1], b.layout.nb, 0));
+        assert!(ConcatDim0 { a, b, dst }.check(&mem).is_ok());
     }
 
     #[test]

@@ -197,6 +197,7 @@ impl CpySnapshots {
                 why: "two (slot, sequence) pairs would write the same cache row (group_stride < n_s)",
             });
         }
+        check::fits_u32(OP, "state columns (d_conv − 1)", state_len)?;
         check::fits_u32(OP, "channels", n_channels)?;
         check::fits_u32(OP, "tokens", n_tokens)?;
         if self.n_slots * n_seqs > 65535 {
@@ -238,7 +239,7 @@ impl Op for CpySnapshots {
         // (channel, sequence), that every row j·group_stride + first_row + s for j < n_slots
         // (grid y = n_slots·n_s) lies in the cache and these rows are distinct, that the cache
         // is disjoint from conv_input, and the argument list matches the entry's parameters in
-        // order and type (state_len < cols and n_seqs ≤ 65535 fit in u32).
+        // order and type (the u32 sizes were checked to fit).
         unsafe { gpu.launch(abi::CPY_SNAPSHOTS_ENTRY, dims, &args) }
     }
 
@@ -335,6 +336,18 @@ mod tests {
         assert!(CpySnapshots { group_stride: 0, n_slots: 1, ..op }.check(&mem).is_ok());
         // group_stride = n_s packs the groups back to back: no collision.
         assert!(CpySnapshots { group_stride: 2, first_row: 0, ..op }.check(&mem).is_ok());
+    }
+
+    #[test]
+    fn more_slot_rows_than_grid_y_allows_are_refused() {
+        let mut mem = HostMemory::new();
+        // 17 slots × 3856 sequences = 65552 blocks along y (at most 65535).
+        let n_s = 3856;
+        let conv_input = mem.alloc_tensor(DType::F32, [4, 1, n_s, 1]);
+        let cache = mem.alloc_tensor(DType::F32, [3, 17 * n_s, 1, 1]);
+        let op = CpySnapshots { conv_input, cache, d_conv: 4, first_row: 0, group_stride: n_s, n_slots: 17 };
+        assert!(matches!(op.check(&mem), Err(Error::Unsupported { op: OP_SNAPSHOTS, .. })));
+        assert!(CpySnapshots { n_slots: 16, ..op }.check(&mem).is_ok());
     }
 
     #[test]

@@ -55,7 +55,9 @@ impl GetRows {
                 return Err(Error::IndexOutOfRange { op: OP, arg: "rows", position, index: index as i64, rows: n_src_rows });
             }
         }
-        check::fits_u32(OP, "rows gathered", n_rows)?;
+        if n_rows > i32::MAX as usize {
+            return Err(Error::Unsupported { op: OP, what: format!("{n_rows} rows gathered (grid x ≤ 2^31 − 1)") });
+        }
         Ok(RowsShape { row_len, n_src_rows, n_rows })
     }
 }

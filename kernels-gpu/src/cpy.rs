@@ -24,7 +24,7 @@
 //! Aliasing: the destination must not overlap the source, and no two destination elements
 //! (CPY_SNAPSHOTS: no two (slot, sequence) pairs) may share an address; the host refuses it.
 
-use crate::device::thread::{block_dim_x, block_idx_x, block_idx_y, thread_idx_x};
+use crate::device::thread::{block_idx_x, block_idx_y, thread_idx_x};
 use core::num::NonZeroU32;
 
 /// ggml's decomposition of flat index `f` into the logical index (i0, i1, i2, i3) of a tensor
@@ -132,7 +132,7 @@ pub unsafe extern "ptx-kernel" fn cpy_snapshots_f32(
     n_tokens: u32,
     n_seqs: u32,
 ) {
-    let c = block_idx_x() * block_dim_x() + thread_idx_x();
+    let c = block_idx_x() * crate::abi::CPY_SNAPSHOTS_BLOCK + thread_idx_x();
     if c >= n_channels {
         return;
     }

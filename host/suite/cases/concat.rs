@@ -13,10 +13,8 @@ pub const GROUP: &str = "CONCAT";
 #[derive(Clone, Copy, Debug)]
 enum ConcatCase {
     /// The layer's CONCAT (C5); `pad` extra channels per projection row.
-    Layer {
-        layer: ConvLayer,
-        pad: usize,
-    },
+    Layer { layer: ConvLayer, pad: usize },
+    /// Any shapes and strides, see [`Generic`].
     Generic(Generic),
 }
 
@@ -77,8 +75,8 @@ impl ConcatCase {
                     let a = b.tensor_padded(DType::F32, [na, n1, n2, 1], pad_a, Values::AnyBits);
                     let b_view: Tensor = if b_broadcast {
                         let plane = b.tensor_padded(DType::F32, [nb, n1, 1, 1], pad_b, Values::AnyBits);
-                        let nb_ = plane.layout.nb;
-                        plane.view([nb, n1, n2, 1], [nb_[0], nb_[1], 0, 0], 0)
+                        let strides = plane.layout.nb;
+                        plane.view([nb, n1, n2, 1], [strides[0], strides[1], 0, 0], 0)
                     } else {
                         b.tensor_padded(DType::F32, [nb, n1, n2, 1], pad_b, Values::AnyBits)
                     };
