@@ -22,6 +22,7 @@ pub fn all_entries() -> Vec<&'static str> {
     entries.extend([abi::MATH_PROBE_ENTRY, abi::COUNT_MISMATCHES_ENTRY, abi::MUFU_EVAL_ENTRY]);
 
     // [copies]
+    entries.extend([abi::GET_ROWS_ENTRY, abi::CONCAT_DIM0_ENTRY, abi::CPY_ENTRY, abi::CPY_SNAPSHOTS_ENTRY, abi::SCALE_ENTRY]);
 
     // [unary]
     entries.extend((0..4).filter_map(abi::unary_entry));

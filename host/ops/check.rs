@@ -84,3 +84,21 @@ pub(crate) fn elem_strides(t: &Tensor) -> [u64; 4] {
 pub(crate) fn fits_u32(op: &'static str, what: &str, v: usize) -> Result<u32> {
     u32::try_from(v).map_err(|_| Error::Unsupported { op, what: format!("{what} = {v} (above u32)") })
 }
+
+/// An output view addresses each of its elements at its own bytes (no two threads write the
+/// same address). Sufficient test: ordering the dimensions of more than one element by stride,
+/// each stride reaches past everything the smaller ones span. Views that interleave in other
+/// ways are refused even where they would happen to be one-to-one.
+pub(crate) fn distinct_elements(op: &'static str, arg: &'static str, t: &Tensor) -> Result<()> {
+    let l = &t.layout;
+    let mut dims: Vec<(usize, usize)> = (0..4).filter(|&d| l.ne[d] > 1).map(|d| (l.nb[d], l.ne[d])).collect();
+    dims.sort_unstable();
+    let mut span = t.dtype().size();
+    for (nb, ne) in dims {
+        if nb < span {
+            return Err(Error::Stride { op, arg, nb: l.nb, offset: l.offset, reason: "two elements of this output share bytes".into() });
+        }
+        span += nb * (ne - 1);
+    }
+    Ok(())
+}

@@ -10,6 +10,15 @@ pub use l2_norm::L2Norm;
 pub use ssm_conv::SsmConv;
 
 // [copies]
+pub mod concat;
+pub mod cpy;
+pub mod get_rows;
+pub mod scale;
+
+pub use concat::ConcatDim0;
+pub use cpy::{Cpy, CpySnapshots};
+pub use get_rows::GetRows;
+pub use scale::Scale;
 
 // [unary]
 pub mod binary;

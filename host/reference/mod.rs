@@ -6,6 +6,10 @@ pub mod math;
 pub mod ssm_conv;
 
 // [copies]
+pub mod concat;
+pub mod cpy;
+pub mod get_rows;
+pub mod scale;
 
 // [unary]
 pub mod binary;

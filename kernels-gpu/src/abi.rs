@@ -56,6 +56,30 @@ pub mod mufu_op {
 
 // ---- [copies] GET_ROWS, CONCAT, CPY, CPY_SNAPSHOTS, SCALE ----
 
+/// GET_ROWS: threads per block (ggml's `CUDA_GET_ROWS_BLOCK_SIZE`); grid (rows gathered,
+/// min(⌈row_len/256⌉, [`GET_ROWS_MAX_GRID_Y`])), each thread striding over its row by gridDim.y·256.
+pub const GET_ROWS_BLOCK: u32 = 256;
+/// CONCAT (non-contiguous kernel): threads per block, looping over dimension 0; grid (ne1, ne2).
+pub const CONCAT_BLOCK: u32 = 256;
+/// CPY f32→f32 (ggml's scalar `cpy_flt`): threads per block, one element per thread.
+pub const CPY_BLOCK: u32 = 64;
+/// CPY_SNAPSHOTS: threads per block, one channel per thread; grid (channel blocks, slot·n_s).
+pub const CPY_SNAPSHOTS_BLOCK: u32 = 128;
+/// CPY_SNAPSHOTS: at most this many slots (1 live row + 16 rollback snapshots).
+pub const CPY_SNAPSHOTS_MAX_SLOTS: usize = 17;
+/// SCALE: threads per block (ggml's `CUDA_SCALE_BLOCK_SIZE`), grid-stride loop.
+pub const SCALE_BLOCK: u32 = 256;
+/// SCALE: at most this many blocks; larger tensors loop (bits do not depend on the grid).
+pub const SCALE_MAX_BLOCKS: u32 = 1024;
+/// GET_ROWS: gridDim.y is capped at the hardware limit; longer rows loop.
+pub const GET_ROWS_MAX_GRID_Y: u32 = 65535;
+
+pub const GET_ROWS_ENTRY: &str = "get_rows_f32";
+pub const CONCAT_DIM0_ENTRY: &str = "concat_dim0_f32";
+pub const CPY_ENTRY: &str = "cpy_f32_f32";
+pub const CPY_SNAPSHOTS_ENTRY: &str = "cpy_snapshots_f32";
+pub const SCALE_ENTRY: &str = "scale_f32";
+
 // ---- [unary] unary and binary element-wise ops ----
 /// Threads per block of the unary kernels (one element per thread, ggml's 256).
 pub const UNARY_BLOCK: u32 = 256;

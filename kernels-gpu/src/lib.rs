@@ -18,6 +18,10 @@ pub mod ssm_conv;
 pub mod test_support;
 
 // [copies] get_rows, concat, cpy, cpy_snapshots, scale
+pub mod concat;
+pub mod cpy;
+pub mod get_rows;
+pub mod scale;
 
 // [unary] unary, binary
 pub mod binary;

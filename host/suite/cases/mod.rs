@@ -4,6 +4,12 @@ pub mod l2_norm;
 pub mod ssm_conv;
 
 // [copies]
+pub mod concat;
+pub mod conv_layer;
+pub mod cpy;
+pub mod cpy_snapshots;
+pub mod get_rows;
+pub mod scale;
 
 // [unary]
 pub mod binary;
@@ -22,6 +28,11 @@ pub fn all() -> Vec<Case> {
     cases.extend(l2_norm::cases());
 
     // [copies]
+    cases.extend(get_rows::cases());
+    cases.extend(concat::cases());
+    cases.extend(cpy::cases());
+    cases.extend(cpy_snapshots::cases());
+    cases.extend(scale::cases());
 
     // [unary]
     cases.extend(unary::cases());

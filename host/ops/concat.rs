@@ -1,0 +1,174 @@
+//! CONCAT along dimension 0 — kernel: `kernels-gpu/src/concat.rs`, reference:
+//! [`crate::reference::concat`], spec §2.2.
+
+use super::{Op, check};
+use crate::error::{Error, Result};
+use crate::gpu::{Gpu, KernelArg, LaunchDims};
+use crate::kernels::abi;
+use crate::memory::{DeviceMemory, HostMemory, Memory};
+use crate::reference::math::Mufu;
+use crate::tensor::{DType, Tensor};
+
+const OP: &str = "CONCAT";
+
+/// CONCAT along dim 0: a F32 ne [na, n1, n2, 1], b F32 ne [nb, n1, n2, 1] (ANY strides — in the
+/// layer b is the transposed projection view, nb = [4·C, 4, 4·C·n_t]); dst F32 ne [na+nb, n1, n2,
+/// 1], disjoint from a and b.
+#[derive(Clone, Debug)]
+pub struct ConcatDim0 {
+    pub a: Tensor,
+    pub b: Tensor,
+    pub dst: Tensor,
+}
+
+/// The sizes a valid [`ConcatDim0`] runs with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConcatShape {
+    pub na: usize,
+    pub nb: usize,
+    pub n1: usize,
+    pub n2: usize,
+}
+
+impl ConcatDim0 {
+    /// Validates the op and returns its sizes.
+    pub fn check(&self, mem: &dyn Memory) -> Result<ConcatShape> {
+        check::tensor(OP, "a", &self.a, DType::F32, mem)?;
+        check::tensor(OP, "b", &self.b, DType::F32, mem)?;
+        let [na, n1, n2, _] = self.a.ne();
+        let nb = self.b.ne()[0];
+        check::shape(OP, "a", &self.a, [na, n1, n2, 1])?;
+        check::shape(OP, "b", &self.b, [nb, n1, n2, 1])?;
+        check::output(OP, "dst", &self.dst, DType::F32, mem)?;
+        check::shape(OP, "dst", &self.dst, [na + nb, n1, n2, 1])?;
+        check::distinct_elements(OP, "dst", &self.dst)?;
+        check::disjoint(OP, "dst", &self.dst, "a", &self.a)?;
+        check::disjoint(OP, "dst", &self.dst, "b", &self.b)?;
+        if n1 > i32::MAX as usize || n2 > 65535 {
+            return Err(Error::Unsupported { op: OP, what: format!("ne1 = {n1}, ne2 = {n2} (grid x ≤ 2^31 − 1, y ≤ 65535)") });
+        }
+        Ok(ConcatShape { na, nb, n1, n2 })
+    }
+}
+
+impl Op for ConcatDim0 {
+    fn name(&self) -> &'static str {
+        OP
+    }
+
+    fn validate(&self, mem: &dyn Memory) -> Result<()> {
+        self.check(mem).map(|_| ())
+    }
+
+    fn launch(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<()> {
+        let shape = self.check(mem)?;
+        let [a0, a1, a2, _] = check::elem_strides(&self.a);
+        let [b0, b1, b2, _] = check::elem_strides(&self.b);
+        let [d0, d1, d2, _] = check::elem_strides(&self.dst);
+        let dims = LaunchDims::new((shape.n1 as u32, shape.n2 as u32, 1), (abi::CONCAT_BLOCK, 1, 1));
+        let args = [
+            KernelArg::Ptr(mem.device_ptr(&self.a)),
+            KernelArg::Usize(a0),
+            KernelArg::Usize(a1),
+            KernelArg::Usize(a2),
+            KernelArg::Ptr(mem.device_ptr(&self.b)),
+            KernelArg::Usize(b0),
+            KernelArg::Usize(b1),
+            KernelArg::Usize(b2),
+            KernelArg::Ptr(mem.device_ptr(&self.dst)),
+            KernelArg::Usize(d0),
+            KernelArg::Usize(d1),
+            KernelArg::Usize(d2),
+            KernelArg::Usize(shape.na as u64),
+            KernelArg::Usize(shape.nb as u64),
+        ];
+        // SAFETY: `check` proved that a, b and dst lie inside their buffers for the grid (n1,
+        // n2) and their dimension-0 sizes, that dst addresses every element once and is
+        // disjoint from a and b, and the argument list matches the entry's parameters in order
+        // and type.
+        unsafe { gpu.launch(abi::CONCAT_DIM0_ENTRY, dims, &args) }
+    }
+
+    fn reference(&self, mem: &mut HostMemory, _mufu: &mut dyn Mufu) -> Result<()> {
+        let shape = self.check(mem)?;
+        crate::reference::concat::concat_dim0(self, &shape, mem);
+        Ok(())
+    }
+
+    fn outputs(&self) -> Vec<Tensor> {
+        vec![self.dst]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(mem: &mut HostMemory, na: usize, nb: usize) -> ConcatDim0 {
+        let a = mem.alloc_tensor(DType::F32, [na, 5, 2, 1]);
+        let b = mem.alloc_tensor(DType::F32, [nb, 5, 2, 1]);
+        let dst = mem.alloc_tensor(DType::F32, [na + nb, 5, 2, 1]);
+        ConcatDim0 { a, b, dst }
+    }
+
+    #[test]
+    fn a_valid_concat_passes_with_a_transposed_b() {
+        let mut mem = HostMemory::new();
+        let mut o = op(&mut mem, 3, 4);
+        // b as the layer builds it: the transpose of a [C = 5, n_t = 4, n_s = 2] projection.
+        let proj = mem.alloc_tensor(DType::F32, [5, 4, 2, 1]);
+        o.b = proj.transpose();
+        assert_eq!(o.b.layout.nb, [20, 4, 80, 160]);
+        assert_eq!(o.check(&mem).unwrap(), ConcatShape { na: 3, nb: 4, n1: 5, n2: 2 });
+    }
+
+    #[test]
+    fn shapes_must_agree() {
+        let mut mem = HostMemory::new();
+        let mut o = op(&mut mem, 3, 4);
+        o.b = mem.alloc_tensor(DType::F32, [4, 6, 2, 1]);
+        assert!(matches!(o.check(&mem), Err(Error::Shape { op: OP, arg: "b", .. })));
+        let mut o = op(&mut mem, 3, 4);
+        o.dst = mem.alloc_tensor(DType::F32, [6, 5, 2, 1]);
+        assert!(matches!(o.check(&mem), Err(Error::Shape { arg: "dst", .. })));
+        let mut o = op(&mut mem, 3, 4);
+        o.a = mem.alloc_tensor(DType::F32, [3, 5, 1, 2]);
+        assert!(matches!(o.check(&mem), Err(Error::Shape { arg: "a", .. })));
+        let mut o = op(&mut mem, 3, 4);
+        o.a = mem.alloc_tensor(DType::I32, [3, 5, 2, 1]);
+        assert!(matches!(o.check(&mem), Err(Error::DType { arg: "a", .. })));
+    }
+
+    #[test]
+    fn the_destination_must_not_overlap_an_input_or_itself() {
+        let mut mem = HostMemory::new();
+        let mut o = op(&mut mem, 3, 4);
+        // b = the last four columns of dst's own rows.
+        o.dst = mem.alloc_tensor(DType::F32, [7, 5, 2, 1]);
+        o.b = o.dst.view([4, 5, 2, 1], o.dst.layout.nb, 12);
+        assert!(matches!(o.check(&mem), Err(Error::Aliasing { op: OP, a: "dst", b: "b", .. })));
+        let mut o = op(&mut mem, 3, 4);
+        o.dst = o.dst.view([7, 5, 2, 1], [4, 28, 0, 0], 0);
+        assert!(matches!(o.check(&mem), Err(Error::Stride { arg: "dst", .. })));
+    }
+
+    #[test]
+    fn more_planes_than_grid_y_allows_are_refused() {
+        let mut mem = HostMemory::new();
+        let a = mem.alloc_tensor(DType::F32, [1, 1, 65536, 1]);
+        let b = mem.alloc_tensor(DType::F32, [1, 1, 65536, 1]);
+        let dst = mem.alloc_tensor(DType::F32, [2, 1, 65536, 1]);
+        assert!(matches!(ConcatDim0 { a, b, dst }.check(&mem), Err(Error::Unsupported { op: OP, .. })));
+        let dst = dst.view([2, 1, 65535, 1], dst.layout.nb, 0);
+        let (a, b) = (a.view([1, 1, 65535, 1], a.layout.nb, 0), b.view([1, 1, 65535, 1], b.layout.nb, 0));
+        assert!(ConcatDim0 { a, b, dst }.check(&mem).is_ok());
+    }
+
+    #[test]
+    fn empty_inputs_are_refused() {
+        let mut mem = HostMemory::new();
+        let mut o = op(&mut mem, 3, 4);
+        o.a = o.a.view([0, 5, 2, 1], o.a.layout.nb, 0);
+        assert!(matches!(o.check(&mem), Err(Error::Empty { arg: "a", .. })));
+    }
+}

@@ -1,0 +1,77 @@
+//! CONCAT along dimension 0 — ggml's `concat_f32_non_cont` (spec §2.2): `dst = [a | b]` per
+//! (i1, i2), building `conv_input` from the gathered conv state (`a`) and the transposed
+//! projection view (`b`).
+//!
+//! Thread mapping: block of [`CONCAT_BLOCK`](crate::abi::CONCAT_BLOCK) threads, grid
+//! (x = i1, y = i2); thread `tid` loops `i0 = tid, tid + 256, … < na + nb` and copies element
+//! (i0, i1, i2) of `dst` from `a(i0, i1, i2)` when `i0 < na`, else from `b(i0 − na, i1, i2)`.
+//!
+//! Layouts: every operand is addressed by its own element strides (any strides: in the layer
+//! `b` is the transposed projection, strides [C, 1, C·n_t]).
+//!
+//! Values move as u32 bit patterns with no float instruction (ggml dispatches on the type size
+//! and copies 32-bit integers): exact for every pattern.
+//!
+//! Aliasing: `dst` must not overlap `a` or `b`, and no two `dst` elements may share an address;
+//! the host refuses such views.
+
+use crate::device::thread::{block_idx_x, block_idx_y, thread_idx_x};
+
+/// Copies row (i1, i2) of the concatenation: `i0 = start, start + step, … < na + nb`. Shared
+/// with the fused conv-chain kernel.
+///
+/// # Safety
+/// `a_row` must address `na` elements with stride `a0`, `b_row` `nb` elements with stride `b0`,
+/// `dst_row` `na + nb` distinct elements with stride `d0`, none overlapping another.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn concat_row(
+    a_row: *const u32,
+    a0: usize,
+    b_row: *const u32,
+    b0: usize,
+    dst_row: *mut u32,
+    d0: usize,
+    na: usize,
+    nb: usize,
+    start: usize,
+    step: usize,
+) {
+    let mut i0 = start;
+    while i0 < na + nb {
+        // SAFETY: i0 < na reads a, otherwise i0 − na < nb reads b; i0 < na + nb for dst.
+        unsafe {
+            let x = if i0 < na { *a_row.add(i0 * a0) } else { *b_row.add((i0 - na) * b0) };
+            *dst_row.add(i0 * d0) = x;
+        }
+        i0 += step;
+    }
+}
+
+/// # Safety
+/// See the module docs: the host validated all three views for grid (n1, n2), `na` and `nb`.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "ptx-kernel" fn concat_dim0_f32(
+    a: *const u32,
+    a0: usize,
+    a1: usize,
+    a2: usize,
+    b: *const u32,
+    b0: usize,
+    b1: usize,
+    b2: usize,
+    dst: *mut u32,
+    d0: usize,
+    d1: usize,
+    d2: usize,
+    na: usize,
+    nb: usize,
+) {
+    let (i1, i2) = (block_idx_x() as usize, block_idx_y() as usize);
+    // SAFETY: (i1, i2) is inside the grid (n1, n2) the host validated every view for.
+    unsafe {
+        let (a_row, b_row, dst_row) = (a.add(i1 * a1 + i2 * a2), b.add(i1 * b1 + i2 * b2), dst.add(i1 * d1 + i2 * d2));
+        concat_row(a_row, a0, b_row, b0, dst_row, d0, na, nb, thread_idx_x() as usize, crate::abi::CONCAT_BLOCK as usize);
+    }
+}
