@@ -14,6 +14,8 @@ pub use ssm_conv::SsmConv;
 // [unary]
 
 // [mmvf]
+pub mod mmvf;
+pub use mmvf::{MulMatVec, Precision};
 
 // [gdn]
 

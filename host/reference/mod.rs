@@ -10,5 +10,6 @@ pub mod ssm_conv;
 // [unary]
 
 // [mmvf]
+pub mod mmvf;
 
 // [gdn]

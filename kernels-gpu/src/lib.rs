@@ -22,6 +22,7 @@ pub mod test_support;
 // [unary] unary, binary
 
 // [mmvf] mul_mat_vec
+pub mod mmvf;
 
 // [gdn] gated_delta_net
 

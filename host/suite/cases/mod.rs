@@ -8,6 +8,7 @@ pub mod ssm_conv;
 // [unary]
 
 // [mmvf]
+pub mod mmvf;
 
 // [gdn]
 
@@ -24,6 +25,7 @@ pub fn all() -> Vec<Case> {
     // [unary]
 
     // [mmvf]
+    cases.extend(mmvf::cases());
 
     // [gdn]
 
