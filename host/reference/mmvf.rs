@@ -210,6 +210,64 @@ mod tests {
         assert_eq!(fma_f16(0x8000, F16_ONE, 0x0000), 0x0000);
     }
 
+    /// An independent `fma_f16` for finite operands: every f16 is an integer multiple of 2^-24,
+    /// so a·b + c is an exact integer multiple of 2^-48 (|·| < 2^81, fits i128), rounded to f16
+    /// with integer round-half-even.
+    fn fma_f16_exact(a: u16, b: u16, c: u16) -> u16 {
+        // (sign, m, e) with |value| = m·2^e.
+        let decode = |h: u16| {
+            let (exp, mant) = ((h >> 10 & 0x1F) as i32, (h & 0x3FF) as i128);
+            let (m, e) = if exp == 0 { (mant, -24) } else { (mant + 1024, exp - 25) };
+            (h & 0x8000 != 0, m, e)
+        };
+        let ((sa, ma, ea), (sb, mb, eb), (sc, mc, ec)) = (decode(a), decode(b), decode(c));
+        let signed = |neg: bool, v: i128| if neg { -v } else { v };
+        let p = signed(sa != sb, (ma * mb) << (ea + eb + 48));
+        let s = p + signed(sc, mc << (ec + 48));
+        if s == 0 {
+            // An exact zero is −0 only for (−0) + (−0).
+            let product_neg = sa != sb;
+            return if p == 0 && mc == 0 && product_neg && sc { 0x8000 } else { 0 };
+        }
+        let sign = if s < 0 { 0x8000 } else { 0 };
+        let v = s.unsigned_abs();
+        // The f16 step at |s|: 2^-24 below 2^-14, else 2^(exponent − 10); in units of 2^-48.
+        let exponent = 127 - v.leading_zeros() as i32 - 48;
+        let shift = (exponent.max(-14) - 10 + 48) as u32;
+        let (q, rem, half) = (v >> shift, v & ((1u128 << shift) - 1), 1u128 << (shift - 1));
+        let m = if rem > half || (rem == half && q & 1 == 1) { q + 1 } else { q };
+        let bits = if exponent < -14 { m } else { (((exponent + 15) as u128) << 10) + (m - 1024) };
+        sign | bits.min(0x7C00) as u16
+    }
+
+    #[test]
+    fn fma_f16_agrees_with_exact_integer_arithmetic() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(0x00f1_6f3a);
+        // Finite operands; mantissas with few bits set make exact sums land on ties often.
+        let draw = |rng: &mut rand::rngs::StdRng| loop {
+            let h: u16 = rng.random();
+            let h = if rng.random::<bool>() { h & 0xFFC3 } else { h };
+            if h & 0x7C00 != 0x7C00 {
+                break h;
+            }
+        };
+        for _ in 0..300_000 {
+            let (a, b, c) = (draw(&mut rng), draw(&mut rng), draw(&mut rng));
+            // Half of the time, move c to about the product's exponent, where ties, carries and
+            // cancellation happen.
+            let product_exp = (a >> 10 & 0x1F) as i32 + (b >> 10 & 0x1F) as i32 - 15;
+            let c = if rng.random::<bool>() { (c & 0x83FF) | ((product_exp.clamp(0, 30) as u16) << 10) } else { c };
+            assert_eq!(fma_f16(a, b, c), fma_f16_exact(a, b, c), "fma({a:#06x}, {b:#06x}, {c:#06x})");
+        }
+        // The hand-picked cases above, through the independent implementation too.
+        for (a, b, c) in
+            [(0x3008, 0x1BF0, 0x3C01), (0x0001, 0x3800, 0), (0x0001, 0x3E00, 0), (0x03FF, 0x3C01, 0), (F16_MAX, F16_ONE, 0x4C00)]
+        {
+            assert_eq!(fma_f16(a, b, c), fma_f16_exact(a, b, c));
+        }
+    }
+
     #[test]
     fn f32_to_f16_agrees_with_the_half_crate() {
         // half's f32 → f16 is round-to-nearest-even too (F16C or software); compare on a spread

@@ -62,7 +62,7 @@ enum Data {
     /// Weights in (−1, 1), inputs in (−2, 2).
     Uniform,
     /// Uniform, with about one value in 16 replaced by ±0, a subnormal, a tiny or large value,
-    /// plus a few ±Inf, NaN and overflowing values at fixed places (see [`Case::specials`]).
+    /// plus a few ±Inf, NaN and overflowing values at fixed places (see [`MatVecCase::specials`]).
     Specials,
     /// Magnitudes whose products flush (f32: ~1e-40, subnormal) or underflow f16 (~4e-8):
     /// results are signed zeros and the reduction's sign rules decide them.
@@ -145,9 +145,10 @@ impl MatVecCase {
         }
     }
 
-    /// Fixed specials for `Specials`: weight row 1 holds +Inf, row 2 a NaN, row 3 the largest
-    /// finite value (overflowing the products); input column 0 holds ±Inf and a NaN-free value
-    /// beyond f16's range (Inf in the half path) when there are other columns to stay finite.
+    /// Fixed specials for `Specials`: weight row 1 holds +Inf, row 2 a NaN, row 3 the type's
+    /// largest finite value (its products overflow for F32/BF16, and in the half path); when
+    /// there are other columns to stay finite, input column 0 holds −Inf and 7e4 (beyond f16's
+    /// range: +Inf in the half path, finite in f32).
     fn specials(&self, b: &mut Builder, weight: &Tensor, input: &Tensor) {
         let k = self.kind;
         let (inf, nan, max) = match k.dtype() {
