@@ -50,8 +50,8 @@ pub trait Accumulation {
     /// pairs p = tid, tid + block, … < n_pairs, in increasing p (+0 for a thread without pairs).
     ///
     /// # Safety
-    /// `w` must point to `n_pairs` readable pairs; `y.add(j·y_col)` to `n_pairs` readable
-    /// [`F32Pair`]s for every column j < `NCOLS`.
+    /// `w` must point to `n_pairs` readable, aligned pairs; `y.add(j·y_col)` to `n_pairs`
+    /// readable, aligned [`F32Pair`]s for every column j < `NCOLS`.
     unsafe fn thread_partials<const NCOLS: usize>(
         w: *const Self::Pair,
         y: *const F32Pair,
