@@ -29,6 +29,11 @@ pub fn all_entries() -> Vec<&'static str> {
     entries.extend((0..2).filter_map(abi::binary_entry));
 
     // [mmvf]
+    for kind in [abi::mul_mat_vec_kind::F32, abi::mul_mat_vec_kind::BF16, abi::mul_mat_vec_kind::F16_HALF, abi::mul_mat_vec_kind::F16_F32] {
+        for ncols in 1..=abi::MUL_MAT_VEC_MAX_COLS {
+            entries.extend(abi::mul_mat_vec_entry(kind, ncols));
+        }
+    }
 
     // [gdn]
 

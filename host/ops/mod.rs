@@ -27,6 +27,8 @@ pub use binary::{Binary, BinaryKind};
 pub use unary::{Unary, UnaryKind};
 
 // [mmvf]
+pub mod mmvf;
+pub use mmvf::{MulMatVec, Precision};
 
 // [gdn]
 

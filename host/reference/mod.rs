@@ -16,5 +16,6 @@ pub mod binary;
 pub mod unary;
 
 // [mmvf]
+pub mod mmvf;
 
 // [gdn]

@@ -120,4 +120,98 @@ pub const fn binary_entry(kind: u32) -> Option<&'static str> {
 
 // ---- [mmvf] MUL_MAT_VEC ----
 
+/// Most input columns one MUL_MAT_VEC launch takes (ggml's `MMVF_MAX_BATCH_SIZE`).
+pub const MUL_MAT_VEC_MAX_COLS: usize = 8;
+/// Dynamic shared memory of a MUL_MAT_VEC launch: ggml's 32-float cross-warp buffer.
+pub const MUL_MAT_VEC_SHARED_BYTES: u32 = 32 * 4;
+
+/// How MUL_MAT_VEC reads and accumulates a weight row (ggml's `T` × `type_acc`).
+pub mod mul_mat_vec_kind {
+    /// F32 weights, f32 accumulation.
+    pub const F32: u32 = 0;
+    /// BF16 weights (exact to f32), f32 accumulation.
+    pub const BF16: u32 = 1;
+    /// F16 weights, half2 accumulation (ggml's default precision).
+    pub const F16_HALF: u32 = 2;
+    /// F16 weights (exact to f32), f32 accumulation (op precision F32).
+    pub const F16_F32: u32 = 3;
+}
+
+/// ggml's block size for rows of `row_len` elements (`launch_mul_mat_vec_f_cuda`, warp size 32,
+/// NVIDIA's limit 256): start from one warp and ⌈row_len/64⌉ pair iterations per thread; for
+/// 64, 96, …, 256 threads take the size whenever it needs strictly fewer iterations.
+/// 256 for Qwen3.5's E = 2560, 4096, 5120.
+pub const fn mul_mat_vec_block_size(row_len: usize) -> u32 {
+    let mut best = 32;
+    let mut best_iters = row_len.div_ceil(2 * 32);
+    let mut block = 64;
+    while block <= 256 {
+        let iters = row_len.div_ceil(2 * block);
+        if iters < best_iters {
+            best = block;
+            best_iters = iters;
+        }
+        block += 32;
+    }
+    best as u32
+}
+
+/// The MUL_MAT_VEC entry for a [`mul_mat_vec_kind`] and 1 ≤ `ncols` ≤ 8 input columns.
+pub const fn mul_mat_vec_entry(kind: u32, ncols: usize) -> Option<&'static str> {
+    use mul_mat_vec_kind::{BF16, F16_F32, F16_HALF, F32};
+    const NAMES: [[&str; MUL_MAT_VEC_MAX_COLS]; 4] = [
+        [
+            "mul_mat_vec_f32_c1",
+            "mul_mat_vec_f32_c2",
+            "mul_mat_vec_f32_c3",
+            "mul_mat_vec_f32_c4",
+            "mul_mat_vec_f32_c5",
+            "mul_mat_vec_f32_c6",
+            "mul_mat_vec_f32_c7",
+            "mul_mat_vec_f32_c8",
+        ],
+        [
+            "mul_mat_vec_bf16_c1",
+            "mul_mat_vec_bf16_c2",
+            "mul_mat_vec_bf16_c3",
+            "mul_mat_vec_bf16_c4",
+            "mul_mat_vec_bf16_c5",
+            "mul_mat_vec_bf16_c6",
+            "mul_mat_vec_bf16_c7",
+            "mul_mat_vec_bf16_c8",
+        ],
+        [
+            "mul_mat_vec_f16_c1",
+            "mul_mat_vec_f16_c2",
+            "mul_mat_vec_f16_c3",
+            "mul_mat_vec_f16_c4",
+            "mul_mat_vec_f16_c5",
+            "mul_mat_vec_f16_c6",
+            "mul_mat_vec_f16_c7",
+            "mul_mat_vec_f16_c8",
+        ],
+        [
+            "mul_mat_vec_f16_f32acc_c1",
+            "mul_mat_vec_f16_f32acc_c2",
+            "mul_mat_vec_f16_f32acc_c3",
+            "mul_mat_vec_f16_f32acc_c4",
+            "mul_mat_vec_f16_f32acc_c5",
+            "mul_mat_vec_f16_f32acc_c6",
+            "mul_mat_vec_f16_f32acc_c7",
+            "mul_mat_vec_f16_f32acc_c8",
+        ],
+    ];
+    let names = match kind {
+        F32 => &NAMES[0],
+        BF16 => &NAMES[1],
+        F16_HALF => &NAMES[2],
+        F16_F32 => &NAMES[3],
+        _ => return None,
+    };
+    if ncols == 0 || ncols > MUL_MAT_VEC_MAX_COLS {
+        return None;
+    }
+    Some(names[ncols - 1])
+}
+
 // ---- [gdn] GATED_DELTA_NET ----

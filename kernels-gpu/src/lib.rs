@@ -28,6 +28,7 @@ pub mod binary;
 pub mod unary;
 
 // [mmvf] mul_mat_vec
+pub mod mmvf;
 
 // [gdn] gated_delta_net
 

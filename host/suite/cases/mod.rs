@@ -16,6 +16,7 @@ pub mod binary;
 pub mod unary;
 
 // [mmvf]
+pub mod mmvf;
 
 // [gdn]
 
@@ -39,6 +40,7 @@ pub fn all() -> Vec<Case> {
     cases.extend(binary::cases());
 
     // [mmvf]
+    cases.extend(mmvf::cases());
 
     // [gdn]
 
