@@ -28,6 +28,7 @@ pub fn all_entries() -> Vec<&'static str> {
     // [mmvf]
 
     // [gdn]
+    entries.push(abi::GATED_DELTA_NET_ENTRY);
 
     entries
 }

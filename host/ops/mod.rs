@@ -16,6 +16,8 @@ pub use ssm_conv::SsmConv;
 // [mmvf]
 
 // [gdn]
+pub mod gated_delta_net;
+pub use gated_delta_net::GatedDeltaNet;
 
 use crate::error::Result;
 use crate::gpu::Gpu;

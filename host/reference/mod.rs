@@ -12,3 +12,4 @@ pub mod ssm_conv;
 // [mmvf]
 
 // [gdn]
+pub mod gated_delta_net;

@@ -24,6 +24,7 @@ pub mod test_support;
 // [mmvf] mul_mat_vec
 
 // [gdn] gated_delta_net
+pub mod gated_delta_net;
 
 #[panic_handler]
 fn panic(_: &core::panic::PanicInfo) -> ! {

@@ -10,6 +10,7 @@ pub mod ssm_conv;
 // [mmvf]
 
 // [gdn]
+pub mod gated_delta_net;
 
 use super::Case;
 
@@ -26,6 +27,7 @@ pub fn all() -> Vec<Case> {
     // [mmvf]
 
     // [gdn]
+    cases.extend(gated_delta_net::cases());
 
     cases
 }
