@@ -225,3 +225,170 @@ impl Op for GatedDeltaNet {
         vec![self.out, self.states]
     }
 }
+
+/// A valid op with every tensor contiguous in a buffer of its own: inputs zero, `out` and
+/// `states` filled with a NaN sentinel (so unwritten elements are recognisable).
+#[cfg(test)]
+pub(crate) fn contiguous_op(mem: &mut HostMemory, h_k: usize, h_v: usize, n_t: usize, n_s: usize, slots: usize) -> GatedDeltaNet {
+    let out = mem.alloc_tensor(DType::F32, [D, h_v, n_t, n_s]);
+    let states = mem.alloc_tensor(DType::F32, [D * D * h_v, n_s, slots, 1]);
+    for t in [out, states] {
+        mem.bytes_mut(t.buffer).chunks_exact_mut(4).for_each(|w| w.copy_from_slice(&SENTINEL.to_le_bytes()));
+    }
+    GatedDeltaNet {
+        q: mem.alloc_tensor(DType::F32, [D, h_k, n_t, n_s]),
+        k: mem.alloc_tensor(DType::F32, [D, h_k, n_t, n_s]),
+        v: mem.alloc_tensor(DType::F32, [D, h_v, n_t, n_s]),
+        g: mem.alloc_tensor(DType::F32, [1, h_v, n_t, n_s]),
+        beta: mem.alloc_tensor(DType::F32, [1, h_v, n_t, n_s]),
+        state_in: mem.alloc_tensor(DType::F32, [D, D, h_v, n_s]),
+        out,
+        states,
+    }
+}
+
+/// The bits [`contiguous_op`] fills its outputs with: a NaN no float op produces.
+#[cfg(test)]
+pub(crate) const SENTINEL: u32 = 0x7FC0_1234;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reference::math::ExactMufu;
+    use crate::tensor::{BufferId, Layout};
+
+    fn op(mem: &mut HostMemory) -> GatedDeltaNet {
+        contiguous_op(mem, 2, 3, 4, 2, 3)
+    }
+
+    #[test]
+    fn the_attention_scale_is_ggmls_host_constant() {
+        assert_eq!(attention_scale().to_bits(), 0x3DB5_04F3);
+    }
+
+    #[test]
+    fn a_valid_op_passes_and_runs_its_reference() {
+        let mut mem = HostMemory::new();
+        let op = op(&mut mem);
+        assert_eq!(op.check(&mem).unwrap(), GdnShape { n_key_heads: 2, n_heads: 3, n_tokens: 4, n_seqs: 2, n_slots: 3 });
+        op.reference(&mut mem, &mut ExactMufu).unwrap();
+    }
+
+    #[test]
+    fn refuses_other_head_dims_slot_counts_and_sequence_counts() {
+        let mut mem = HostMemory::new();
+        let mut o = op(&mut mem);
+        o.q = mem.alloc_tensor(DType::F32, [64, 2, 4, 2]);
+        assert!(matches!(o.validate(&mem), Err(Error::Unsupported { op: OP, .. })));
+        for slots in [0, abi::GDN_MAX_SLOTS + 1] {
+            let mut o = op(&mut mem);
+            o.states = mem.alloc_tensor(DType::F32, [D * D * 3, 2, slots, 1]);
+            assert!(matches!(o.validate(&mem), Err(Error::Unsupported { op: OP, .. })), "K = {slots}");
+        }
+        // 65536 sequences (grid y ≤ 65535): a zero-stride q view is enough to be refused first.
+        let mut o = op(&mut mem);
+        o.q = o.q.view([D, 2, 4, 65536], [4, 4 * D, 8 * D, 0], 0);
+        assert!(matches!(o.validate(&mem), Err(Error::Unsupported { op: OP, .. })));
+        // A vector gate (ggml's KDA branch) is another kernel.
+        let mut o = op(&mut mem);
+        o.g = mem.alloc_tensor(DType::F32, [D, 3, 4, 2]);
+        assert!(matches!(o.validate(&mem), Err(Error::Unsupported { op: OP, .. })));
+    }
+
+    #[test]
+    fn refuses_inconsistent_shapes() {
+        let mut mem = HostMemory::new();
+        let cases: [(&str, fn(&mut GatedDeltaNet, &mut HostMemory)); 8] = [
+            ("k", |o, m| o.k = m.alloc_tensor(DType::F32, [D, 1, 4, 2])),
+            ("v", |o, m| o.v = m.alloc_tensor(DType::F32, [D, 3, 5, 2])),
+            ("g", |o, m| o.g = m.alloc_tensor(DType::F32, [1, 2, 4, 2])),
+            ("beta", |o, m| o.beta = m.alloc_tensor(DType::F32, [1, 3, 4, 1])),
+            ("state_in", |o, m| o.state_in = m.alloc_tensor(DType::F32, [D, D, 2, 2])),
+            ("out", |o, m| o.out = m.alloc_tensor(DType::F32, [D, 3, 3, 2])),
+            ("states", |o, m| o.states = m.alloc_tensor(DType::F32, [D * D * 2, 2, 3, 1])),
+            ("states", |o, m| o.states = m.alloc_tensor(DType::F32, [D * D * 3, 2, 3, 2])),
+        ];
+        for (arg, edit) in cases {
+            let mut o = op(&mut mem);
+            edit(&mut o, &mut mem);
+            let err = o.validate(&mem);
+            assert!(matches!(err, Err(Error::Shape { op: OP, arg: a, .. }) if a == arg), "{arg}: {err:?}");
+        }
+    }
+
+    #[test]
+    fn refuses_wrong_types_strides_bounds_and_index_buffers() {
+        let mut mem = HostMemory::new();
+        let mut o = op(&mut mem);
+        o.beta.layout.dtype = DType::F16;
+        assert!(matches!(o.validate(&mem), Err(Error::DType { arg: "beta", got: DType::F16, .. })));
+
+        let mut o = op(&mut mem);
+        let buf = mem.alloc(4 * 2 * D * 3 * 4 * 2);
+        o.v = Tensor::new(buf, Layout { dtype: DType::F32, offset: 0, ne: [D, 3, 4, 2], nb: [8, 8 * D, 24 * D, 96 * D] });
+        assert!(matches!(o.validate(&mem), Err(Error::Stride { arg: "v", .. })));
+
+        let mut o = op(&mut mem);
+        o.states.layout.offset += 4;
+        assert!(matches!(o.validate(&mem), Err(Error::OutOfBounds { arg: "states", .. })));
+
+        let mut o = op(&mut mem);
+        o.state_in.buffer = BufferId(999);
+        assert!(matches!(o.validate(&mem), Err(Error::Invalid { op: OP, .. })));
+
+        let mut o = op(&mut mem);
+        let idx = mem.alloc_indices(&vec![0; D * 3 * 4 * 2]);
+        o.out = Tensor::new(idx.buffer, Layout::contiguous(DType::F32, [D, 3, 4, 2]));
+        assert!(matches!(o.validate(&mem), Err(Error::Invalid { op: OP, .. })));
+    }
+
+    #[test]
+    fn refuses_outputs_that_overlap_inputs_each_other_or_themselves() {
+        let mut mem = HostMemory::new();
+        // out's first element is q's last.
+        let (q_len, out_len, slot) = (D * 2 * 4 * 2, D * 3 * 4 * 2, D * D * 3);
+        let mut o = op(&mut mem);
+        let shared = mem.alloc_tensor(DType::F32, [q_len + out_len, 1, 1, 1]);
+        o.q = shared.view(o.q.ne(), o.q.layout.nb, 0);
+        o.out = shared.view(o.out.ne(), o.out.layout.nb, 4 * (q_len - 1));
+        assert!(matches!(o.validate(&mem), Err(Error::Aliasing { a: "out", b: "q", .. })));
+
+        // The unfused layout: out and states are disjoint parts of one result buffer — fine; one
+        // float less between them and they overlap.
+        for (gap, ok) in [(0, true), (-1, false)] {
+            let mut o = op(&mut mem);
+            let result = mem.alloc_tensor(DType::F32, [out_len + slot * 2 * 3, 1, 1, 1]);
+            o.out = result.view([D, 3, 4, 2], Layout::contiguous(DType::F32, [D, 3, 4, 2]).nb, 0);
+            let offset = (4 * out_len as isize + 4 * gap) as usize;
+            o.states = result.view([slot, 2, 3, 1], [4, 4 * slot, 8 * slot, 24 * slot], offset);
+            let r = o.validate(&mem);
+            assert_eq!(r.is_ok(), ok, "gap {gap}: {r:?}");
+            if !ok {
+                assert!(matches!(r, Err(Error::Aliasing { a: "out", b: "states", .. })));
+            }
+        }
+
+        // states' last element is v's first.
+        let mut o = op(&mut mem);
+        let shared = mem.alloc_tensor(DType::F32, [slot * 2 * 3 + out_len, 1, 1, 1]);
+        o.states = shared.view(o.states.ne(), o.states.layout.nb, 0);
+        o.v = shared.view(o.v.ne(), o.v.layout.nb, 4 * (slot * 2 * 3 - 1));
+        assert!(matches!(o.validate(&mem), Err(Error::Aliasing { a: "states", b: "v", .. })));
+
+        // A cache with fewer cells per group (1) than sequences (2): slot 1 of sequence 0 would
+        // be the row of slot 0 of sequence 1.
+        let mut o = op(&mut mem);
+        let cache = mem.alloc_tensor(DType::F32, [slot, 4, 1, 1]);
+        o.states = cache.view([slot, 2, 3, 1], [4, 4 * slot, 4 * slot, 12 * slot], 0);
+        assert!(matches!(o.validate(&mem), Err(Error::Aliasing { a: "states", b: "states", .. })));
+        // With two cells per group it is valid.
+        let cache = mem.alloc_tensor(DType::F32, [slot, 6, 1, 1]);
+        o.states = cache.view([slot, 2, 3, 1], [4, 4 * slot, 8 * slot, 24 * slot], 0);
+        o.validate(&mem).unwrap();
+
+        // An output whose tokens share a row.
+        let mut o = op(&mut mem);
+        o.out = o.out.view([D, 3, 4, 2], [4, 4 * D, 0, 12 * D], 0);
+        assert!(matches!(o.validate(&mem), Err(Error::Aliasing { a: "out", b: "out", .. })));
+    }
+}
