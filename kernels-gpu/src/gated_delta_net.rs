@@ -205,16 +205,20 @@ pub unsafe extern "ptx-kernel" fn gated_delta_net_f32_d128(
     let mut s = unsafe { load_lane(state_in.add(col * in_col + head * in_head + seq * in_seq), lane) };
     let mut t = 0;
     while t < n_tokens {
+        // SAFETY: t < n_tokens, so these are elements of the validated input views.
         let k_t = unsafe { load_lane(k_row.add(t * k_token), lane) };
         let q_t = unsafe { load_lane(q_row.add(t * q_token), lane) };
         let (v_t, g_t, beta_t) = unsafe { (*v_elem.add(t * v_token), *g_elem.add(t * g_token), *beta_elem.add(t * beta_token)) };
         // SAFETY: every lane of the warp runs the same trip count with no early exit.
         let a = unsafe { token_step(&mut s, &k_t, &q_t, v_t, g_t, beta_t) };
         if lane == 0 {
+            // SAFETY: element (col, head, t, seq) of `out`, written by this warp's lane 0 only.
             unsafe { *out_elem.add(t * out_token) = mul(a, scale) };
         }
         let slot = n_tokens - 1 - t;
         if slot < n_slots as usize {
+            // SAFETY: slot < n_slots: this column's row of slot `slot`; each lane writes its own
+            // four elements.
             unsafe { store_lane(state_col.add(slot * states_slot), lane, &s) };
         }
         t += 1;
