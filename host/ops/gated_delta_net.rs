@@ -298,7 +298,8 @@ mod tests {
     #[test]
     fn refuses_inconsistent_shapes() {
         let mut mem = HostMemory::new();
-        let cases: [(&str, fn(&mut GatedDeltaNet, &mut HostMemory)); 8] = [
+        type Edit = fn(&mut GatedDeltaNet, &mut HostMemory);
+        let cases: [(&str, Edit); 8] = [
             ("k", |o, m| o.k = m.alloc_tensor(DType::F32, [D, 1, 4, 2])),
             ("v", |o, m| o.v = m.alloc_tensor(DType::F32, [D, 3, 5, 2])),
             ("g", |o, m| o.g = m.alloc_tensor(DType::F32, [1, 2, 4, 2])),
