@@ -36,6 +36,7 @@ pub fn all_entries() -> Vec<&'static str> {
     }
 
     // [gdn]
+    entries.push(abi::GATED_DELTA_NET_ENTRY);
 
     entries
 }

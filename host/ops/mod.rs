@@ -31,6 +31,8 @@ pub mod mmvf;
 pub use mmvf::{MulMatVec, Precision};
 
 // [gdn]
+pub mod gated_delta_net;
+pub use gated_delta_net::GatedDeltaNet;
 
 use crate::error::Result;
 use crate::gpu::Gpu;

@@ -19,3 +19,4 @@ pub mod unary;
 pub mod mmvf;
 
 // [gdn]
+pub mod gated_delta_net;

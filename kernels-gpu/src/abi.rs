@@ -215,3 +215,12 @@ pub const fn mul_mat_vec_entry(kind: u32, ncols: usize) -> Option<&'static str> 
 }
 
 // ---- [gdn] GATED_DELTA_NET ----
+/// GATED_DELTA_NET head dimension (ggml's S_v = D_k = D_v): the only one the kernel is built for.
+pub const GDN_HEAD_DIM: usize = 128;
+/// Warps per GATED_DELTA_NET block: block (32, GDN_WARPS, 1), one value column per warp; the
+/// grid's z dimension is `GDN_HEAD_DIM / GDN_WARPS`.
+pub const GDN_WARPS: u32 = 4;
+/// Most snapshot slots the op accepts (K = 1 + R with at most R = 16 rollback groups).
+pub const GDN_MAX_SLOTS: usize = 17;
+/// Scalar-gate GATED_DELTA_NET for D = 128 (spec §2.10).
+pub const GATED_DELTA_NET_ENTRY: &str = "gated_delta_net_f32_d128";

@@ -31,6 +31,7 @@ pub mod unary;
 pub mod mmvf;
 
 // [gdn] gated_delta_net
+pub mod gated_delta_net;
 
 #[panic_handler]
 fn panic(_: &core::panic::PanicInfo) -> ! {

@@ -19,6 +19,7 @@ pub mod unary;
 pub mod mmvf;
 
 // [gdn]
+pub mod gated_delta_net;
 
 use super::Case;
 
@@ -43,6 +44,7 @@ pub fn all() -> Vec<Case> {
     cases.extend(mmvf::cases());
 
     // [gdn]
+    cases.extend(gated_delta_net::cases());
 
     cases
 }
