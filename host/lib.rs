@@ -10,11 +10,14 @@
 //! - [`memory`]: host and device buffers under the same ids;
 //! - [`gpu`]: driver probe and the single launch path;
 //! - [`ops`]: one validated wrapper per kernel; [`reference`]: one CPU reference per kernel;
-//! - [`kernels`]: the embedded PTX and the entry table shared with the device crate.
+//! - [`kernels`]: the embedded PTX and the entry table shared with the device crate;
+//! - [`layer`]: Qwen3.5 shapes and the unfused chain of one GDN layer's verify step;
+//! - [`suite`]: the op suite (named cases, GPU vs reference byte for byte, math parity).
 
 pub mod error;
 pub mod gpu;
 pub mod kernels;
+pub mod layer;
 pub mod memory;
 pub mod ops;
 pub mod reference;

@@ -1,6 +1,7 @@
 //! The case registry: one file per op, each a function returning its cases.
 
 pub mod l2_norm;
+pub mod layer;
 pub mod ssm_conv;
 
 // [copies]
@@ -46,6 +47,7 @@ pub fn all() -> Vec<Case> {
     // [gdn]
     cases.extend(gated_delta_net::cases());
 
+    cases.extend(layer::cases());
     cases
 }
 

@@ -1,0 +1,147 @@
+//! The GDN layer's sizes (spec §1.1, §4) and one verify step's cache bookkeeping (§1.2).
+
+use crate::error::{Error, Result};
+use crate::kernels::abi;
+
+const OP: &str = "GDN_LAYER";
+
+/// Sizes of one Gated-DeltaNet layer.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GdnShape {
+    /// Hidden size E (`n_embd`): the length of the alpha/beta mat-vec rows.
+    pub n_embd: usize,
+    /// Linear key heads H_k (`ssm_n_group`).
+    pub n_k_heads: usize,
+    /// Linear value heads H_v (`ssm_dt_rank`).
+    pub n_v_heads: usize,
+    /// Head dimension D of k and v (`ssm_d_state`).
+    pub head_dim: usize,
+    /// Conv kernel width K_c (`ssm_d_conv`).
+    pub d_conv: usize,
+    /// L2-norm epsilon (`rms_norm_eps`).
+    pub eps: f32,
+}
+
+impl GdnShape {
+    /// Qwen3.5-4B: E 2560, H_k 16, H_v 32, D 128, K_c 4 (spec §4).
+    pub const QWEN35_4B: GdnShape = GdnShape { n_embd: 2560, n_k_heads: 16, n_v_heads: 32, head_dim: 128, d_conv: 4, eps: 1e-6 };
+    /// Qwen3.5-9B: E 4096, H_k 16, H_v 32, D 128, K_c 4.
+    pub const QWEN35_9B: GdnShape = GdnShape { n_embd: 4096, n_k_heads: 16, n_v_heads: 32, head_dim: 128, d_conv: 4, eps: 1e-6 };
+    /// Qwen3.5-27B: E 5120, H_k 16, H_v 48, D 128, K_c 4.
+    pub const QWEN35_27B: GdnShape = GdnShape { n_embd: 5120, n_k_heads: 16, n_v_heads: 48, head_dim: 128, d_conv: 4, eps: 1e-6 };
+
+    pub const PRESETS: [(&'static str, GdnShape); 3] =
+        [("qwen3.5-4b", Self::QWEN35_4B), ("qwen3.5-9b", Self::QWEN35_9B), ("qwen3.5-27b", Self::QWEN35_27B)];
+
+    /// A preset by name (`qwen3.5-9b`, or just `9b`).
+    pub fn preset(name: &str) -> Option<GdnShape> {
+        let name = name.to_ascii_lowercase();
+        Self::PRESETS.iter().find(|(n, _)| *n == name || n.ends_with(&format!("-{name}"))).map(|(_, s)| *s)
+    }
+
+    /// Conv channels C = 2·H_k·D + H_v·D (q, k, v concatenated).
+    pub fn channels(&self) -> usize {
+        (2 * self.n_k_heads + self.n_v_heads) * self.head_dim
+    }
+
+    /// Floats in one conv-state row, (K_c − 1)·C (`n_embd_r`).
+    pub fn conv_row(&self) -> usize {
+        (self.d_conv - 1) * self.channels()
+    }
+
+    /// Floats in one ssm-state row, D·D·H_v (`n_embd_s`).
+    pub fn ssm_row(&self) -> usize {
+        self.head_dim * self.head_dim * self.n_v_heads
+    }
+
+    /// Every size the kernels support, or a typed error naming the one that is not.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |what: String| Err(Error::Unsupported { op: OP, what });
+        if self.head_dim != 128 {
+            return bad(format!("head_dim = {} (GATED_DELTA_NET is built for 128)", self.head_dim));
+        }
+        if !abi::SSM_CONV_WIDTHS.contains(&self.d_conv) {
+            return bad(format!("d_conv = {} (SSM_CONV has {:?})", self.d_conv, abi::SSM_CONV_WIDTHS));
+        }
+        if self.n_k_heads == 0 || self.n_v_heads == 0 {
+            return bad("zero heads".into());
+        }
+        if self.n_embd == 0 || self.n_embd % 2 != 0 {
+            return bad(format!("n_embd = {} (the mat-vecs read rows in pairs)", self.n_embd));
+        }
+        if !self.eps.is_finite() || self.eps < 0.0 {
+            return Err(Error::Invalid { op: OP, what: format!("eps = {}", self.eps) });
+        }
+        Ok(())
+    }
+}
+
+/// Largest rollback depth R (snapshots) a step may keep; K = R + 1 slots.
+pub const MAX_ROLLBACK: usize = 16;
+/// Largest verify batch the chain is built for.
+pub const MAX_TOKENS: usize = 16;
+
+/// One verify step of one sequence against the recurrent cache (spec §1.2): which cell it
+/// reads, where it writes, how many snapshots the cache keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Step {
+    /// Tokens verified in this step, n_t (1 ..= 16).
+    pub n_tokens: usize,
+    /// Rollback snapshots R (0 ..= 16); the caches hold 1 + R groups of `cells` rows.
+    pub n_rollback: usize,
+    /// Cells per group, M (`mem_size`).
+    pub cells: usize,
+    /// The cell this step writes (`kv_head`).
+    pub kv_head: usize,
+    /// The cell it reads (`src0`, normally `kv_head`).
+    pub src_cell: usize,
+    /// Pending rollback depth `rs_idx` (0 ..= R): read the state from that many tokens back.
+    pub rollback_depth: usize,
+    /// A cell whose state must start empty (`rs_z`): zeroed in place before the reads.
+    pub zero_cell: Option<usize>,
+}
+
+impl Step {
+    /// The simplest step: one cell, reading and writing cell 0, nothing pending.
+    pub fn new(n_tokens: usize, n_rollback: usize) -> Self {
+        Step { n_tokens, n_rollback, cells: 1, kv_head: 0, src_cell: 0, rollback_depth: 0, zero_cell: None }
+    }
+
+    /// Rows of each cache tensor: M·(1 + R).
+    pub fn cache_rows(&self) -> usize {
+        self.cells * (1 + self.n_rollback)
+    }
+
+    /// Snapshot slots K = R + 1 (GATED_DELTA_NET's K; 1 when R = 0).
+    pub fn slots(&self) -> usize {
+        self.n_rollback + 1
+    }
+
+    /// The cache row the step reads: `s_copy = rs_idx·M + src0`.
+    pub fn source_row(&self) -> usize {
+        self.rollback_depth * self.cells + self.src_cell
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        let bad = |what: String| Err(Error::Invalid { op: OP, what });
+        if self.n_tokens == 0 || self.n_tokens > MAX_TOKENS {
+            return Err(Error::Unsupported { op: OP, what: format!("n_tokens = {} (1 ..= {MAX_TOKENS})", self.n_tokens) });
+        }
+        if self.n_rollback > MAX_ROLLBACK {
+            return Err(Error::Unsupported { op: OP, what: format!("{} rollback snapshots (at most {MAX_ROLLBACK})", self.n_rollback) });
+        }
+        if self.cells == 0 || self.kv_head >= self.cells || self.src_cell >= self.cells {
+            return bad(format!(
+                "cells = {}, kv_head = {}, src_cell = {}: cells must be ≥ 1 and both cells inside",
+                self.cells, self.kv_head, self.src_cell
+            ));
+        }
+        if self.rollback_depth > self.n_rollback {
+            return bad(format!("rollback depth {} exceeds the {} snapshots kept", self.rollback_depth, self.n_rollback));
+        }
+        if self.zero_cell.is_some_and(|z| z >= self.cells) {
+            return bad(format!("zero_cell {:?} outside the {} cells", self.zero_cell, self.cells));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,267 @@
+//! The unfused GDN layer chain for one verify step of one sequence, exactly as ggml's CUDA
+//! backend runs it (spec §1.3–§1.4): the ground truth every fusion must equal.
+
+use super::shape::{GdnShape, Step};
+use crate::error::{Error, Result};
+use crate::memory::HostMemory;
+use crate::ops::{
+    Binary, BinaryKind, ConcatDim0, Cpy, CpySnapshots, GatedDeltaNet, GetRows, L2Norm, MulMatVec, Op, Precision, Scale, SsmConv, Unary,
+    UnaryKind,
+};
+use crate::suite::inputs::{self, Values};
+use crate::tensor::{DType, Tensor};
+use rand::Rng;
+use rand::rngs::StdRng;
+
+/// The largest column count one MUL_MAT_VEC launch takes (ggml's `MMVF_MAX_BATCH_SIZE`).
+pub const MAT_VEC_MAX_COLS: usize = 8;
+
+/// Every tensor of one layer step, in one [`HostMemory`]. Views are built as ggml builds them.
+#[derive(Clone, Debug)]
+pub struct LayerTensors {
+    // Caches (persist across steps).
+    /// Conv state r_l: ne [(K_c−1)·C, M·(1+R)]; a row is [C][K_c−1] (channel-major).
+    pub conv_cache: Tensor,
+    /// SSM state s_l: ne [D·D·H_v, M·(1+R)]; a row is [H_v][D col][D i].
+    pub ssm_cache: Tensor,
+    // Step inputs.
+    /// `s_copy` for the one sequence: I32 [1], in an index buffer.
+    pub source_rows: Tensor,
+    /// The qkv projection of the step's tokens, ne [C, n_t] (its mat-mul is out of scope).
+    pub qkv_mixed: Tensor,
+    /// The attention-norm output, ne [E, n_t]: input of the alpha/beta mat-vecs.
+    pub cur: Tensor,
+    // Weights.
+    pub conv_weight: Tensor,
+    pub alpha_weight: Tensor,
+    pub beta_weight: Tensor,
+    pub dt_bias: Tensor,
+    pub ssm_a: Tensor,
+    // Intermediates, each in its own buffer (ggml's allocator would reuse some).
+    pub conv_states: Tensor,
+    pub conv_input: Tensor,
+    pub conv_out: Tensor,
+    pub q_norm: Tensor,
+    pub k_norm: Tensor,
+    pub ssm_state: Tensor,
+    pub alpha: Tensor,
+    pub beta_raw: Tensor,
+    pub beta: Tensor,
+    pub alpha_biased: Tensor,
+    pub softplus: Tensor,
+    pub gate: Tensor,
+    /// Attention output, ne [D, H_v, n_t, 1].
+    pub attn_out: Tensor,
+}
+
+/// How the layer's tensors are filled.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LayerInit {
+    /// Type of the alpha/beta projection weights (F32, F16 or BF16).
+    pub mat_vec_weights: DType,
+    /// Accumulation precision of F16 mat-vecs.
+    pub precision: Precision,
+    /// Salt inputs with special values (±0, subnormals, ±Inf, NaN).
+    pub specials: bool,
+}
+
+impl Default for LayerInit {
+    fn default() -> Self {
+        LayerInit { mat_vec_weights: DType::F32, precision: Precision::Default, specials: false }
+    }
+}
+
+impl LayerTensors {
+    /// Allocates every tensor of the step (caches zeroed; call [`LayerTensors::fill_random`]).
+    pub fn alloc(mem: &mut HostMemory, shape: &GdnShape, step: &Step, init: &LayerInit) -> Result<Self> {
+        shape.validate()?;
+        step.validate()?;
+        if !matches!(init.mat_vec_weights, DType::F32 | DType::F16 | DType::BF16) {
+            return Err(Error::Unsupported { op: "GDN_LAYER", what: format!("{:?} mat-vec weights", init.mat_vec_weights) });
+        }
+        let (c, n_t, e) = (shape.channels(), step.n_tokens, shape.n_embd);
+        let (d, hk, hv, kc) = (shape.head_dim, shape.n_k_heads, shape.n_v_heads, shape.d_conv);
+        let f32t = |mem: &mut HostMemory, ne| mem.alloc_tensor(DType::F32, ne);
+        Ok(LayerTensors {
+            conv_cache: f32t(mem, [shape.conv_row(), step.cache_rows(), 1, 1]),
+            ssm_cache: f32t(mem, [shape.ssm_row(), step.cache_rows(), 1, 1]),
+            source_rows: mem.alloc_indices(&[step.source_row() as i32]),
+            qkv_mixed: f32t(mem, [c, n_t, 1, 1]),
+            cur: f32t(mem, [e, n_t, 1, 1]),
+            conv_weight: f32t(mem, [kc, c, 1, 1]),
+            alpha_weight: mem.alloc_tensor(init.mat_vec_weights, [e, hv, 1, 1]),
+            beta_weight: mem.alloc_tensor(init.mat_vec_weights, [e, hv, 1, 1]),
+            dt_bias: f32t(mem, [hv, 1, 1, 1]),
+            ssm_a: f32t(mem, [hv, 1, 1, 1]),
+            conv_states: f32t(mem, [shape.conv_row(), 1, 1, 1]),
+            conv_input: f32t(mem, [kc - 1 + n_t, c, 1, 1]),
+            conv_out: f32t(mem, [c, n_t, 1, 1]),
+            q_norm: f32t(mem, [d, hk, n_t, 1]),
+            k_norm: f32t(mem, [d, hk, n_t, 1]),
+            ssm_state: f32t(mem, [shape.ssm_row(), 1, 1, 1]),
+            alpha: f32t(mem, [hv, n_t, 1, 1]),
+            beta_raw: f32t(mem, [hv, n_t, 1, 1]),
+            beta: f32t(mem, [hv, n_t, 1, 1]),
+            alpha_biased: f32t(mem, [hv, n_t, 1, 1]),
+            softplus: f32t(mem, [hv, n_t, 1, 1]),
+            gate: f32t(mem, [hv, n_t, 1, 1]),
+            attn_out: f32t(mem, [d, hv, n_t, 1]),
+        })
+    }
+
+    /// Random caches, inputs and weights in realistic ranges (the gate γ = exp(softplus(α + dt)·a)
+    /// lands in (0, 1)); intermediates get random bits, so unwritten outputs show.
+    pub fn fill_random(&self, mem: &mut HostMemory, shape: &GdnShape, rng: &mut StdRng, init: &LayerInit) {
+        let vals = |scale: f32| if init.specials { Values::WithSpecials { scale, every: 997 } } else { Values::Uniform(scale) };
+        let fill = |mem: &mut HostMemory, rng: &mut StdRng, t: &Tensor, v: Values| {
+            let data = inputs::fill(rng, t.layout.n_elements(), v);
+            mem.fill_f32(t, &data);
+        };
+        fill(mem, rng, &self.conv_cache, vals(1.0));
+        fill(mem, rng, &self.ssm_cache, Values::Uniform(0.05));
+        fill(mem, rng, &self.qkv_mixed, vals(1.0));
+        fill(mem, rng, &self.cur, vals(1.0));
+        fill(mem, rng, &self.conv_weight, Values::Uniform(0.5));
+        let w_scale = 1.7 / (shape.n_embd as f32).sqrt();
+        for w in [&self.alpha_weight, &self.beta_weight] {
+            let data = inputs::fill(rng, w.layout.n_elements(), Values::Uniform(w_scale));
+            let idx: Vec<_> = w.layout.indices().collect();
+            for (i, x) in idx.into_iter().zip(data) {
+                match w.dtype() {
+                    DType::F16 => mem.write_u16(w, i, half::f16::from_f32(x).to_bits()),
+                    DType::BF16 => mem.write_u16(w, i, half::bf16::from_f32(x).to_bits()),
+                    _ => mem.write_f32(w, i, x),
+                }
+            }
+        }
+        fill(mem, rng, &self.dt_bias, Values::Uniform(1.0));
+        let a: Vec<f32> = (0..shape.n_v_heads).map(|_| -(rng.random_range(-1.0f32..1.0).exp())).collect();
+        mem.fill_f32(&self.ssm_a, &a);
+        for t in self.intermediates() {
+            fill(mem, rng, &t, Values::AnyBits);
+        }
+    }
+
+    fn intermediates(&self) -> [Tensor; 13] {
+        [
+            self.conv_states,
+            self.conv_input,
+            self.conv_out,
+            self.q_norm,
+            self.k_norm,
+            self.ssm_state,
+            self.alpha,
+            self.beta_raw,
+            self.beta,
+            self.alpha_biased,
+            self.softplus,
+            self.gate,
+            self.attn_out,
+        ]
+    }
+
+    /// Row `row` of a cache tensor as a [row_len, 1, 1, 1] view.
+    pub fn cache_row(cache: &Tensor, row: usize) -> Tensor {
+        let nb = cache.layout.nb;
+        cache.view([cache.ne()[0], 1, 1, 1], [nb[0], nb[1], nb[1], nb[1]], row * nb[1])
+    }
+
+    /// `window(o)` of the conv input (spec §1.3): columns o … o+K_c−2 of every channel, ne
+    /// [K_c−1, C, 1, 1] — the conv state after the first `o` tokens.
+    pub fn window(&self, shape: &GdnShape, offset: usize) -> Tensor {
+        let nb = self.conv_input.layout.nb;
+        self.conv_input.view([shape.d_conv - 1, shape.channels(), 1, 1], [4, nb[1], nb[2], nb[3]], 4 * offset)
+    }
+
+    /// The q (`which = 0`), k (1) or v (2) heads of the SiLU'd conv output as ggml views them:
+    /// ne [D, heads, n_t, 1], strides (4, 4·D, 4·C, 4·C·n_t).
+    pub fn head_view(&self, shape: &GdnShape, which: usize) -> Tensor {
+        let (d, hk) = (shape.head_dim, shape.n_k_heads);
+        let heads = if which == 2 { shape.n_v_heads } else { hk };
+        let nb = self.conv_out.layout.nb;
+        self.conv_out.view([d, heads, nb[2] / nb[1], 1], [4, 4 * d, nb[1], nb[2]], 4 * which * hk * d)
+    }
+}
+
+/// The op chain of spec §1.4 over `t`: what ggml's CUDA backend launches for one GDN layer of
+/// one verify step (with its default fusions: SSM_CONV+SiLU, GATED_DELTA_NET writing the ssm
+/// cache directly). Snapshot copies of the conv state run as one CPY_SNAPSHOTS launch (R > 0)
+/// or one CPY (R = 0). The alpha/beta mat-vecs take at most 8 columns per launch; wider steps
+/// run ⌈n_t/8⌉ launches, each column computed as mul_mat_vec_f computes it.
+pub fn unfused_ops(t: &LayerTensors, shape: &GdnShape, step: &Step, precision: Precision) -> Result<Vec<Box<dyn Op>>> {
+    shape.validate()?;
+    step.validate()?;
+    let (c, n_t, kc, hv) = (shape.channels(), step.n_tokens, shape.d_conv, shape.n_v_heads);
+    let mut ops: Vec<Box<dyn Op>> = Vec::new();
+
+    // 1. Zero a fresh cell's conv state in place (SCALE by 0 with bias 0).
+    if let Some(z) = step.zero_cell {
+        let row = LayerTensors::cache_row(&t.conv_cache, z);
+        ops.push(Box::new(Scale { src: row, dst: row, scale: 0.0, bias: 0.0 }));
+    }
+    // 2. GET_ROWS of the sequence's conv state.
+    ops.push(Box::new(GetRows { src: t.conv_cache, rows: t.source_rows, dst: t.conv_states }));
+    // 3. CONCAT (dim 0) of the old state [K_c−1, C] and the transposed projection [n_t, C].
+    let states = t.conv_states.reshape([kc - 1, c, 1, 1]).expect("conv_states is contiguous");
+    ops.push(Box::new(ConcatDim0 { a: states, b: t.qkv_mixed.transpose(), dst: t.conv_input }));
+    // 4. Conv-state write-back: slot j ← window(max(0, n_t − j)) into row j·M + kv_head.
+    if step.n_rollback == 0 {
+        let dst = LayerTensors::cache_row(&t.conv_cache, step.kv_head);
+        ops.push(Box::new(Cpy { src: t.window(shape, n_t), dst }));
+    } else {
+        ops.push(Box::new(CpySnapshots {
+            conv_input: t.conv_input,
+            cache: t.conv_cache,
+            d_conv: kc,
+            first_row: step.kv_head,
+            group_stride: step.cells,
+            n_slots: step.slots(),
+        }));
+    }
+    // 5. SSM_CONV + SiLU (fused by ggml's backend; no conv bias in Qwen3.5).
+    ops.push(Box::new(SsmConv { conv_input: t.conv_input, weight: t.conv_weight, bias: None, dst: t.conv_out, apply_silu: true }));
+    // 6. L2_NORM of the q and k heads (strided views of the conv output).
+    ops.push(Box::new(L2Norm { src: t.head_view(shape, 0), dst: t.q_norm, eps: shape.eps }));
+    ops.push(Box::new(L2Norm { src: t.head_view(shape, 1), dst: t.k_norm, eps: shape.eps }));
+    // 7. The ssm state: zeroing, then GET_ROWS.
+    if let Some(z) = step.zero_cell {
+        let row = LayerTensors::cache_row(&t.ssm_cache, z);
+        ops.push(Box::new(Scale { src: row, dst: row, scale: 0.0, bias: 0.0 }));
+    }
+    ops.push(Box::new(GetRows { src: t.ssm_cache, rows: t.source_rows, dst: t.ssm_state }));
+    // 8. alpha/beta: mat-vecs, sigmoid(beta), softplus(alpha + dt_bias) · ssm_a.
+    for (weight, dst) in [(t.alpha_weight, t.alpha), (t.beta_weight, t.beta_raw)] {
+        let mut first = 0;
+        while first < n_t {
+            let cols = MAT_VEC_MAX_COLS.min(n_t - first);
+            let input = t.cur.view([shape.n_embd, cols, 1, 1], t.cur.layout.nb, first * t.cur.layout.nb[1]);
+            let dst = dst.view([hv, cols, 1, 1], dst.layout.nb, first * dst.layout.nb[1]);
+            ops.push(Box::new(MulMatVec { weight, input, dst, precision }));
+            first += cols;
+        }
+    }
+    ops.push(Box::new(Unary { kind: UnaryKind::Sigmoid, src: t.beta_raw, dst: t.beta }));
+    ops.push(Box::new(Binary { kind: BinaryKind::Add, a: t.alpha, b: t.dt_bias, dst: t.alpha_biased }));
+    ops.push(Box::new(Unary { kind: UnaryKind::Softplus, src: t.alpha_biased, dst: t.softplus }));
+    ops.push(Box::new(Binary { kind: BinaryKind::Mul, a: t.softplus, b: t.ssm_a, dst: t.gate }));
+    // 9. GATED_DELTA_NET, writing its state slots straight into the ssm cache rows
+    //    (slot k → row k·M + kv_head; the CPY ggml fuses into the kernel).
+    let row_bytes = t.ssm_cache.layout.nb[1];
+    let states = t.ssm_cache.view(
+        [shape.ssm_row(), 1, step.slots(), 1],
+        [4, row_bytes, step.cells * row_bytes, step.slots() * step.cells * row_bytes],
+        step.kv_head * row_bytes,
+    );
+    let per_token = |x: &Tensor| x.reshape([1, hv, n_t, 1]).expect("contiguous");
+    ops.push(Box::new(GatedDeltaNet {
+        q: t.q_norm,
+        k: t.k_norm,
+        v: t.head_view(shape, 2),
+        g: per_token(&t.gate),
+        beta: per_token(&t.beta),
+        state_in: t.ssm_state.reshape([shape.head_dim, shape.head_dim, hv, 1]).expect("contiguous"),
+        out: t.attn_out,
+        states,
+    }));
+    Ok(ops)
+}
