@@ -55,6 +55,12 @@ summary="$out/summary.txt"
   echo "host: $(uname -r)"
 } > "$summary"
 "$here/rgdn" info > "$out/rgdn-info.log" 2>&1
+# The unfused layer on the 9B preset: per-launch times and per-kernel launch counts.
+for args in "--tokens 1 --rollback 0" "--tokens 4 --rollback 3" "--tokens 16 --rollback 15"; do
+  echo "===== rgdn layer 9b $args" >> "$out/rgdn-layer.log"
+  "$here/rgdn" layer 9b $args >> "$out/rgdn-layer.log" 2>&1
+  echo "rgdn layer 9b $args: exit $?" >> "$out/layer-exits.txt"
+done
 failures=0
 for t in "$here"/tests/*; do
   name=$(basename "$t")
@@ -66,8 +72,11 @@ for t in "$here"/tests/*; do
   echo "$name: exit $rc ${passed}" >> "$summary"
   [ "$rc" -ne 0 ] && failures=$((failures + 1))
 done
+cat "$out/layer-exits.txt" >> "$summary"
 echo "failing executables: $failures" >> "$summary"
 cat "$summary"
+# Everything in one archive too (the device tool brings back at most 8 files).
+tar czf "$out/all-logs.tgz" -C "$out" --exclude all-logs.tgz .
 grep -A200 '^op ' "$out/gpu_ops.log" 2>/dev/null | head -40
 exit $failures
 RUN

@@ -60,6 +60,15 @@ fn main() -> ExitCode {
         }
     }
 
+    if filter.is_empty() {
+        let (passed, detail) = match launch_log_check(&gpu) {
+            Ok(d) => (true, d),
+            Err(d) => (false, d),
+        };
+        println!("  {} LAUNCH_LOG {}", if passed { "ok  " } else { "FAIL" }, detail);
+        reports.push(CaseReport { group: "LAUNCH_LOG", name: "LAUNCH_LOG(count+time)".into(), passed, detail });
+    }
+
     if !table.is_empty() {
         let (passed, detail) = match suite::check_mufu_bounds(&table) {
             Ok(worst) => (true, worst.iter().map(|(op, ulp, n)| format!("{op:?}: {n} inputs, ≤ {ulp} ulp")).collect::<Vec<_>>().join(", ")),
@@ -87,4 +96,30 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     if all_passed { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
+
+/// The launch path counts every launch and, with timing on, times each one with events.
+fn launch_log_check(gpu: &Gpu) -> Result<String, String> {
+    use rgdn::memory::{DeviceMemory, HostMemory};
+    use rgdn::ops::{Op, Unary, UnaryKind};
+    use rgdn::tensor::DType;
+    let e = |e: rgdn::Error| e.to_string();
+    let mut mem = HostMemory::new();
+    let src = mem.alloc_tensor(DType::F32, [1 << 20, 1, 1, 1]);
+    let op = Unary { kind: UnaryKind::Exp, src, dst: src };
+    let dev = DeviceMemory::upload(gpu, &mem).map_err(e)?;
+    gpu.take_launches().map_err(e)?;
+    gpu.set_timing(true);
+    let launched = (0..3).try_for_each(|_| op.launch(gpu, &dev));
+    gpu.set_timing(false);
+    launched.map_err(e)?;
+    let records = gpu.take_launches().map_err(e)?;
+    let times: Vec<f32> = records.iter().filter_map(|r| r.elapsed_ms).collect();
+    if records.len() != 3 || times.len() != 3 || records.iter().any(|r| r.entry != "unary_exp_f32") {
+        return Err(format!("expected 3 timed unary_exp_f32 launches, log has {records:?}"));
+    }
+    if times.iter().any(|t| !(*t > 0.0 && *t < 1000.0)) {
+        return Err(format!("implausible event times {times:?} ms"));
+    }
+    Ok(format!("3 launches logged, event times {:?} µs", times.iter().map(|t| (t * 1e3).round()).collect::<Vec<_>>()))
 }

@@ -197,13 +197,15 @@ impl Gpu {
             };
         }
         let mut log = self.log();
-        let start = if log.timing { Some(self.stream.record_event(None)?) } else { None };
+        // Timing events need CU_EVENT_DEFAULT: cudarc's default flags disable timing.
+        let timed = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let start = if log.timing { Some(self.stream.record_event(timed)?) } else { None };
         // SAFETY: the caller guarantees the argument list and extents (see `launch`).
         unsafe { builder.launch(cfg) }?;
         let index = log.records.len();
         log.records.push(LaunchRecord { entry: label, dims, elapsed_ms: None });
         if let Some(start) = start {
-            let end = self.stream.record_event(None)?;
+            let end = self.stream.record_event(timed)?;
             log.pending_events.push((index, start, end));
         }
         Ok(())
