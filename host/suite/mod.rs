@@ -67,6 +67,13 @@ impl Case {
         Case { group, name, build: Box::new(build) }
     }
 
+    /// A case whose data comes from a [`Builder`] seeded by the case name (so each case is
+    /// reproducible alone, whatever runs before it).
+    pub fn seeded(group: &'static str, name: String, build: impl Fn(Builder) -> Result<Expect> + Send + Sync + 'static) -> Self {
+        let seed = cases::seed_of(&name);
+        Case::new(group, name, move || build(Builder::new(seed)))
+    }
+
     pub fn build(&self) -> Result<Expect> {
         (self.build)()
     }

@@ -3,7 +3,7 @@
 
 use crate::ops::{Binary, BinaryKind};
 use crate::suite::inputs::Values;
-use crate::suite::{Builder, Case, Tolerance};
+use crate::suite::{Case, Tolerance};
 use crate::tensor::DType;
 
 pub const GROUP: &str = "BINARY";
@@ -19,9 +19,7 @@ pub fn cases() -> Vec<Case> {
             ([40, 7, 2, 1], [40, 7, 2, 1], 3, Values::WithSpecials { scale: 1e20, every: 10 }, false, "padded,specials"),
         ] {
             let name = format!("{GROUP}({},{label})", kind.name());
-            let seed = super::seed_of(&name);
-            out.push(Case::new(GROUP, name, move || {
-                let mut b = Builder::new(seed);
+            out.push(Case::seeded(GROUP, name, move |mut b| {
                 let a = b.tensor_padded(DType::F32, ne, [pad, 1.min(pad), 0, 0], values);
                 let bt = b.tensor_padded(DType::F32, ne_b, [pad, 0, 0, 0], values);
                 let dst = if in_place { a } else { b.tensor_padded(DType::F32, ne, [pad, 0, 0, 0], Values::AnyBits) };

@@ -5,7 +5,7 @@
 use super::conv_layer::ConvLayer;
 use crate::ops::ConcatDim0;
 use crate::suite::inputs::Values;
-use crate::suite::{Builder, Case, Tolerance};
+use crate::suite::{Case, Tolerance};
 use crate::tensor::{DType, Tensor};
 
 pub const GROUP: &str = "CONCAT";
@@ -62,9 +62,7 @@ impl ConcatCase {
 
     fn case(self) -> Case {
         let name = self.name();
-        let seed = super::seed_of(&name);
-        Case::new(GROUP, name, move || {
-            let mut b = Builder::new(seed);
+        Case::seeded(GROUP, name, move |mut b| {
             let op = match self {
                 ConcatCase::Layer { layer, pad } => {
                     let a = layer.conv_states(&mut b);

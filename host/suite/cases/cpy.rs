@@ -88,9 +88,7 @@ impl CpyCase {
 
     fn case(self) -> Case {
         let name = self.name();
-        let seed = super::seed_of(&name);
-        Case::new(GROUP, name, move || {
-            let mut b = Builder::new(seed);
+        Case::seeded(GROUP, name, move |mut b| {
             let ops = self.ops(&mut b);
             Ok(b.finish(ops, Tolerance::BitExact, true))
         })

@@ -7,7 +7,7 @@ use super::conv_layer::ConvLayer;
 use crate::Error;
 use crate::ops::CpySnapshots;
 use crate::suite::inputs::Values;
-use crate::suite::{Builder, Case, Expect, Scenario, Tolerance};
+use crate::suite::{Case, Expect, Scenario, Tolerance};
 use crate::tensor::DType;
 
 pub const GROUP: &str = "CPY_SNAPSHOTS";
@@ -42,54 +42,43 @@ impl SnapCase {
 
     fn case(self) -> Case {
         let name = self.name();
-        let seed = super::seed_of(&name);
-        Case::new(GROUP, name, move || {
-            let mut b = Builder::new(seed);
-            match &self {
-                SnapCase::Single { layer: l, row_pad } => {
-                    let conv_input = b.input([l.state_len() + l.n_t, l.channels, l.n_s, 1], Values::AnyBits);
-                    let cache = b.tensor_padded(DType::F32, [l.row_len(), l.cells * l.groups, 1, 1], [*row_pad, 0, 0, 0], Values::AnyBits);
-                    let op = CpySnapshots {
-                        conv_input,
-                        cache,
-                        d_conv: l.d_conv,
-                        first_row: l.kv_head,
-                        group_stride: l.cells,
-                        n_slots: l.groups,
-                    };
-                    Ok(b.finish(vec![Box::new(op)], Tolerance::BitExact, true))
-                }
-                SnapCase::Chain { layer: l, s_copy } => {
-                    let ops = l.chain(&mut b, s_copy);
-                    Ok(b.finish(ops, Tolerance::BitExact, true))
-                }
-                SnapCase::Refused { layer: l, group_stride, first_row, aliasing } => {
-                    let conv_input = b.input([l.state_len() + l.n_t, l.channels, l.n_s, 1], Values::AnyBits);
-                    let cache = l.cache(&mut b);
-                    let op = CpySnapshots {
-                        conv_input,
-                        cache,
-                        d_conv: l.d_conv,
-                        first_row: *first_row,
-                        group_stride: *group_stride,
-                        n_slots: l.groups,
-                    };
-                    let scenario =
-                        Scenario { mem: b.mem, ops: vec![Box::new(op)], tolerance: Tolerance::BitExact, exact_nan_payloads: true };
-                    Ok(if *aliasing {
-                        Expect::Refusal {
-                            scenario,
-                            predicate: |e| matches!(e, Error::Aliasing { op: "CPY_SNAPSHOTS", a: "cache", b: "cache", .. }),
-                            expected: "Aliasing: one cache row written twice",
-                        }
-                    } else {
-                        Expect::Refusal {
-                            scenario,
-                            predicate: |e| matches!(e, Error::IndexOutOfRange { op: "CPY_SNAPSHOTS", arg: "cache", .. }),
-                            expected: "IndexOutOfRange: a row past the cache",
-                        }
-                    })
-                }
+        Case::seeded(GROUP, name, move |mut b| match &self {
+            SnapCase::Single { layer: l, row_pad } => {
+                let conv_input = b.input([l.state_len() + l.n_t, l.channels, l.n_s, 1], Values::AnyBits);
+                let cache = b.tensor_padded(DType::F32, [l.row_len(), l.cells * l.groups, 1, 1], [*row_pad, 0, 0, 0], Values::AnyBits);
+                let op =
+                    CpySnapshots { conv_input, cache, d_conv: l.d_conv, first_row: l.kv_head, group_stride: l.cells, n_slots: l.groups };
+                Ok(b.finish(vec![Box::new(op)], Tolerance::BitExact, true))
+            }
+            SnapCase::Chain { layer: l, s_copy } => {
+                let ops = l.chain(&mut b, s_copy);
+                Ok(b.finish(ops, Tolerance::BitExact, true))
+            }
+            SnapCase::Refused { layer: l, group_stride, first_row, aliasing } => {
+                let conv_input = b.input([l.state_len() + l.n_t, l.channels, l.n_s, 1], Values::AnyBits);
+                let cache = l.cache(&mut b);
+                let op = CpySnapshots {
+                    conv_input,
+                    cache,
+                    d_conv: l.d_conv,
+                    first_row: *first_row,
+                    group_stride: *group_stride,
+                    n_slots: l.groups,
+                };
+                let scenario = Scenario { mem: b.mem, ops: vec![Box::new(op)], tolerance: Tolerance::BitExact, exact_nan_payloads: true };
+                Ok(if *aliasing {
+                    Expect::Refusal {
+                        scenario,
+                        predicate: |e| matches!(e, Error::Aliasing { op: "CPY_SNAPSHOTS", a: "cache", b: "cache", .. }),
+                        expected: "Aliasing: one cache row written twice",
+                    }
+                } else {
+                    Expect::Refusal {
+                        scenario,
+                        predicate: |e| matches!(e, Error::IndexOutOfRange { op: "CPY_SNAPSHOTS", arg: "cache", .. }),
+                        expected: "IndexOutOfRange: a row past the cache",
+                    }
+                })
             }
         })
     }

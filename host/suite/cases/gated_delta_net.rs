@@ -133,9 +133,7 @@ impl GdnCase {
 
     pub fn case(self) -> Case {
         let name = self.name();
-        let seed = super::seed_of(&name);
-        Case::new(GROUP, name, move || {
-            let mut b = Builder::new(seed);
+        Case::seeded(GROUP, name, move |mut b| {
             let op = self.build(&mut b);
             Ok(b.finish(vec![Box::new(op)], TOLERANCE, false))
         })
@@ -287,9 +285,7 @@ fn salt(b: &mut Builder, t: &Tensor, every: u32, subnormals_only: bool) {
 /// A refusal: the op must be rejected before anything launches.
 fn refusal(name: &str, expected: &'static str, predicate: fn(&Error) -> bool, edit: fn(&mut GatedDeltaNet, &mut Builder)) -> Case {
     let name = format!("{GROUP}(refuse:{name})");
-    let seed = super::seed_of(&name);
-    Case::new(GROUP, name, move || {
-        let mut b = Builder::new(seed);
+    Case::seeded(GROUP, name, move |mut b| {
         let mut op = GdnCase { n_t: 2, k_slots: 2, ..BASE }.build(&mut b);
         edit(&mut op, &mut b);
         let scenario = Scenario { mem: b.mem, ops: vec![Box::new(op)], tolerance: TOLERANCE, exact_nan_payloads: false };

@@ -58,9 +58,7 @@ impl RowsCase {
 
     fn case(self) -> Case {
         let name = self.name();
-        let seed = super::seed_of(&name);
-        Case::new(GROUP, name, move || {
-            let mut b = Builder::new(seed);
+        Case::seeded(GROUP, name, move |mut b| {
             let op = self.build(&mut b);
             Ok(b.finish(vec![Box::new(op)], Tolerance::BitExact, true))
         })
@@ -68,9 +66,7 @@ impl RowsCase {
 
     fn refusal(self) -> Case {
         let name = format!("{}:refused", self.name());
-        let seed = super::seed_of(&name);
-        Case::new(GROUP, name, move || {
-            let mut b = Builder::new(seed);
+        Case::seeded(GROUP, name, move |mut b| {
             let op = self.build(&mut b);
             let scenario = Scenario { mem: b.mem, ops: vec![Box::new(op)], tolerance: Tolerance::BitExact, exact_nan_payloads: true };
             Ok(Expect::Refusal {

@@ -3,7 +3,7 @@
 
 use crate::ops::L2Norm;
 use crate::suite::inputs::Values;
-use crate::suite::{Builder, Case, Tolerance};
+use crate::suite::{Case, Tolerance};
 
 pub const GROUP: &str = "L2_NORM";
 /// Qwen3.5's `rms_norm_eps` (1e-6, bits 0x358637BD).
@@ -56,10 +56,8 @@ impl L2Case {
 
     fn case(self) -> Case {
         let name = self.name();
-        let seed = super::seed_of(&name);
-        Case::new(GROUP, name, move || {
+        Case::seeded(GROUP, name, move |mut b| {
             let p = self;
-            let mut b = Builder::new(seed);
             let (src, dst) = match p.kind {
                 Kind::HeadView { key, heads, channels } => {
                     let y = b.input([channels, p.tokens, 1, 1], p.values);

@@ -4,7 +4,7 @@
 
 use crate::layer::{GdnShape, LayerInit, LayerTensors, Step, unfused_ops};
 use crate::ops::Precision;
-use crate::suite::{Builder, Case, Expect, Scenario, Tolerance};
+use crate::suite::{Case, Expect, Scenario, Tolerance};
 use crate::tensor::DType;
 
 pub const GROUP: &str = "GDN_LAYER";
@@ -45,10 +45,8 @@ impl LayerCase {
 
     pub fn case(self) -> Case {
         let name = self.name();
-        let seed = super::seed_of(&name);
-        Case::new(GROUP, name, move || {
+        Case::seeded(GROUP, name, move |mut b| {
             let shape = GdnShape::preset(self.preset).expect("known preset");
-            let mut b = Builder::new(seed);
             let t = LayerTensors::alloc(&mut b.mem, &shape, &self.step, &self.init)?;
             t.fill_random(&mut b.mem, &shape, &mut b.rng, &self.init);
             let ops = unfused_ops(&t, &shape, &self.step, self.init.precision)?;

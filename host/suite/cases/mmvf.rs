@@ -173,10 +173,8 @@ impl MatVecCase {
 
     fn case(self) -> Case {
         let name = self.name();
-        let seed = super::seed_of(&name);
-        Case::new(GROUP, name, move || {
+        Case::seeded(GROUP, name, move |mut b| {
             let p = self;
-            let mut b = Builder::new(seed);
             let (shift, row_pad) = if p.padded { (2, [4, 0, 0, 0]) } else { (0, [0; 4]) };
             let dtype = p.kind.dtype();
             let weight = strided(&mut b, dtype, [p.e, p.rows, 1, 1], row_pad, shift);
@@ -223,9 +221,7 @@ fn strided(b: &mut Builder, dtype: DType, ne: [usize; 4], pad: [usize; 4], shift
 /// A case the op must refuse with the error `predicate` accepts.
 fn refusal(name: &str, build: fn(&mut Builder) -> MulMatVec, predicate: fn(&Error) -> bool, expected: &'static str) -> Case {
     let name = format!("{GROUP}(refuse:{name})");
-    let seed = super::seed_of(&name);
-    Case::new(GROUP, name, move || {
-        let mut b = Builder::new(seed);
+    Case::seeded(GROUP, name, move |mut b| {
         let op = build(&mut b);
         let scenario = Scenario { mem: b.mem, ops: vec![Box::new(op)], tolerance: Tolerance::BitExact, exact_nan_payloads: false };
         Ok(Expect::Refusal { scenario, predicate, expected })

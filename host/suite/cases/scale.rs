@@ -5,7 +5,7 @@
 
 use crate::ops::Scale;
 use crate::suite::inputs::Values;
-use crate::suite::{Builder, Case, Tolerance};
+use crate::suite::{Case, Tolerance};
 use crate::tensor::Tensor;
 
 pub const GROUP: &str = "SCALE";
@@ -47,10 +47,8 @@ impl ScaleCase {
 
     fn case(self) -> Case {
         let name = self.name();
-        let seed = super::seed_of(&name);
-        Case::new(GROUP, name, move || {
+        Case::seeded(GROUP, name, move |mut b| {
             let p = self;
-            let mut b = Builder::new(seed);
             let cache = b.input([p.row_len, p.rows, 1, 1], p.values);
             let row_bytes = cache.layout.nb[1];
             let src: Tensor = cache.view([p.row_len, 1, 1, 1], [4, row_bytes, row_bytes, row_bytes], p.row * row_bytes);

@@ -3,7 +3,7 @@
 
 use crate::ops::SsmConv;
 use crate::suite::inputs::Values;
-use crate::suite::{Builder, Case, Tolerance};
+use crate::suite::{Case, Tolerance};
 use crate::tensor::DType;
 
 pub const GROUP: &str = "SSM_CONV";
@@ -39,10 +39,8 @@ impl ConvCase {
 
     pub fn case(self) -> Case {
         let name = self.name();
-        let seed = super::seed_of(&name);
-        Case::new(GROUP, name, move || {
+        Case::seeded(GROUP, name, move |mut b| {
             let p = self;
-            let mut b = Builder::new(seed);
             let values = if p.specials { Values::WithSpecials { scale: 2.0, every: 50 } } else { Values::Uniform(2.0) };
             let pad = if p.padded { [3, 1, 0, 0] } else { [0; 4] };
             let cols = p.d_conv - 1 + p.tokens;

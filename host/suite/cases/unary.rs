@@ -3,7 +3,7 @@
 
 use crate::ops::{Unary, UnaryKind};
 use crate::suite::inputs::Values;
-use crate::suite::{Builder, Case, Tolerance};
+use crate::suite::{Case, Tolerance};
 
 pub const GROUP: &str = "UNARY";
 
@@ -32,9 +32,7 @@ pub fn cases() -> Vec<Case> {
             ([32, 8, 1, 1], Values::Uniform(4.0), true, "in_place"),
         ] {
             let name = format!("{GROUP}({},{label})", kind.name());
-            let seed = super::seed_of(&name);
-            out.push(Case::new(GROUP, name, move || {
-                let mut b = Builder::new(seed);
+            out.push(Case::seeded(GROUP, name, move |mut b| {
                 let src = b.input(ne, values);
                 let dst = if in_place { src } else { b.output(ne) };
                 if kind == UnaryKind::Softplus {
