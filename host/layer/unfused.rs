@@ -265,3 +265,129 @@ pub fn unfused_ops(t: &LayerTensors, shape: &GdnShape, step: &Step, precision: P
     }));
     Ok(ops)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Error;
+    use crate::reference::math::ExactMufu;
+    use rand::SeedableRng;
+
+    /// A small layer (one key head, two value heads) that keeps the CPU tests fast.
+    const SMALL: GdnShape = GdnShape { n_embd: 64, n_k_heads: 1, n_v_heads: 2, head_dim: 128, d_conv: 4, eps: 1e-6 };
+
+    fn names(shape: &GdnShape, step: &Step) -> Vec<&'static str> {
+        let mut mem = HostMemory::new();
+        let t = LayerTensors::alloc(&mut mem, shape, step, &LayerInit::default()).unwrap();
+        unfused_ops(&t, shape, step, Precision::Default).unwrap().iter().map(|op| op.name()).collect()
+    }
+
+    #[test]
+    fn presets_have_the_spec_sizes() {
+        let s = GdnShape::QWEN35_9B;
+        assert_eq!((s.channels(), s.conv_row(), s.ssm_row()), (8192, 24576, 524_288));
+        let s = GdnShape::QWEN35_27B;
+        assert_eq!((s.channels(), s.conv_row(), s.ssm_row()), (10240, 30720, 786_432));
+        assert_eq!(GdnShape::preset("4b"), Some(GdnShape::QWEN35_4B));
+        assert_eq!(GdnShape::preset("qwen3.5-27b"), Some(GdnShape::QWEN35_27B));
+        assert_eq!(GdnShape::preset("7b"), None);
+    }
+
+    #[test]
+    fn the_chain_is_ggmls_launch_order() {
+        let chain = ["GET_ROWS", "CONCAT", "CPY", "SSM_CONV", "L2_NORM", "L2_NORM", "GET_ROWS", "MUL_MAT_VEC", "MUL_MAT_VEC"];
+        let tail = ["SIGMOID", "ADD", "SOFTPLUS", "MUL", "GATED_DELTA_NET"];
+        assert_eq!(names(&SMALL, &Step::new(4, 0)), [&chain[..], &tail[..]].concat());
+        // Snapshots: one batched launch instead of the single CPY.
+        let with_snapshots = names(&SMALL, &Step::new(4, 3));
+        assert_eq!(with_snapshots[2], "CPY_SNAPSHOTS");
+        assert_eq!(with_snapshots.len(), chain.len() + tail.len());
+        // A fresh cell: both of its cache rows are zeroed in place before they are read.
+        let zeroed = names(&SMALL, &Step { zero_cell: Some(0), ..Step::new(2, 1) });
+        assert_eq!(&zeroed[..2], &["SCALE", "GET_ROWS"]);
+        assert_eq!(&zeroed[7..9], &["SCALE", "GET_ROWS"]);
+        // 12 tokens: each mat-vec runs as 8 + 4 columns.
+        assert_eq!(names(&SMALL, &Step::new(12, 0)).iter().filter(|n| **n == "MUL_MAT_VEC").count(), 4);
+    }
+
+    #[test]
+    fn bad_shapes_and_steps_are_typed_errors() {
+        let mut mem = HostMemory::new();
+        let alloc =
+            |mem: &mut HostMemory, shape: &GdnShape, step: &Step| LayerTensors::alloc(mem, shape, step, &LayerInit::default()).map(|_| ());
+        let unsupported = |r: Result<()>| matches!(r, Err(Error::Unsupported { op: "GDN_LAYER", .. }));
+        let invalid = |r: Result<()>| matches!(r, Err(Error::Invalid { op: "GDN_LAYER", .. }));
+        assert!(unsupported(alloc(&mut mem, &GdnShape { head_dim: 64, ..SMALL }, &Step::new(1, 0))));
+        assert!(unsupported(alloc(&mut mem, &GdnShape { d_conv: 6, ..SMALL }, &Step::new(1, 0))));
+        assert!(unsupported(alloc(&mut mem, &GdnShape { n_embd: 63, ..SMALL }, &Step::new(1, 0))));
+        assert!(unsupported(alloc(&mut mem, &SMALL, &Step::new(0, 0))));
+        assert!(unsupported(alloc(&mut mem, &SMALL, &Step::new(17, 0))));
+        assert!(unsupported(alloc(&mut mem, &SMALL, &Step::new(4, 17))));
+        assert!(invalid(alloc(&mut mem, &SMALL, &Step { rollback_depth: 2, ..Step::new(4, 1) })));
+        assert!(invalid(alloc(&mut mem, &SMALL, &Step { kv_head: 1, ..Step::new(4, 1) })));
+        assert!(invalid(alloc(&mut mem, &SMALL, &Step { zero_cell: Some(3), cells: 2, ..Step::new(4, 1) })));
+        assert!(alloc(&mut mem, &SMALL, &Step::new(16, 16)).is_ok());
+        let init = LayerInit { mat_vec_weights: DType::I32, ..LayerInit::default() };
+        assert!(matches!(LayerTensors::alloc(&mut mem, &SMALL, &Step::new(1, 0), &init), Err(Error::Unsupported { .. })));
+    }
+
+    /// Runs the chain's CPU references on a small layer and checks the wiring against the
+    /// spec's definitions, independently of the op implementations.
+    #[test]
+    fn the_cpu_chain_wires_views_as_the_spec_defines_them() {
+        let shape = SMALL;
+        let (n_t, r, kc, c) = (5, 6, shape.d_conv, shape.channels());
+        let step = Step { cells: 2, kv_head: 1, src_cell: 1, ..Step::new(n_t, r) };
+        let init = LayerInit::default();
+        let mut mem = HostMemory::new();
+        let t = LayerTensors::alloc(&mut mem, &shape, &step, &init).unwrap();
+        t.fill_random(&mut mem, &shape, &mut StdRng::seed_from_u64(7), &init);
+        let before = mem.clone();
+        for op in unfused_ops(&t, &shape, &step, init.precision).unwrap() {
+            op.reference(&mut mem, &mut ExactMufu).unwrap();
+        }
+        let old_row = step.source_row();
+        // Snapshot slot j of cell kv_head holds window(max(0, n_t − j)): column jj of channel ch
+        // is conv_input column o + jj — the old state's column below K_c−1, a token above.
+        for j in 0..step.slots() {
+            let row = j * step.cells + step.kv_head;
+            let o = n_t.saturating_sub(j);
+            for ch in [0, 1, c / 2, c - 1] {
+                for jj in 0..kc - 1 {
+                    let col = o + jj;
+                    let want = if col < kc - 1 {
+                        before.read_f32(&t.conv_cache, [ch * (kc - 1) + col, old_row, 0, 0])
+                    } else {
+                        before.read_f32(&t.qkv_mixed, [ch, col - (kc - 1), 0, 0])
+                    };
+                    let got = mem.read_f32(&t.conv_cache, [ch * (kc - 1) + jj, row, 0, 0]);
+                    assert_eq!(got.to_bits(), want.to_bits(), "slot {j}, channel {ch}, column {jj}");
+                }
+            }
+        }
+        // Rows of other cells are untouched.
+        for g in 0..step.slots() {
+            let row = g * step.cells;
+            assert_eq!(mem.read_f32(&t.conv_cache, [7, row, 0, 0]).to_bits(), before.read_f32(&t.conv_cache, [7, row, 0, 0]).to_bits());
+        }
+        // q and k are L2-normalised heads of the conv output: unit length.
+        for (x, name) in [(&t.q_norm, "q"), (&t.k_norm, "k")] {
+            for tok in 0..n_t {
+                let ss: f64 = (0..shape.head_dim).map(|i| (mem.read_f32(x, [i, 0, tok, 0]) as f64).powi(2)).sum();
+                assert!((ss - 1.0).abs() < 1e-5, "{name} token {tok}: |x|² = {ss}");
+            }
+        }
+        // The gate is softplus(alpha + dt_bias)·ssm_a with ssm_a < 0, and beta is in (0, 1).
+        for i in t.gate.layout.indices() {
+            assert!(mem.read_f32(&t.gate, i) < 0.0);
+            let b = mem.read_f32(&t.beta, i);
+            assert!(b > 0.0 && b < 1.0);
+        }
+        // GATED_DELTA_NET wrote min(n_t, K) state slots into the ssm cache rows of cell kv_head.
+        for j in 0..step.slots() {
+            let row = j * step.cells + step.kv_head;
+            let changed = mem.read_f32(&t.ssm_cache, [5, row, 0, 0]).to_bits() != before.read_f32(&t.ssm_cache, [5, row, 0, 0]).to_bits();
+            assert_eq!(changed, j < n_t.min(step.slots()), "ssm slot {j}");
+        }
+    }
+}
