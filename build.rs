@@ -73,14 +73,10 @@ fn check_rust_src(cargo: &str) {
         ));
     }
     let version = Command::new(&rustc).arg("--version").output().map(|o| String::from_utf8_lossy(&o.stdout).to_string());
-    if let Ok(v) = version {
-        if !v.contains("nightly") {
-            fail(&format!(
-                "`{}` is `{}`, but the device build needs nightly features; install {TOOLCHAIN_HINT}",
-                rustc.display(),
-                v.trim()
-            ));
-        }
+    if let Ok(v) = version
+        && !v.contains("nightly")
+    {
+        fail(&format!("`{}` is `{}`, but the device build needs nightly features; install {TOOLCHAIN_HINT}", rustc.display(), v.trim()));
     }
 }
 

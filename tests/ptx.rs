@@ -82,10 +82,11 @@ fn every_kernel_assembles_with_ptxas_without_spills() {
             }
         } else if line.contains("stack frame") && !current.is_empty() {
             report.push((current.clone(), line.trim().trim_start_matches("ptxas info    : ").to_string()));
-        } else if line.contains("Used") && line.contains("registers") {
-            if let Some(r) = report.last_mut() {
-                r.1 = format!("{}; {}", line.split(": ").last().unwrap_or(line).trim(), r.1);
-            }
+        } else if line.contains("Used")
+            && line.contains("registers")
+            && let Some(r) = report.last_mut()
+        {
+            r.1 = format!("{}; {}", line.split(": ").last().unwrap_or(line).trim(), r.1);
         }
     }
     println!("ptxas {} report ({} kernels):", rgdn::kernels::PTX_ARCH, report.len());

@@ -66,7 +66,7 @@ impl GdnShape {
         if self.n_k_heads == 0 || self.n_v_heads == 0 {
             return bad("zero heads".into());
         }
-        if self.n_embd == 0 || self.n_embd % 2 != 0 {
+        if self.n_embd == 0 || !self.n_embd.is_multiple_of(2) {
             return bad(format!("n_embd = {} (the mat-vecs read rows in pairs)", self.n_embd));
         }
         if !self.eps.is_finite() || self.eps < 0.0 {

@@ -14,7 +14,7 @@ pub(crate) fn tensor(op: &'static str, arg: &'static str, t: &Tensor, dtype: DTy
         return Err(Error::Empty { op, arg, ne: l.ne });
     };
     let size = dtype.size();
-    if l.offset % size != 0 || l.nb.iter().any(|nb| nb % size != 0) {
+    if !l.offset.is_multiple_of(size) || l.nb.iter().any(|nb| nb % size != 0) {
         return Err(Error::Stride {
             op,
             arg,
