@@ -96,7 +96,12 @@ pub(crate) fn distinct_elements(op: &'static str, arg: &'static str, t: &Tensor)
     let mut span = t.dtype().size();
     for (nb, ne) in dims {
         if nb < span {
-            return Err(Error::Stride { op, arg, nb: l.nb, offset: l.offset, reason: "two elements of this output share bytes".into() });
+            return Err(Error::Aliasing {
+                op,
+                a: arg,
+                b: arg,
+                why: "two elements of the output view share bytes (its dimensions do not nest)",
+            });
         }
         span += nb * (ne - 1);
     }

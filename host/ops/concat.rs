@@ -149,7 +149,7 @@ mod tests {
         assert!(matches!(o.check(&mem), Err(Error::Aliasing { op: OP, a: "dst", b: "b", .. })));
         let mut o = op(&mut mem, 3, 4);
         o.dst = o.dst.view([7, 5, 2, 1], [4, 28, 0, 0], 0);
-        assert!(matches!(o.check(&mem), Err(Error::Stride { arg: "dst", .. })));
+        assert!(matches!(o.check(&mem), Err(Error::Aliasing { a: "dst", b: "dst", .. })));
     }
 
     #[test]

@@ -114,8 +114,8 @@ impl GatedDeltaNet {
         {
             check::rows_contiguous(OP, arg, t)?;
         }
-        elements_distinct("out", &self.out)?;
-        elements_distinct("states", &self.states)?;
+        check::distinct_elements(OP, "out", &self.out)?;
+        check::distinct_elements(OP, "states", &self.states)?;
         check::disjoint(OP, "out", &self.out, "states", &self.states)?;
         for (arg, t) in inputs {
             check::disjoint(OP, "out", &self.out, arg, t)?;
@@ -126,28 +126,6 @@ impl GatedDeltaNet {
         check::fits_u32(OP, "tokens", n_tokens)?;
         Ok(GdnShape { n_key_heads, n_heads, n_tokens, n_seqs, n_slots })
     }
-}
-
-/// No two elements of an output view share a byte (each is written by one thread, in no
-/// particular order). Sufficient condition checked: sorted by stride, the dimensions nest —
-/// each stride reaches past everything the smaller dimensions span. Interleaved but injective
-/// views are refused too (none of the layer's views is one).
-fn elements_distinct(arg: &'static str, t: &Tensor) -> Result<()> {
-    let mut dims: Vec<(usize, usize)> = (0..4).filter(|&d| t.ne()[d] > 1).map(|d| (t.layout.nb[d], t.ne()[d])).collect();
-    dims.sort_unstable();
-    let mut span = t.dtype().size();
-    for (nb, ne) in dims {
-        if nb < span {
-            return Err(Error::Aliasing {
-                op: OP,
-                a: arg,
-                b: arg,
-                why: "two elements of the output view share bytes (its dimensions do not nest)",
-            });
-        }
-        span += nb * (ne - 1);
-    }
-    Ok(())
 }
 
 impl Op for GatedDeltaNet {

@@ -168,7 +168,7 @@ mod tests {
         // Two destination rows on the same bytes: two blocks would race.
         let mut o = op(&mut mem, &[1, 2]);
         o.dst = o.dst.view([8, 2, 1, 1], [4, 0, 32, 32], 0);
-        assert!(matches!(o.check(&mem), Err(Error::Stride { arg: "dst", .. })));
+        assert!(matches!(o.check(&mem), Err(Error::Aliasing { a: "dst", b: "dst", .. })));
     }
 
     #[test]
