@@ -39,6 +39,54 @@ pub enum KernelArg {
     U32(u32),
     I32(i32),
     F32(f32),
+    /// A kernel's whole parameter list as one `#[repr(C)]` struct declared in `abi.rs` (compiled
+    /// into both the kernel and the host, so entry and launch cannot drift), passed by value.
+    Params(ParamBlock),
+}
+
+/// Capacity of a [`ParamBlock`] in bytes (CUDA allows 4 KiB of kernel parameters; ours are small).
+pub const PARAM_BLOCK_BYTES: usize = 512;
+
+/// The bytes of one by-value parameter struct. The driver copies exactly the parameter's
+/// declared size (from the PTX signature) from this block, so a block larger than the struct is
+/// fine; [`ParamBlock::of`] refuses a struct larger than the block.
+#[derive(Clone, Copy)]
+pub struct ParamBlock {
+    words: [u64; PARAM_BLOCK_BYTES / 8],
+    len: usize,
+}
+
+impl std::fmt::Debug for ParamBlock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ParamBlock({} bytes)", self.len)
+    }
+}
+
+/// A parameter struct that may travel as raw bytes.
+///
+/// # Safety
+/// The type must be `#[repr(C)]`, `Copy`, without padding bytes (so every byte is initialised),
+/// alignment ≤ 8, and be exactly the type the kernel entry takes by value.
+pub unsafe trait KernelParams: Copy + 'static {}
+
+impl ParamBlock {
+    pub fn of<P: KernelParams>(params: &P) -> Result<Self> {
+        let len = std::mem::size_of::<P>();
+        if len > PARAM_BLOCK_BYTES || std::mem::align_of::<P>() > 8 {
+            return Err(Error::Unsupported { op: "Gpu::launch", what: format!("a {len}-byte parameter struct (block holds {PARAM_BLOCK_BYTES})") });
+        }
+        let mut words = [0u64; PARAM_BLOCK_BYTES / 8];
+        // SAFETY: `P: KernelParams` has no padding, so all `len` bytes are initialised; the
+        // destination holds PARAM_BLOCK_BYTES ≥ len bytes and cannot overlap a stack value.
+        unsafe { std::ptr::copy_nonoverlapping(params as *const P as *const u8, words.as_mut_ptr() as *mut u8, len) };
+        Ok(ParamBlock { words, len })
+    }
+
+    /// The struct's bytes.
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: `words` holds PARAM_BLOCK_BYTES initialised bytes and len ≤ that.
+        unsafe { std::slice::from_raw_parts(self.words.as_ptr() as *const u8, self.len) }
+    }
 }
 
 /// Grid, block and dynamic shared memory of one launch.
@@ -194,6 +242,7 @@ impl Gpu {
                 KernelArg::U32(v) => builder.arg(v),
                 KernelArg::I32(v) => builder.arg(v),
                 KernelArg::F32(v) => builder.arg(v),
+                KernelArg::Params(block) => builder.arg(&block.words),
             };
         }
         let mut log = self.log();

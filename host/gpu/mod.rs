@@ -4,5 +4,5 @@
 mod context;
 mod probe;
 
-pub use context::{DeviceBuffer, Gpu, KernelArg, LaunchDims, LaunchRecord};
+pub use context::{DeviceBuffer, Gpu, KernelArg, KernelParams, LaunchDims, LaunchRecord, PARAM_BLOCK_BYTES, ParamBlock};
 pub use probe::{GpuInfo, probe};

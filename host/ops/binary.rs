@@ -99,6 +99,10 @@ impl Op for Binary {
         Ok(())
     }
 
+    fn inputs(&self) -> Vec<Tensor> {
+        vec![self.a, self.b]
+    }
+
     fn outputs(&self) -> Vec<Tensor> {
         vec![self.dst]
     }

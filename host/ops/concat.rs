@@ -95,6 +95,10 @@ impl Op for ConcatDim0 {
         Ok(())
     }
 
+    fn inputs(&self) -> Vec<Tensor> {
+        vec![self.a, self.b]
+    }
+
     fn outputs(&self) -> Vec<Tensor> {
         vec![self.dst]
     }

@@ -94,6 +94,10 @@ impl Op for Cpy {
         Ok(())
     }
 
+    fn inputs(&self) -> Vec<Tensor> {
+        vec![self.src]
+    }
+
     fn outputs(&self) -> Vec<Tensor> {
         vec![self.dst]
     }
@@ -247,6 +251,10 @@ impl Op for CpySnapshots {
         let shape = self.check(mem)?;
         crate::reference::cpy::cpy_snapshots(self, &shape, mem);
         Ok(())
+    }
+
+    fn inputs(&self) -> Vec<Tensor> {
+        vec![self.conv_input]
     }
 
     fn outputs(&self) -> Vec<Tensor> {

@@ -199,6 +199,10 @@ impl Op for GatedDeltaNet {
         Ok(())
     }
 
+    fn inputs(&self) -> Vec<Tensor> {
+        vec![self.q, self.k, self.v, self.g, self.beta, self.state_in]
+    }
+
     fn outputs(&self) -> Vec<Tensor> {
         vec![self.out, self.states]
     }

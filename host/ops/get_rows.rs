@@ -100,6 +100,10 @@ impl Op for GetRows {
         Ok(())
     }
 
+    fn inputs(&self) -> Vec<Tensor> {
+        vec![self.src, self.rows]
+    }
+
     fn outputs(&self) -> Vec<Tensor> {
         vec![self.dst]
     }

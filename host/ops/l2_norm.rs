@@ -87,6 +87,10 @@ impl Op for L2Norm {
         Ok(())
     }
 
+    fn inputs(&self) -> Vec<Tensor> {
+        vec![self.src]
+    }
+
     fn outputs(&self) -> Vec<Tensor> {
         vec![self.dst]
     }

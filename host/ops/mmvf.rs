@@ -163,6 +163,10 @@ impl Op for MulMatVec {
         Ok(())
     }
 
+    fn inputs(&self) -> Vec<Tensor> {
+        vec![self.weight, self.input]
+    }
+
     fn outputs(&self) -> Vec<Tensor> {
         vec![self.dst]
     }

@@ -40,8 +40,19 @@ use crate::memory::{DeviceMemory, HostMemory, Memory};
 use crate::reference::math::Mufu;
 use crate::tensor::Tensor;
 
-/// What the GPU suite, the layer runner and (later) the graph executor need of every op.
-pub trait Op: std::fmt::Debug {
+/// Lets a graph pass look at the concrete op behind a `dyn Op` (`op.as_any().downcast_ref()`).
+pub trait AsAny {
+    fn as_any(&self) -> &dyn std::any::Any;
+}
+
+impl<T: std::any::Any> AsAny for T {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+/// What the GPU suite, the layer runner and the graph executor need of every op.
+pub trait Op: std::fmt::Debug + AsAny {
     /// ggml's name for the op ("SSM_CONV").
     fn name(&self) -> &'static str;
     /// Checks every tensor and parameter; the same checks guard [`Op::launch`] and
@@ -51,6 +62,31 @@ pub trait Op: std::fmt::Debug {
     fn launch(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<()>;
     /// Validates, then computes the same result on the CPU in the kernel's float-op order.
     fn reference(&self, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()>;
+    /// The tensors the op reads (views as the op addresses them; index tensors included).
+    fn inputs(&self) -> Vec<Tensor>;
     /// The tensors the op writes.
     fn outputs(&self) -> Vec<Tensor>;
+}
+
+impl dyn Op {
+    /// The concrete op, if it is a `T` (for graph passes that match op patterns). Call it on
+    /// `&dyn Op` (`op.as_ref()` for a `Box<dyn Op>`), never on the box itself.
+    pub fn downcast_ref<T: Op + 'static>(&self) -> Option<&T> {
+        self.as_any().downcast_ref::<T>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tensor::{BufferId, DType, Layout};
+
+    #[test]
+    fn downcast_finds_the_concrete_op_through_a_box() {
+        let t = Tensor::new(BufferId(0), Layout::contiguous(DType::F32, [4, 1, 1, 1]));
+        let op: Box<dyn Op> = Box::new(Scale { src: t, dst: t, scale: 0.0, bias: 0.0 });
+        assert!(op.as_ref().downcast_ref::<Scale>().is_some());
+        assert!(op.as_ref().downcast_ref::<Cpy>().is_none());
+        assert_eq!(op.inputs(), vec![t]);
+    }
 }

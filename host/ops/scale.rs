@@ -69,6 +69,10 @@ impl Op for Scale {
         Ok(())
     }
 
+    fn inputs(&self) -> Vec<Tensor> {
+        vec![self.src]
+    }
+
     fn outputs(&self) -> Vec<Tensor> {
         vec![self.dst]
     }

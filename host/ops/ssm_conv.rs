@@ -120,6 +120,10 @@ impl Op for SsmConv {
         Ok(())
     }
 
+    fn inputs(&self) -> Vec<Tensor> {
+        self.bias.into_iter().chain([self.conv_input, self.weight]).collect()
+    }
+
     fn outputs(&self) -> Vec<Tensor> {
         vec![self.dst]
     }

@@ -98,6 +98,10 @@ impl Op for Unary {
         Ok(())
     }
 
+    fn inputs(&self) -> Vec<Tensor> {
+        vec![self.src]
+    }
+
     fn outputs(&self) -> Vec<Tensor> {
         vec![self.dst]
     }
