@@ -34,6 +34,12 @@ pub use mmvf::{MulMatVec, Precision};
 pub mod gated_delta_net;
 pub use gated_delta_net::GatedDeltaNet;
 
+// [fused] the fused ops (their structs are the fusion pass's contract)
+pub mod gdn_conv_chain;
+pub mod mmvf_pair;
+pub use gdn_conv_chain::{GdnConvChain, SnapshotWrite};
+pub use mmvf_pair::MulMatVecPair;
+
 use crate::error::Result;
 use crate::gpu::Gpu;
 use crate::memory::{DeviceMemory, HostMemory, Memory};
