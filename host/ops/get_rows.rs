@@ -44,7 +44,6 @@ impl GetRows {
         check::output(OP, "dst", &self.dst, DType::F32, mem)?;
         check::shape(OP, "dst", &self.dst, [row_len, n_rows, 1, 1])?;
         check::rows_contiguous(OP, "dst", &self.dst)?;
-        check::distinct_elements(OP, "dst", &self.dst)?;
         check::disjoint(OP, "dst", &self.dst, "src", &self.src)?;
         let values = mem.index_values(&self.rows).ok_or_else(|| Error::Invalid {
             op: OP,
