@@ -313,7 +313,9 @@ mod tests {
         assert_eq!(Layout::contiguous(DType::F32, [4, 1, 1, 1]).reshape(ne), None);
         // A zero dimension makes a view empty whatever the others are.
         assert_eq!(Layout { ne: [0, usize::MAX, usize::MAX, 2], ..Layout::contiguous(DType::F32, [1; 4]) }.checked_n_elements(), Some(0));
-        assert_eq!(Layout::contiguous(DType::F32, [4, 1, 1, 1]).checked_view([1; 4], [4; 4], usize::MAX), None);
+        let base = Layout::contiguous(DType::F32, [4, 1, 1, 1]).view([1; 4], [4; 4], 4);
+        assert_eq!(base.checked_view([1; 4], [4; 4], usize::MAX), None);
+        assert_eq!(base.view([1; 4], [4; 4], usize::MAX).offset, usize::MAX);
         assert_eq!(checked_sum(&[usize::MAX, 1]), None);
         assert_eq!(checked_product(&[3, 5]), Some(15));
     }

@@ -128,10 +128,11 @@ pub(crate) fn distinct_elements(op: &'static str, arg: &'static str, t: &Tensor)
             });
         }
         // Below the byte range's length, which `tensor` proved representable; checked anyway.
-        span = nb
-            .checked_mul(ne - 1)
-            .and_then(|s| s.checked_add(span))
-            .ok_or_else(|| Error::Overflow { op, arg, what: "byte span of the output view".into() })?;
+        span = nb.checked_mul(ne - 1).and_then(|s| s.checked_add(span)).ok_or_else(|| Error::Overflow {
+            op,
+            arg,
+            what: "byte span of the output view".into(),
+        })?;
     }
     Ok(())
 }

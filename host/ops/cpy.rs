@@ -177,7 +177,8 @@ impl CpySnapshots {
             });
         }
         // The largest row is that of the last slot and sequence; rows grow with both.
-        let last = (self.n_slots - 1).checked_mul(self.group_stride).and_then(|r| crate::tensor::checked_sum(&[r, self.first_row, n_seqs - 1]));
+        let last =
+            (self.n_slots - 1).checked_mul(self.group_stride).and_then(|r| crate::tensor::checked_sum(&[r, self.first_row, n_seqs - 1]));
         match last {
             Some(row) if row < n_cache_rows => {}
             _ => {
