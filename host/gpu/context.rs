@@ -73,10 +73,7 @@ impl ParamBlock {
     pub fn of<P: KernelParams>(params: &P) -> Result<Self> {
         let len = std::mem::size_of::<P>();
         if len > PARAM_BLOCK_BYTES || std::mem::align_of::<P>() > 8 {
-            return Err(Error::Unsupported {
-                op: "Gpu::launch",
-                what: format!("a {len}-byte parameter struct (block holds {PARAM_BLOCK_BYTES})"),
-            });
+            return Err(Error::Unsupported { op: "Gpu::launch", what: format!("a {len}-byte parameter struct (block holds {PARAM_BLOCK_BYTES})") });
         }
         let mut words = [0u64; PARAM_BLOCK_BYTES / 8];
         // SAFETY: `P: KernelParams` has no padding, so all `len` bytes are initialised; the
