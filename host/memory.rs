@@ -261,9 +261,10 @@ impl DeviceMemory {
         Ok(())
     }
 
-    /// Device address of element (0, 0, 0, 0) of `t`. Callers validate `t` first.
+    /// Device address of element (0, 0, 0, 0) of `t`. Callers validate `t` first (then the
+    /// sum is inside the buffer; it saturates instead of wrapping otherwise).
     pub fn device_ptr(&self, t: &Tensor) -> u64 {
-        self.buffers[t.buffer.0].device_ptr() + t.layout.offset as u64
+        self.buffers[t.buffer.0].device_ptr().saturating_add(t.layout.offset as u64)
     }
 }
 

@@ -27,8 +27,11 @@ use rgdn::tensor::{BufferId, DType, Layout, Tensor};
 use std::cell::RefCell;
 use std::collections::HashSet;
 
+/// Builds one op from a generator's choices.
+type BuildOp = fn(&mut Gen) -> Box<dyn Op>;
+
 /// Every op of `host/ops/` that implements [`Op`]: name and builder.
-const OPS: &[(&str, fn(&mut Gen) -> Box<dyn Op>)] = &[
+const OPS: &[(&str, BuildOp)] = &[
     ("CPY", build_cpy),
     ("CPY_SNAPSHOTS", build_cpy_snapshots),
     ("GET_ROWS", build_get_rows),
@@ -387,7 +390,7 @@ struct Tally {
     refused: usize,
 }
 
-fn run_one(build: fn(&mut Gen) -> Box<dyn Op>, tape: &[u64], tally: &RefCell<Tally>) -> Result<(), TestCaseError> {
+fn run_one(build: BuildOp, tape: &[u64], tally: &RefCell<Tally>) -> Result<(), TestCaseError> {
     let mut g = Gen::new(tape);
     let op = build(&mut g);
     let mut mem = g.mem;

@@ -43,6 +43,14 @@ pub(crate) fn tensor(op: &'static str, arg: &'static str, t: &Tensor, dtype: DTy
 /// outputs element by element from different threads, so a self-overlapping output races).
 /// Every op's outputs go through here, so none can forget the self-overlap check; the
 /// partial-overlap rules between an output and the inputs stay per op.
+///
+/// Outputs that an op writes only in part are no exception: CPY_SNAPSHOTS' `cache` is the
+/// whole [(d_conv−1)·C, rows] cache, of which each (slot, sequence) pair writes one row, and
+/// GATED_DELTA_NET's `states` is [D·D·H_v, n_s, K] with slot stride M rows. Two cache rows that
+/// share bytes would be written by two blocks, so element-distinctness of the whole view is
+/// necessary; and it refuses no legitimate cache: for `states` (row = D·D·H_v floats, rows
+/// contiguous) the nesting condition reads M·row ≥ (n_s − 1)·row + row, i.e. M ≥ n_s — exactly
+/// the condition for the groups of different slots not to collide.
 pub(crate) fn output(op: &'static str, arg: &'static str, t: &Tensor, dtype: DType, mem: &dyn Memory) -> Result<()> {
     tensor(op, arg, t, dtype, mem)?;
     if mem.is_index_buffer(t.buffer) {
