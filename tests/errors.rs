@@ -363,8 +363,21 @@ mod layer {
 mod cli {
     use std::process::{Command, Output, Stdio};
 
+    /// The rgdn binary: `RGDN_BIN`, else cargo's build of it, else `../rgdn` next to this test
+    /// executable (the GPU bundle's layout: bundle/tests/errors, bundle/rgdn).
+    fn bin() -> std::path::PathBuf {
+        let bundled = std::env::current_exe().ok().and_then(|e| Some(e.parent()?.parent()?.join("rgdn")));
+        let candidates = std::env::var_os("RGDN_BIN").map(Into::into).into_iter().chain([env!("CARGO_BIN_EXE_rgdn").into()]).chain(bundled);
+        let found = candidates.into_iter().find(|p: &std::path::PathBuf| p.is_file());
+        found.expect("the rgdn binary (set RGDN_BIN to its path)")
+    }
+
+    fn command() -> Command {
+        Command::new(bin())
+    }
+
     fn rgdn(args: &[&std::ffi::OsStr]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_rgdn")).args(args).stdin(Stdio::null()).output().expect("the rgdn binary runs")
+        command().args(args).stdin(Stdio::null()).output().expect("the rgdn binary runs")
     }
 
     fn text(b: &[u8]) -> String {
@@ -415,12 +428,8 @@ mod cli {
 
     #[test]
     fn a_closed_stdout_ends_quietly() {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_rgdn"))
-            .args(["check", "scale"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the rgdn binary runs");
+        let mut child =
+            command().args(["check", "scale"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("the rgdn binary runs");
         drop(child.stdout.take());
         let o = child.wait_with_output().unwrap();
         no_panic(&o);
@@ -431,7 +440,7 @@ mod cli {
     #[test]
     fn a_full_stdout_is_an_error_message() {
         let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else { return };
-        let o = Command::new(env!("CARGO_BIN_EXE_rgdn")).arg("info").stdout(full).output().unwrap();
+        let o = command().arg("info").stdout(full).output().unwrap();
         no_panic(&o);
         assert_eq!(o.status.code(), Some(1));
         assert!(text(&o.stderr).contains("cannot write"), "{}", text(&o.stderr));
