@@ -15,7 +15,7 @@
 //! message (exit 1), never a panic.
 //!
 //! Adding a subcommand (e.g. `bench`, as `rgdn::bench::BenchArgs` + `rgdn::bench::run`) is one
-//! variant in [`Command`] and one arm in [`run`]:
+//! variant in [`Command`] and one arm in [`run`] (its name in messages comes from clap):
 //! ```text
 //! /// Benchmarks …
 //! Bench(rgdn::bench::BenchArgs),
@@ -24,7 +24,7 @@
 //! (adapt the arm's conversion to `run`'s return type; [`CliError`] converts from
 //! `rgdn::Error`, `std::io::Error` and `String`).
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use rand::SeedableRng;
 use rgdn::gpu::{Gpu, probe};
 use rgdn::layer::{GdnShape, LayerInit, LayerTensors, Step, unfused_ops};
@@ -127,19 +127,16 @@ impl From<String> for CliError {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
+    let parsed =
+        Cli::command().try_get_matches().and_then(|m| Ok((m.subcommand_name().unwrap_or("").to_owned(), Cli::from_arg_matches(&m)?)));
+    let (name, cli) = match parsed {
+        Ok(parsed) => parsed,
         Err(e) => {
             // Help and version go to stdout (exit 0), usage errors to stderr (exit 2). A closed
             // stdout is not an error worth a message.
             let _ = e.print();
             return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
         }
-    };
-    let name = match &cli.command {
-        Command::Check(_) => "check",
-        Command::Info => "info",
-        Command::Layer(_) => "layer",
     };
     let stdout = io::stdout();
     let mut out = stdout.lock();
@@ -331,7 +328,6 @@ fn layer(a: &LayerArgs, out: &mut dyn Write) -> Result<ExitCode, CliError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
 
     #[test]
     fn the_command_line_definition_is_consistent() {
