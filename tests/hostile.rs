@@ -98,7 +98,7 @@ impl<'a> Gen<'a> {
         }
         match self.below(5) {
             0 => 0,
-            1 => normal + 1,
+            1 => normal.saturating_add(1),
             2 => usize::MAX - self.below(4) as usize,
             3 => 1 << (32 + self.below(31)),
             _ => normal.saturating_sub(1),
