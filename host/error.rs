@@ -50,4 +50,15 @@ pub enum Error {
     /// A caller-level inconsistency: wrong mode, missing host values of an index tensor, …
     #[error("{op}: {what}")]
     Invalid { op: &'static str, what: String },
+
+    // [validation]
+    /// A size, offset or count derived from an argument does not fit in 64 bits: the view or
+    /// shape cannot exist, and no arithmetic on it was allowed to wrap.
+    #[error("{op}: `{arg}`: {what} overflows 64 bits")]
+    Overflow { op: &'static str, arg: &'static str, what: String },
+
+    /// An allocation would exceed the host memory budget (or the allocator refused it): a
+    /// typed error instead of an abort.
+    #[error("{op}: {requested} bytes requested, {available} bytes of the {budget}-byte host memory budget left")]
+    OutOfMemory { op: &'static str, requested: usize, available: usize, budget: usize },
 }

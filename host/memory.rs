@@ -19,40 +19,126 @@ pub trait Memory {
     fn index_values(&self, t: &Tensor) -> Option<Vec<i32>>;
 }
 
-/// Byte-addressed host buffers.
-#[derive(Clone, Debug, Default)]
+/// The host memory budget of a new [`HostMemory`]: `RGDN_HOST_MEMORY_BUDGET` bytes when set
+/// (a plain integer, or with a `K`/`M`/`G` suffix for KiB/MiB/GiB), else 16 GiB.
+pub fn default_host_budget() -> usize {
+    const DEFAULT: usize = 16 << 30;
+    let Ok(v) = std::env::var("RGDN_HOST_MEMORY_BUDGET") else { return DEFAULT };
+    let v = v.trim();
+    let (digits, shift) = match v.as_bytes().last() {
+        Some(b'K' | b'k') => (&v[..v.len() - 1], 10),
+        Some(b'M' | b'm') => (&v[..v.len() - 1], 20),
+        Some(b'G' | b'g') => (&v[..v.len() - 1], 30),
+        _ => (v, 0),
+    };
+    digits.parse::<usize>().ok().and_then(|n| n.checked_mul(1 << shift)).unwrap_or(DEFAULT)
+}
+
+/// Byte-addressed host buffers, allocated within a budget (bytes in all buffers together): an
+/// impossible or too large allocation is an [`Error::OutOfMemory`] or [`Error::Overflow`]
+/// from the `try_` allocators, never an abort.
+#[derive(Clone, Debug)]
 pub struct HostMemory {
     buffers: Vec<Vec<u8>>,
     index_buffer: Vec<bool>,
+    budget: usize,
+    used: usize,
 }
 
+impl Default for HostMemory {
+    fn default() -> Self {
+        HostMemory::with_budget(default_host_budget())
+    }
+}
+
+const ALLOC: &str = "HostMemory::alloc";
+
 impl HostMemory {
+    /// An empty memory with the [`default_host_budget`].
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// A zero-filled buffer of `bytes` bytes.
-    pub fn alloc(&mut self, bytes: usize) -> BufferId {
-        self.buffers.push(vec![0; bytes]);
-        self.index_buffer.push(false);
-        BufferId(self.buffers.len() - 1)
+    /// An empty memory that holds at most `budget` bytes in all.
+    pub fn with_budget(budget: usize) -> Self {
+        HostMemory { buffers: Vec::new(), index_buffer: Vec::new(), budget, used: 0 }
     }
 
-    /// A new contiguous tensor in its own zero-filled buffer.
+    /// The budget, and the bytes already allocated under it.
+    pub fn budget(&self) -> usize {
+        self.budget
+    }
+
+    pub fn used_bytes(&self) -> usize {
+        self.used
+    }
+
+    /// Bytes that can still be allocated.
+    pub fn available_bytes(&self) -> usize {
+        self.budget - self.used
+    }
+
+    /// Refuses (typed) when `bytes` more would not fit the budget.
+    pub fn reserve_check(&self, bytes: usize) -> Result<()> {
+        if bytes > self.available_bytes() {
+            return Err(Error::OutOfMemory { op: ALLOC, requested: bytes, available: self.available_bytes(), budget: self.budget });
+        }
+        Ok(())
+    }
+
+    /// A zero-filled buffer of `bytes` bytes, or a typed error when it exceeds the budget or the
+    /// allocator refuses it.
+    pub fn try_alloc(&mut self, bytes: usize) -> Result<BufferId> {
+        self.reserve_check(bytes)?;
+        let mut buf = Vec::new();
+        buf.try_reserve_exact(bytes).map_err(|_| Error::OutOfMemory {
+            op: ALLOC,
+            requested: bytes,
+            available: self.available_bytes(),
+            budget: self.budget,
+        })?;
+        buf.resize(bytes, 0);
+        self.used += bytes;
+        self.buffers.push(buf);
+        self.index_buffer.push(false);
+        Ok(BufferId(self.buffers.len() - 1))
+    }
+
+    /// A zero-filled buffer of `bytes` bytes. Panics (with the typed error's message, never an
+    /// abort) when [`HostMemory::try_alloc`] refuses.
+    pub fn alloc(&mut self, bytes: usize) -> BufferId {
+        self.try_alloc(bytes).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// A new contiguous tensor in its own zero-filled buffer, or a typed error when its size
+    /// does not fit in `usize` ([`Error::Overflow`]) or in the budget.
+    pub fn try_alloc_tensor(&mut self, dtype: DType, ne: [usize; 4]) -> Result<Tensor> {
+        let overflow = || Error::Overflow { op: ALLOC, arg: "ne", what: format!("bytes of a contiguous {dtype:?} tensor of shape {ne:?}") };
+        let layout = Layout::try_contiguous(dtype, ne).ok_or_else(overflow)?;
+        let bytes = Layout::contiguous_bytes(dtype, ne).ok_or_else(overflow)?;
+        let id = self.try_alloc(bytes)?;
+        Ok(Tensor::new(id, layout))
+    }
+
+    /// A new contiguous tensor in its own zero-filled buffer. Panics (with the typed error's
+    /// message, never an abort) when [`HostMemory::try_alloc_tensor`] refuses.
     pub fn alloc_tensor(&mut self, dtype: DType, ne: [usize; 4]) -> Tensor {
-        let layout = Layout::contiguous(dtype, ne);
-        let id = self.alloc(layout.n_elements() * dtype.size());
-        Tensor::new(id, layout)
+        self.try_alloc_tensor(dtype, ne).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// A contiguous I32 index tensor holding `values`, in an index buffer of its own.
-    pub fn alloc_indices(&mut self, values: &[i32]) -> Tensor {
-        let t = self.alloc_tensor(DType::I32, [values.len(), 1, 1, 1]);
+    pub fn try_alloc_indices(&mut self, values: &[i32]) -> Result<Tensor> {
+        let t = self.try_alloc_tensor(DType::I32, [values.len(), 1, 1, 1])?;
         self.index_buffer[t.buffer.0] = true;
-        for (i, v) in values.iter().enumerate() {
-            self.write_u32(&t, [i, 0, 0, 0], *v as u32);
+        for (w, v) in self.buffers[t.buffer.0].chunks_exact_mut(4).zip(values) {
+            w.copy_from_slice(&v.to_le_bytes());
         }
-        t
+        Ok(t)
+    }
+
+    /// [`HostMemory::try_alloc_indices`], panicking on refusal.
+    pub fn alloc_indices(&mut self, values: &[i32]) -> Tensor {
+        self.try_alloc_indices(values).unwrap_or_else(|e| panic!("{e}"))
     }
 
     pub fn n_buffers(&self) -> usize {
@@ -122,8 +208,9 @@ impl Memory for HostMemory {
     }
 
     fn index_values(&self, t: &Tensor) -> Option<Vec<i32>> {
-        (self.is_index_buffer(t.buffer) && t.dtype() == DType::I32 && self.buffer_len(t.buffer).is_some())
-            .then(|| t.layout.indices().map(|i| self.read_u32(t, i) as i32).collect())
+        let bytes = self.buffers.get(t.buffer.0)?;
+        (self.is_index_buffer(t.buffer) && t.dtype() == DType::I32).then_some(())?;
+        read_i32s(bytes, t)
     }
 }
 
@@ -148,10 +235,11 @@ impl DeviceMemory {
 
     /// Copies every buffer back into a new [`HostMemory`] (same ids, same index flags).
     pub fn download(&self, gpu: &Gpu) -> Result<HostMemory> {
-        let mut host = HostMemory::new();
+        let mut host = HostMemory::with_budget(usize::MAX);
         for (i, b) in self.buffers.iter().enumerate() {
-            let id = host.alloc(0);
+            let id = host.try_alloc(0)?;
             host.buffers[id.0] = gpu.download(b)?;
+            host.used += host.buffers[id.0].len();
             host.index_buffer[i] = self.index_shadow[i].is_some();
         }
         Ok(host)
@@ -173,9 +261,10 @@ impl DeviceMemory {
         Ok(())
     }
 
-    /// Device address of element (0, 0, 0, 0) of `t`. Callers validate `t` first.
+    /// Device address of element (0, 0, 0, 0) of `t`. Callers validate `t` first (then the
+    /// sum is inside the buffer; it saturates instead of wrapping otherwise).
     pub fn device_ptr(&self, t: &Tensor) -> u64 {
-        self.buffers[t.buffer.0].device_ptr() + t.layout.offset as u64
+        self.buffers[t.buffer.0].device_ptr().saturating_add(t.layout.offset as u64)
     }
 }
 
@@ -193,12 +282,23 @@ impl Memory for DeviceMemory {
         if t.dtype() != DType::I32 {
             return None;
         }
-        t.layout
-            .indices()
-            .map(|i| {
-                let o = t.layout.byte_offset(i);
-                shadow.get(o..o + 4).map(|b| i32::from_le_bytes(b.try_into().expect("4 bytes")))
-            })
-            .collect()
+        read_i32s(shadow, t)
     }
+}
+
+/// The I32 elements of `t` in `bytes`, in logical order; `None` when the view's exact byte
+/// range is not representable or not inside `bytes` (never panics, whatever the view).
+fn read_i32s(bytes: &[u8], t: &Tensor) -> Option<Vec<i32>> {
+    let range = t.layout.checked_byte_range().ok()?;
+    if range.is_some_and(|r| r.end > bytes.len()) {
+        return None;
+    }
+    t.layout
+        .indices()
+        .map(|i| {
+            let o = t.layout.checked_byte_offset(i)?;
+            let b = bytes.get(o..o.checked_add(4)?)?;
+            Some(i32::from_le_bytes(b.try_into().ok()?))
+        })
+        .collect()
 }

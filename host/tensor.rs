@@ -26,7 +26,44 @@ impl DType {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct BufferId(pub usize);
 
+/// A layout quantity that does not fit in `usize` (the byte offset of the last element, the
+/// element count, a stride product, …). Validation turns it into [`crate::Error::Overflow`]
+/// naming the op and argument.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Overflow {
+    /// What overflowed, in words ("byte offset of the last element").
+    pub what: &'static str,
+}
+
+impl std::fmt::Display for Overflow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} overflows 64 bits", self.what)
+    }
+}
+
+/// The sum of `terms`, or `None` when it does not fit (ops and the layer add sizes with it).
+pub fn checked_sum(terms: &[usize]) -> Option<usize> {
+    terms.iter().try_fold(0usize, |acc, &t| acc.checked_add(t))
+}
+
+/// The product of `factors`, or `None` when it does not fit. A zero factor makes the product
+/// 0 whatever the others are (an empty view has 0 elements even when another size is huge).
+pub fn checked_product(factors: &[usize]) -> Option<usize> {
+    if factors.contains(&0) {
+        return Some(0);
+    }
+    factors.iter().try_fold(1usize, |acc, &f| acc.checked_mul(f))
+}
+
 /// Shape, strides and offset of a view, in ggml's conventions.
+///
+/// Every quantity derived from a layout has a checked form (`try_contiguous`,
+/// `checked_n_elements`, `checked_byte_offset`, `checked_byte_range`, `checked_view`) that
+/// returns `None`/[`Overflow`] instead of wrapping; validation (`ops::check`) uses those, so a
+/// validated view has an exact byte range inside its buffer. The plain forms are for validated
+/// views: for any other input they saturate at `usize::MAX` (never wrap, never panic), which
+/// makes a range reach the end of the address space, so it fails every bounds check and
+/// overlaps conservatively.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Layout {
     pub dtype: DType,
@@ -39,46 +76,93 @@ pub struct Layout {
 }
 
 impl Layout {
-    /// A contiguous tensor: `nb[0]` = element size, each further stride spans the dimension below.
+    /// A contiguous tensor: `nb[0]` = element size, each further stride spans the dimension
+    /// below. Strides that do not fit saturate at `usize::MAX` (see [`Layout::try_contiguous`]).
     pub fn contiguous(dtype: DType, ne: [usize; 4]) -> Self {
         let mut nb = [dtype.size(); 4];
         for d in 1..4 {
-            nb[d] = nb[d - 1] * ne[d - 1];
+            nb[d] = nb[d - 1].saturating_mul(ne[d - 1]);
         }
         Layout { dtype, offset: 0, ne, nb }
     }
 
+    /// [`Layout::contiguous`], or `None` when its byte size (the strides and the size of the
+    /// whole tensor) does not fit in `usize`.
+    pub fn try_contiguous(dtype: DType, ne: [usize; 4]) -> Option<Self> {
+        let mut nb = [dtype.size(); 4];
+        for d in 1..4 {
+            nb[d] = nb[d - 1].checked_mul(ne[d - 1])?;
+        }
+        nb[3].checked_mul(ne[3])?;
+        Some(Layout { dtype, offset: 0, ne, nb })
+    }
+
+    /// Bytes of a contiguous tensor of `ne`, or `None` when it does not fit.
+    pub fn contiguous_bytes(dtype: DType, ne: [usize; 4]) -> Option<usize> {
+        checked_product(&[ne[0], ne[1], ne[2], ne[3], dtype.size()])
+    }
+
+    /// Element count; saturates at `usize::MAX` (exact for validated views).
     pub fn n_elements(&self) -> usize {
-        self.ne.iter().product()
+        self.checked_n_elements().unwrap_or(usize::MAX)
+    }
+
+    /// Element count, or `None` when it does not fit.
+    pub fn checked_n_elements(&self) -> Option<usize> {
+        checked_product(&self.ne)
     }
 
     pub fn is_empty(&self) -> bool {
-        self.n_elements() == 0
+        self.ne.contains(&0)
     }
 
     /// True when the elements are densely packed in `ne` order (ggml_is_contiguous).
     pub fn is_contiguous(&self) -> bool {
-        *self == Layout { offset: self.offset, ..Layout::contiguous(self.dtype, self.ne) }
+        Layout::try_contiguous(self.dtype, self.ne).is_some_and(|c| *self == Layout { offset: self.offset, ..c })
     }
 
-    /// Byte offset of element `i` from the start of the buffer.
+    /// Byte offset of element `i` from the start of the buffer; saturates at `usize::MAX`
+    /// (exact for validated views and indices inside `ne`).
     pub fn byte_offset(&self, i: [usize; 4]) -> usize {
-        self.offset + i[0] * self.nb[0] + i[1] * self.nb[1] + i[2] * self.nb[2] + i[3] * self.nb[3]
+        self.checked_byte_offset(i).unwrap_or(usize::MAX)
+    }
+
+    /// Byte offset of element `i`, or `None` when it does not fit.
+    pub fn checked_byte_offset(&self, i: [usize; 4]) -> Option<usize> {
+        (0..4).try_fold(self.offset, |acc, d| acc.checked_add(i[d].checked_mul(self.nb[d])?))
     }
 
     /// The bytes the view can touch (first byte of the first element to the last byte of the
-    /// last), or `None` when it has no elements.
+    /// last), or `None` when it has no elements. When the end does not fit it saturates at
+    /// `usize::MAX` (see [`Layout::checked_byte_range`]).
     pub fn byte_range(&self) -> Option<Range<usize>> {
-        if self.is_empty() {
-            return None;
+        match self.checked_byte_range() {
+            Ok(r) => r,
+            Err(_) => Some(self.offset..usize::MAX),
         }
-        let last = self.byte_offset([self.ne[0] - 1, self.ne[1] - 1, self.ne[2] - 1, self.ne[3] - 1]);
-        Some(self.offset..last + self.dtype.size())
     }
 
-    /// A view with new shape and strides, `extra_offset` bytes further in (ggml_view_4d).
+    /// The exact byte range (`Ok(None)` for an empty view), or which quantity overflowed.
+    pub fn checked_byte_range(&self) -> Result<Option<Range<usize>>, Overflow> {
+        if self.is_empty() {
+            return Ok(None);
+        }
+        let last = self
+            .checked_byte_offset(self.ne.map(|n| n - 1))
+            .ok_or(Overflow { what: "byte offset of the last element (offset + Σ (ne[d] − 1)·nb[d])" })?;
+        let end = last.checked_add(self.dtype.size()).ok_or(Overflow { what: "end of the last element" })?;
+        Ok(Some(self.offset..end))
+    }
+
+    /// A view with new shape and strides, `extra_offset` bytes further in (ggml_view_4d). The
+    /// offset saturates at `usize::MAX` (see [`Layout::checked_view`]).
     pub fn view(&self, ne: [usize; 4], nb: [usize; 4], extra_offset: usize) -> Self {
-        Layout { dtype: self.dtype, offset: self.offset + extra_offset, ne, nb }
+        Layout { dtype: self.dtype, offset: self.offset.saturating_add(extra_offset), ne, nb }
+    }
+
+    /// [`Layout::view`], or `None` when the new offset does not fit.
+    pub fn checked_view(&self, ne: [usize; 4], nb: [usize; 4], extra_offset: usize) -> Option<Self> {
+        Some(Layout { dtype: self.dtype, offset: self.offset.checked_add(extra_offset)?, ne, nb })
     }
 
     /// The same bytes with dimensions 0 and 1 swapped (ggml_transpose).
@@ -90,10 +174,11 @@ impl Layout {
     }
 
     /// A contiguous tensor with a new shape of the same element count (ggml_reshape); `None`
-    /// for a non-contiguous view or a different count.
+    /// for a non-contiguous view, a different count, or a shape whose size does not fit.
     pub fn reshape(&self, ne: [usize; 4]) -> Option<Self> {
-        (self.is_contiguous() && ne.iter().product::<usize>() == self.n_elements())
-            .then(|| Layout { offset: self.offset, ..Layout::contiguous(self.dtype, ne) })
+        let count = self.checked_n_elements()?;
+        let new = Layout::try_contiguous(self.dtype, ne)?;
+        (self.is_contiguous() && checked_product(&ne)? == count).then_some(Layout { offset: self.offset, ..new })
     }
 
     /// Logical indices in `ne` order, fastest first (for gathering a view element by element).
@@ -124,9 +209,14 @@ impl Tensor {
         self.layout.dtype
     }
 
-    /// A sub-view (ggml_view_4d) of the same buffer.
+    /// A sub-view (ggml_view_4d) of the same buffer (offset saturating: see [`Layout::view`]).
     pub fn view(&self, ne: [usize; 4], nb: [usize; 4], extra_offset: usize) -> Self {
         Tensor { buffer: self.buffer, layout: self.layout.view(ne, nb, extra_offset) }
+    }
+
+    /// [`Tensor::view`], or `None` when the new offset does not fit.
+    pub fn checked_view(&self, ne: [usize; 4], nb: [usize; 4], extra_offset: usize) -> Option<Self> {
+        Some(Tensor { buffer: self.buffer, layout: self.layout.checked_view(ne, nb, extra_offset)? })
     }
 
     pub fn transpose(&self) -> Self {
@@ -138,7 +228,8 @@ impl Tensor {
     }
 
     /// True when the two views' byte ranges intersect (conservative: interleaved views that
-    /// touch disjoint elements inside a common range also count).
+    /// touch disjoint elements inside a common range also count; a range whose end overflows
+    /// reaches the end of the address space).
     pub fn overlaps(&self, other: &Tensor) -> bool {
         if self.buffer != other.buffer {
             return false;
@@ -197,6 +288,36 @@ mod tests {
         assert!(!a.overlaps(&Tensor { buffer: BufferId(1), ..a }));
         assert!(a.same_elements(&a.view(a.layout.ne, a.layout.nb, 0)));
         assert!(!a.same_elements(&b));
+    }
+
+    #[test]
+    fn overflowing_layouts_saturate_or_are_reported() {
+        // The H200 case: a destination whose offset is 2^64 − 4 bytes.
+        let l = Layout { offset: usize::MAX - 3, ..Layout::contiguous(DType::F32, [2, 1, 1, 1]) };
+        assert_eq!(l.checked_byte_range(), Err(Overflow { what: "byte offset of the last element (offset + Σ (ne[d] − 1)·nb[d])" }));
+        assert_eq!(l.byte_range(), Some(usize::MAX - 3..usize::MAX));
+        assert_eq!(l.byte_offset([1, 0, 0, 0]), usize::MAX);
+        // One element ending exactly at 2^64 does not fit either.
+        let l = Layout { offset: usize::MAX - 3, ..Layout::contiguous(DType::F32, [1, 1, 1, 1]) };
+        assert!(l.checked_byte_range().is_err());
+        // A "negative" stride (wrapped) does not wrap back into the buffer.
+        let l = Layout { dtype: DType::F32, offset: 64, ne: [2, 1, 1, 1], nb: [4usize.wrapping_neg(), 4, 4, 4] };
+        assert!(l.checked_byte_range().is_err());
+        assert!(l.byte_range().unwrap().end == usize::MAX);
+        // Sizes whose product does not fit.
+        let ne = [1 << 32, 1 << 32, 1, 1];
+        assert_eq!(Layout::try_contiguous(DType::F32, ne), None);
+        assert_eq!(Layout::contiguous(DType::F32, ne).n_elements(), usize::MAX);
+        assert_eq!(Layout::contiguous_bytes(DType::F32, ne), None);
+        assert!(!Layout::contiguous(DType::F32, ne).is_contiguous());
+        assert_eq!(Layout::contiguous(DType::F32, [4, 1, 1, 1]).reshape(ne), None);
+        // A zero dimension makes a view empty whatever the others are.
+        assert_eq!(Layout { ne: [0, usize::MAX, usize::MAX, 2], ..Layout::contiguous(DType::F32, [1; 4]) }.checked_n_elements(), Some(0));
+        let base = Layout::contiguous(DType::F32, [4, 1, 1, 1]).view([1; 4], [4; 4], 4);
+        assert_eq!(base.checked_view([1; 4], [4; 4], usize::MAX), None);
+        assert_eq!(base.view([1; 4], [4; 4], usize::MAX).offset, usize::MAX);
+        assert_eq!(checked_sum(&[usize::MAX, 1]), None);
+        assert_eq!(checked_product(&[3, 5]), Some(15));
     }
 
     #[test]

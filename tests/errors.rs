@@ -135,3 +135,326 @@ fn l2_norm_refuses_long_rows_bad_eps_and_shape_mismatch() {
     op.dst = mem.alloc_tensor(DType::F32, [8, 3, 1, 1]);
     assert!(matches!(op.validate(&mem), Err(Error::Shape { arg: "dst", .. })));
 }
+
+// [validation] Regressions of issue 9: layout arithmetic that wrapped, outputs whose elements
+// share bytes, layer shapes whose buffers cannot exist, a CLI that panicked.
+
+mod overflow {
+    use rgdn::Error;
+    use rgdn::memory::HostMemory;
+    use rgdn::ops::{Binary, BinaryKind, ConcatDim0, Cpy, CpySnapshots, GatedDeltaNet, L2Norm, MulMatVec, Op, Precision};
+    use rgdn::reference::math::ExactMufu;
+    use rgdn::tensor::{DType, Layout, Tensor};
+
+    /// Seen on the H200: a CPY whose destination offset is 2^64 − 4 bytes passed the range check
+    /// (the end wrapped to a small number) and the launch wrote outside the buffer.
+    #[test]
+    fn cpy_destination_at_offset_2_pow_64_minus_4_is_an_overflow() {
+        let mut mem = HostMemory::new();
+        let src = mem.alloc_tensor(DType::F32, [4, 1, 1, 1]);
+        let mut dst = mem.alloc_tensor(DType::F32, [4, 1, 1, 1]);
+        dst.layout.offset = usize::MAX - 3;
+        let op = Cpy { src, dst };
+        assert!(matches!(op.validate(&mem), Err(Error::Overflow { op: "CPY", arg: "dst", .. })), "{:?}", op.validate(&mem));
+        // The reference refuses as well instead of writing anywhere.
+        assert!(matches!(op.reference(&mut mem, &mut ExactMufu), Err(Error::Overflow { .. })));
+    }
+
+    /// A wrapped "negative" stride (−4 as usize) on the CPU reference.
+    #[test]
+    fn negative_looking_strides_are_an_overflow() {
+        let mut mem = HostMemory::new();
+        let buf = mem.alloc_tensor(DType::F32, [8, 1, 1, 1]);
+        let src =
+            Tensor::new(buf.buffer, Layout { dtype: DType::F32, offset: 28, ne: [8, 1, 1, 1], nb: [4usize.wrapping_neg(), 32, 32, 32] });
+        let dst = mem.alloc_tensor(DType::F32, [8, 1, 1, 1]);
+        let op = Cpy { src, dst };
+        assert!(matches!(op.validate(&mem), Err(Error::Overflow { arg: "src", .. })));
+        assert!(op.reference(&mut mem, &mut ExactMufu).is_err());
+    }
+
+    /// Seen on the H200: a snapshot copy with `first_row = usize::MAX`: the last row wrapped
+    /// into the cache.
+    #[test]
+    fn snapshot_copy_with_first_row_usize_max_is_refused() {
+        let mut mem = HostMemory::new();
+        let conv_input = mem.alloc_tensor(DType::F32, [6, 2, 2, 1]);
+        let cache = mem.alloc_tensor(DType::F32, [6, 6, 1, 1]);
+        for n_slots in [1, 2] {
+            let op = CpySnapshots { conv_input, cache, d_conv: 4, first_row: usize::MAX, group_stride: 3, n_slots };
+            assert!(matches!(op.validate(&mem), Err(Error::IndexOutOfRange { arg: "cache", .. })), "{:?}", op.validate(&mem));
+            assert!(op.reference(&mut mem, &mut ExactMufu).is_err());
+        }
+        // A sequence count that makes n_slots·n_s overflow (zero-stride conv_input).
+        let conv_input = conv_input.view([6, 2, usize::MAX, 1], [4, 24, 0, 0], 0);
+        let op = CpySnapshots { conv_input, cache, d_conv: 4, first_row: 0, group_stride: usize::MAX, n_slots: 17 };
+        assert!(op.validate(&mem).is_err());
+    }
+
+    /// CONCAT's `na + nb` with a huge (zero-stride) `a`.
+    #[test]
+    fn concat_column_sum_overflow_is_typed() {
+        let mut mem = HostMemory::new();
+        let a = mem.alloc_tensor(DType::F32, [1, 1, 1, 1]).view([usize::MAX, 1, 1, 1], [0, 4, 4, 4], 0);
+        let b = mem.alloc_tensor(DType::F32, [3, 1, 1, 1]);
+        let dst = mem.alloc_tensor(DType::F32, [4, 1, 1, 1]);
+        let op = ConcatDim0 { a, b, dst };
+        assert!(matches!(op.validate(&mem), Err(Error::Overflow { op: "CONCAT", arg: "dst", .. })), "{:?}", op.validate(&mem));
+    }
+
+    /// GATED_DELTA_NET's D·D·H_v with a huge (zero-stride) head count.
+    #[test]
+    fn gated_delta_net_state_size_overflow_is_typed() {
+        let mut mem = HostMemory::new();
+        let h = 1usize << 62;
+        let zero_heads =
+            |mem: &mut HostMemory, ne0: usize| mem.alloc_tensor(DType::F32, [ne0, 1, 1, 1]).view([ne0, h, 1, 1], [4, 0, 0, 0], 0);
+        let q = mem.alloc_tensor(DType::F32, [128, 1, 1, 1]);
+        let op = GatedDeltaNet {
+            q,
+            k: mem.alloc_tensor(DType::F32, [128, 1, 1, 1]),
+            v: zero_heads(&mut mem, 128),
+            g: zero_heads(&mut mem, 1),
+            beta: zero_heads(&mut mem, 1),
+            state_in: mem.alloc_tensor(DType::F32, [128, 128, 1, 1]).view([128, 128, h, 1], [4, 512, 0, 0], 0),
+            out: mem.alloc_tensor(DType::F32, [128, 1, 1, 1]),
+            states: mem.alloc_tensor(DType::F32, [128 * 128, 1, 1, 1]),
+        };
+        assert!(op.validate(&mem).is_err());
+        // The element count itself does not fit: a typed overflow, not a wrapped product.
+        let mut huge = op.clone();
+        huge.v = mem.alloc_tensor(DType::F32, [128, 1, 1, 1]).view([128, usize::MAX, 4, 1], [4, 0, 0, 0], 0);
+        assert!(matches!(huge.validate(&mem), Err(Error::Overflow { arg: "v", .. })), "{:?}", huge.validate(&mem));
+    }
+
+    /// Outputs whose elements share bytes: ADD, SSM_CONV, L2_NORM and MUL_MAT_VEC used to accept
+    /// them (nondeterministic results on the H200). Now every output goes through one check.
+    #[test]
+    fn zero_stride_outputs_are_refused_by_every_op() {
+        let mut mem = HostMemory::new();
+        let a = mem.alloc_tensor(DType::F32, [4, 3, 1, 1]);
+        let b = mem.alloc_tensor(DType::F32, [4, 1, 1, 1]);
+        let dst = mem.alloc_tensor(DType::F32, [4, 1, 1, 1]).view([4, 3, 1, 1], [4, 0, 0, 0], 0);
+        let add = Binary { kind: BinaryKind::Add, a, b, dst };
+        assert!(matches!(add.validate(&mem), Err(Error::Aliasing { op: "ADD", a: "dst", b: "dst", .. })), "{:?}", add.validate(&mem));
+
+        let l2 = L2Norm { src: a, dst, eps: 1e-6 };
+        assert!(matches!(l2.validate(&mem), Err(Error::Aliasing { op: "L2_NORM", a: "dst", b: "dst", .. })));
+
+        let weight = mem.alloc_tensor(DType::F32, [8, 4, 1, 1]);
+        let input = mem.alloc_tensor(DType::F32, [8, 3, 1, 1]);
+        let mmv = MulMatVec { weight, input, dst, precision: Precision::Default };
+        assert!(matches!(mmv.validate(&mem), Err(Error::Aliasing { op: "MUL_MAT_VEC", a: "dst", b: "dst", .. })));
+    }
+
+    #[test]
+    fn ssm_conv_with_a_zero_stride_destination_is_refused() {
+        let mut mem = HostMemory::new();
+        let mut op = super::conv_op(&mut mem, 4, 8, 3);
+        // Every token's row on the same bytes.
+        op.dst = mem.alloc_tensor(DType::F32, [8, 1, 1, 1]).view([8, 3, 1, 1], [4, 0, 0, 0], 0);
+        assert!(matches!(op.validate(&mem), Err(Error::Aliasing { op: "SSM_CONV", a: "dst", b: "dst", .. })), "{:?}", op.validate(&mem));
+        // Channels interleaved with tokens (stride 4 over a 32-byte row).
+        op.dst = mem.alloc_tensor(DType::F32, [8, 3, 1, 1]).view([8, 3, 1, 1], [4, 4, 12, 12], 0);
+        assert!(matches!(op.validate(&mem), Err(Error::Aliasing { .. })));
+    }
+
+    #[test]
+    fn impossible_allocations_are_typed_errors_not_aborts() {
+        let mut mem = HostMemory::with_budget(1 << 20);
+        assert!(matches!(mem.try_alloc(1 << 21), Err(Error::OutOfMemory { requested: 2097152, budget: 1048576, .. })));
+        assert!(matches!(mem.try_alloc_tensor(DType::F32, [1 << 40, 1 << 30, 1, 1]), Err(Error::Overflow { .. })));
+        // 256 GiB: representable, far over the budget.
+        assert!(matches!(mem.try_alloc_tensor(DType::F32, [1 << 36, 1, 1, 1]), Err(Error::OutOfMemory { .. })));
+        let t = mem.try_alloc_tensor(DType::F32, [1024, 1, 1, 1]).unwrap();
+        assert_eq!(mem.used_bytes(), 4096);
+        assert_eq!(mem.bytes(t.buffer).len(), 4096);
+    }
+}
+
+mod layer {
+    use rgdn::Error;
+    use rgdn::layer::{GdnShape, LayerInit, LayerTensors, Step, unfused_ops};
+    use rgdn::memory::HostMemory;
+    use rgdn::ops::Precision;
+    use rgdn::tensor::DType;
+
+    const SMALL: GdnShape = GdnShape { n_embd: 64, n_k_heads: 1, n_v_heads: 2, head_dim: 128, d_conv: 4, eps: 1e-6 };
+
+    fn alloc(mem: &mut HostMemory, shape: &GdnShape, step: &Step) -> rgdn::Result<LayerTensors> {
+        LayerTensors::alloc(mem, shape, step, &LayerInit::default())
+    }
+
+    #[test]
+    fn shapes_whose_caches_overflow_are_typed_errors() {
+        let mut mem = HostMemory::new();
+        let huge_heads = GdnShape { n_v_heads: 1 << 60, ..SMALL };
+        assert!(matches!(huge_heads.validate(), Err(Error::Overflow { op: "GDN_LAYER", .. })));
+        assert!(matches!(alloc(&mut mem, &huge_heads, &Step::new(1, 0)), Err(Error::Overflow { .. })));
+        let huge_k = GdnShape { n_k_heads: usize::MAX / 2, ..SMALL };
+        assert!(matches!(alloc(&mut mem, &huge_k, &Step::new(1, 0)), Err(Error::Overflow { .. })));
+        let huge_embd = GdnShape { n_embd: 1 << 62, ..SMALL };
+        assert!(matches!(alloc(&mut mem, &huge_embd, &Step::new(1, 0)), Err(Error::Overflow { .. })));
+        // Cells whose row count M·(1 + R) overflows, or exceeds s_copy's I32 range.
+        let step = Step { cells: usize::MAX / 4, ..Step::new(1, 16) };
+        assert!(matches!(step.validate(), Err(Error::Overflow { op: "GDN_LAYER", .. })));
+        let step = Step { cells: 1 << 31, ..Step::new(1, 0) };
+        assert!(matches!(step.validate(), Err(Error::Unsupported { op: "GDN_LAYER", .. })));
+        assert_eq!(mem.used_bytes(), 0, "nothing was allocated for refused shapes");
+    }
+
+    /// Representable but far too big (≈ 270 GiB of ssm cache): the budget refuses it before any
+    /// allocation, instead of an abort inside a `vec!`.
+    #[test]
+    fn a_layer_over_the_memory_budget_is_refused_before_allocating() {
+        let mut mem = HostMemory::with_budget(1 << 30);
+        let step = Step { cells: 8192, ..Step::new(4, 16) };
+        let r = alloc(&mut mem, &GdnShape::QWEN35_9B, &step);
+        assert!(matches!(r, Err(Error::OutOfMemory { .. })), "{r:?}");
+        assert_eq!((mem.n_buffers(), mem.used_bytes()), (0, 0));
+    }
+
+    #[test]
+    fn unfused_ops_on_tensors_of_another_shape_are_typed_errors() {
+        let mut mem = HostMemory::new();
+        let step = Step::new(4, 3);
+        let t = alloc(&mut mem, &SMALL, &step).unwrap();
+        assert!(unfused_ops(&t, &SMALL, &step, Precision::Default).is_ok());
+        // The tensors of one shape under another shape or step.
+        let other = GdnShape { n_v_heads: 4, ..SMALL };
+        assert!(matches!(unfused_ops(&t, &other, &step, Precision::Default), Err(Error::Shape { op: "GDN_LAYER", .. })));
+        assert!(matches!(unfused_ops(&t, &SMALL, &Step::new(5, 3), Precision::Default), Err(Error::Shape { .. })));
+        // Non-contiguous tensors (these used to hit `expect("contiguous")` or divide by a zero stride).
+        let mut z = t.clone();
+        z.conv_out.layout.nb = [4, 0, 0, 0];
+        assert!(matches!(unfused_ops(&z, &SMALL, &step, Precision::Default), Err(Error::Stride { arg: "conv_out", .. })));
+        let mut z = t.clone();
+        z.gate = z.gate.transpose();
+        assert!(unfused_ops(&z, &SMALL, &step, Precision::Default).is_err());
+        let mut z = t.clone();
+        z.ssm_state.layout.nb[1] = 4;
+        assert!(unfused_ops(&z, &SMALL, &step, Precision::Default).is_err());
+        // Wrong types, and offsets near 2^64 (views built from them would wrap).
+        let mut z = t.clone();
+        z.beta_weight.layout.dtype = DType::F16;
+        assert!(matches!(unfused_ops(&z, &SMALL, &step, Precision::Default), Err(Error::DType { arg: "beta_weight", .. })));
+        // A view whose offset would pass 2^64 is an overflow when built (the k heads start
+        // 4·H_k·D bytes into conv_out); one at offset 0 of such a tensor is built, and refused
+        // by its op's validation.
+        let mut z = t.clone();
+        z.conv_out.layout.offset = usize::MAX - 8;
+        assert!(matches!(unfused_ops(&z, &SMALL, &step, Precision::Default), Err(Error::Overflow { arg: "conv_out", .. })));
+        let mut z = t.clone();
+        z.ssm_cache.layout.offset = usize::MAX - 8;
+        let ops = unfused_ops(&z, &SMALL, &step, Precision::Default).unwrap();
+        let refusals: Vec<_> = ops.iter().filter_map(|op| op.validate(&mem).err()).collect();
+        assert!(!refusals.is_empty() && refusals.iter().all(|e| matches!(e, Error::Overflow { .. })), "{refusals:?}");
+        let zeroing = Step { cells: 2, kv_head: 1, src_cell: 1, zero_cell: Some(1), ..step };
+        let t0 = alloc(&mut mem, &SMALL, &zeroing).unwrap();
+        let mut z = t0.clone();
+        z.conv_cache.layout.offset = usize::MAX - 8;
+        assert!(matches!(unfused_ops(&z, &SMALL, &zeroing, Precision::Default), Err(Error::Overflow { arg: "conv_cache", .. })));
+        let mut z = t;
+        z.source_rows.layout.dtype = DType::F32;
+        assert!(unfused_ops(&z, &SMALL, &step, Precision::Default).is_err());
+    }
+}
+
+mod cli {
+    use std::process::{Command, Output, Stdio};
+
+    /// The rgdn binary: `RGDN_BIN`, else cargo's build of it, else `../rgdn` next to this test
+    /// executable (the GPU bundle's layout: bundle/tests/errors, bundle/rgdn).
+    fn bin() -> std::path::PathBuf {
+        let bundled = std::env::current_exe().ok().and_then(|e| Some(e.parent()?.parent()?.join("rgdn")));
+        let candidates = std::env::var_os("RGDN_BIN").map(Into::into).into_iter().chain([env!("CARGO_BIN_EXE_rgdn").into()]).chain(bundled);
+        let found = candidates.into_iter().find(|p: &std::path::PathBuf| p.is_file());
+        found.expect("the rgdn binary (set RGDN_BIN to its path)")
+    }
+
+    fn command() -> Command {
+        Command::new(bin())
+    }
+
+    fn rgdn(args: &[&std::ffi::OsStr]) -> Output {
+        command().args(args).stdin(Stdio::null()).output().expect("the rgdn binary runs")
+    }
+
+    fn text(b: &[u8]) -> String {
+        String::from_utf8_lossy(b).into_owned()
+    }
+
+    fn no_panic(o: &Output) {
+        let err = text(&o.stderr);
+        assert!(!err.contains("panicked") && !err.contains("RUST_BACKTRACE"), "stderr: {err}");
+    }
+
+    #[test]
+    fn a_non_utf8_argument_is_a_usage_error() {
+        use std::os::unix::ffi::OsStrExt;
+        let o = rgdn(&["check".as_ref(), std::ffi::OsStr::from_bytes(b"\xff\xfe")]);
+        no_panic(&o);
+        assert_eq!(o.status.code(), Some(2));
+        assert!(text(&o.stderr).contains("UTF-8"), "{}", text(&o.stderr));
+    }
+
+    #[test]
+    fn extra_and_unknown_arguments_are_refused() {
+        for args in [&["check", "a", "b"][..], &["info", "extra"], &["layer", "9b", "4b"], &["layer", "--bogus"], &["frobnicate"], &[]] {
+            let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_ref()).collect();
+            let o = rgdn(&args);
+            no_panic(&o);
+            assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o.stderr));
+            assert!(text(&o.stderr).contains("Usage"), "{args:?}");
+        }
+    }
+
+    #[test]
+    fn help_and_user_errors_exit_cleanly() {
+        let o = rgdn(&["--help".as_ref()]);
+        assert_eq!(o.status.code(), Some(0));
+        for cmd in ["check", "info", "layer"] {
+            assert!(text(&o.stdout).contains(cmd));
+        }
+        // A refused layer step: a message, exit 1, no backtrace.
+        let o = rgdn(&["layer".as_ref(), "--tokens".as_ref(), "99".as_ref()]);
+        no_panic(&o);
+        assert_eq!(o.status.code(), Some(1));
+        assert!(text(&o.stderr).contains("n_tokens = 99"), "{}", text(&o.stderr));
+        let o = rgdn(&["layer".as_ref(), "7b".as_ref()]);
+        assert_eq!(o.status.code(), Some(1));
+        assert!(text(&o.stderr).contains("unknown preset"));
+    }
+
+    #[test]
+    fn a_closed_stdout_ends_quietly() {
+        let mut child =
+            command().args(["check", "scale"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("the rgdn binary runs");
+        drop(child.stdout.take());
+        let o = child.wait_with_output().unwrap();
+        no_panic(&o);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        assert!(o.stderr.is_empty(), "{}", text(&o.stderr));
+    }
+
+    #[test]
+    fn a_full_stdout_is_an_error_message() {
+        let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else { return };
+        let o = command().arg("info").stdout(full).output().unwrap();
+        no_panic(&o);
+        assert_eq!(o.status.code(), Some(1));
+        assert!(text(&o.stderr).contains("cannot write"), "{}", text(&o.stderr));
+    }
+
+    /// Without a GPU nothing is compared: the table says the reference ran, not "passed".
+    #[test]
+    fn check_without_a_gpu_says_what_ran() {
+        let o = rgdn(&["check".as_ref(), "scale".as_ref()]);
+        no_panic(&o);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        let out = text(&o.stdout);
+        if out.starts_with("no GPU") {
+            assert!(out.contains("reference ran") && !out.contains("passed"), "{out}");
+        }
+    }
+}

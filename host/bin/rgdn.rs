@@ -1,13 +1,30 @@
-//! rgdn command line.
+//! rgdn command line (`rgdn --help`).
 //!
 //! - `rgdn check [FILTER]`: runs the op suite on the GPU (every case bit-exact against the CPU
-//!   reference); without a GPU, says so and runs the CPU reference of every case instead.
+//!   reference); without a GPU, says so and runs the CPU reference of every case instead (its
+//!   table then says what ran, never "passed": nothing was compared).
 //! - `rgdn layer [PRESET] [--tokens N] [--rollback R] [--weights f32|f16|bf16] [--seed S]`: one
 //!   unfused GDN layer step on random weights (default: qwen3.5-9b, 4 tokens, 3 snapshots); prints
 //!   each kernel launch with its time and the launch count per kernel, then checks every buffer
 //!   against the CPU reference. Without a GPU: runs the reference and lists the chain.
 //! - `rgdn info`: the GPU probe and the PTX entry points.
+//!
+//! Arguments are parsed by clap: unknown options, extra positional arguments and arguments that
+//! are not UTF-8 are usage errors (exit 2). Output goes through `writeln!`, so a closed pipe
+//! (`rgdn info | head -c 10`) ends the program quietly with exit 0 and a full disk is an error
+//! message (exit 1), never a panic.
+//!
+//! Adding a subcommand (e.g. `bench`, as `rgdn::bench::BenchArgs` + `rgdn::bench::run`) is one
+//! variant in [`Command`] and one arm in [`run`] (its name in messages comes from clap):
+//! ```text
+//! /// Benchmarks …
+//! Bench(rgdn::bench::BenchArgs),
+//! Command::Bench(a) => rgdn::bench::run(&a).map(|_| ExitCode::SUCCESS).map_err(CliError::from),
+//! ```
+//! (adapt the arm's conversion to `run`'s return type; [`CliError`] converts from
+//! `rgdn::Error`, `std::io::Error` and `String`).
 
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use rand::SeedableRng;
 use rgdn::gpu::{Gpu, probe};
 use rgdn::layer::{GdnShape, LayerInit, LayerTensors, Step, unfused_ops};
@@ -15,117 +32,231 @@ use rgdn::memory::{DeviceMemory, HostMemory};
 use rgdn::reference::math::{ExactMufu, MufuTable};
 use rgdn::suite;
 use rgdn::tensor::DType;
+use std::io::{self, Write};
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: rgdn <check [FILTER] | layer [PRESET] [--tokens N] [--rollback R] [--weights f32|f16|bf16] [--seed S] | info>";
+#[derive(Debug, Parser)]
+#[command(name = "rgdn", version, about = "Exactness-preserving GPU kernels for Gated-DeltaNet layers", long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Runs the op suite: on the GPU every case bit-exact vs the CPU reference; without a GPU
+    /// only the CPU reference (nothing is compared).
+    Check(CheckArgs),
+    /// Prints the GPU probe and the PTX entry points.
+    Info,
+    /// Runs one unfused GDN layer step on random weights and checks it against the CPU reference.
+    Layer(LayerArgs),
+    // [bench] `Bench(rgdn::bench::BenchArgs),` goes here (see the module docs).
+}
+
+#[derive(Debug, clap::Args)]
+struct CheckArgs {
+    /// Runs only the cases whose group or name contains this (case-insensitive).
+    filter: Option<String>,
+}
+
+/// Options of `rgdn layer`.
+#[derive(Debug, clap::Args)]
+struct LayerArgs {
+    /// Qwen3.5 preset: qwen3.5-4b, qwen3.5-9b, qwen3.5-27b (or 4b, 9b, 27b).
+    #[arg(default_value = "qwen3.5-9b")]
+    preset: String,
+    /// Tokens verified in the step (1..=16).
+    #[arg(long, default_value_t = 4)]
+    tokens: usize,
+    /// Rollback snapshots kept (0..=16).
+    #[arg(long, default_value_t = 3)]
+    rollback: usize,
+    /// Type of the alpha/beta projection weights.
+    #[arg(long, value_enum, default_value_t = Weights::F32)]
+    weights: Weights,
+    /// Seed of the random weights and inputs.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Weights {
+    F32,
+    F16,
+    Bf16,
+}
+
+impl Weights {
+    fn dtype(self) -> DType {
+        match self {
+            Weights::F32 => DType::F32,
+            Weights::F16 => DType::F16,
+            Weights::Bf16 => DType::BF16,
+        }
+    }
+}
+
+/// Why a command stopped early.
+#[derive(Debug)]
+enum CliError {
+    /// Writing the output failed (a closed pipe is handled quietly by `main`).
+    Io(io::Error),
+    /// A refusal or failure to report to the user (no backtrace, exit 1).
+    User(String),
+    /// A usage error found after parsing (exit 2, like clap's).
+    Usage(String),
+}
+
+impl From<io::Error> for CliError {
+    fn from(e: io::Error) -> Self {
+        CliError::Io(e)
+    }
+}
+
+impl From<rgdn::Error> for CliError {
+    fn from(e: rgdn::Error) -> Self {
+        CliError::User(e.to_string())
+    }
+}
+
+impl From<String> for CliError {
+    fn from(e: String) -> Self {
+        CliError::User(e)
+    }
+}
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.first().map(String::as_str) {
-        Some("check") => check(args.get(1).map(String::as_str).unwrap_or("")),
-        Some("info") => info(),
-        Some("layer") => match layer(&args[1..]) {
-            Ok(code) => code,
-            Err(e) => {
-                eprintln!("rgdn layer: {e}");
-                ExitCode::FAILURE
-            }
-        },
-        _ => {
-            eprintln!("{USAGE}");
+    let parsed =
+        Cli::command().try_get_matches().and_then(|m| Ok((m.subcommand_name().unwrap_or("").to_owned(), Cli::from_arg_matches(&m)?)));
+    let (name, cli) = match parsed {
+        Ok(parsed) => parsed,
+        Err(e) => {
+            // Help and version go to stdout (exit 0), usage errors to stderr (exit 2). A closed
+            // stdout is not an error worth a message.
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
+        }
+    };
+    let stdout = io::stdout();
+    let mut out = stdout.lock();
+    match run(cli.command, &mut out).and_then(|code| out.flush().map(|_| code).map_err(CliError::Io)) {
+        Ok(code) => code,
+        Err(CliError::Io(e)) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(CliError::Io(e)) => {
+            let _ = writeln!(io::stderr(), "rgdn {name}: cannot write the output: {e}");
+            ExitCode::FAILURE
+        }
+        Err(CliError::User(e)) => {
+            let _ = writeln!(io::stderr(), "rgdn {name}: {e}");
+            ExitCode::FAILURE
+        }
+        Err(CliError::Usage(e)) => {
+            let _ = writeln!(io::stderr(), "rgdn {name}: {e}");
             ExitCode::from(2)
         }
     }
 }
 
-fn info() -> ExitCode {
+fn run(command: Command, out: &mut dyn Write) -> Result<ExitCode, CliError> {
+    match command {
+        Command::Check(a) => check(a.filter.as_deref().unwrap_or(""), out),
+        Command::Info => info(out),
+        Command::Layer(a) => layer(&a, out),
+    }
+}
+
+fn info(out: &mut dyn Write) -> Result<ExitCode, CliError> {
     match probe() {
-        Ok(i) => println!("GPU: {i}"),
-        Err(e) => println!("GPU: none ({e})"),
+        Ok(i) => writeln!(out, "GPU: {i}")?,
+        Err(e) => writeln!(out, "GPU: none ({e})")?,
     }
     let entries = rgdn::kernels::ptx_entries();
-    println!("PTX: {} bytes for {}, {} entries:", rgdn::kernels::PTX.len(), rgdn::kernels::PTX_ARCH, entries.len());
+    writeln!(out, "PTX: {} bytes for {}, {} entries:", rgdn::kernels::PTX.len(), rgdn::kernels::PTX_ARCH, entries.len())?;
     for e in entries {
-        println!("  {e}");
+        writeln!(out, "  {e}")?;
     }
-    ExitCode::SUCCESS
+    Ok(ExitCode::SUCCESS)
 }
 
-fn check(filter: &str) -> ExitCode {
+fn check(filter: &str, out: &mut dyn Write) -> Result<ExitCode, CliError> {
     let cases = suite::cases::filtered(filter);
     if cases.is_empty() {
-        eprintln!("no case matches {filter:?}");
-        return ExitCode::from(2);
+        return Err(CliError::Usage(format!("no case matches {filter:?}")));
     }
-    let reports: Vec<_> = match Gpu::new() {
+    let all_ok = match Gpu::new() {
         Ok(gpu) => {
-            println!("GPU: {} — each case: GPU vs CPU reference, bit for bit", gpu.info());
+            writeln!(out, "GPU: {} — each case: GPU vs CPU reference, bit for bit", gpu.info())?;
             let mut table = MufuTable::new();
-            cases.iter().map(|c| report(suite::run_case(&gpu, c, &mut table))).collect()
+            let mut reports = Vec::with_capacity(cases.len());
+            for c in &cases {
+                reports.push(report(suite::run_case(&gpu, c, &mut table), out)?);
+            }
+            suite::summarize(&reports, out)?
         }
         Err(e) => {
-            println!("no GPU ({e}): running the CPU reference of each case only — nothing is compared");
-            cases.iter().map(|c| report(suite::run_case_cpu(c))).collect()
+            writeln!(out, "no GPU ({e}): running the CPU reference of each case only — nothing is compared")?;
+            let mut reports = Vec::with_capacity(cases.len());
+            for c in &cases {
+                reports.push(report(suite::run_case_cpu(c), out)?);
+            }
+            summarize_cpu(&reports, out)?
         }
     };
-    match suite::summarize(&reports, &mut std::io::stdout()) {
-        Ok(true) => ExitCode::SUCCESS,
-        _ => ExitCode::FAILURE,
-    }
+    Ok(if all_ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
-fn report(r: suite::CaseReport) -> suite::CaseReport {
+fn report(r: suite::CaseReport, out: &mut dyn Write) -> io::Result<suite::CaseReport> {
     if !r.passed {
-        println!("FAIL {}: {}", r.name, r.detail);
+        writeln!(out, "FAIL {}: {}", r.name, r.detail)?;
     }
-    r
+    Ok(r)
 }
 
-/// Options of `rgdn layer`.
-struct LayerArgs {
-    preset: String,
-    tokens: usize,
-    rollback: usize,
-    weights: DType,
-    seed: u64,
-}
-
-fn parse_layer_args(args: &[String]) -> Result<LayerArgs, String> {
-    let mut a = LayerArgs { preset: "qwen3.5-9b".into(), tokens: 4, rollback: 3, weights: DType::F32, seed: 1 };
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        let mut value = |name: &str| it.next().cloned().ok_or(format!("{name} needs a value"));
-        match arg.as_str() {
-            "--tokens" => a.tokens = value("--tokens")?.parse().map_err(|e| format!("--tokens: {e}"))?,
-            "--rollback" => a.rollback = value("--rollback")?.parse().map_err(|e| format!("--rollback: {e}"))?,
-            "--seed" => a.seed = value("--seed")?.parse().map_err(|e| format!("--seed: {e}"))?,
-            "--weights" => {
-                a.weights = match value("--weights")?.as_str() {
-                    "f32" => DType::F32,
-                    "f16" => DType::F16,
-                    "bf16" => DType::BF16,
-                    w => return Err(format!("--weights {w}: expected f32, f16 or bf16")),
-                }
+/// The table of a run without a GPU: per group, how many cases ran their CPU reference, how
+/// many were refused as they expect, how many failed (did not build, reference refused, wrong
+/// refusal). Nothing was compared with a GPU, so no column says "passed".
+fn summarize_cpu(reports: &[suite::CaseReport], out: &mut dyn Write) -> io::Result<bool> {
+    let mut groups: Vec<(&str, [usize; 4])> = Vec::new();
+    for r in reports {
+        let i = match groups.iter().position(|g| g.0 == r.group) {
+            Some(i) => i,
+            None => {
+                groups.push((r.group, [0; 4]));
+                groups.len() - 1
             }
-            p if !p.starts_with('-') => a.preset = p.to_string(),
-            other => return Err(format!("unknown option {other}\n{USAGE}")),
+        };
+        let counts = &mut groups[i].1;
+        counts[0] += 1;
+        match (r.passed, r.detail.starts_with("refused as expected")) {
+            (true, false) => counts[1] += 1,
+            (true, true) => counts[2] += 1,
+            (false, _) => counts[3] += 1,
         }
     }
-    Ok(a)
+    writeln!(out, "{:<24} {:>6} {:>14} {:>20} {:>7}", "op (CPU only)", "cases", "reference ran", "refused as expected", "failed")?;
+    let mut total = [0; 4];
+    for (g, c) in &groups {
+        writeln!(out, "{:<24} {:>6} {:>14} {:>20} {:>7}{}", g, c[0], c[1], c[2], c[3], if c[3] == 0 { "" } else { "   FAIL" })?;
+        (0..4).for_each(|k| total[k] += c[k]);
+    }
+    writeln!(out, "{:<24} {:>6} {:>14} {:>20} {:>7}", "total", total[0], total[1], total[2], total[3])?;
+    writeln!(out, "(no GPU: nothing was compared; run on a GPU machine for the bit-exactness check)")?;
+    Ok(total[3] == 0)
 }
 
-fn layer(args: &[String]) -> Result<ExitCode, String> {
-    let a = parse_layer_args(args)?;
+fn layer(a: &LayerArgs, out: &mut dyn Write) -> Result<ExitCode, CliError> {
     let names: Vec<_> = GdnShape::PRESETS.iter().map(|p| p.0).collect();
     let shape = GdnShape::preset(&a.preset).ok_or(format!("unknown preset {} (have {names:?})", a.preset))?;
     let step = Step::new(a.tokens, a.rollback);
-    let init = LayerInit { mat_vec_weights: a.weights, ..LayerInit::default() };
+    let init = LayerInit { mat_vec_weights: a.weights.dtype(), ..LayerInit::default() };
     let mut rng = rand::rngs::StdRng::seed_from_u64(a.seed);
     let mut mem = HostMemory::new();
-    let t = LayerTensors::alloc(&mut mem, &shape, &step, &init).map_err(|e| e.to_string())?;
+    let t = LayerTensors::alloc(&mut mem, &shape, &step, &init)?;
     t.fill_random(&mut mem, &shape, &mut rng, &init);
-    let ops = unfused_ops(&t, &shape, &step, init.precision).map_err(|e| e.to_string())?;
-    println!(
+    let ops = unfused_ops(&t, &shape, &step, init.precision)?;
+    writeln!(
+        out,
         "{} (E {}, C {}, H_k {}, H_v {}, D {}), n_t {}, R {}, {:?} alpha/beta weights: {} ops",
         a.preset,
         shape.n_embd,
@@ -135,61 +266,71 @@ fn layer(args: &[String]) -> Result<ExitCode, String> {
         shape.head_dim,
         a.tokens,
         a.rollback,
-        a.weights,
+        init.mat_vec_weights,
         ops.len()
-    );
+    )?;
     let gpu = match Gpu::new() {
         Ok(gpu) => gpu,
         Err(e) => {
-            println!("no GPU ({e}): running the CPU reference of the chain only");
+            writeln!(out, "no GPU ({e}): running the CPU reference of the chain only")?;
             for op in &ops {
-                op.reference(&mut mem, &mut ExactMufu).map_err(|e| e.to_string())?;
-                println!("  {}", op.name());
+                op.reference(&mut mem, &mut ExactMufu)?;
+                writeln!(out, "  {}", op.name())?;
             }
             return Ok(ExitCode::SUCCESS);
         }
     };
-    println!("GPU: {}", gpu.info());
-    let dev = DeviceMemory::upload(&gpu, &mem).map_err(|e| e.to_string())?;
+    writeln!(out, "GPU: {}", gpu.info())?;
+    let dev = DeviceMemory::upload(&gpu, &mem)?;
     // One untimed run first (module load, first-launch costs), then a timed one on fresh data.
     for op in &ops {
-        op.launch(&gpu, &dev).map_err(|e| e.to_string())?;
+        op.launch(&gpu, &dev)?;
     }
-    gpu.synchronize().map_err(|e| e.to_string())?;
-    gpu.take_launches().map_err(|e| e.to_string())?;
-    let dev = DeviceMemory::upload(&gpu, &mem).map_err(|e| e.to_string())?;
+    gpu.synchronize()?;
+    gpu.take_launches()?;
+    let dev = DeviceMemory::upload(&gpu, &mem)?;
     gpu.set_timing(true);
     for op in &ops {
-        op.launch(&gpu, &dev).map_err(|e| e.to_string())?;
+        op.launch(&gpu, &dev)?;
     }
-    let launches = gpu.take_launches().map_err(|e| e.to_string())?;
+    let launches = gpu.take_launches()?;
     gpu.set_timing(false);
-    println!("{:<28} {:>16} {:>12} {:>9}", "kernel", "grid", "block", "µs");
+    writeln!(out, "{:<28} {:>16} {:>12} {:>9}", "kernel", "grid", "block", "µs")?;
     let mut total = 0.0;
     for l in &launches {
         let us = l.elapsed_ms.unwrap_or(f32::NAN) * 1e3;
         total += us;
-        println!("{:<28} {:>16} {:>12} {:>9.2}", l.entry, format!("{:?}", l.dims.grid), format!("{:?}", l.dims.block), us);
+        writeln!(out, "{:<28} {:>16} {:>12} {:>9.2}", l.entry, format!("{:?}", l.dims.grid), format!("{:?}", l.dims.block), us)?;
     }
-    println!("{} launches, {:.2} µs summed (event timing, one run: not a benchmark)", launches.len(), total);
+    writeln!(out, "{} launches, {:.2} µs summed (event timing, one run: not a benchmark)", launches.len(), total)?;
     let mut counts = std::collections::BTreeMap::new();
     for l in &launches {
         *counts.entry(l.entry).or_insert(0usize) += 1;
     }
-    println!("launches per kernel:");
+    writeln!(out, "launches per kernel:")?;
     for (k, n) in counts {
-        println!("  {k:<28} {n}");
+        writeln!(out, "  {k:<28} {n}")?;
     }
-    let got = dev.download(&gpu).map_err(|e| e.to_string())?;
+    let got = dev.download(&gpu)?;
     let mut table = MufuTable::new();
-    let want = suite::mufu_gpu::reference_with_hardware_mufu(&gpu, &mem, &ops, &mut table).map_err(|e| e.to_string())?;
+    let want = suite::mufu_gpu::reference_with_hardware_mufu(&gpu, &mem, &ops, &mut table)?;
     let differing =
         (0..want.n_buffers()).filter(|b| got.bytes(rgdn::tensor::BufferId(*b)) != want.bytes(rgdn::tensor::BufferId(*b))).count();
     if differing == 0 {
-        println!("every buffer (outputs, both caches, intermediates) equals the CPU reference bit for bit");
+        writeln!(out, "every buffer (outputs, both caches, intermediates) equals the CPU reference bit for bit")?;
         Ok(ExitCode::SUCCESS)
     } else {
-        println!("{differing} buffer(s) differ from the CPU reference (`rgdn check GDN_LAYER` says where)");
+        writeln!(out, "{differing} buffer(s) differ from the CPU reference (`rgdn check GDN_LAYER` says where)")?;
         Ok(ExitCode::FAILURE)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
     }
 }

@@ -2,6 +2,7 @@
 
 use crate::error::{Error, Result};
 use crate::kernels::abi;
+use crate::tensor::{checked_product, checked_sum};
 
 const OP: &str = "GDN_LAYER";
 
@@ -39,19 +40,39 @@ impl GdnShape {
         Self::PRESETS.iter().find(|(n, _)| *n == name || n.ends_with(&format!("-{name}"))).map(|(_, s)| *s)
     }
 
-    /// Conv channels C = 2·H_k·D + H_v·D (q, k, v concatenated).
+    /// Conv channels C = 2·H_k·D + H_v·D (q, k, v concatenated); saturates for a shape that
+    /// [`GdnShape::validate`] refuses ([`GdnShape::try_channels`] is the checked form).
     pub fn channels(&self) -> usize {
-        (2 * self.n_k_heads + self.n_v_heads) * self.head_dim
+        self.try_channels().unwrap_or(usize::MAX)
     }
 
-    /// Floats in one conv-state row, (K_c − 1)·C (`n_embd_r`).
+    /// Floats in one conv-state row, (K_c − 1)·C (`n_embd_r`); saturating like
+    /// [`GdnShape::channels`].
     pub fn conv_row(&self) -> usize {
-        (self.d_conv - 1) * self.channels()
+        self.try_conv_row().unwrap_or(usize::MAX)
     }
 
-    /// Floats in one ssm-state row, D·D·H_v (`n_embd_s`).
+    /// Floats in one ssm-state row, D·D·H_v (`n_embd_s`); saturating like
+    /// [`GdnShape::channels`].
     pub fn ssm_row(&self) -> usize {
-        self.head_dim * self.head_dim * self.n_v_heads
+        self.try_ssm_row().unwrap_or(usize::MAX)
+    }
+
+    /// C, or [`Error::Overflow`].
+    pub fn try_channels(&self) -> Result<usize> {
+        let heads = checked_product(&[2, self.n_k_heads]).and_then(|k| checked_sum(&[k, self.n_v_heads]));
+        heads.and_then(|h| checked_product(&[h, self.head_dim])).ok_or_else(|| overflow("n_v_heads", "channels (2·H_k + H_v)·D"))
+    }
+
+    /// (K_c − 1)·C, or [`Error::Overflow`] (K_c ≥ 1 assumed: 0 gives 0).
+    pub fn try_conv_row(&self) -> Result<usize> {
+        checked_product(&[self.d_conv.saturating_sub(1), self.try_channels()?])
+            .ok_or_else(|| overflow("d_conv", "conv-state row (K_c − 1)·C"))
+    }
+
+    /// D·D·H_v, or [`Error::Overflow`].
+    pub fn try_ssm_row(&self) -> Result<usize> {
+        checked_product(&[self.head_dim, self.head_dim, self.n_v_heads]).ok_or_else(|| overflow("n_v_heads", "ssm-state row D·D·H_v"))
     }
 
     /// Every size the kernels support, or a typed error naming the one that is not.
@@ -72,8 +93,22 @@ impl GdnShape {
         if !self.eps.is_finite() || self.eps < 0.0 {
             return Err(Error::Invalid { op: OP, what: format!("eps = {}", self.eps) });
         }
+        // [validation] every size the layer derives must exist (bytes of the largest rows and
+        // weights included); the step's cache sizes are checked by the allocation.
+        for (arg, what, factors) in [
+            ("n_v_heads", "ssm-state row bytes D·D·H_v·4", vec![self.try_ssm_row()?, 4]),
+            ("d_conv", "conv-state row bytes (K_c − 1)·C·4", vec![self.try_conv_row()?, 4]),
+            ("n_embd", "mat-vec weight bytes E·H_v·4", vec![self.n_embd, self.n_v_heads, 4]),
+            ("n_embd", "conv weight bytes K_c·C·4", vec![self.d_conv, self.try_channels()?, 4]),
+        ] {
+            checked_product(&factors).ok_or_else(|| overflow(arg, what))?;
+        }
         Ok(())
     }
+}
+
+fn overflow(arg: &'static str, what: &str) -> Error {
+    Error::Overflow { op: OP, arg, what: what.into() }
 }
 
 /// Largest rollback depth R (snapshots) a step may keep; K = R + 1 slots.
@@ -107,19 +142,27 @@ impl Step {
         Step { n_tokens, n_rollback, cells: 1, kv_head: 0, src_cell: 0, rollback_depth: 0, zero_cell: None }
     }
 
-    /// Rows of each cache tensor: M·(1 + R).
+    /// Rows of each cache tensor: M·(1 + R) (saturating; exact for a validated step).
     pub fn cache_rows(&self) -> usize {
-        self.cells * (1 + self.n_rollback)
+        self.try_cache_rows().unwrap_or(usize::MAX)
     }
 
-    /// Snapshot slots K = R + 1 (GATED_DELTA_NET's K; 1 when R = 0).
+    /// M·(1 + R), or [`Error::Overflow`].
+    pub fn try_cache_rows(&self) -> Result<usize> {
+        checked_sum(&[1, self.n_rollback])
+            .and_then(|k| checked_product(&[self.cells, k]))
+            .ok_or_else(|| overflow("cells", "cache rows M·(1 + R)"))
+    }
+
+    /// Snapshot slots K = R + 1 (GATED_DELTA_NET's K; 1 when R = 0); saturating.
     pub fn slots(&self) -> usize {
-        self.n_rollback + 1
+        self.n_rollback.saturating_add(1)
     }
 
-    /// The cache row the step reads: `s_copy = rs_idx·M + src0`.
+    /// The cache row the step reads: `s_copy = rs_idx·M + src0` (saturating; exact for a
+    /// validated step).
     pub fn source_row(&self) -> usize {
-        self.rollback_depth * self.cells + self.src_cell
+        self.rollback_depth.saturating_mul(self.cells).saturating_add(self.src_cell)
     }
 
     pub fn validate(&self) -> Result<()> {
@@ -141,6 +184,11 @@ impl Step {
         }
         if self.zero_cell.is_some_and(|z| z >= self.cells) {
             return bad(format!("zero_cell {:?} outside the {} cells", self.zero_cell, self.cells));
+        }
+        // [validation] the cache rows must exist, and s_copy is an I32 row index.
+        let rows = self.try_cache_rows()?;
+        if rows > i32::MAX as usize {
+            return Err(Error::Unsupported { op: OP, what: format!("{rows} cache rows (s_copy is an I32 row index: at most 2^31 − 1)") });
         }
         Ok(())
     }

@@ -9,9 +9,11 @@ use crate::ops::{
     UnaryKind,
 };
 use crate::suite::inputs::{self, Values};
-use crate::tensor::{DType, Tensor};
+use crate::tensor::{BufferId, DType, Layout, Tensor, checked_product};
 use rand::Rng;
 use rand::rngs::StdRng;
+
+const OP: &str = "GDN_LAYER";
 
 /// The largest column count one MUL_MAT_VEC launch takes (ggml's `MMVF_MAX_BATCH_SIZE`).
 pub const MAT_VEC_MAX_COLS: usize = 8;
@@ -73,40 +75,179 @@ impl Default for LayerInit {
 
 impl LayerTensors {
     /// Allocates every tensor of the step (caches zeroed; call [`LayerTensors::fill_random`]).
+    /// The whole step's bytes are computed (checked) and compared with `mem`'s budget before
+    /// anything is allocated: a shape whose buffers cannot exist is a typed error
+    /// ([`Error::Overflow`], [`Error::OutOfMemory`]), never an abort.
     pub fn alloc(mem: &mut HostMemory, shape: &GdnShape, step: &Step, init: &LayerInit) -> Result<Self> {
+        let specs = Self::specs(shape, step, init.mat_vec_weights)?;
+        let mut total = 0usize;
+        for (name, dtype, ne) in specs {
+            let bytes = Layout::contiguous_bytes(dtype, ne).ok_or_else(|| Error::Overflow {
+                op: OP,
+                arg: name,
+                what: format!("bytes of {dtype:?} {ne:?}"),
+            })?;
+            total =
+                total.checked_add(bytes).ok_or_else(|| Error::Overflow { op: OP, arg: name, what: "bytes of the layer step".into() })?;
+        }
+        mem.reserve_check(total.saturating_add(4))?;
+        // Buffers in field order (source_rows third), as before the specs existed.
+        let placeholder = Tensor::new(BufferId(usize::MAX), Layout::contiguous(DType::F32, [0; 4]));
+        let (mut tensors, mut source_rows) = ([placeholder; 22], placeholder);
+        for (i, (_, dtype, ne)) in specs.into_iter().enumerate() {
+            if i == 2 {
+                // source_row < cache rows ≤ 2^31 − 1 (validated).
+                source_rows = mem.try_alloc_indices(&[step.source_row() as i32])?;
+            }
+            tensors[i] = mem.try_alloc_tensor(dtype, ne)?;
+        }
+        let [
+            conv_cache,
+            ssm_cache,
+            qkv_mixed,
+            cur,
+            conv_weight,
+            alpha_weight,
+            beta_weight,
+            dt_bias,
+            ssm_a,
+            conv_states,
+            conv_input,
+            conv_out,
+            q_norm,
+            k_norm,
+            ssm_state,
+            alpha,
+            beta_raw,
+            beta,
+            alpha_biased,
+            softplus,
+            gate,
+            attn_out,
+        ] = tensors;
+        Ok(LayerTensors {
+            conv_cache,
+            ssm_cache,
+            source_rows,
+            qkv_mixed,
+            cur,
+            conv_weight,
+            alpha_weight,
+            beta_weight,
+            dt_bias,
+            ssm_a,
+            conv_states,
+            conv_input,
+            conv_out,
+            q_norm,
+            k_norm,
+            ssm_state,
+            alpha,
+            beta_raw,
+            beta,
+            alpha_biased,
+            softplus,
+            gate,
+            attn_out,
+        })
+    }
+
+    /// Name, type and shape of every tensor but `source_rows` (I32 [1]), in field order: what
+    /// [`LayerTensors::alloc`] allocates (contiguous) and [`unfused_ops`] requires. Validates
+    /// the shape and the step (every size representable).
+    pub fn specs(shape: &GdnShape, step: &Step, weights: DType) -> Result<[(&'static str, DType, [usize; 4]); 22]> {
         shape.validate()?;
         step.validate()?;
-        if !matches!(init.mat_vec_weights, DType::F32 | DType::F16 | DType::BF16) {
-            return Err(Error::Unsupported { op: "GDN_LAYER", what: format!("{:?} mat-vec weights", init.mat_vec_weights) });
+        if !matches!(weights, DType::F32 | DType::F16 | DType::BF16) {
+            return Err(Error::Unsupported { op: OP, what: format!("{weights:?} mat-vec weights") });
         }
-        let (c, n_t, e) = (shape.channels(), step.n_tokens, shape.n_embd);
+        let (c, n_t, e, rows) = (shape.try_channels()?, step.n_tokens, shape.n_embd, step.try_cache_rows()?);
         let (d, hk, hv, kc) = (shape.head_dim, shape.n_k_heads, shape.n_v_heads, shape.d_conv);
-        let f32t = |mem: &mut HostMemory, ne| mem.alloc_tensor(DType::F32, ne);
-        Ok(LayerTensors {
-            conv_cache: f32t(mem, [shape.conv_row(), step.cache_rows(), 1, 1]),
-            ssm_cache: f32t(mem, [shape.ssm_row(), step.cache_rows(), 1, 1]),
-            source_rows: mem.alloc_indices(&[step.source_row() as i32]),
-            qkv_mixed: f32t(mem, [c, n_t, 1, 1]),
-            cur: f32t(mem, [e, n_t, 1, 1]),
-            conv_weight: f32t(mem, [kc, c, 1, 1]),
-            alpha_weight: mem.alloc_tensor(init.mat_vec_weights, [e, hv, 1, 1]),
-            beta_weight: mem.alloc_tensor(init.mat_vec_weights, [e, hv, 1, 1]),
-            dt_bias: f32t(mem, [hv, 1, 1, 1]),
-            ssm_a: f32t(mem, [hv, 1, 1, 1]),
-            conv_states: f32t(mem, [shape.conv_row(), 1, 1, 1]),
-            conv_input: f32t(mem, [kc - 1 + n_t, c, 1, 1]),
-            conv_out: f32t(mem, [c, n_t, 1, 1]),
-            q_norm: f32t(mem, [d, hk, n_t, 1]),
-            k_norm: f32t(mem, [d, hk, n_t, 1]),
-            ssm_state: f32t(mem, [shape.ssm_row(), 1, 1, 1]),
-            alpha: f32t(mem, [hv, n_t, 1, 1]),
-            beta_raw: f32t(mem, [hv, n_t, 1, 1]),
-            beta: f32t(mem, [hv, n_t, 1, 1]),
-            alpha_biased: f32t(mem, [hv, n_t, 1, 1]),
-            softplus: f32t(mem, [hv, n_t, 1, 1]),
-            gate: f32t(mem, [hv, n_t, 1, 1]),
-            attn_out: f32t(mem, [d, hv, n_t, 1]),
-        })
+        let (conv_row, ssm_row) = (shape.try_conv_row()?, shape.try_ssm_row()?);
+        let f = DType::F32;
+        Ok([
+            ("conv_cache", f, [conv_row, rows, 1, 1]),
+            ("ssm_cache", f, [ssm_row, rows, 1, 1]),
+            ("qkv_mixed", f, [c, n_t, 1, 1]),
+            ("cur", f, [e, n_t, 1, 1]),
+            ("conv_weight", f, [kc, c, 1, 1]),
+            ("alpha_weight", weights, [e, hv, 1, 1]),
+            ("beta_weight", weights, [e, hv, 1, 1]),
+            ("dt_bias", f, [hv, 1, 1, 1]),
+            ("ssm_a", f, [hv, 1, 1, 1]),
+            ("conv_states", f, [conv_row, 1, 1, 1]),
+            // kc ≤ 15 and n_t ≤ 16 (validated).
+            ("conv_input", f, [kc - 1 + n_t, c, 1, 1]),
+            ("conv_out", f, [c, n_t, 1, 1]),
+            ("q_norm", f, [d, hk, n_t, 1]),
+            ("k_norm", f, [d, hk, n_t, 1]),
+            ("ssm_state", f, [ssm_row, 1, 1, 1]),
+            ("alpha", f, [hv, n_t, 1, 1]),
+            ("beta_raw", f, [hv, n_t, 1, 1]),
+            ("beta", f, [hv, n_t, 1, 1]),
+            ("alpha_biased", f, [hv, n_t, 1, 1]),
+            ("softplus", f, [hv, n_t, 1, 1]),
+            ("gate", f, [hv, n_t, 1, 1]),
+            ("attn_out", f, [d, hv, n_t, 1]),
+        ])
+    }
+
+    /// The tensors in [`LayerTensors::specs`] order.
+    fn by_spec(&self) -> [Tensor; 22] {
+        [
+            self.conv_cache,
+            self.ssm_cache,
+            self.qkv_mixed,
+            self.cur,
+            self.conv_weight,
+            self.alpha_weight,
+            self.beta_weight,
+            self.dt_bias,
+            self.ssm_a,
+            self.conv_states,
+            self.conv_input,
+            self.conv_out,
+            self.q_norm,
+            self.k_norm,
+            self.ssm_state,
+            self.alpha,
+            self.beta_raw,
+            self.beta,
+            self.alpha_biased,
+            self.softplus,
+            self.gate,
+            self.attn_out,
+        ]
+    }
+
+    /// Every tensor is what [`LayerTensors::alloc`] would allocate for this shape and step
+    /// (type, shape, contiguous strides; any offset and buffer — the ops check those against
+    /// the memory), the two mat-vec weights of one type. Typed errors naming the tensor.
+    pub fn conforms(&self, shape: &GdnShape, step: &Step) -> Result<()> {
+        let weights = self.alpha_weight.dtype();
+        let specs = Self::specs(shape, step, weights)?;
+        for ((arg, dtype, ne), t) in specs.into_iter().zip(self.by_spec()) {
+            if t.dtype() != dtype {
+                return Err(Error::DType { op: OP, arg, expected: format!("{dtype:?}"), got: t.dtype() });
+            }
+            if t.ne() != ne {
+                return Err(Error::Shape { op: OP, arg, expected: format!("{ne:?} for this shape and step"), got: t.ne() });
+            }
+            if !t.layout.is_contiguous() {
+                return Err(Error::Stride {
+                    op: OP,
+                    arg,
+                    nb: t.layout.nb,
+                    offset: t.layout.offset,
+                    reason: "the layer's tensors are contiguous".into(),
+                });
+            }
+        }
+        let (dtype, ne) = (self.source_rows.dtype(), self.source_rows.ne());
+        if dtype != DType::I32 || ne != [1, 1, 1, 1] {
+            return Err(Error::Shape { op: OP, arg: "source_rows", expected: "I32 [1, 1, 1, 1]".into(), got: ne });
+        }
+        Ok(())
     }
 
     /// Random caches, inputs and weights in realistic ranges (the gate γ = exp(softplus(α + dt)·a)
@@ -160,27 +301,77 @@ impl LayerTensors {
         ]
     }
 
-    /// Row `row` of a cache tensor as a [row_len, 1, 1, 1] view.
+    /// Row `row` of a cache tensor as a [row_len, 1, 1, 1] view (saturating offset; see
+    /// [`LayerTensors::try_cache_row`]).
     pub fn cache_row(cache: &Tensor, row: usize) -> Tensor {
         let nb = cache.layout.nb;
-        cache.view([cache.ne()[0], 1, 1, 1], [nb[0], nb[1], nb[1], nb[1]], row * nb[1])
+        cache.view([cache.ne()[0], 1, 1, 1], [nb[0], nb[1], nb[1], nb[1]], row.saturating_mul(nb[1]))
+    }
+
+    /// [`LayerTensors::cache_row`], or [`Error::Overflow`] when its offset does not fit.
+    pub fn try_cache_row(arg: &'static str, cache: &Tensor, row: usize) -> Result<Tensor> {
+        let nb = cache.layout.nb;
+        let offset = product(arg, "cache row offset row·nb[1]", &[row, nb[1]])?;
+        checked_view(arg, cache, [cache.ne()[0], 1, 1, 1], [nb[0], nb[1], nb[1], nb[1]], offset)
     }
 
     /// `window(o)` of the conv input (spec §1.3): columns o … o+K_c−2 of every channel, ne
-    /// [K_c−1, C, 1, 1] — the conv state after the first `o` tokens.
+    /// [K_c−1, C, 1, 1] — the conv state after the first `o` tokens (saturating; see
+    /// [`LayerTensors::try_window`]).
     pub fn window(&self, shape: &GdnShape, offset: usize) -> Tensor {
         let nb = self.conv_input.layout.nb;
-        self.conv_input.view([shape.d_conv - 1, shape.channels(), 1, 1], [4, nb[1], nb[2], nb[3]], 4 * offset)
+        self.conv_input.view([shape.d_conv.saturating_sub(1), shape.channels(), 1, 1], [4, nb[1], nb[2], nb[3]], offset.saturating_mul(4))
+    }
+
+    /// [`LayerTensors::window`] with checked arithmetic.
+    pub fn try_window(&self, shape: &GdnShape, offset: usize) -> Result<Tensor> {
+        let nb = self.conv_input.layout.nb;
+        let ne = [shape.d_conv.saturating_sub(1), shape.try_channels()?, 1, 1];
+        checked_view("conv_input", &self.conv_input, ne, [4, nb[1], nb[2], nb[3]], product("conv_input", "window offset", &[4, offset])?)
     }
 
     /// The q (`which = 0`), k (1) or v (2) heads of the SiLU'd conv output as ggml views them:
-    /// ne [D, heads, n_t, 1], strides (4, 4·D, 4·C, 4·C·n_t).
+    /// ne [D, heads, n_t, 1], strides (4, 4·D, 4·C, 4·C·n_t) (saturating; see
+    /// [`LayerTensors::try_head_view`]).
     pub fn head_view(&self, shape: &GdnShape, which: usize) -> Tensor {
         let (d, hk) = (shape.head_dim, shape.n_k_heads);
         let heads = if which == 2 { shape.n_v_heads } else { hk };
         let nb = self.conv_out.layout.nb;
-        self.conv_out.view([d, heads, nb[2] / nb[1], 1], [4, 4 * d, nb[1], nb[2]], 4 * which * hk * d)
+        let offset = checked_product(&[4, which, hk, d]).unwrap_or(usize::MAX);
+        self.conv_out.view([d, heads, self.conv_out.ne()[1], 1], [4, d.saturating_mul(4), nb[1], nb[2]], offset)
     }
+
+    /// [`LayerTensors::head_view`] with checked arithmetic.
+    pub fn try_head_view(&self, shape: &GdnShape, which: usize) -> Result<Tensor> {
+        let (d, hk) = (shape.head_dim, shape.n_k_heads);
+        let heads = if which == 2 { shape.n_v_heads } else { hk };
+        let nb = self.conv_out.layout.nb;
+        let offset = product("conv_out", "head view offset 4·which·H_k·D", &[4, which, hk, d])?;
+        let row = product("conv_out", "head row bytes 4·D", &[4, d])?;
+        checked_view("conv_out", &self.conv_out, [d, heads, self.conv_out.ne()[1], 1], [4, row, nb[1], nb[2]], offset)
+    }
+}
+
+fn product(arg: &'static str, what: &str, factors: &[usize]) -> Result<usize> {
+    crate::ops::check::product(OP, arg, what, factors)
+}
+
+fn checked_view(arg: &'static str, t: &Tensor, ne: [usize; 4], nb: [usize; 4], offset: usize) -> Result<Tensor> {
+    t.checked_view(ne, nb, offset).ok_or_else(|| Error::Overflow {
+        op: OP,
+        arg,
+        what: format!("view offset {} + {offset}", t.layout.offset),
+    })
+}
+
+fn reshape(arg: &'static str, t: &Tensor, ne: [usize; 4]) -> Result<Tensor> {
+    t.reshape(ne).ok_or_else(|| Error::Stride {
+        op: OP,
+        arg,
+        nb: t.layout.nb,
+        offset: t.layout.offset,
+        reason: format!("must be contiguous with the element count of {ne:?} to be reshaped to it"),
+    })
 }
 
 /// The op chain of spec §1.4 over `t`: what ggml's CUDA backend launches for one GDN layer of
@@ -188,26 +379,28 @@ impl LayerTensors {
 /// cache directly). Snapshot copies of the conv state run as one CPY_SNAPSHOTS launch (R > 0)
 /// or one CPY (R = 0). The alpha/beta mat-vecs take at most 8 columns per launch; wider steps
 /// run ⌈n_t/8⌉ launches, each column computed as mul_mat_vec_f computes it.
+///
+/// The tensors must conform to the shape and step ([`LayerTensors::conforms`]); anything else
+/// is a typed error, never a panic, and every view is built with checked arithmetic.
 pub fn unfused_ops(t: &LayerTensors, shape: &GdnShape, step: &Step, precision: Precision) -> Result<Vec<Box<dyn Op>>> {
-    shape.validate()?;
-    step.validate()?;
-    let (c, n_t, kc, hv) = (shape.channels(), step.n_tokens, shape.d_conv, shape.n_v_heads);
+    t.conforms(shape, step)?;
+    let (c, n_t, kc, hv) = (shape.try_channels()?, step.n_tokens, shape.d_conv, shape.n_v_heads);
     let mut ops: Vec<Box<dyn Op>> = Vec::new();
 
     // 1. Zero a fresh cell's conv state in place (SCALE by 0 with bias 0).
     if let Some(z) = step.zero_cell {
-        let row = LayerTensors::cache_row(&t.conv_cache, z);
+        let row = LayerTensors::try_cache_row("conv_cache", &t.conv_cache, z)?;
         ops.push(Box::new(Scale { src: row, dst: row, scale: 0.0, bias: 0.0 }));
     }
     // 2. GET_ROWS of the sequence's conv state.
     ops.push(Box::new(GetRows { src: t.conv_cache, rows: t.source_rows, dst: t.conv_states }));
     // 3. CONCAT (dim 0) of the old state [K_c−1, C] and the transposed projection [n_t, C].
-    let states = t.conv_states.reshape([kc - 1, c, 1, 1]).expect("conv_states is contiguous");
+    let states = reshape("conv_states", &t.conv_states, [kc - 1, c, 1, 1])?;
     ops.push(Box::new(ConcatDim0 { a: states, b: t.qkv_mixed.transpose(), dst: t.conv_input }));
     // 4. Conv-state write-back: slot j ← window(max(0, n_t − j)) into row j·M + kv_head.
     if step.n_rollback == 0 {
-        let dst = LayerTensors::cache_row(&t.conv_cache, step.kv_head);
-        ops.push(Box::new(Cpy { src: t.window(shape, n_t), dst }));
+        let dst = LayerTensors::try_cache_row("conv_cache", &t.conv_cache, step.kv_head)?;
+        ops.push(Box::new(Cpy { src: t.try_window(shape, n_t)?, dst }));
     } else {
         ops.push(Box::new(CpySnapshots {
             conv_input: t.conv_input,
@@ -221,11 +414,11 @@ pub fn unfused_ops(t: &LayerTensors, shape: &GdnShape, step: &Step, precision: P
     // 5. SSM_CONV + SiLU (fused by ggml's backend; no conv bias in Qwen3.5).
     ops.push(Box::new(SsmConv { conv_input: t.conv_input, weight: t.conv_weight, bias: None, dst: t.conv_out, apply_silu: true }));
     // 6. L2_NORM of the q and k heads (strided views of the conv output).
-    ops.push(Box::new(L2Norm { src: t.head_view(shape, 0), dst: t.q_norm, eps: shape.eps }));
-    ops.push(Box::new(L2Norm { src: t.head_view(shape, 1), dst: t.k_norm, eps: shape.eps }));
+    ops.push(Box::new(L2Norm { src: t.try_head_view(shape, 0)?, dst: t.q_norm, eps: shape.eps }));
+    ops.push(Box::new(L2Norm { src: t.try_head_view(shape, 1)?, dst: t.k_norm, eps: shape.eps }));
     // 7. The ssm state: zeroing, then GET_ROWS.
     if let Some(z) = step.zero_cell {
-        let row = LayerTensors::cache_row(&t.ssm_cache, z);
+        let row = LayerTensors::try_cache_row("ssm_cache", &t.ssm_cache, z)?;
         ops.push(Box::new(Scale { src: row, dst: row, scale: 0.0, bias: 0.0 }));
     }
     ops.push(Box::new(GetRows { src: t.ssm_cache, rows: t.source_rows, dst: t.ssm_state }));
@@ -234,8 +427,10 @@ pub fn unfused_ops(t: &LayerTensors, shape: &GdnShape, step: &Step, precision: P
         let mut first = 0;
         while first < n_t {
             let cols = MAT_VEC_MAX_COLS.min(n_t - first);
-            let input = t.cur.view([shape.n_embd, cols, 1, 1], t.cur.layout.nb, first * t.cur.layout.nb[1]);
-            let dst = dst.view([hv, cols, 1, 1], dst.layout.nb, first * dst.layout.nb[1]);
+            let offset = product("cur", "column offset", &[first, t.cur.layout.nb[1]])?;
+            let input = checked_view("cur", &t.cur, [shape.n_embd, cols, 1, 1], t.cur.layout.nb, offset)?;
+            let offset = product("alpha", "column offset", &[first, dst.layout.nb[1]])?;
+            let dst = checked_view("alpha", &dst, [hv, cols, 1, 1], dst.layout.nb, offset)?;
             ops.push(Box::new(MulMatVec { weight, input, dst, precision }));
             first += cols;
         }
@@ -247,19 +442,21 @@ pub fn unfused_ops(t: &LayerTensors, shape: &GdnShape, step: &Step, precision: P
     // 9. GATED_DELTA_NET, writing its state slots straight into the ssm cache rows
     //    (slot k → row k·M + kv_head; the CPY ggml fuses into the kernel).
     let row_bytes = t.ssm_cache.layout.nb[1];
-    let states = t.ssm_cache.view(
-        [shape.ssm_row(), 1, step.slots(), 1],
-        [4, row_bytes, step.cells * row_bytes, step.slots() * step.cells * row_bytes],
-        step.kv_head * row_bytes,
-    );
-    let per_token = |x: &Tensor| x.reshape([1, hv, n_t, 1]).expect("contiguous");
+    let group = product("ssm_cache", "group stride M·row bytes", &[step.cells, row_bytes])?;
+    let states = checked_view(
+        "ssm_cache",
+        &t.ssm_cache,
+        [shape.try_ssm_row()?, 1, step.slots(), 1],
+        [4, row_bytes, group, product("ssm_cache", "slots·group stride", &[step.slots(), group])?],
+        product("ssm_cache", "row offset kv_head·row bytes", &[step.kv_head, row_bytes])?,
+    )?;
     ops.push(Box::new(GatedDeltaNet {
         q: t.q_norm,
         k: t.k_norm,
-        v: t.head_view(shape, 2),
-        g: per_token(&t.gate),
-        beta: per_token(&t.beta),
-        state_in: t.ssm_state.reshape([shape.head_dim, shape.head_dim, hv, 1]).expect("contiguous"),
+        v: t.try_head_view(shape, 2)?,
+        g: reshape("gate", &t.gate, [1, hv, n_t, 1])?,
+        beta: reshape("beta", &t.beta, [1, hv, n_t, 1])?,
+        state_in: reshape("ssm_state", &t.ssm_state, [shape.head_dim, shape.head_dim, hv, 1])?,
         out: t.attn_out,
         states,
     }));

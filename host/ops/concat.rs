@@ -40,8 +40,8 @@ impl ConcatDim0 {
         check::shape(OP, "a", &self.a, [na, n1, n2, 1])?;
         check::shape(OP, "b", &self.b, [nb, n1, n2, 1])?;
         check::output(OP, "dst", &self.dst, DType::F32, mem)?;
-        check::shape(OP, "dst", &self.dst, [na + nb, n1, n2, 1])?;
-        check::distinct_elements(OP, "dst", &self.dst)?;
+        let n_dst = check::sum(OP, "dst", "columns na + nb", &[na, nb])?;
+        check::shape(OP, "dst", &self.dst, [n_dst, n1, n2, 1])?;
         check::disjoint(OP, "dst", &self.dst, "a", &self.a)?;
         check::disjoint(OP, "dst", &self.dst, "b", &self.b)?;
         if n1 > i32::MAX as usize || n2 > 65535 {

@@ -40,7 +40,6 @@ impl Cpy {
         if n > i32::MAX as usize {
             return Err(Error::Unsupported { op: OP, what: format!("{n} elements (at most 2^31 − 1)") });
         }
-        check::distinct_elements(OP, "dst", &self.dst)?;
         check::disjoint(OP, "dst", &self.dst, "src", &self.src)?;
         Ok(n)
     }
@@ -133,10 +132,10 @@ pub struct SnapshotShape {
 }
 
 impl CpySnapshots {
-    /// The cache row that slot `slot` of sequence `seq` writes (unchecked arithmetic: call on a
-    /// validated op).
+    /// The cache row that slot `slot` of sequence `seq` writes (exact on a validated op, which
+    /// proved the last row representable and inside the cache; saturates otherwise).
     pub fn row(&self, slot: usize, seq: usize) -> usize {
-        slot * self.group_stride + self.first_row + seq
+        slot.saturating_mul(self.group_stride).saturating_add(self.first_row).saturating_add(seq)
     }
 
     /// Validates the op and returns its sizes.
@@ -164,9 +163,9 @@ impl CpySnapshots {
         check::rows_contiguous(OP, "conv_input", &self.conv_input)?;
         // state_len < cols, so this product is below conv_input's element count.
         let n_cache_rows = self.cache.ne()[1];
-        check::shape(OP, "cache", &self.cache, [state_len * n_channels, n_cache_rows, 1, 1])?;
+        let row_len = check::product(OP, "conv_input", "conv-state row (d_conv − 1)·C", &[state_len, n_channels])?;
+        check::shape(OP, "cache", &self.cache, [row_len, n_cache_rows, 1, 1])?;
         check::rows_contiguous(OP, "cache", &self.cache)?;
-        check::distinct_elements(OP, "cache", &self.cache)?;
         check::disjoint(OP, "cache", &self.cache, "conv_input", &self.conv_input)?;
         if self.n_slots == 0 {
             return Err(Error::Invalid { op: OP, what: "n_slots = 0 (at least the live row is written)".into() });
@@ -178,14 +177,15 @@ impl CpySnapshots {
             });
         }
         // The largest row is that of the last slot and sequence; rows grow with both.
-        let last = (self.n_slots - 1).checked_mul(self.group_stride).and_then(|r| r.checked_add(self.first_row + (n_seqs - 1)));
+        let last =
+            (self.n_slots - 1).checked_mul(self.group_stride).and_then(|r| crate::tensor::checked_sum(&[r, self.first_row, n_seqs - 1]));
         match last {
             Some(row) if row < n_cache_rows => {}
             _ => {
                 return Err(Error::IndexOutOfRange {
                     op: OP,
                     arg: "cache",
-                    position: self.n_slots * n_seqs - 1,
+                    position: self.n_slots.saturating_mul(n_seqs) - 1,
                     index: last.map_or(i64::MAX, |r| i64::try_from(r).unwrap_or(i64::MAX)),
                     rows: n_cache_rows,
                 });
@@ -204,8 +204,9 @@ impl CpySnapshots {
         check::fits_u32(OP, "state columns (d_conv − 1)", state_len)?;
         check::fits_u32(OP, "channels", n_channels)?;
         check::fits_u32(OP, "tokens", n_tokens)?;
-        if self.n_slots * n_seqs > 65535 {
-            return Err(Error::Unsupported { op: OP, what: format!("n_slots·n_s = {} (grid y ≤ 65535)", self.n_slots * n_seqs) });
+        let grid_y = check::product(OP, "conv_input", "grid y n_slots·n_s", &[self.n_slots, n_seqs])?;
+        if grid_y > 65535 {
+            return Err(Error::Unsupported { op: OP, what: format!("n_slots·n_s = {grid_y} (grid y ≤ 65535)") });
         }
         Ok(SnapshotShape { state_len, n_channels, n_tokens, n_seqs })
     }

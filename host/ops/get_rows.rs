@@ -44,8 +44,11 @@ impl GetRows {
         check::output(OP, "dst", &self.dst, DType::F32, mem)?;
         check::shape(OP, "dst", &self.dst, [row_len, n_rows, 1, 1])?;
         check::rows_contiguous(OP, "dst", &self.dst)?;
-        check::distinct_elements(OP, "dst", &self.dst)?;
         check::disjoint(OP, "dst", &self.dst, "src", &self.src)?;
+        // [validation] before the index values are read (their count is bounded by dst's bytes).
+        if n_rows > i32::MAX as usize {
+            return Err(Error::Unsupported { op: OP, what: format!("{n_rows} rows gathered (grid x ≤ 2^31 − 1)") });
+        }
         let values = mem.index_values(&self.rows).ok_or_else(|| Error::Invalid {
             op: OP,
             what: format!("`rows` (buffer {}) is not an index buffer: its values must be known to the host", self.rows.buffer.0),
@@ -54,9 +57,6 @@ impl GetRows {
             if index < 0 || index as usize >= n_src_rows {
                 return Err(Error::IndexOutOfRange { op: OP, arg: "rows", position, index: index as i64, rows: n_src_rows });
             }
-        }
-        if n_rows > i32::MAX as usize {
-            return Err(Error::Unsupported { op: OP, what: format!("{n_rows} rows gathered (grid x ≤ 2^31 − 1)") });
         }
         Ok(RowsShape { row_len, n_src_rows, n_rows })
     }

@@ -1,0 +1,464 @@
+//! Hostile views for every op (CPU, runs in CI): huge and zero strides, offsets near 2^64,
+//! wrapped "negative" strides, sizes whose products overflow, self-overlapping and aliased
+//! outputs, foreign buffer ids, index buffers as outputs, wrong types, misaligned views, hostile
+//! scalar parameters. For each generated op:
+//!
+//! - `validate` never panics (proptest turns a panic into a failure);
+//! - when it accepts, every view's exact byte range is representable and inside its existing
+//!   buffer, element-aligned; no output has two elements sharing bytes (checked element by
+//!   element for small views); each output is an input's very elements or disjoint from it,
+//!   and outputs are disjoint from each other;
+//! - when it refuses, `reference` refuses too (before touching memory);
+//! - small accepted cases run `reference` on the HostMemory without panicking.
+//!
+//! Adding an op is one entry in [`OPS`]: a function that builds it from a [`Gen`].
+//! `RGDN_PROPTEST_CASES=N` runs N cases per op (default 2048, a few seconds in CI); the generator is
+//! deterministic unless `RGDN_PROPTEST_SEED=<u64>` picks another seed.
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
+use rgdn::memory::{HostMemory, Memory};
+use rgdn::ops::{
+    Binary, BinaryKind, ConcatDim0, Cpy, CpySnapshots, GatedDeltaNet, GetRows, L2Norm, MulMatVec, Op, Precision, Scale, SsmConv, Unary,
+    UnaryKind,
+};
+use rgdn::reference::math::ExactMufu;
+use rgdn::tensor::{BufferId, DType, Layout, Tensor};
+use std::cell::RefCell;
+use std::collections::HashSet;
+
+/// Builds one op from a generator's choices.
+type BuildOp = fn(&mut Gen) -> Box<dyn Op>;
+
+/// Every op of `host/ops/` that implements [`Op`]: name and builder.
+const OPS: &[(&str, BuildOp)] = &[
+    ("CPY", build_cpy),
+    ("CPY_SNAPSHOTS", build_cpy_snapshots),
+    ("GET_ROWS", build_get_rows),
+    ("CONCAT", build_concat),
+    ("SCALE", build_scale),
+    ("SSM_CONV", build_ssm_conv),
+    ("L2_NORM", build_l2_norm),
+    ("UNARY", build_unary),
+    ("BINARY", build_binary),
+    ("MUL_MAT_VEC", build_mul_mat_vec),
+    ("GATED_DELTA_NET", build_gated_delta_net),
+];
+
+/// Largest element count checked element by element / run through `reference`.
+const SMALL_ELEMENTS: usize = 1 << 16;
+/// Largest normal allocation of one tensor (anything bigger becomes an out-of-bounds claim).
+const MAX_ALLOC: usize = 4 << 20;
+
+/// Draws choices from a proptest-generated tape (0 = the benign choice, so failures shrink
+/// towards valid ops) and builds tensors in one [`HostMemory`].
+struct Gen<'a> {
+    tape: &'a [u64],
+    pos: usize,
+    /// How hostile this case is (0: benign … 3: most tensors and sizes hostile).
+    heat: usize,
+    mem: HostMemory,
+    made: Vec<Tensor>,
+}
+
+fn sat_mul(a: usize, b: usize) -> usize {
+    a.saturating_mul(b)
+}
+
+fn sat_add(a: usize, b: usize) -> usize {
+    a.saturating_add(b)
+}
+
+impl<'a> Gen<'a> {
+    fn new(tape: &'a [u64]) -> Self {
+        let mut g = Gen { tape, pos: 0, heat: 0, mem: HostMemory::new(), made: Vec::new() };
+        g.heat = g.below(4) as usize;
+        g
+    }
+
+    fn next(&mut self) -> u64 {
+        let v = self.tape.get(self.pos).copied().unwrap_or(0);
+        self.pos += 1;
+        v
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    /// A small size in 1..=max.
+    fn small(&mut self, max: usize) -> usize {
+        1 + self.below(max as u64) as usize
+    }
+
+    /// `normal`, or now and then (more often the hotter the case) a hostile size.
+    fn size(&mut self, normal: usize) -> usize {
+        if self.below(64) >= [0, 1, 3, 10][self.heat] {
+            return normal;
+        }
+        match self.below(5) {
+            0 => 0,
+            1 => normal.saturating_add(1),
+            2 => usize::MAX - self.below(4) as usize,
+            3 => 1 << (32 + self.below(31)),
+            _ => normal.saturating_sub(1),
+        }
+    }
+
+    /// Every dimension through [`Gen::size`].
+    fn sizes(&mut self, ne: [usize; 4]) -> [usize; 4] {
+        [self.size(ne[0]), self.size(ne[1]), self.size(ne[2]), self.size(ne[3])]
+    }
+
+    /// A hostile byte quantity: near 2^64, 2^63, a wrapped negative, or a large power of two.
+    fn huge(&mut self) -> usize {
+        match self.below(4) {
+            0 => usize::MAX - 4 * self.below(4) as usize,
+            1 => 1 << 63,
+            2 => (4 * (1 + self.below(8)) as usize).wrapping_neg(),
+            _ => 1 << (32 + self.below(31)),
+        }
+    }
+
+    /// A contiguous tensor of `dtype` and `ne` in a buffer of its own (or a claim on a small
+    /// buffer when it would be too big), now and then made hostile.
+    fn tensor(&mut self, dtype: DType, ne: [usize; 4]) -> Tensor {
+        let ne = self.sizes(ne);
+        let mut t = self.plain(dtype, ne);
+        let d = self.below(4) as usize;
+        let hostile = self.below(16) < [0, 1, 3, 8][self.heat] as u64;
+        match if hostile { 24 + self.below(16) } else { 0 } {
+            0..=23 => {}
+            // Offsets near 2^64, huge or wrapped-negative strides.
+            24 => t.layout.offset = self.huge(),
+            25 => t.layout.nb[d] = self.huge(),
+            26 => t.layout.offset = t.layout.offset.wrapping_add(self.huge()),
+            // Zero strides (a broadcast: fine to read, never to write), with huge sizes too.
+            27 => {
+                t.layout.nb[d] = 0;
+                if t.layout.ne[d] == 1 {
+                    t.layout.ne[d] = 2;
+                }
+            }
+            28 => {
+                t.layout.nb[d] = 0;
+                t.layout.ne[d] = usize::MAX - self.below(2) as usize;
+            }
+            // Foreign buffers, wrong types, misalignment.
+            29 => t.buffer = BufferId(if self.below(2) == 0 { usize::MAX } else { self.mem.n_buffers() + 7 }),
+            30 => t.layout.dtype = [DType::F32, DType::F16, DType::BF16, DType::I32][self.below(4) as usize],
+            31 => t.layout.offset = t.layout.offset.wrapping_add(1 + self.below(3) as usize),
+            32 => t.layout.nb[d] = t.layout.nb[d].wrapping_add(1 + self.below(3) as usize),
+            // Aliasing an earlier tensor: the same view, or shifted by some elements.
+            33 | 34 if !self.made.is_empty() => {
+                let i = self.below(self.made.len() as u64) as usize;
+                let other = self.made[i];
+                let shift = if self.below(2) == 0 { 0 } else { 4 * self.below(4) as usize };
+                t.buffer = other.buffer;
+                t.layout.offset = other.layout.offset.wrapping_add(shift);
+                if self.below(2) == 0 && other.ne() == ne {
+                    t = other;
+                }
+            }
+            // Rows that overlap each other (a stride smaller than the row).
+            35 => t.layout.nb[1] = t.layout.nb[0].saturating_mul(self.below(2) as usize),
+            // An index buffer as the tensor's buffer.
+            36 => {
+                let n = Layout::contiguous_bytes(DType::I32, ne).unwrap_or(4).clamp(4, MAX_ALLOC) / 4;
+                t.buffer = self.mem.alloc_indices(&vec![0; n]).buffer;
+            }
+            // Empty, or one element off in some dimension.
+            37 => t.layout.ne[d] = 0,
+            38 => t.layout.ne[d] = t.layout.ne[d].saturating_add(1),
+            _ => t = t.transpose(),
+        }
+        self.made.push(t);
+        t
+    }
+
+    fn plain(&mut self, dtype: DType, ne: [usize; 4]) -> Tensor {
+        let fits = Layout::contiguous_bytes(dtype, ne).is_some_and(|bytes| bytes <= MAX_ALLOC);
+        match fits.then(|| self.mem.try_alloc_tensor(dtype, ne)) {
+            Some(Ok(t)) => t,
+            _ => {
+                // Too big to allocate: claim it on a small buffer (out of bounds, or overflowing).
+                let id = self.mem.alloc(64);
+                Tensor::new(id, Layout::contiguous(dtype, ne))
+            }
+        }
+    }
+
+    fn f32(&mut self, ne: [usize; 4]) -> Tensor {
+        self.tensor(DType::F32, ne)
+    }
+
+    /// An output: a fresh tensor, or sometimes (in place) one of `candidates` as it is.
+    fn out_or_in_place(&mut self, ne: [usize; 4], candidates: &[Tensor]) -> Tensor {
+        if !candidates.is_empty() && self.below(4) == 0 {
+            let i = self.below(candidates.len() as u64) as usize;
+            return candidates[i];
+        }
+        self.f32(ne)
+    }
+}
+
+fn build_cpy(g: &mut Gen) -> Box<dyn Op> {
+    let ne = [g.small(6), g.small(4), g.small(3), g.small(2)];
+    let src = g.f32(ne);
+    let n = ne.iter().product::<usize>();
+    let dst_ne = if g.below(2) == 0 { [n, 1, 1, 1] } else { [ne[1], ne[0], ne[2], ne[3]] };
+    let dst = g.f32(dst_ne);
+    Box::new(Cpy { src, dst })
+}
+
+fn build_cpy_snapshots(g: &mut Gen) -> Box<dyn Op> {
+    let (d_conv, n_t, c, n_s, n_slots) = (g.small(5) + 1, g.small(4), g.small(5), g.small(2), g.small(4));
+    let (group_stride, first_row) = (n_s + g.below(2) as usize, g.below(3) as usize);
+    // Hostile parameters too (first_row = usize::MAX: the H200 regression).
+    let (d_conv, n_slots, group_stride, first_row) = (g.size(d_conv), g.size(n_slots), g.size(group_stride), g.size(first_row));
+    let state = d_conv.saturating_sub(1);
+    let conv_input = g.f32([sat_add(state, n_t), c, n_s, 1]);
+    let rows = sat_add(sat_mul(n_slots.min(20), group_stride.min(8)), first_row.min(8) + n_s);
+    let cache = g.f32([sat_mul(state, c), rows, 1, 1]);
+    Box::new(CpySnapshots { conv_input, cache, d_conv, first_row, group_stride, n_slots })
+}
+
+fn build_get_rows(g: &mut Gen) -> Box<dyn Op> {
+    let (len, n_src, n) = (g.small(8), g.small(5), g.small(4));
+    let src = g.f32([len, n_src, 1, 1]);
+    let values: Vec<i32> = (0..n)
+        .map(|_| match g.below(16) {
+            12 => -1,
+            13 => n_src as i32,
+            14 => i32::MAX,
+            15 => i32::MIN,
+            _ => g.below(n_src as u64) as i32,
+        })
+        .collect();
+    let rows = if g.below(8) == 7 { g.tensor(DType::I32, [n, 1, 1, 1]) } else { g.mem.alloc_indices(&values) };
+    g.made.push(rows);
+    let dst = g.f32([len, n, 1, 1]);
+    Box::new(GetRows { src, rows, dst })
+}
+
+fn build_concat(g: &mut Gen) -> Box<dyn Op> {
+    let (na, nb, n1, n2) = (g.small(4), g.small(4), g.small(5), g.small(2));
+    let a = g.f32([na, n1, n2, 1]);
+    // b as the layer builds it: the transpose of a [n1, nb, n2] projection.
+    let b = if g.below(2) == 0 { g.f32([n1, nb, n2, 1]).transpose() } else { g.f32([nb, n1, n2, 1]) };
+    let dst = g.f32([sat_add(na, nb), n1, n2, 1]);
+    Box::new(ConcatDim0 { a, b, dst })
+}
+
+fn build_scale(g: &mut Gen) -> Box<dyn Op> {
+    let ne = [g.small(8), g.small(3), g.small(2), 1];
+    let src = g.f32(ne);
+    let dst = g.out_or_in_place(ne, &[src]);
+    Box::new(Scale { src, dst, scale: 0.5, bias: 1.0 })
+}
+
+fn build_ssm_conv(g: &mut Gen) -> Box<dyn Op> {
+    let d_conv = [3, 4, 5, 9, 15][g.below(5) as usize];
+    let (c, n_t, n_s) = (g.small(6), g.small(4), g.small(2));
+    let weight = g.f32([d_conv, c, 1, 1]);
+    let conv_input = g.f32([sat_add(d_conv - 1, n_t), c, n_s, 1]);
+    let bias = (g.below(2) == 0).then(|| g.f32([c, 1, 1, 1]));
+    let dst = g.f32([c, n_t, n_s, 1]);
+    Box::new(SsmConv { conv_input, weight, bias, dst, apply_silu: g.below(2) == 0 })
+}
+
+fn build_l2_norm(g: &mut Gen) -> Box<dyn Op> {
+    let ne = [g.small(40), g.small(3), g.small(2), g.small(2)];
+    let src = g.f32(ne);
+    let dst = g.out_or_in_place(ne, &[src]);
+    let eps = [1e-6, 0.0, f32::NAN, -1.0][(g.below(8) as usize).saturating_sub(4).min(3)];
+    Box::new(L2Norm { src, dst, eps })
+}
+
+fn build_unary(g: &mut Gen) -> Box<dyn Op> {
+    let kind = UnaryKind::ALL[g.below(4) as usize];
+    let ne = [g.small(8), g.small(3), g.small(2), 1];
+    let src = g.f32(ne);
+    let dst = g.out_or_in_place(ne, &[src]);
+    Box::new(Unary { kind, src, dst })
+}
+
+fn build_binary(g: &mut Gen) -> Box<dyn Op> {
+    let kind = if g.below(2) == 0 { BinaryKind::Add } else { BinaryKind::Mul };
+    let ne = [g.small(8), g.small(3), g.small(2), g.small(2)];
+    let a = g.f32(ne);
+    let ne_b = ne.map(|n| if g.below(2) == 0 { n } else { 1 });
+    let b = g.f32(ne_b);
+    let dst = g.out_or_in_place(ne, &[a, b]);
+    Box::new(Binary { kind, a, b, dst })
+}
+
+fn build_mul_mat_vec(g: &mut Gen) -> Box<dyn Op> {
+    let dtype = [DType::F32, DType::F16, DType::BF16][g.below(3) as usize];
+    let (e, rows, ncols) = (2 * g.small(40), g.small(6), g.small(9));
+    let weight = g.tensor(dtype, [e, rows, 1, 1]);
+    let input = g.f32([e, ncols, 1, 1]);
+    let dst = g.f32([rows, ncols, 1, 1]);
+    let precision = if g.below(2) == 0 { Precision::Default } else { Precision::F32 };
+    Box::new(MulMatVec { weight, input, dst, precision })
+}
+
+fn build_gated_delta_net(g: &mut Gen) -> Box<dyn Op> {
+    const D: usize = 128;
+    let (hk, hv, n_t, n_s, slots) = (1, g.small(2), g.small(3), g.small(2), g.small(3));
+    let q = g.f32([D, hk, n_t, n_s]);
+    let k = g.f32([D, hk, n_t, n_s]);
+    let v = g.f32([D, hv, n_t, n_s]);
+    let gate = g.f32([1, hv, n_t, n_s]);
+    let beta = g.f32([1, hv, n_t, n_s]);
+    let state_in = g.f32([D, D, hv, n_s]);
+    let out = g.f32([D, hv, n_t, n_s]);
+    let states = g.f32([sat_mul(D * D, hv), n_s, slots, 1]);
+    Box::new(GatedDeltaNet { q, k, v, g: gate, beta, state_in, out, states })
+}
+
+/// Byte offsets of every element of a small view.
+fn element_offsets(t: &Tensor) -> Vec<usize> {
+    t.layout.indices().map(|i| t.layout.checked_byte_offset(i).expect("an accepted view's offsets fit")).collect()
+}
+
+fn fail(op: &dyn Op, what: String) -> TestCaseError {
+    TestCaseError::fail(format!("{} accepted {op:?}, but {what}", op.name()))
+}
+
+/// What acceptance must guarantee.
+fn check_accepted(op: &dyn Op, mem: &HostMemory) -> Result<(), TestCaseError> {
+    let (inputs, outputs) = (op.inputs(), op.outputs());
+    for t in inputs.iter().chain(&outputs) {
+        let range = match t.layout.checked_byte_range() {
+            Ok(Some(r)) => r,
+            other => return Err(fail(op, format!("{t:?} has byte range {other:?}"))),
+        };
+        let Some(len) = mem.buffer_len(t.buffer) else { return Err(fail(op, format!("{t:?} names a missing buffer"))) };
+        if range.end > len {
+            return Err(fail(op, format!("{t:?} spans {range:?} of a {len}-byte buffer")));
+        }
+        let size = t.dtype().size();
+        if range.start % size != 0 || t.layout.nb.iter().any(|nb| nb % size != 0) {
+            return Err(fail(op, format!("{t:?} is not element-aligned")));
+        }
+        if t.layout.checked_n_elements().is_none() {
+            return Err(fail(op, format!("{t:?} has an unrepresentable element count")));
+        }
+    }
+    for (i, o) in outputs.iter().enumerate() {
+        if mem.is_index_buffer(o.buffer) {
+            return Err(fail(op, format!("output {o:?} is in an index buffer")));
+        }
+        if o.layout.n_elements() <= SMALL_ELEMENTS {
+            let mut offsets = element_offsets(o);
+            offsets.sort_unstable();
+            if let Some(w) = offsets.windows(2).find(|w| w[1] - w[0] < o.dtype().size()) {
+                return Err(fail(op, format!("output {o:?} has two elements at bytes {} and {}", w[0], w[1])));
+            }
+            for t in &inputs {
+                if o.same_elements(t) || t.buffer != o.buffer || t.layout.n_elements() > SMALL_ELEMENTS {
+                    continue;
+                }
+                let written: HashSet<usize> = offsets.iter().flat_map(|&b| b..b + o.dtype().size()).collect();
+                let size = t.dtype().size();
+                if let Some(b) = element_offsets(t).into_iter().find(|&b| (b..b + size).any(|x| written.contains(&x))) {
+                    return Err(fail(op, format!("output {o:?} writes byte {b} of input {t:?}")));
+                }
+            }
+        }
+        for t in &inputs {
+            if !o.same_elements(t) && o.overlaps(t) {
+                return Err(fail(op, format!("output {o:?} partially overlaps input {t:?}")));
+            }
+        }
+        for p in &outputs[i + 1..] {
+            if o.overlaps(p) {
+                return Err(fail(op, format!("outputs {o:?} and {p:?} overlap")));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Cases per outcome: accepted and run through the reference, accepted (too big to run),
+/// refused.
+#[derive(Debug, Default)]
+struct Tally {
+    ran: usize,
+    accepted: usize,
+    refused: usize,
+}
+
+fn run_one(build: BuildOp, tape: &[u64], tally: &RefCell<Tally>) -> Result<(), TestCaseError> {
+    let mut g = Gen::new(tape);
+    let op = build(&mut g);
+    let mut mem = g.mem;
+    match op.validate(&mem) {
+        Ok(()) => {
+            check_accepted(op.as_ref(), &mem)?;
+            let work: usize = op.inputs().iter().chain(&op.outputs()).map(|t| t.layout.n_elements()).fold(0, usize::saturating_add);
+            if work <= 4 * SMALL_ELEMENTS {
+                op.reference(&mut mem, &mut ExactMufu).map_err(|e| fail(op.as_ref(), format!("its reference refused: {e}")))?;
+                tally.borrow_mut().ran += 1;
+            } else {
+                tally.borrow_mut().accepted += 1;
+            }
+        }
+        Err(e) => {
+            tally.borrow_mut().refused += 1;
+            let before = mem.clone();
+            match op.reference(&mut mem, &mut ExactMufu) {
+                Ok(()) => return Err(TestCaseError::fail(format!("{} refused {op:?} ({e}) but its reference ran", op.name()))),
+                Err(_) => {
+                    let changed = (0..mem.n_buffers()).any(|b| mem.bytes(BufferId(b)) != before.bytes(BufferId(b)));
+                    prop_assert!(!changed, "{}: a refused reference wrote memory", op.name());
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn cases() -> u32 {
+    std::env::var("RGDN_PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(2048)
+}
+
+#[test]
+fn hostile_views_never_get_past_validation() {
+    let seed: Option<u64> = std::env::var("RGDN_PROPTEST_SEED").ok().and_then(|v| v.parse().ok());
+    for &(name, build) in OPS {
+        let config = Config { cases: cases(), failure_persistence: None, ..Config::default() };
+        let rng = match seed {
+            Some(seed) => TestRng::from_seed(RngAlgorithm::ChaCha, &[seed.to_le_bytes(), [0; 8], [0; 8], [0; 8]].concat()),
+            None => TestRng::deterministic_rng(RngAlgorithm::ChaCha),
+        };
+        let mut runner = TestRunner::new_with_rng(config, rng);
+        let tape = proptest::collection::vec(any::<u64>(), 256);
+        let tally = RefCell::new(Tally::default());
+        if let Err(e) = runner.run(&tape, |tape| run_one(build, &tape, &tally)) {
+            panic!("{name}: {e}");
+        }
+        let t = tally.into_inner();
+        println!(
+            "{name:<16} {} cases: {} accepted and run on the CPU reference, {} accepted (large), {} refused",
+            cases(),
+            t.ran,
+            t.accepted,
+            t.refused
+        );
+        // The generator must reach both sides of validation, or the properties say little.
+        assert!(t.ran > 0 && t.refused > 0, "{name}: {t:?}");
+    }
+}
+
+/// The generator does reach acceptance for every op (else the properties above say little).
+#[test]
+fn the_benign_tape_builds_valid_ops() {
+    for &(name, build) in OPS {
+        let tape = [0u64; 64];
+        let mut g = Gen::new(&tape);
+        let op = build(&mut g);
+        op.validate(&g.mem).unwrap_or_else(|e| panic!("{name}: the benign op is refused: {e}"));
+    }
+}
