@@ -30,6 +30,9 @@ impl DeviceBuffer {
 }
 
 /// A kernel parameter, pushed by value in declaration order.
+// Arguments live on the stack for one launch and are never stored: the size of `Params` costs
+// a copy, not memory.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Copy, Debug)]
 pub enum KernelArg {
     /// A device address (`*const T` / `*mut T` in the kernel); 0 for an absent optional operand.
@@ -73,7 +76,10 @@ impl ParamBlock {
     pub fn of<P: KernelParams>(params: &P) -> Result<Self> {
         let len = std::mem::size_of::<P>();
         if len > PARAM_BLOCK_BYTES || std::mem::align_of::<P>() > 8 {
-            return Err(Error::Unsupported { op: "Gpu::launch", what: format!("a {len}-byte parameter struct (block holds {PARAM_BLOCK_BYTES})") });
+            return Err(Error::Unsupported {
+                op: "Gpu::launch",
+                what: format!("a {len}-byte parameter struct (block holds {PARAM_BLOCK_BYTES})"),
+            });
         }
         let mut words = [0u64; PARAM_BLOCK_BYTES / 8];
         // SAFETY: `P: KernelParams` has no padding, so all `len` bytes are initialised; the
