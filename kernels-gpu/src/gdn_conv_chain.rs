@@ -1,0 +1,249 @@
+//! GDN_CONV_CHAIN — the conv chain of one GDN layer step in one kernel (the reference PR's
+//! `ssm_conv_gdn_fused_f32`), bit-identical to the five unfused kernels it replaces:
+//! [`get_rows`](crate::get_rows) of the conv state, [`concat`](crate::concat) with the
+//! transposed projection, the snapshot [`cpy`](crate::cpy) rows (CPY / CPY_SNAPSHOTS),
+//! [`ssm_conv`](crate::ssm_conv) + SiLU, and [`l2_norm`](crate::l2_norm) of the q and k heads
+//! (spec §1.3 C2–C5, W1/W2, V1–V2, N1).
+//!
+//! # Thread mapping
+//! Block of [`GDN_CONV_CHAIN_BLOCK`](crate::abi::GDN_CONV_CHAIN_BLOCK) = 128 threads, grid
+//! (C/128, 1, 1). Block `by` owns channels `c0 = by·128 … c0+127`; thread `tid` owns channel
+//! `c0 + tid` for the conv. Phases:
+//! 1. **Read everything** (GET_ROWS + CONCAT): the block's slice of the source cache row —
+//!    channels c0 … c0+127 are the 128·(d_conv−1) contiguous floats at `c0·(d_conv−1)` — is read
+//!    coalesced (thread `tid` reads floats `tid, tid+128, …`) and each float is put at its
+//!    CONCAT place in a shared-memory `conv_input` tile `[128 channels][stride]`
+//!    (column jj < d_conv−1: old state slot jj). Each thread reads its channel's n_t tokens from
+//!    qkv (contiguous across threads per token) into columns d_conv−1+t of its tile row, and its
+//!    d_conv weights into registers. Barrier.
+//! 2. **Conv + SiLU** (SSM_CONV): each thread walks its tile row exactly as `ssm_conv` walks its
+//!    conv_input row and calls the same [`conv_output`] (fma from +0 over the taps, `+ 0` for the
+//!    absent bias, SiLU); writes `conv_out` and stages the output in shared memory.
+//! 3. **Snapshot rows** (CPY / CPY_SNAPSHOTS): for every row i, window(`offsets[i]`) of the
+//!    tile goes to the block's slice of cache row `rows[i]`: float `f = cl·(d_conv−1) + jj` of
+//!    the slice ← tile[cl][offset + jj] — `cpy::copy_window` for every channel cl, with threads
+//!    mapped over the slice's floats instead of over channels so that the stores coalesce.
+//! 4. Barrier; **L2_NORM** of the q/k heads inside the block (blocks of v channels stop before
+//!    the barrier): one warp per (token, head), the same [`lane_sum_sq_with`] partials (lane l:
+//!    fma over columns l, l+32, … from +0), the same butterfly and scale ([`row_scale`]) and the
+//!    same `scale · x` ([`scale_row_with`]) as `l2_norm_f32`, reading the staged outputs.
+//!
+//! # Aliasing
+//! A snapshot row may be the source row, and `conv_out` may be `qkv` element for element. Both
+//! are safe because every global read of a block happens in phase 1, every global write after
+//! the barrier that ends it, and a block reads and writes only its own channels: its slice of
+//! the cache rows (floats c0·(d_conv−1) … (c0+128)·(d_conv−1)), its qkv/conv_out channels, and
+//! its q/k heads. The host refuses every other overlap (outputs with each other, with the
+//! weights, the cache with qkv and conv_out, rows written twice).
+//!
+//! # Bits
+//! Copies move f32 bit patterns through loads and stores only (no arithmetic: NaN payloads and
+//! subnormals survive). The arithmetic is the unfused kernels' own `#[inline(always)]` bodies.
+
+use crate::abi::{GDN_CONV_CHAIN_BLOCK, GDN_CONV_CHAIN_MAX_ROWS, GDN_CONV_CHAIN_MAX_TOKENS, GdnConvChainParams, gdn_conv_chain_tile_stride};
+use crate::device::shared;
+use crate::device::thread::{block_idx_x, sync_threads, thread_idx_x};
+use crate::l2_norm::{lane_sum_sq_with, row_scale, scale_row_with};
+use crate::ssm_conv::conv_output;
+
+const BLOCK: usize = GDN_CONV_CHAIN_BLOCK as usize;
+const WARPS: u32 = GDN_CONV_CHAIN_BLOCK / 32;
+
+/// Shared-window address of f32 number `i` from `base`.
+#[inline(always)]
+fn at(base: u32, i: usize) -> u32 {
+    base + 4 * i as u32
+}
+
+/// Phase 3 for one row: window(offset) of the tile into the block's slice of cache row `row`.
+struct RowWriter {
+    cache: *mut f32,
+    cache_row: usize,
+    slice_off: usize,
+    tile: u32,
+    /// Tile position (in floats) of slice float k·128 + tid, before adding the window offset.
+    tile_at: [usize; 4],
+    state_len: usize,
+    tid: usize,
+}
+
+impl RowWriter {
+    /// # Safety
+    /// `row` must be a cache row the host validated, `offset` ≤ n_t, and the tile complete
+    /// (after phase 1's barrier).
+    #[inline(always)]
+    unsafe fn write(&self, row: usize, offset: usize) {
+        // SAFETY: forwarded to the caller; the slice lies inside the row (channels < C).
+        let dst = unsafe { self.cache.add(row * self.cache_row + self.slice_off) };
+        let mut k = 0;
+        while k < self.state_len {
+            // SAFETY: tile_at[k] + offset ≤ 127·stride + (d_conv − 2) + n_t < 128·stride.
+            let v = unsafe { shared::load_f32(at(self.tile, self.tile_at[k] + offset)) };
+            unsafe { *dst.add(k * BLOCK + self.tid) = v };
+            k += 1;
+        }
+    }
+}
+
+/// # Safety
+/// See the module docs: the host validated every view and index for the grid (C/128) and the
+/// launch's dynamic shared memory is `gdn_conv_chain_shared_bytes(D_CONV, n_tokens)`.
+#[inline(always)]
+unsafe fn gdn_conv_chain<const D_CONV: usize>(p: &GdnConvChainParams) {
+    let state_len = D_CONV - 1;
+    let n_t = p.n_tokens as usize;
+    let tid = thread_idx_x() as usize;
+    let c0 = block_idx_x() as usize * BLOCK;
+    let c = c0 + tid;
+    let stride = gdn_conv_chain_tile_stride(D_CONV, n_t);
+    let tile = shared::base();
+    let staged = at(tile, BLOCK * stride);
+    let my_row = at(tile, tid * stride);
+    // SAFETY (all global accesses): the host validated the source index, every row in
+    // rows[..n_rows], and every view for channels < C = gridDim.x·128, n_t tokens and
+    // 2·H_k·D ≤ C q/k channels. Shared accesses stay inside the tile (128·stride floats) and
+    // the staging area (n_t·128 floats) the launch allocated.
+
+    // ---- Phase 1: every global read of this block, all issued before the first shared store
+    // (a generic load may not move above a shared store, so the order is kept by hand). ----
+    let cache = p.cache as *mut f32;
+    let src_row = unsafe { *(p.source_row as *const i32) } as usize;
+    // Tokens: qkv (c, t), contiguous across the block's threads for each t.
+    let qkv = p.qkv as *const f32;
+    let mut x = [0.0f32; GDN_CONV_CHAIN_MAX_TOKENS];
+    let mut t = 0;
+    while t < GDN_CONV_CHAIN_MAX_TOKENS {
+        if t < n_t {
+            x[t] = unsafe { *qkv.add(c + t * p.qkv_token as usize) };
+        }
+        t += 1;
+    }
+    let w_row = unsafe { (p.weight as *const f32).add(c * p.w_channel as usize) };
+    let mut w = [0.0f32; D_CONV];
+    let mut j = 0;
+    while j < D_CONV {
+        w[j] = unsafe { *w_row.add(j) };
+        j += 1;
+    }
+    // GET_ROWS of the block's slice of the source row, coalesced: slice float k·128 + tid.
+    let slice_off = c0 * state_len;
+    let src = unsafe { cache.add(src_row * p.cache_row as usize + slice_off) };
+    let mut old = [0.0f32; 4];
+    let mut k = 0;
+    while k < state_len {
+        old[k] = unsafe { *src.add(k * BLOCK + tid) };
+        k += 1;
+    }
+    // CONCAT into the tile: slice float f = cl·state_len + jj → tile[cl][jj]; token t of this
+    // thread's channel → tile[tid][state_len + t].
+    let mut k = 0;
+    while k < state_len {
+        let f = k * BLOCK + tid;
+        unsafe { shared::store_f32(at(tile, (f / state_len) * stride + f % state_len), old[k]) };
+        k += 1;
+    }
+    let mut t = 0;
+    while t < GDN_CONV_CHAIN_MAX_TOKENS {
+        if t < n_t {
+            unsafe { shared::store_f32(at(my_row, state_len + t), x[t]) };
+        }
+        t += 1;
+    }
+    // SAFETY: every thread of the block reaches this barrier (no early exit above).
+    unsafe { sync_threads() };
+
+    // ---- Phase 2: SSM_CONV + SiLU, as `ssm_conv` walks a conv_input row. ----
+    let out = unsafe { (p.conv_out as *mut f32).add(c) };
+    let mut window = [0.0f32; D_CONV];
+    let mut j = 0;
+    while j + 1 < D_CONV {
+        window[j] = unsafe { shared::load_f32(at(my_row, j)) };
+        j += 1;
+    }
+    let mut t = 0;
+    while t < n_t {
+        window[D_CONV - 1] = unsafe { shared::load_f32(at(my_row, t + D_CONV - 1)) };
+        let y = conv_output::<D_CONV>(&window, &w, 0.0, true);
+        unsafe {
+            *out.add(t * p.conv_out_token as usize) = y;
+            shared::store_f32(at(staged, t * BLOCK + tid), y);
+        }
+        let mut j = 0;
+        while j + 1 < D_CONV {
+            window[j] = window[j + 1];
+            j += 1;
+        }
+        t += 1;
+    }
+
+    // ---- Phase 3: the snapshot rows, window(offset) of the tile → the block's row slices. ----
+    // Thread tid stores slice floats f = k·128 + tid: channel cl = f / state_len, slot jj.
+    let mut tile_at = [0usize; 4];
+    let mut k = 0;
+    while k < state_len {
+        let f = k * BLOCK + tid;
+        tile_at[k] = (f / state_len) * stride + f % state_len;
+        k += 1;
+    }
+    let rows = RowWriter { cache, cache_row: p.cache_row as usize, slice_off, tile, tile_at, state_len, tid };
+    // Literal indices into the parameter tables (a runtime index would copy the parameter block
+    // to local memory); `tests/ptx.rs` checks that these entries use no local memory.
+    macro_rules! write_rows {
+        ($($i:literal)*) => {$(
+            if $i < p.n_rows as usize {
+                // SAFETY: i < n_rows: a validated row and an offset ≤ n_t.
+                unsafe { rows.write(p.rows[$i] as usize, p.offsets[$i] as usize) };
+            }
+        )*};
+    }
+    write_rows!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
+    const _: () = assert!(GDN_CONV_CHAIN_MAX_ROWS == 16, "write_rows! lists 16 row indices");
+
+    // ---- Phase 4: L2_NORM of the q/k heads of this block. ----
+    let (d, h_k) = (p.head_dim as usize, p.n_k_heads as usize);
+    if c0 >= 2 * h_k * d {
+        return; // v channels only (block-uniform: the whole block leaves, no barrier follows).
+    }
+    // SAFETY: block-uniform condition above; every thread of a q/k block reaches the barrier.
+    unsafe { sync_threads() };
+    // D is a power of two dividing 128 (checked by the host): shifts instead of divisions.
+    let d_log2 = p.head_dim.trailing_zeros();
+    let heads_log2 = BLOCK.trailing_zeros().wrapping_sub(d_log2);
+    let (lane, warp) = (tid as u32 % 32, tid as u32 / 32);
+    let items = (n_t << heads_log2) as u32;
+    let mut item = warp;
+    while item < items {
+        // Warp-uniform: all 32 lanes run the collectives in `row_scale` together.
+        let (t, hl) = ((item >> heads_log2) as usize, (item as usize) & ((1 << heads_log2) - 1));
+        let head = (c0 >> d_log2) + hl;
+        let (dst, h, head_stride, token_stride) =
+            if head < h_k { (p.q_norm, head, p.q_head, p.q_token) } else { (p.k_norm, head - h_k, p.k_head, p.k_token) };
+        let src = at(staged, t * BLOCK + hl * d);
+        let dst = unsafe { (dst as *mut f32).add(h * head_stride as usize + t * token_stride as usize) };
+        let load = |col: u32| unsafe { shared::load_f32(at(src, col as usize)) };
+        // SAFETY: the whole warp is converged here (warp-uniform loop).
+        let scale = unsafe { row_scale(lane_sum_sq_with(load, lane, d as u32), p.eps) };
+        scale_row_with(scale, load, |col, v| unsafe { *dst.add(col as usize) = v }, lane, d as u32);
+        item += WARPS;
+    }
+}
+
+macro_rules! gdn_conv_chain_entries {
+    ($($name:ident = $d:literal;)*) => {$(
+        /// Entry point; see the module docs.
+        ///
+        /// # Safety
+        /// See the module docs: the host validates every view, index and row before launching.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $name(p: GdnConvChainParams) {
+            // SAFETY: forwarded from the launch contract above.
+            unsafe { gdn_conv_chain::<$d>(&p) }
+        }
+    )*};
+}
+
+gdn_conv_chain_entries! {
+    gdn_conv_chain_f32_d3 = 3;
+    gdn_conv_chain_f32_d4 = 4;
+    gdn_conv_chain_f32_d5 = 5;
+}
