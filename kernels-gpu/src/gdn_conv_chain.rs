@@ -216,14 +216,17 @@ unsafe fn gdn_conv_chain<const D_CONV: usize>(p: &GdnConvChainParams) {
         // Warp-uniform: all 32 lanes run the collectives in `row_scale` together.
         let (t, hl) = ((item >> heads_log2) as usize, (item as usize) & ((1 << heads_log2) - 1));
         let head = (c0 >> d_log2) + hl;
-        let (dst, h, head_stride, token_stride) =
-            if head < h_k { (p.q_norm, head, p.q_head, p.q_token) } else { (p.k_norm, head - h_k, p.k_head, p.k_token) };
-        let src = at(staged, t * BLOCK + hl * d);
-        let dst = unsafe { (dst as *mut f32).add(h * head_stride as usize + t * token_stride as usize) };
-        let load = |col: u32| unsafe { shared::load_f32(at(src, col as usize)) };
-        // SAFETY: the whole warp is converged here (warp-uniform loop).
-        let scale = unsafe { row_scale(lane_sum_sq_with(load, lane, d as u32), p.eps) };
-        scale_row_with(scale, load, |col, v| unsafe { *dst.add(col as usize) = v }, lane, d as u32);
+        // Heads 0 … H_k are q, H_k … 2·H_k are k; a block may end in v heads (skipped).
+        if head < 2 * h_k {
+            let (dst, h, head_stride, token_stride) =
+                if head < h_k { (p.q_norm, head, p.q_head, p.q_token) } else { (p.k_norm, head - h_k, p.k_head, p.k_token) };
+            let src = at(staged, t * BLOCK + hl * d);
+            let dst = unsafe { (dst as *mut f32).add(h * head_stride as usize + t * token_stride as usize) };
+            let load = |col: u32| unsafe { shared::load_f32(at(src, col as usize)) };
+            // SAFETY: the whole warp is converged here (`item`, hence `head`, is warp-uniform).
+            let scale = unsafe { row_scale(lane_sum_sq_with(load, lane, d as u32), p.eps) };
+            scale_row_with(scale, load, |col, v| unsafe { *dst.add(col as usize) = v }, lane, d as u32);
+        }
         item += WARPS;
     }
 }

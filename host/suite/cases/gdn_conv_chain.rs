@@ -337,6 +337,10 @@ fn match_setups() -> Vec<ChainSetup> {
         // Padded views: cache rows, projection rows and q/k heads with gaps.
         ChainSetup { pad: 40, ..ChainSetup::sweep_shape(3, 6, 3) },
         ChainSetup { pad: 8, alias_out: true, ..ChainSetup::sweep_shape(2, 9, 15) },
+        // Blocks that hold q and k heads, or k and v heads (2·H_k·D not a multiple of 128).
+        ChainSetup { n_t: 5, n_rollback: 2, ..shape(4, 32, [1, 2], 1, 0) },
+        ChainSetup { n_t: 3, n_rollback: 3, alias_out: true, source_row: 1, ..shape(3, 32, [3, 2], 2, 1) },
+        ChainSetup { n_t: 16, n_rollback: 7, ..shape(5, 64, [1, 2], 1, 0) },
         // Special values (±0, subnormals, ±Inf, NaN, extremes) in the state and the tokens.
         ChainSetup { specials: true, ..ChainSetup::sweep_shape(0, 4, 3) },
         ChainSetup { specials: true, ..ChainSetup::sweep_shape(1, 8, 7) },
