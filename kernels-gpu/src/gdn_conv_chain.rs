@@ -16,13 +16,13 @@
 //!    (column jj < d_conv−1: old state slot jj). Each thread reads its channel's n_t tokens from
 //!    qkv (contiguous across threads per token) into columns d_conv−1+t of its tile row, and its
 //!    d_conv weights into registers. Barrier.
-//! 2. **Conv + SiLU** (SSM_CONV): each thread walks its tile row exactly as `ssm_conv` walks its
-//!    conv_input row and calls the same [`conv_output`] (fma from +0 over the taps, `+ 0` for the
-//!    absent bias, SiLU); writes `conv_out` and stages the output in shared memory.
-//! 3. **Snapshot rows** (CPY / CPY_SNAPSHOTS): for every row i, window(`offsets[i]`) of the
+//! 2. **Snapshot rows** (CPY / CPY_SNAPSHOTS): for every row i, window(`offsets[i]`) of the
 //!    tile goes to the block's slice of cache row `rows[i]`: float `f = cl·(d_conv−1) + jj` of
 //!    the slice ← tile[cl][offset + jj] — `cpy::copy_window` for every channel cl, with threads
 //!    mapped over the slice's floats instead of over channels so that the stores coalesce.
+//! 3. **Conv + SiLU** (SSM_CONV): each thread walks its tile row exactly as `ssm_conv` walks its
+//!    conv_input row and calls the same [`conv_output`] (fma from +0 over the taps, `+ 0` for the
+//!    absent bias, SiLU); writes `conv_out` and stages the output in shared memory.
 //! 4. Barrier; **L2_NORM** of the q/k heads inside the block (blocks of v channels stop before
 //!    the barrier): one warp per (token, head), the same [`lane_sum_sq_with`] partials (lane l:
 //!    fma over columns l, l+32, … from +0), the same butterfly and scale ([`row_scale`]) and the
@@ -90,6 +90,7 @@ impl RowWriter {
 /// launch's dynamic shared memory is `gdn_conv_chain_shared_bytes(D_CONV, n_tokens)`.
 #[inline(always)]
 unsafe fn gdn_conv_chain<const D_CONV: usize>(p: &GdnConvChainParams) {
+    const { assert!(D_CONV >= 2 && D_CONV <= 5, "the state arrays hold up to 4 columns") };
     let state_len = D_CONV - 1;
     let n_t = p.n_tokens as usize;
     let tid = thread_idx_x() as usize;
@@ -152,7 +153,31 @@ unsafe fn gdn_conv_chain<const D_CONV: usize>(p: &GdnConvChainParams) {
     // SAFETY: every thread of the block reaches this barrier (no early exit above).
     unsafe { sync_threads() };
 
-    // ---- Phase 2: SSM_CONV + SiLU, as `ssm_conv` walks a conv_input row. ----
+    // ---- Phase 2: the snapshot rows, window(offset) of the tile → the block's row slices (first,
+    // so that the stores drain while the conv computes). ----
+    // Thread tid stores slice floats f = k·128 + tid: channel cl = f / state_len, slot jj.
+    let mut tile_at = [0usize; 4];
+    let mut k = 0;
+    while k < state_len {
+        let f = k * BLOCK + tid;
+        tile_at[k] = (f / state_len) * stride + f % state_len;
+        k += 1;
+    }
+    let rows = RowWriter { cache, cache_row: p.cache_row as usize, slice_off, tile, tile_at, state_len, tid };
+    // Literal indices into the parameter tables (a runtime index would copy the parameter block
+    // to local memory); `tests/ptx.rs` checks that these entries use no local memory.
+    macro_rules! write_rows {
+        ($($i:literal)*) => {$(
+            if $i < p.n_rows as usize {
+                // SAFETY: i < n_rows: a validated row and an offset ≤ n_t.
+                unsafe { rows.write(p.rows[$i] as usize, p.offsets[$i] as usize) };
+            }
+        )*};
+    }
+    write_rows!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
+    const _: () = assert!(GDN_CONV_CHAIN_MAX_ROWS == 16, "write_rows! lists 16 row indices");
+
+    // ---- Phase 3: SSM_CONV + SiLU, as `ssm_conv` walks a conv_input row. ----
     let out = unsafe { (p.conv_out as *mut f32).add(c) };
     let mut window = [0.0f32; D_CONV];
     let mut j = 0;
@@ -175,29 +200,6 @@ unsafe fn gdn_conv_chain<const D_CONV: usize>(p: &GdnConvChainParams) {
         }
         t += 1;
     }
-
-    // ---- Phase 3: the snapshot rows, window(offset) of the tile → the block's row slices. ----
-    // Thread tid stores slice floats f = k·128 + tid: channel cl = f / state_len, slot jj.
-    let mut tile_at = [0usize; 4];
-    let mut k = 0;
-    while k < state_len {
-        let f = k * BLOCK + tid;
-        tile_at[k] = (f / state_len) * stride + f % state_len;
-        k += 1;
-    }
-    let rows = RowWriter { cache, cache_row: p.cache_row as usize, slice_off, tile, tile_at, state_len, tid };
-    // Literal indices into the parameter tables (a runtime index would copy the parameter block
-    // to local memory); `tests/ptx.rs` checks that these entries use no local memory.
-    macro_rules! write_rows {
-        ($($i:literal)*) => {$(
-            if $i < p.n_rows as usize {
-                // SAFETY: i < n_rows: a validated row and an offset ≤ n_t.
-                unsafe { rows.write(p.rows[$i] as usize, p.offsets[$i] as usize) };
-            }
-        )*};
-    }
-    write_rows!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
-    const _: () = assert!(GDN_CONV_CHAIN_MAX_ROWS == 16, "write_rows! lists 16 row indices");
 
     // ---- Phase 4: L2_NORM of the q/k heads of this block. ----
     let (d, h_k) = (p.head_dim as usize, p.n_k_heads as usize);
