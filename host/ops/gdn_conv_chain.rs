@@ -83,7 +83,10 @@ impl GdnConvChain {
         check::shape(OP, "weight", &self.weight, [d_conv, n_channels, 1, 1])?;
         check::rows_contiguous(OP, "weight", &self.weight)?;
         if abi::gdn_conv_chain_entry(d_conv).is_none() {
-            return Err(Error::Unsupported { op: OP, what: format!("d_conv = {d_conv} (kernels exist for {:?})", abi::GDN_CONV_CHAIN_WIDTHS) });
+            return Err(Error::Unsupported {
+                op: OP,
+                what: format!("d_conv = {d_conv} (kernels exist for {:?})", abi::GDN_CONV_CHAIN_WIDTHS),
+            });
         }
         let block = abi::GDN_CONV_CHAIN_BLOCK as usize;
         if !n_channels.is_multiple_of(block) {
@@ -155,7 +158,9 @@ impl GdnConvChain {
             return Err(Error::Unsupported { op: OP, what: format!("head_dim = {d} (built for {:?})", abi::GDN_CONV_CHAIN_HEAD_DIMS) });
         }
         if h_k == 0 || h_k.checked_mul(2 * d).is_none_or(|qk| qk > n_channels) {
-            return Err(Error::Invalid { op: OP, what: format!("{h_k} q and {h_k} k heads of {d} need 1 ≤ 2·H_k·D ≤ C = {n_channels}") });
+            return Err(Error::Invalid {
+                op: OP, what: format!("{h_k} q and {h_k} k heads of {d} need 1 ≤ 2·H_k·D ≤ C = {n_channels}")
+            });
         }
         if !self.eps.is_finite() || self.eps < 0.0 {
             return Err(Error::Invalid { op: OP, what: format!("eps = {} (must be finite and ≥ 0)", self.eps) });

@@ -189,7 +189,10 @@ pub fn run_case_cpu(case: &Case) -> CaseReport {
                 let mut mem = eq.mem.clone();
                 ops.iter().try_for_each(|op| op.reference(&mut mem, &mut ExactMufu)).map(|_| mem).map_err(|e| e.to_string())
             };
-            run(&eq.a).and_then(|a| Ok((a, run(&eq.b)?))).and_then(|(a, b)| compare_pairs(&a, &b, &eq.compare)).map(|d| format!("references agree: {d}"))
+            run(&eq.a)
+                .and_then(|a| Ok((a, run(&eq.b)?)))
+                .and_then(|(a, b)| compare_pairs(&a, &b, &eq.compare))
+                .map(|d| format!("references agree: {d}"))
         }
         Err(e) => Err(format!("the case did not build: {e}")),
     };
@@ -255,7 +258,10 @@ fn compare_pairs(a: &HostMemory, b: &HostMemory, pairs: &[(Tensor, Tensor)]) -> 
             }
         }
         if let Some((at, x, y)) = first {
-            return Err(format!("pair {i} (buffers {:?}/{:?}): {differ} element(s) differ, first at {at:?}: {x:#010x} vs {y:#010x}", ta.buffer, tb.buffer));
+            return Err(format!(
+                "pair {i} (buffers {:?}/{:?}): {differ} element(s) differ, first at {at:?}: {x:#010x} vs {y:#010x}",
+                ta.buffer, tb.buffer
+            ));
         }
         words += ta.layout.n_elements();
     }

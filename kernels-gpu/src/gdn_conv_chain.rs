@@ -40,7 +40,9 @@
 //! Copies move f32 bit patterns through loads and stores only (no arithmetic: NaN payloads and
 //! subnormals survive). The arithmetic is the unfused kernels' own `#[inline(always)]` bodies.
 
-use crate::abi::{GDN_CONV_CHAIN_BLOCK, GDN_CONV_CHAIN_MAX_ROWS, GDN_CONV_CHAIN_MAX_TOKENS, GdnConvChainParams, gdn_conv_chain_tile_stride};
+use crate::abi::{
+    GDN_CONV_CHAIN_BLOCK, GDN_CONV_CHAIN_MAX_ROWS, GDN_CONV_CHAIN_MAX_TOKENS, GdnConvChainParams, gdn_conv_chain_tile_stride,
+};
 use crate::device::shared;
 use crate::device::thread::{block_idx_x, sync_threads, thread_idx_x};
 use crate::l2_norm::{lane_sum_sq_with, row_scale, scale_row_with};
