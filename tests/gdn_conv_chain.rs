@@ -129,3 +129,126 @@ fn typed_refusals() {
     op.snapshots[0].row = 1 << 20;
     assert!(matches!(op.reference(&mut b.mem, &mut ExactMufu), Err(Error::IndexOutOfRange { arg: "snapshots", .. })));
 }
+
+/// The kernel's index arithmetic, emulated thread by thread on the CPU (same phases, same
+/// shared-memory layout from `abi`, the same `[u32; 16]` row tables), must give the reference's
+/// bytes: checks the tile/slice/window/head mapping and that every shared access stays inside
+/// the launch's dynamic shared memory, before any device time is spent.
+#[test]
+#[allow(clippy::needless_range_loop)] // indices are the kernel's thread, lane and column numbers
+fn an_emulation_of_the_kernels_mapping_equals_the_reference() {
+    use rgdn::kernels::abi;
+    use rgdn::reference::l2_norm::l2_normalize;
+    use rgdn::reference::math::{fma, l2_scale, mul, warp_sum};
+    use rgdn::reference::ssm_conv::conv_output;
+    let setups = [
+        ChainSetup::sweep_shape(0, 4, 3),
+        ChainSetup::sweep_shape(1, 16, 15),
+        ChainSetup::sweep_shape(2, 1, 2),
+        ChainSetup { pad: 8, ..ChainSetup::sweep_shape(3, 7, 7) },
+        ChainSetup::sweep_shape(4, 12, 0),
+        ChainSetup { n_t: 3, n_rollback: 3, alias_out: true, source_row: 1, ..ChainSetup::sweep_shape(0, 1, 0) },
+        // Blocks holding q and k heads, and k and v heads.
+        ChainSetup { d_conv: 3, head_dim: 32, n_k_heads: 3, n_v_heads: 2, ..ChainSetup::sweep_shape(1, 5, 3) },
+    ];
+    for setup in setups {
+        let name = setup.name("emulated");
+        let mut b = Builder::new(rgdn::suite::cases::seed_of(&name));
+        let op = setup.build(&mut b);
+        let mut want = b.mem.clone();
+        op.reference(&mut want, &mut ExactMufu).unwrap();
+
+        let mut mem = b.mem.clone();
+        let (c_all, n_t) = (op.qkv.ne()[0], op.qkv.ne()[1]);
+        let d_conv = op.weight.ne()[0];
+        let s = d_conv - 1;
+        let block = abi::GDN_CONV_CHAIN_BLOCK as usize;
+        let stride = abi::gdn_conv_chain_tile_stride(d_conv, n_t);
+        let smem_len = abi::gdn_conv_chain_shared_bytes(d_conv, n_t) as usize / 4;
+        // Global memory as (tensor, element offset from its element 0), like the kernel's pointers.
+        let el = |t: &Tensor, i: usize| (t.buffer, t.layout.offset + 4 * i);
+        let read =
+            |m: &HostMemory, (buf, o): (rgdn::tensor::BufferId, usize)| u32::from_le_bytes(m.bytes(buf)[o..o + 4].try_into().unwrap());
+        let write = |m: &mut HostMemory, (buf, o): (rgdn::tensor::BufferId, usize), v: u32| {
+            m.bytes_mut(buf)[o..o + 4].copy_from_slice(&v.to_le_bytes())
+        };
+        let e = |t: &Tensor, d: usize| t.layout.nb[d] / 4;
+        let src_row = read(&mem, el(&op.source_row, 0)) as usize;
+        let (rows, offsets): (Vec<usize>, Vec<usize>) = op.snapshots.iter().map(|w| (w.row, w.offset)).unzip();
+        for by in 0..c_all / block {
+            let c0 = by * block;
+            let mut smem = vec![None::<u32>; smem_len];
+            let staged = block * stride;
+            // Phase 1 (all threads), then the barrier.
+            let mut w = vec![[0f32; 5]; block];
+            for tid in 0..block {
+                let c = c0 + tid;
+                for k in 0..s {
+                    let f = k * block + tid;
+                    let v = read(&mem, el(&op.conv_cache, src_row * e(&op.conv_cache, 1) + c0 * s + f));
+                    smem[(f / s) * stride + f % s] = Some(v);
+                }
+                for t in 0..n_t {
+                    smem[tid * stride + s + t] = Some(read(&mem, el(&op.qkv, c + t * e(&op.qkv, 1))));
+                }
+                for j in 0..d_conv {
+                    w[tid][j] = f32::from_bits(read(&mem, el(&op.weight, c * e(&op.weight, 1) + j)));
+                }
+            }
+            // Phase 2: rows; phase 3: conv.
+            for tid in 0..block {
+                for (&row, &offset) in rows.iter().zip(&offsets) {
+                    for k in 0..s {
+                        let f = k * block + tid;
+                        let v = smem[(f / s) * stride + f % s + offset].expect("tile read before written");
+                        write(&mut mem, el(&op.conv_cache, row * e(&op.conv_cache, 1) + c0 * s + k * block + tid), v);
+                    }
+                }
+                let x: Vec<f32> = (0..s + n_t).map(|col| f32::from_bits(smem[tid * stride + col].unwrap())).collect();
+                for t in 0..n_t {
+                    let y = conv_output(&x[t..t + d_conv], &w[tid][..d_conv], 0.0, true, &mut ExactMufu);
+                    write(&mut mem, el(&op.conv_out, c0 + tid + t * e(&op.conv_out, 1)), y.to_bits());
+                    smem[staged + t * block + tid] = Some(y.to_bits());
+                }
+            }
+            // Phase 4: warps over (token, head) items.
+            let (d, h_k) = (op.head_dim, op.n_k_heads);
+            if c0 >= 2 * h_k * d {
+                continue;
+            }
+            let d_log2 = d.trailing_zeros();
+            let heads_log2 = block.trailing_zeros() - d_log2;
+            for warp in 0..block / 32 {
+                let mut item = warp;
+                while item < n_t << heads_log2 {
+                    let (t, hl) = (item >> heads_log2, item & ((1 << heads_log2) - 1));
+                    let head = (c0 >> d_log2) + hl;
+                    if head < 2 * h_k {
+                        let (dst, h) = if head < h_k { (&op.q_norm, head) } else { (&op.k_norm, head - h_k) };
+                        let row: Vec<f32> = (0..d).map(|col| f32::from_bits(smem[staged + t * block + hl * d + col].unwrap())).collect();
+                        let mut lanes = [0f32; 32];
+                        for lane in 0..32 {
+                            let mut col = lane;
+                            while col < d {
+                                lanes[lane] = fma(row[col], row[col], lanes[lane]);
+                                col += 32;
+                            }
+                        }
+                        let scale = l2_scale(warp_sum(&lanes), op.eps, &mut ExactMufu);
+                        assert_eq!(row.iter().map(|x| mul(scale, *x).to_bits()).collect::<Vec<_>>(), {
+                            l2_normalize(&row, op.eps, &mut ExactMufu).iter().map(|y| y.to_bits()).collect::<Vec<_>>()
+                        });
+                        for col in 0..d {
+                            write(&mut mem, el(dst, col + h * e(dst, 1) + t * e(dst, 2)), mul(scale, row[col]).to_bits());
+                        }
+                    }
+                    item += block / 32;
+                }
+            }
+        }
+        for id in 0..want.n_buffers() {
+            let id = rgdn::tensor::BufferId(id);
+            assert!(mem.bytes(id) == want.bytes(id), "{name}: buffer {id:?} differs from the reference");
+        }
+    }
+}
