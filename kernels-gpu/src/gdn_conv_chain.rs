@@ -19,10 +19,13 @@
 //! 2. **Snapshot rows** (CPY / CPY_SNAPSHOTS): for every row i, window(`offsets[i]`) of the
 //!    tile goes to the block's slice of cache row `rows[i]`: float `f = cl·(d_conv−1) + jj` of
 //!    the slice ← tile[cl][offset + jj] — `cpy::copy_window` for every channel cl, with threads
-//!    mapped over the slice's floats instead of over channels so that the stores coalesce.
-//! 3. **Conv + SiLU** (SSM_CONV): each thread walks its tile row exactly as `ssm_conv` walks its
-//!    conv_input row and calls the same [`conv_output`] (fma from +0 over the taps, `+ 0` for the
-//!    absent bias, SiLU); writes `conv_out` and stages the output in shared memory.
+//!    mapped over the slice's floats instead of over channels so that the stores coalesce. Rows
+//!    go in groups of 4 (all shared loads of a group, then its stores); done before the conv so
+//!    that the stores drain while it computes.
+//! 3. **Conv + SiLU** (SSM_CONV): each thread convolves its channel's row of the tile (old state
+//!    from the tile, tokens from its registers) and calls the same [`conv_output`] per token as
+//!    `ssm_conv` (fma from +0 over columns t … t+d_conv−1, `+ 0` for the absent bias, SiLU),
+//!    four tokens at a time; writes `conv_out` and stages the outputs in shared memory.
 //! 4. Barrier; **L2_NORM** of the q/k heads inside the block (blocks of v channels stop before
 //!    the barrier): one warp per (token, head), the same [`lane_sum_sq_with`] partials (lane l:
 //!    fma over columns l, l+32, … from +0), the same butterfly and scale ([`row_scale`]) and the
@@ -57,7 +60,11 @@ fn at(base: u32, i: usize) -> u32 {
     base + 4 * i as u32
 }
 
-/// Phase 3 for one row: window(offset) of the tile into the block's slice of cache row `row`.
+/// Rows written per group: the group's shared loads are all issued before its global stores
+/// (a generic store may not be overtaken by a later shared load).
+const ROW_GROUP: usize = 4;
+
+/// Phase 2: window(offset) of the tile into the block's slice of a cache row.
 struct RowWriter {
     cache: *mut f32,
     cache_row: usize,
@@ -70,21 +77,59 @@ struct RowWriter {
 }
 
 impl RowWriter {
+    /// Writes a group of rows `(row, offset)`.
+    ///
     /// # Safety
-    /// `row` must be a cache row the host validated, `offset` ≤ n_t, and the tile complete
-    /// (after phase 1's barrier).
+    /// Every row must be a cache row the host validated, every offset ≤ n_t, and the tile
+    /// complete (after phase 1's barrier).
     #[inline(always)]
-    unsafe fn write(&self, row: usize, offset: usize) {
-        // SAFETY: forwarded to the caller; the slice lies inside the row (channels < C).
-        let dst = unsafe { self.cache.add(row * self.cache_row + self.slice_off) };
-        let mut k = 0;
-        while k < self.state_len {
-            // SAFETY: tile_at[k] + offset ≤ 127·stride + (d_conv − 2) + n_t < 128·stride.
-            let v = unsafe { shared::load_f32(at(self.tile, self.tile_at[k] + offset)) };
-            unsafe { *dst.add(k * BLOCK + self.tid) = v };
-            k += 1;
+    unsafe fn write(&self, group: [(usize, usize); ROW_GROUP]) {
+        let mut v = [[0.0f32; 4]; ROW_GROUP];
+        let mut r = 0;
+        while r < ROW_GROUP {
+            let mut k = 0;
+            while k < self.state_len {
+                // SAFETY: tile_at[k] + offset ≤ 127·stride + (d_conv − 2) + n_t < 128·stride.
+                v[r][k] = unsafe { shared::load_f32(at(self.tile, self.tile_at[k] + group[r].1)) };
+                k += 1;
+            }
+            r += 1;
+        }
+        let mut r = 0;
+        while r < ROW_GROUP {
+            // SAFETY: forwarded to the caller; the slice lies inside the row (channels < C).
+            let dst = unsafe { self.cache.add(group[r].0 * self.cache_row + self.slice_off) };
+            let mut k = 0;
+            while k < self.state_len {
+                unsafe { *dst.add(k * BLOCK + self.tid) = v[r][k] };
+                k += 1;
+            }
+            r += 1;
         }
     }
+}
+
+/// Tokens per conv chunk (phase 3).
+const CHUNK: usize = 4;
+
+/// The conv outputs of tokens `t0 … t0+3` from a channel's columns (`cols[col]`: the old state,
+/// then the tokens): [`conv_output`] over columns `t … t+d_conv−1` for each token t, exactly as
+/// `ssm_conv` computes token t. Independent chains, so they overlap.
+#[inline(always)]
+fn conv_chunk<const D_CONV: usize>(cols: &[f32; 4 + GDN_CONV_CHAIN_MAX_TOKENS], t0: usize, w: &[f32; D_CONV]) -> [f32; CHUNK] {
+    let mut y = [0.0f32; CHUNK];
+    let mut i = 0;
+    while i < CHUNK {
+        let mut window = [0.0f32; D_CONV];
+        let mut j = 0;
+        while j < D_CONV {
+            window[j] = cols[t0 + i + j];
+            j += 1;
+        }
+        y[i] = conv_output::<D_CONV>(&window, w, 0.0, true);
+        i += 1;
+    }
+    y
 }
 
 /// # Safety
@@ -167,41 +212,66 @@ unsafe fn gdn_conv_chain<const D_CONV: usize>(p: &GdnConvChainParams) {
     }
     let rows = RowWriter { cache, cache_row: p.cache_row as usize, slice_off, tile, tile_at, state_len, tid };
     // Literal indices into the parameter tables (a runtime index would copy the parameter block
-    // to local memory); `tests/ptx.rs` checks that these entries use no local memory.
+    // to local memory); `tests/ptx.rs` checks that these entries use no local memory. In a group
+    // that reaches past n_rows, the missing rows repeat row 0 — the same values to the same
+    // addresses by the same thread, so the cache ends identical — to keep the group branch-free.
+    let n_rows = p.n_rows as usize;
+    macro_rules! row {
+        ($i:literal) => {
+            if $i < n_rows { (p.rows[$i] as usize, p.offsets[$i] as usize) } else { (p.rows[0] as usize, p.offsets[0] as usize) }
+        };
+    }
     macro_rules! write_rows {
-        ($($i:literal)*) => {$(
-            if $i < p.n_rows as usize {
-                // SAFETY: i < n_rows: a validated row and an offset ≤ n_t.
-                unsafe { rows.write(p.rows[$i] as usize, p.offsets[$i] as usize) };
+        ($($first:literal: [$($i:literal)*])*) => {$(
+            if $first < n_rows {
+                // SAFETY: every (row, offset) is rows[i], offsets[i] for some i < n_rows: a
+                // validated row and an offset ≤ n_t.
+                unsafe { rows.write([$(row!($i)),*]) };
             }
         )*};
     }
-    write_rows!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
-    const _: () = assert!(GDN_CONV_CHAIN_MAX_ROWS == 16, "write_rows! lists 16 row indices");
+    write_rows!(0: [0 1 2 3] 4: [4 5 6 7] 8: [8 9 10 11] 12: [12 13 14 15]);
+    const _: () = assert!(GDN_CONV_CHAIN_MAX_ROWS == 16 && ROW_GROUP == 4, "write_rows! lists 4 groups of 4 rows");
 
-    // ---- Phase 3: SSM_CONV + SiLU, as `ssm_conv` walks a conv_input row. ----
-    let out = unsafe { (p.conv_out as *mut f32).add(c) };
-    let mut window = [0.0f32; D_CONV];
+    // ---- Phase 3: SSM_CONV + SiLU of this thread's tile row, token by token as `ssm_conv`
+    // walks a conv_input row. The row's columns come from registers (the old state from the
+    // tile, the tokens still held from phase 1); tokens run in chunks of 4, each chunk computed
+    // whole (columns past n_t hold +0, their outputs are dropped) so that four conv/SiLU
+    // chains overlap, then stored. ----
+    let mut cols = [0.0f32; 4 + GDN_CONV_CHAIN_MAX_TOKENS];
     let mut j = 0;
-    while j + 1 < D_CONV {
-        window[j] = unsafe { shared::load_f32(at(my_row, j)) };
+    while j < state_len {
+        cols[j] = unsafe { shared::load_f32(at(my_row, j)) };
         j += 1;
     }
     let mut t = 0;
-    while t < n_t {
-        window[D_CONV - 1] = unsafe { shared::load_f32(at(my_row, t + D_CONV - 1)) };
-        let y = conv_output::<D_CONV>(&window, &w, 0.0, true);
-        unsafe {
-            *out.add(t * p.conv_out_token as usize) = y;
-            shared::store_f32(at(staged, t * BLOCK + tid), y);
-        }
-        let mut j = 0;
-        while j + 1 < D_CONV {
-            window[j] = window[j + 1];
-            j += 1;
-        }
+    while t < GDN_CONV_CHAIN_MAX_TOKENS {
+        cols[state_len + t] = x[t];
         t += 1;
     }
+    let out = unsafe { (p.conv_out as *mut f32).add(c) };
+    // Literal chunk starts (a runtime index into `cols` would put it in local memory).
+    macro_rules! conv_chunks {
+        ($($t0:literal)*) => {$(
+            if $t0 < n_t {
+                let y = conv_chunk::<D_CONV>(&cols, $t0, &w);
+                let mut i = 0;
+                while i < CHUNK {
+                    let t = $t0 + i;
+                    if t < n_t {
+                        // SAFETY: t < n_t: inside conv_out and the staging area.
+                        unsafe {
+                            *out.add(t * p.conv_out_token as usize) = y[i];
+                            shared::store_f32(at(staged, t * BLOCK + tid), y[i]);
+                        }
+                    }
+                    i += 1;
+                }
+            }
+        )*};
+    }
+    conv_chunks!(0 4 8 12);
+    const _: () = assert!(GDN_CONV_CHAIN_MAX_TOKENS == 16 && CHUNK == 4, "conv_chunks! lists 4 chunks of 4 tokens");
 
     // ---- Phase 4: L2_NORM of the q/k heads of this block. ----
     let (d, h_k) = (p.head_dim as usize, p.n_k_heads as usize);
