@@ -285,23 +285,44 @@ unsafe fn gdn_conv_chain<const D_CONV: usize>(p: &GdnConvChainParams) {
     let heads_log2 = BLOCK.trailing_zeros().wrapping_sub(d_log2);
     let (lane, warp) = (tid as u32 % 32, tid as u32 / 32);
     let items = (n_t << heads_log2) as u32;
-    let mut item = warp;
-    while item < items {
-        // Warp-uniform: all 32 lanes run the collectives in `row_scale` together.
+    let d32 = d as u32;
+    // Item → (staged row address, head of the block's first head + hl, token).
+    let row_of = |item: u32| {
         let (t, hl) = ((item >> heads_log2) as usize, (item as usize) & ((1 << heads_log2) - 1));
-        let head = (c0 >> d_log2) + hl;
-        // Heads 0 … H_k are q, H_k … 2·H_k are k; a block may end in v heads (skipped).
+        (at(staged, t * BLOCK + hl * d), (c0 >> d_log2) + hl, t)
+    };
+    // Heads 0 … H_k are q, H_k … 2·H_k are k; a block may end in v heads, whose rows are not
+    // stored (their scale is computed and dropped, keeping the warp's collectives uniform).
+    let store = |head: usize, t: usize, scale: f32, src: u32| {
         if head < 2 * h_k {
             let (dst, h, head_stride, token_stride) =
                 if head < h_k { (p.q_norm, head, p.q_head, p.q_token) } else { (p.k_norm, head - h_k, p.k_head, p.k_token) };
-            let src = at(staged, t * BLOCK + hl * d);
+            // SAFETY: a q/k head h < H_k and token t < n_t: inside the validated view.
             let dst = unsafe { (dst as *mut f32).add(h * head_stride as usize + t * token_stride as usize) };
             let load = |col: u32| unsafe { shared::load_f32(at(src, col as usize)) };
-            // SAFETY: the whole warp is converged here (`item`, hence `head`, is warp-uniform).
-            let scale = unsafe { row_scale(lane_sum_sq_with(load, lane, d as u32), p.eps) };
-            scale_row_with(scale, load, |col, v| unsafe { *dst.add(col as usize) = v }, lane, d as u32);
+            scale_row_with(scale, load, |col, v| unsafe { *dst.add(col as usize) = v }, lane, d32);
         }
-        item += WARPS;
+    };
+    // Warp w takes items w, w+4, …, two at a time (two independent butterflies overlap). `item`
+    // is warp-uniform, so all 32 lanes run the collectives in `row_scale` together.
+    let mut item = warp;
+    while item < items {
+        let (src_a, head_a, t_a) = row_of(item);
+        let load_a = |col: u32| unsafe { shared::load_f32(at(src_a, col as usize)) };
+        if item + WARPS < items {
+            let (src_b, head_b, t_b) = row_of(item + WARPS);
+            let load_b = |col: u32| unsafe { shared::load_f32(at(src_b, col as usize)) };
+            let (part_a, part_b) = (lane_sum_sq_with(load_a, lane, d32), lane_sum_sq_with(load_b, lane, d32));
+            // SAFETY: the whole warp is converged here.
+            let (scale_a, scale_b) = unsafe { (row_scale(part_a, p.eps), row_scale(part_b, p.eps)) };
+            store(head_a, t_a, scale_a, src_a);
+            store(head_b, t_b, scale_b, src_b);
+        } else {
+            // SAFETY: the whole warp is converged here.
+            let scale_a = unsafe { row_scale(lane_sum_sq_with(load_a, lane, d32), p.eps) };
+            store(head_a, t_a, scale_a, src_a);
+        }
+        item += 2 * WARPS;
     }
 }
 
