@@ -38,6 +38,9 @@ pub fn all_entries() -> Vec<&'static str> {
     // [gdn]
     entries.push(abi::GATED_DELTA_NET_ENTRY);
 
+    // [convchain]
+    entries.extend(abi::GDN_CONV_CHAIN_WIDTHS.iter().filter_map(|&d| abi::gdn_conv_chain_entry(d)));
+
     entries
 }
 

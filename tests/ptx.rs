@@ -99,3 +99,19 @@ fn every_kernel_assembles_with_ptxas_without_spills() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// [convchain] The fused conv chain indexes its parameter tables only with literal indices: a
+/// runtime index would copy the 272-byte parameter block to local memory (stack) in every thread.
+#[test]
+fn gdn_conv_chain_entries_use_no_local_memory() {
+    let ptx = rgdn::kernels::PTX;
+    for d in rgdn::kernels::abi::GDN_CONV_CHAIN_WIDTHS {
+        let entry = rgdn::kernels::abi::gdn_conv_chain_entry(d).unwrap();
+        let start = ptx.find(&format!(".visible .entry {entry}(")).unwrap_or_else(|| panic!("{entry} is not in the PTX"));
+        let body = &ptx[start..];
+        let body = &body[..body.find("\n}\n").expect("the entry's body ends")];
+        for local in ["__local_depot", ".local", "%SPL"] {
+            assert!(!body.contains(local), "{entry} uses local memory (`{local}` in its PTX)");
+        }
+    }
+}

@@ -6,7 +6,15 @@
 //! The op struct is the contract between the fusion pass (`host/fusion/`), the kernel
 //! (`kernels-gpu/src/gdn_conv_chain.rs`) and its reference.
 
-use crate::tensor::Tensor;
+use super::{Op, check};
+use crate::error::{Error, Result};
+use crate::gpu::{Gpu, KernelArg, KernelParams, LaunchDims, ParamBlock};
+use crate::kernels::abi;
+use crate::memory::{DeviceMemory, HostMemory, Memory};
+use crate::reference::math::Mufu;
+use crate::tensor::{DType, Tensor};
+
+const OP: &str = "GDN_CONV_CHAIN";
 
 /// One conv-state row the fused kernel writes: cache row `row` receives `window(offset)` — the
 /// d_conv−1 columns `offset … offset+d_conv−2` of `[old state | tokens]` for every channel, in
@@ -44,4 +52,245 @@ pub struct GdnConvChain {
     pub head_dim: usize,
     pub n_k_heads: usize,
     pub eps: f32,
+}
+
+/// The sizes a valid [`GdnConvChain`] runs with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChainShape {
+    pub d_conv: usize,
+    /// Conv channels C (a multiple of 128).
+    pub n_channels: usize,
+    pub n_tokens: usize,
+    /// Rows of the conv cache.
+    pub n_cache_rows: usize,
+    /// The row the incoming state is read from (the value of `source_row`).
+    pub source_row: usize,
+}
+
+impl GdnConvChain {
+    /// Validates the op and returns its sizes. Supported: d_conv 3/4/5, 1 ..= 16 tokens of one
+    /// sequence, C a multiple of 128, D ∈ {32, 64, 128}, 2·H_k·D ≤ C (the remaining channels are
+    /// v heads, convolved but not normalised), 1 ..= 16 distinct rows with offsets ≤ n_t.
+    ///
+    /// Aliasing: a snapshot row may be the source row; `conv_out` may be `qkv` element for
+    /// element (else disjoint). Everything else the kernel writes — conv_out, q_norm, k_norm, the
+    /// cache — must be disjoint from each other and from every input, except that the cache
+    /// is also the source of the state.
+    pub fn check(&self, mem: &dyn Memory) -> Result<ChainShape> {
+        // Weight first: it fixes d_conv and C.
+        check::tensor(OP, "weight", &self.weight, DType::F32, mem)?;
+        let [d_conv, n_channels, ..] = self.weight.ne();
+        check::shape(OP, "weight", &self.weight, [d_conv, n_channels, 1, 1])?;
+        check::rows_contiguous(OP, "weight", &self.weight)?;
+        if abi::gdn_conv_chain_entry(d_conv).is_none() {
+            return Err(Error::Unsupported {
+                op: OP,
+                what: format!("d_conv = {d_conv} (kernels exist for {:?})", abi::GDN_CONV_CHAIN_WIDTHS),
+            });
+        }
+        let block = abi::GDN_CONV_CHAIN_BLOCK as usize;
+        if !n_channels.is_multiple_of(block) {
+            return Err(Error::Unsupported { op: OP, what: format!("C = {n_channels} channels (a multiple of {block})") });
+        }
+        let state_len = d_conv - 1;
+
+        check::tensor(OP, "qkv", &self.qkv, DType::F32, mem)?;
+        let n_tokens = self.qkv.ne()[1];
+        check::shape(OP, "qkv", &self.qkv, [n_channels, n_tokens, 1, 1])?;
+        check::rows_contiguous(OP, "qkv", &self.qkv)?;
+        if n_tokens > abi::GDN_CONV_CHAIN_MAX_TOKENS {
+            return Err(Error::Unsupported {
+                op: OP,
+                what: format!("n_t = {n_tokens} tokens (at most {})", abi::GDN_CONV_CHAIN_MAX_TOKENS),
+            });
+        }
+
+        check::output(OP, "conv_cache", &self.conv_cache, DType::F32, mem)?;
+        let n_cache_rows = self.conv_cache.ne()[1];
+        check::shape(OP, "conv_cache", &self.conv_cache, [state_len * n_channels, n_cache_rows, 1, 1])?;
+        check::rows_contiguous(OP, "conv_cache", &self.conv_cache)?;
+        check::distinct_elements(OP, "conv_cache", &self.conv_cache)?;
+
+        check::tensor(OP, "source_row", &self.source_row, DType::I32, mem)?;
+        check::shape(OP, "source_row", &self.source_row, [1, 1, 1, 1])?;
+        let values = mem.index_values(&self.source_row).ok_or_else(|| Error::Invalid {
+            op: OP,
+            what: format!("`source_row` (buffer {}) is not an index buffer: its value must be known to the host", self.source_row.buffer.0),
+        })?;
+        let index = values[0];
+        if index < 0 || index as usize >= n_cache_rows {
+            return Err(Error::IndexOutOfRange { op: OP, arg: "source_row", position: 0, index: index as i64, rows: n_cache_rows });
+        }
+
+        let n_rows = self.snapshots.len();
+        if n_rows == 0 {
+            return Err(Error::Invalid { op: OP, what: "no conv-state row to write (at least the live row)".into() });
+        }
+        if n_rows > abi::GDN_CONV_CHAIN_MAX_ROWS {
+            return Err(Error::Unsupported {
+                op: OP,
+                what: format!("{n_rows} conv-state rows to write (at most {})", abi::GDN_CONV_CHAIN_MAX_ROWS),
+            });
+        }
+        for (position, s) in self.snapshots.iter().enumerate() {
+            if s.row >= n_cache_rows {
+                return Err(Error::IndexOutOfRange {
+                    op: OP,
+                    arg: "snapshots",
+                    position,
+                    index: i64::try_from(s.row).unwrap_or(i64::MAX),
+                    rows: n_cache_rows,
+                });
+            }
+            if s.offset > n_tokens {
+                return Err(Error::Invalid {
+                    op: OP,
+                    what: format!("snapshots[{position}]: window offset {} past the {n_tokens} tokens", s.offset),
+                });
+            }
+            if self.snapshots[..position].iter().any(|o| o.row == s.row) {
+                return Err(Error::Aliasing { op: OP, a: "snapshots", b: "snapshots", why: "one cache row written twice" });
+            }
+        }
+
+        let (d, h_k) = (self.head_dim, self.n_k_heads);
+        if !abi::GDN_CONV_CHAIN_HEAD_DIMS.contains(&d) {
+            return Err(Error::Unsupported { op: OP, what: format!("head_dim = {d} (built for {:?})", abi::GDN_CONV_CHAIN_HEAD_DIMS) });
+        }
+        if h_k == 0 || h_k.checked_mul(2 * d).is_none_or(|qk| qk > n_channels) {
+            return Err(Error::Invalid {
+                op: OP, what: format!("{h_k} q and {h_k} k heads of {d} need 1 ≤ 2·H_k·D ≤ C = {n_channels}")
+            });
+        }
+        if !self.eps.is_finite() || self.eps < 0.0 {
+            return Err(Error::Invalid { op: OP, what: format!("eps = {} (must be finite and ≥ 0)", self.eps) });
+        }
+
+        check::output(OP, "conv_out", &self.conv_out, DType::F32, mem)?;
+        check::shape(OP, "conv_out", &self.conv_out, [n_channels, n_tokens, 1, 1])?;
+        check::rows_contiguous(OP, "conv_out", &self.conv_out)?;
+        check::distinct_elements(OP, "conv_out", &self.conv_out)?;
+        for (arg, t) in [("q_norm", &self.q_norm), ("k_norm", &self.k_norm)] {
+            check::output(OP, arg, t, DType::F32, mem)?;
+            check::shape(OP, arg, t, [d, h_k, n_tokens, 1])?;
+            check::rows_contiguous(OP, arg, t)?;
+            check::distinct_elements(OP, arg, t)?;
+        }
+
+        // conv_out may be qkv itself (each thread reads its channel's tokens before it writes).
+        check::same_or_disjoint(OP, "conv_out", &self.conv_out, "qkv", &self.qkv)?;
+        let outputs = [("conv_out", &self.conv_out), ("q_norm", &self.q_norm), ("k_norm", &self.k_norm)];
+        for (i, (a, ta)) in outputs.iter().enumerate() {
+            for (b, tb) in &outputs[i + 1..] {
+                check::disjoint(OP, a, ta, b, tb)?;
+            }
+            check::disjoint(OP, a, ta, "conv_cache", &self.conv_cache)?;
+            check::disjoint(OP, a, ta, "weight", &self.weight)?;
+        }
+        check::disjoint(OP, "q_norm", &self.q_norm, "qkv", &self.qkv)?;
+        check::disjoint(OP, "k_norm", &self.k_norm, "qkv", &self.qkv)?;
+        check::disjoint(OP, "conv_cache", &self.conv_cache, "qkv", &self.qkv)?;
+        check::disjoint(OP, "conv_cache", &self.conv_cache, "weight", &self.weight)?;
+
+        check::fits_u32(OP, "conv-cache rows", n_cache_rows)?;
+        check::fits_u32(OP, "channel blocks", n_channels / block)?;
+        Ok(ChainShape { d_conv, n_channels, n_tokens, n_cache_rows, source_row: index as usize })
+    }
+
+    /// The kernel's parameter block for a validated op.
+    fn params(&self, shape: &ChainShape, mem: &DeviceMemory) -> abi::GdnConvChainParams {
+        let [_, cache_row, ..] = check::elem_strides(&self.conv_cache);
+        let [_, qkv_token, ..] = check::elem_strides(&self.qkv);
+        let [_, w_channel, ..] = check::elem_strides(&self.weight);
+        let [_, conv_out_token, ..] = check::elem_strides(&self.conv_out);
+        let [_, q_head, q_token, _] = check::elem_strides(&self.q_norm);
+        let [_, k_head, k_token, _] = check::elem_strides(&self.k_norm);
+        let (mut rows, mut offsets) = ([0u32; abi::GDN_CONV_CHAIN_MAX_ROWS], [0u32; abi::GDN_CONV_CHAIN_MAX_ROWS]);
+        for (i, s) in self.snapshots.iter().enumerate() {
+            // Validated: row < n_cache_rows ≤ u32::MAX, offset ≤ n_t ≤ 16.
+            rows[i] = s.row as u32;
+            offsets[i] = s.offset as u32;
+        }
+        abi::GdnConvChainParams {
+            cache: mem.device_ptr(&self.conv_cache),
+            source_row: mem.device_ptr(&self.source_row),
+            qkv: mem.device_ptr(&self.qkv),
+            weight: mem.device_ptr(&self.weight),
+            conv_out: mem.device_ptr(&self.conv_out),
+            q_norm: mem.device_ptr(&self.q_norm),
+            k_norm: mem.device_ptr(&self.k_norm),
+            cache_row,
+            qkv_token,
+            w_channel,
+            conv_out_token,
+            q_head,
+            q_token,
+            k_head,
+            k_token,
+            n_tokens: shape.n_tokens as u32,
+            head_dim: self.head_dim as u32,
+            n_k_heads: self.n_k_heads as u32,
+            eps: self.eps,
+            n_rows: self.snapshots.len() as u32,
+            _pad: 0,
+            rows,
+            offsets,
+        }
+    }
+
+    /// Row `row` of the conv cache as a [(d_conv−1)·C, 1, 1, 1] view.
+    fn cache_row(&self, row: usize) -> Tensor {
+        let nb = self.conv_cache.layout.nb;
+        self.conv_cache.view([self.conv_cache.ne()[0], 1, 1, 1], [nb[0], nb[1], nb[1], nb[1]], row * nb[1])
+    }
+}
+
+// SAFETY: `#[repr(C)]`, `Copy`, fifteen u64 then six 4-byte scalars and two [u32; 16] tables:
+// 272 bytes, every field at its natural alignment with no gap and no tail padding (size is a
+// multiple of 8), alignment 8; it is exactly the type the `gdn_conv_chain_f32_d*` entries take.
+unsafe impl KernelParams for abi::GdnConvChainParams {}
+
+impl Op for GdnConvChain {
+    fn name(&self) -> &'static str {
+        OP
+    }
+
+    fn validate(&self, mem: &dyn Memory) -> Result<()> {
+        self.check(mem).map(|_| ())
+    }
+
+    fn launch(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<()> {
+        let shape = self.check(mem)?;
+        let entry = abi::gdn_conv_chain_entry(shape.d_conv).expect("checked: d_conv has an entry");
+        let params = self.params(&shape, mem);
+        let blocks = (shape.n_channels / abi::GDN_CONV_CHAIN_BLOCK as usize) as u32;
+        let dims = LaunchDims::new((blocks, 1, 1), (abi::GDN_CONV_CHAIN_BLOCK, 1, 1))
+            .with_shared_bytes(abi::gdn_conv_chain_shared_bytes(shape.d_conv, shape.n_tokens));
+        let args = [KernelArg::Params(ParamBlock::of(&params)?)];
+        // SAFETY: `check` proved that the source index (whose device copy holds the host-known
+        // value) and every snapshot row lie in the cache, the rows are distinct, offsets ≤ n_t,
+        // every view covers C = blocks·128 channels, n_t tokens, d_conv taps and 2·H_k heads of
+        // D ∈ {32, 64, 128}; that the outputs are disjoint from each other and from the inputs
+        // except conv_out = qkv element for element (each thread reads before it writes) and the
+        // cache rows the kernel reads before its barrier; the shared memory is what the kernel
+        // lays out for (d_conv, n_t); and the single parameter is the entry's parameter struct.
+        unsafe { gpu.launch(entry, dims, &args) }
+    }
+
+    fn reference(&self, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()> {
+        let shape = self.check(mem)?;
+        crate::reference::gdn_conv_chain::gdn_conv_chain(self, &shape, mem, mufu);
+        Ok(())
+    }
+
+    fn inputs(&self) -> Vec<Tensor> {
+        // The cache is read at a row known only through the index: the whole cache.
+        vec![self.conv_cache, self.source_row, self.qkv, self.weight]
+    }
+
+    fn outputs(&self) -> Vec<Tensor> {
+        let mut out = vec![self.conv_out, self.q_norm, self.k_norm];
+        out.extend(self.snapshots.iter().map(|s| self.cache_row(s.row)));
+        out
+    }
 }

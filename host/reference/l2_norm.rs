@@ -6,18 +6,25 @@ use super::math::{Mufu, fma, l2_scale, mul, warp_sum};
 use crate::memory::HostMemory;
 use crate::ops::l2_norm::L2Norm;
 
+/// One normalised row (kernel's `lane_sum_sq` + `row_scale` + `scale_row`): lane l accumulates
+/// columns l, l+32, … from +0, the warp butterfly sums the lanes, `scale = rsqrt(max(Σ, eps²))`,
+/// `y = scale · x`. Shared with the fused conv chain's reference.
+pub fn l2_normalize(row: &[f32], eps: f32, mufu: &mut dyn Mufu) -> Vec<f32> {
+    let mut lanes = [0.0f32; 32];
+    for (col, x) in row.iter().enumerate() {
+        lanes[col % 32] = fma(*x, *x, lanes[col % 32]);
+    }
+    let scale = l2_scale(warp_sum(&lanes), eps, mufu);
+    row.iter().map(|x| mul(scale, *x)).collect()
+}
+
 pub fn l2_norm(op: &L2Norm, ne: [usize; 4], mem: &mut HostMemory, mufu: &mut dyn Mufu) {
     for i3 in 0..ne[3] {
         for i2 in 0..ne[2] {
             for i1 in 0..ne[1] {
                 let row: Vec<f32> = (0..ne[0]).map(|i0| mem.read_f32(&op.src, [i0, i1, i2, i3])).collect();
-                let mut lanes = [0.0f32; 32];
-                for (col, x) in row.iter().enumerate() {
-                    lanes[col % 32] = fma(*x, *x, lanes[col % 32]);
-                }
-                let scale = l2_scale(warp_sum(&lanes), op.eps, mufu);
-                for (col, x) in row.iter().enumerate() {
-                    mem.write_f32(&op.dst, [col, i1, i2, i3], mul(scale, *x));
+                for (col, y) in l2_normalize(&row, op.eps, mufu).into_iter().enumerate() {
+                    mem.write_f32(&op.dst, [col, i1, i2, i3], y);
                 }
             }
         }

@@ -20,3 +20,6 @@ pub mod mmvf;
 
 // [gdn]
 pub mod gated_delta_net;
+
+// [convchain]
+pub mod gdn_conv_chain;

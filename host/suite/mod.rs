@@ -46,8 +46,25 @@ pub struct Scenario {
     pub exact_nan_payloads: bool,
 }
 
+/// Two op chains run from copies of the same memory (e.g. a fused op and the unfused chain it
+/// replaces) that must leave the listed tensors byte for byte identical. On the GPU both chains
+/// run on the device; on the CPU both run their references with the same deterministic MUFU
+/// ([`ExactMufu`]).
+pub struct Equivalence {
+    pub mem: HostMemory,
+    /// The chain under test (e.g. the fused op).
+    pub a: Vec<Box<dyn Op>>,
+    /// The chain it must equal (e.g. the unfused ops).
+    pub b: Vec<Box<dyn Op>>,
+    /// (tensor after chain `a`, tensor after chain `b`): equal element counts, compared element
+    /// by element in logical order, every bit (NaN payloads included).
+    pub compare: Vec<(Tensor, Tensor)>,
+}
+
 /// What a case expects.
 pub enum Expect {
+    /// Run two chains on the same inputs and compare the listed tensors bitwise.
+    Equivalent(Equivalence),
     /// Run on both sides and compare.
     Match(Scenario),
     /// The op chain must be refused with an error for which the predicate holds; nothing may
@@ -138,6 +155,7 @@ pub fn run_case(gpu: &Gpu, case: &Case, table: &mut MufuTable) -> CaseReport {
     let result = match case.build() {
         Ok(Expect::Match(s)) => run_match(gpu, &s, table),
         Ok(Expect::Refusal { scenario, predicate, expected }) => run_refusal(gpu, &scenario, predicate, expected),
+        Ok(Expect::Equivalent(eq)) => run_equivalent(gpu, &eq),
         Err(e) => Err(format!("the case did not build: {e}")),
     };
     let (passed, detail) = match result {
@@ -165,6 +183,16 @@ pub fn run_case_cpu(case: &Case) -> CaseReport {
                 Some(err) => Err(format!("refused with the wrong error: {err} (expected {expected})")),
                 None => Err(format!("was not refused (expected {expected})")),
             }
+        }
+        Ok(Expect::Equivalent(eq)) => {
+            let run = |ops: &[Box<dyn Op>]| {
+                let mut mem = eq.mem.clone();
+                ops.iter().try_for_each(|op| op.reference(&mut mem, &mut ExactMufu)).map(|_| mem).map_err(|e| e.to_string())
+            };
+            run(&eq.a)
+                .and_then(|a| Ok((a, run(&eq.b)?)))
+                .and_then(|(a, b)| compare_pairs(&a, &b, &eq.compare))
+                .map(|d| format!("references agree: {d}"))
         }
         Err(e) => Err(format!("the case did not build: {e}")),
     };
@@ -194,6 +222,50 @@ fn run_match(gpu: &Gpu, s: &Scenario, table: &mut MufuTable) -> Verdict {
     let outputs: Vec<Tensor> = s.ops.iter().flat_map(|op| op.outputs()).collect();
     let bound = check_tolerance(&got, &exact, &outputs, s.tolerance)?;
     Ok(format!("bit-exact; {bound}"))
+}
+
+fn run_equivalent(gpu: &Gpu, eq: &Equivalence) -> Verdict {
+    let e = |e: Error| e.to_string();
+    let run = |ops: &[Box<dyn Op>]| -> std::result::Result<HostMemory, String> {
+        let dev = DeviceMemory::upload(gpu, &eq.mem).map_err(e)?;
+        for op in ops {
+            op.launch(gpu, &dev).map_err(e)?;
+        }
+        gpu.synchronize().map_err(e)?;
+        dev.download(gpu).map_err(e)
+    };
+    let (a, b) = (run(&eq.a)?, run(&eq.b)?);
+    compare_pairs(&a, &b, &eq.compare).map(|d| format!("GPU runs agree: {d}"))
+}
+
+/// Compares each (tensor in `a`, tensor in `b`) pair element by element, every bit.
+fn compare_pairs(a: &HostMemory, b: &HostMemory, pairs: &[(Tensor, Tensor)]) -> Verdict {
+    let mut words = 0usize;
+    for (i, (ta, tb)) in pairs.iter().enumerate() {
+        if ta.layout.n_elements() != tb.layout.n_elements() || ta.dtype() != tb.dtype() {
+            return Err(format!("pair {i}: {:?} {:?} vs {:?} {:?}", ta.dtype(), ta.ne(), tb.dtype(), tb.ne()));
+        }
+        let mut differ = 0usize;
+        let mut first = None;
+        for (ia, ib) in ta.layout.indices().zip(tb.layout.indices()) {
+            let (x, y) = match ta.dtype().size() {
+                4 => (a.read_u32(ta, ia), b.read_u32(tb, ib)),
+                _ => (a.read_u16(ta, ia) as u32, b.read_u16(tb, ib) as u32),
+            };
+            if x != y {
+                differ += 1;
+                first.get_or_insert((ia, x, y));
+            }
+        }
+        if let Some((at, x, y)) = first {
+            return Err(format!(
+                "pair {i} (buffers {:?}/{:?}): {differ} element(s) differ, first at {at:?}: {x:#010x} vs {y:#010x}",
+                ta.buffer, tb.buffer
+            ));
+        }
+        words += ta.layout.n_elements();
+    }
+    Ok(format!("{} tensor pair(s), {words} elements bit-identical", pairs.len()))
 }
 
 fn run_refusal(gpu: &Gpu, s: &Scenario, predicate: fn(&Error) -> bool, expected: &str) -> Verdict {

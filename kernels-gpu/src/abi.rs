@@ -224,3 +224,80 @@ pub const GDN_WARPS: u32 = 4;
 pub const GDN_MAX_SLOTS: usize = 17;
 /// Scalar-gate GATED_DELTA_NET for D = 128 (spec §2.10).
 pub const GATED_DELTA_NET_ENTRY: &str = "gated_delta_net_f32_d128";
+
+// ---- [convchain] GDN_CONV_CHAIN ----
+/// GDN_CONV_CHAIN: threads per block, one channel per thread; grid (C / 128, 1, 1).
+pub const GDN_CONV_CHAIN_BLOCK: u32 = 128;
+/// GDN_CONV_CHAIN: most tokens one launch takes (a verify batch of one sequence).
+pub const GDN_CONV_CHAIN_MAX_TOKENS: usize = 16;
+/// GDN_CONV_CHAIN: most conv-state rows one launch writes (the live row + 15 snapshots).
+pub const GDN_CONV_CHAIN_MAX_ROWS: usize = 16;
+/// GDN_CONV_CHAIN: the conv widths it is built for.
+pub const GDN_CONV_CHAIN_WIDTHS: [usize; 3] = [3, 4, 5];
+/// GDN_CONV_CHAIN: the head dimensions it is built for (powers of two dividing the block, so a
+/// block holds whole heads).
+pub const GDN_CONV_CHAIN_HEAD_DIMS: [usize; 3] = [32, 64, 128];
+
+/// The GDN_CONV_CHAIN entry for `d_conv` taps.
+pub const fn gdn_conv_chain_entry(d_conv: usize) -> Option<&'static str> {
+    Some(match d_conv {
+        3 => "gdn_conv_chain_f32_d3",
+        4 => "gdn_conv_chain_f32_d4",
+        5 => "gdn_conv_chain_f32_d5",
+        _ => return None,
+    })
+}
+
+/// GDN_CONV_CHAIN: floats per channel of the block's `conv_input` tile in shared memory:
+/// d_conv − 1 + n_t columns, rounded up to an odd count (conflict-free banks when each thread
+/// walks its own channel).
+pub const fn gdn_conv_chain_tile_stride(d_conv: usize, n_tokens: usize) -> usize {
+    (d_conv - 1 + n_tokens) | 1
+}
+
+/// GDN_CONV_CHAIN: dynamic shared memory in bytes — the `conv_input` tile
+/// ([128 channels][tile stride]) followed by the SiLU outputs ([n_t][128 channels]).
+pub const fn gdn_conv_chain_shared_bytes(d_conv: usize, n_tokens: usize) -> u32 {
+    let block = GDN_CONV_CHAIN_BLOCK as usize;
+    (4 * block * (gdn_conv_chain_tile_stride(d_conv, n_tokens) + n_tokens)) as u32
+}
+
+/// GDN_CONV_CHAIN's whole parameter list, passed by value. Device addresses and element strides
+/// first (u64), then the u32/f32 scalars and the row tables; 272 bytes, no padding.
+///
+/// Layouts (element strides): cache row r at `r·cache_row`, channel c's slot jj at
+/// `c·(d_conv−1) + jj` in it; qkv/conv_out (c, t) at `c + t·*_token`; weight (j, c) at
+/// `j + c·w_channel`; q_norm/k_norm (i, h, t) at `i + h·*_head + t·*_token`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GdnConvChainParams {
+    /// Conv cache (`r_l`) element (0, 0).
+    pub cache: u64,
+    /// The I32 source-row index (`s_copy`), read by the kernel like GET_ROWS reads it.
+    pub source_row: u64,
+    pub qkv: u64,
+    pub weight: u64,
+    pub conv_out: u64,
+    pub q_norm: u64,
+    pub k_norm: u64,
+    pub cache_row: u64,
+    pub qkv_token: u64,
+    pub w_channel: u64,
+    pub conv_out_token: u64,
+    pub q_head: u64,
+    pub q_token: u64,
+    pub k_head: u64,
+    pub k_token: u64,
+    /// n_t, 1 ..= [`GDN_CONV_CHAIN_MAX_TOKENS`].
+    pub n_tokens: u32,
+    /// D, one of [`GDN_CONV_CHAIN_HEAD_DIMS`].
+    pub head_dim: u32,
+    /// H_k: channels 0 … H_k·D are q heads, H_k·D … 2·H_k·D k heads.
+    pub n_k_heads: u32,
+    pub eps: f32,
+    /// Rows to write, 1 ..= [`GDN_CONV_CHAIN_MAX_ROWS`]: row `rows[i]` ← window(`offsets[i]`).
+    pub n_rows: u32,
+    pub _pad: u32,
+    pub rows: [u32; GDN_CONV_CHAIN_MAX_ROWS],
+    pub offsets: [u32; GDN_CONV_CHAIN_MAX_ROWS],
+}

@@ -16,21 +16,40 @@ use crate::device::thread::{block_idx_x, block_idx_y, block_idx_z, thread_idx_x}
 use crate::device::warp::warp_sum;
 use crate::fast_math::{dot_step, l2_scale};
 
-/// This lane's partial Σx² over columns `lane, lane+32, …` (`fma` from a +0 addend).
+/// This lane's partial Σx² over columns `lane, lane+32, …` (`fma` from a +0 addend), reading
+/// column `col` through `load` (global memory here, shared memory in the fused conv chain).
+/// Shared with the fused conv-chain kernel.
+#[inline(always)]
+pub fn lane_sum_sq_with(load: impl Fn(u32) -> f32, lane: u32, n_cols: u32) -> f32 {
+    let mut acc = 0.0f32;
+    let mut col = lane;
+    while col < n_cols {
+        let x = load(col);
+        acc = dot_step(acc, x, x);
+        col += 32;
+    }
+    acc
+}
+
+/// [`lane_sum_sq_with`] over a row in memory.
 ///
 /// # Safety
 /// `row` must point to `n_cols` readable f32.
 #[inline(always)]
 pub unsafe fn lane_sum_sq(row: *const f32, lane: u32, n_cols: u32) -> f32 {
-    let mut acc = 0.0f32;
+    // SAFETY: `load` is only called with col < n_cols, forwarded to the caller.
+    lane_sum_sq_with(|col| unsafe { *row.add(col as usize) }, lane, n_cols)
+}
+
+/// The normalised row: `store(col, scale · load(col))` for columns `lane, lane+32, …`; each
+/// column is read just before it is written. Shared with the fused conv-chain kernel.
+#[inline(always)]
+pub fn scale_row_with(scale: f32, load: impl Fn(u32) -> f32, mut store: impl FnMut(u32, f32), lane: u32, n_cols: u32) {
     let mut col = lane;
     while col < n_cols {
-        // SAFETY: col < n_cols, forwarded to the caller.
-        let x = unsafe { *row.add(col as usize) };
-        acc = dot_step(acc, x, x);
+        store(col, mul(scale, load(col)));
         col += 32;
     }
-    acc
 }
 
 /// The row's scale: the butterfly sum of the lanes' partials, then `rsqrt(max(·, eps²))`.
@@ -67,10 +86,7 @@ pub unsafe extern "ptx-kernel" fn l2_norm_f32(
     let y = unsafe { dst.add(r * dst_row + ch * dst_channel + s * dst_sample) };
     // SAFETY: the block is exactly one full warp, every lane reaches both collectives.
     let scale = unsafe { row_scale(lane_sum_sq(x, lane, n_cols), eps) };
-    let mut col = lane;
-    while col < n_cols {
-        // SAFETY: col < n_cols; this lane reads x[col] before it writes y[col].
-        unsafe { *y.add(col as usize) = mul(scale, *x.add(col as usize)) };
-        col += 32;
-    }
+    // SAFETY: `scale_row_with` calls both with col < n_cols; this lane reads x[col] before it
+    // writes y[col].
+    scale_row_with(scale, |col| unsafe { *x.add(col as usize) }, |col, v| unsafe { *y.add(col as usize) = v }, lane, n_cols);
 }

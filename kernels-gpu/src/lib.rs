@@ -33,6 +33,9 @@ pub mod mmvf;
 // [gdn] gated_delta_net
 pub mod gated_delta_net;
 
+// [convchain] the fused GDN conv chain
+pub mod gdn_conv_chain;
+
 #[panic_handler]
 fn panic(_: &core::panic::PanicInfo) -> ! {
     device::trap()

@@ -22,6 +22,9 @@ pub mod mmvf;
 // [gdn]
 pub mod gated_delta_net;
 
+// [convchain]
+pub mod gdn_conv_chain;
+
 use super::Case;
 
 /// Every case, grouped by op, in a stable order.
@@ -46,6 +49,9 @@ pub fn all() -> Vec<Case> {
 
     // [gdn]
     cases.extend(gated_delta_net::cases());
+
+    // [convchain]
+    cases.extend(gdn_conv_chain::cases());
 
     cases.extend(layer::cases());
     cases

@@ -1,0 +1,270 @@
+//! GDN_CONV_CHAIN on the CPU: the fused op's reference equals the unfused chain's references
+//! (GET_ROWS, CONCAT, CPY / CPY_SNAPSHOTS, SSM_CONV+SiLU, L2_NORM ×2, as `layer::unfused_ops`
+//! builds them) bit for bit — conv_out, q_norm, k_norm and the whole conv cache — on the
+//! reference PR's sweep: n_t 1 … 16 × R ∈ {0, 2, 3, 7, 15} × 5 shapes (d_conv 3/4/5, head dims
+//! 32–128, the read row among the written rows and not) = 400 comparisons, both sides with the
+//! same deterministic software MUFU (`ExactMufu`). Plus the op's typed refusals.
+
+use rgdn::Error;
+use rgdn::memory::HostMemory;
+use rgdn::ops::{GdnConvChain, Op, SnapshotWrite};
+use rgdn::reference::math::ExactMufu;
+use rgdn::suite::Builder;
+use rgdn::suite::cases::gdn_conv_chain::ChainSetup;
+use rgdn::tensor::{DType, Layout, Tensor};
+
+const ROLLBACKS: [usize; 5] = [0, 2, 3, 7, 15];
+
+fn run(mem: &HostMemory, ops: &[Box<dyn Op>]) -> HostMemory {
+    let mut mem = mem.clone();
+    for op in ops {
+        op.reference(&mut mem, &mut ExactMufu).unwrap_or_else(|e| panic!("{}: {e}", op.name()));
+    }
+    mem
+}
+
+fn bits(mem: &HostMemory, t: &Tensor) -> Vec<u32> {
+    t.layout.indices().map(|i| mem.read_u32(t, i)).collect()
+}
+
+#[test]
+fn fused_reference_equals_the_unfused_chain_on_400_shapes() {
+    let mut compared = 0;
+    for shape in 0..5 {
+        for n_t in 1..=16 {
+            for r in ROLLBACKS {
+                let setup = ChainSetup::sweep_shape(shape, n_t, r);
+                let name = setup.name("sweep");
+                let eq = setup.equivalence(Builder::new(rgdn::suite::cases::seed_of(&name)));
+                let (fused, unfused) = (run(&eq.mem, &eq.a), run(&eq.mem, &eq.b));
+                for (i, (a, b)) in eq.compare.iter().enumerate() {
+                    let (x, y) = (bits(&fused, a), bits(&unfused, b));
+                    assert!(x == y, "{name}: tensor pair {i} differs");
+                    // The outputs were poisoned: make sure the fused run wrote them.
+                    assert_ne!(x, bits(&eq.mem, a), "{name}: tensor pair {i} unchanged by the run");
+                }
+                compared += 1;
+            }
+        }
+    }
+    assert_eq!(compared, 400);
+}
+
+#[test]
+fn a_wrong_window_offset_is_caught_by_the_comparison() {
+    // The comparison has teeth: one slot with the unclamped offset n_t − j + 1 differs.
+    let setup = ChainSetup::sweep_shape(0, 4, 3);
+    let mut eq = setup.equivalence(Builder::new(1));
+    let op = eq.a[0].as_ref().downcast_ref::<GdnConvChain>().unwrap().clone();
+    let mut wrong = op.clone();
+    wrong.snapshots[2] = SnapshotWrite { row: op.snapshots[2].row, offset: op.snapshots[2].offset + 1 };
+    eq.a = vec![Box::new(wrong)];
+    let (fused, unfused) = (run(&eq.mem, &eq.a), run(&eq.mem, &eq.b));
+    let cache = eq.compare[3].0;
+    assert_ne!(bits(&fused, &cache), bits(&unfused, &cache));
+    assert_eq!(bits(&fused, &op.conv_out), bits(&unfused, &op.conv_out));
+}
+
+#[test]
+fn the_fused_op_names_its_inputs_and_outputs() {
+    let setup = ChainSetup::sweep_shape(3, 5, 2);
+    let mut b = Builder::new(2);
+    let op = setup.build(&mut b);
+    assert_eq!(op.name(), "GDN_CONV_CHAIN");
+    assert_eq!(op.inputs(), vec![op.conv_cache, op.source_row, op.qkv, op.weight]);
+    let outputs = op.outputs();
+    assert_eq!(&outputs[..3], &[op.conv_out, op.q_norm, op.k_norm]);
+    assert_eq!(outputs.len(), 3 + 3);
+    for (t, s) in outputs[3..].iter().zip(&op.snapshots) {
+        assert_eq!(t.ne(), [op.conv_cache.ne()[0], 1, 1, 1]);
+        assert_eq!(t.layout.offset, op.conv_cache.layout.offset + s.row * op.conv_cache.layout.nb[1]);
+    }
+    assert!(op.validate(&b.mem).is_ok());
+}
+
+/// Refusals the suite's cases do not cover.
+#[test]
+fn typed_refusals() {
+    let setup = ChainSetup::sweep_shape(0, 4, 3);
+    let check = |edit: &dyn Fn(&mut GdnConvChain, &mut Builder), want: &dyn Fn(&Error) -> bool| {
+        let mut b = Builder::new(3);
+        let mut op = setup.build(&mut b);
+        edit(&mut op, &mut b);
+        let err = op.validate(&b.mem).expect_err("must be refused");
+        assert!(want(&err), "unexpected error {err}");
+    };
+    check(&|op, _| op.snapshots.clear(), &|e| matches!(e, Error::Invalid { op: "GDN_CONV_CHAIN", .. }));
+    check(&|op, _| op.n_k_heads = 4, &|e| matches!(e, Error::Invalid { op: "GDN_CONV_CHAIN", .. }));
+    check(&|op, _| op.n_k_heads = 0, &|e| matches!(e, Error::Invalid { op: "GDN_CONV_CHAIN", .. }));
+    check(&|op, _| op.eps = f32::NAN, &|e| matches!(e, Error::Invalid { op: "GDN_CONV_CHAIN", .. }));
+    // An index tensor whose values the host does not know.
+    check(&|op, b| op.source_row = b.mem.alloc_tensor(DType::I32, [1, 1, 1, 1]), &|e| {
+        matches!(e, Error::Invalid { op: "GDN_CONV_CHAIN", .. })
+    });
+    // C not a multiple of 128 (one channel more in every tensor).
+    check(
+        &|op, b| {
+            let c = op.weight.ne()[1] + 1;
+            op.weight = b.input([4, c, 1, 1], rgdn::suite::inputs::Values::Uniform(0.5));
+        },
+        &|e| matches!(e, Error::Unsupported { op: "GDN_CONV_CHAIN", .. }),
+    );
+    // q_norm and k_norm on the same bytes; conv_out on the weights.
+    check(&|op, _| op.k_norm = op.q_norm, &|e| matches!(e, Error::Aliasing { a: "q_norm", b: "k_norm", .. }));
+    check(
+        &|op, _| op.conv_out = Tensor::new(op.weight.buffer, op.conv_out.layout.view(op.conv_out.ne(), op.conv_out.layout.nb, 0)),
+        &|e| matches!(e, Error::OutOfBounds { arg: "conv_out", .. } | Error::Aliasing { a: "conv_out", .. }),
+    );
+    // The cache in an index buffer is refused as an output.
+    check(
+        &|op, b| {
+            let idx = b.mem.alloc_indices(&vec![0; op.conv_cache.layout.n_elements()]);
+            op.conv_cache = Tensor::new(idx.buffer, Layout::contiguous(DType::F32, op.conv_cache.ne()));
+        },
+        &|e| matches!(e, Error::Invalid { op: "GDN_CONV_CHAIN", .. }),
+    );
+    // The reference refuses too instead of reading out of bounds.
+    let mut b = Builder::new(4);
+    let mut op = setup.build(&mut b);
+    op.snapshots[0].row = 1 << 20;
+    assert!(matches!(op.reference(&mut b.mem, &mut ExactMufu), Err(Error::IndexOutOfRange { arg: "snapshots", .. })));
+}
+
+/// The kernel's index arithmetic, emulated thread by thread on the CPU (same phases, same
+/// shared-memory layout from `abi`, the same `[u32; 16]` row tables), must give the reference's
+/// bytes: checks the tile/slice/window/head mapping and that every shared access stays inside
+/// the launch's dynamic shared memory, before any device time is spent.
+#[test]
+#[allow(clippy::needless_range_loop)] // indices are the kernel's thread, lane and column numbers
+fn an_emulation_of_the_kernels_mapping_equals_the_reference() {
+    use rgdn::kernels::abi;
+    use rgdn::reference::l2_norm::l2_normalize;
+    use rgdn::reference::math::{fma, l2_scale, mul, warp_sum};
+    use rgdn::reference::ssm_conv::conv_output;
+    let setups = [
+        ChainSetup::sweep_shape(0, 4, 3),
+        ChainSetup::sweep_shape(1, 16, 15),
+        ChainSetup::sweep_shape(2, 1, 2),
+        ChainSetup { pad: 8, ..ChainSetup::sweep_shape(3, 7, 7) },
+        ChainSetup::sweep_shape(4, 12, 0),
+        ChainSetup { n_t: 3, n_rollback: 3, alias_out: true, source_row: 1, ..ChainSetup::sweep_shape(0, 1, 0) },
+        // Blocks holding q and k heads, and k and v heads.
+        ChainSetup { d_conv: 3, head_dim: 32, n_k_heads: 3, n_v_heads: 2, ..ChainSetup::sweep_shape(1, 5, 3) },
+    ];
+    for setup in setups {
+        let name = setup.name("emulated");
+        let mut b = Builder::new(rgdn::suite::cases::seed_of(&name));
+        let op = setup.build(&mut b);
+        let mut want = b.mem.clone();
+        op.reference(&mut want, &mut ExactMufu).unwrap();
+
+        let mut mem = b.mem.clone();
+        let (c_all, n_t) = (op.qkv.ne()[0], op.qkv.ne()[1]);
+        let d_conv = op.weight.ne()[0];
+        let s = d_conv - 1;
+        let block = abi::GDN_CONV_CHAIN_BLOCK as usize;
+        let stride = abi::gdn_conv_chain_tile_stride(d_conv, n_t);
+        let smem_len = abi::gdn_conv_chain_shared_bytes(d_conv, n_t) as usize / 4;
+        // Global memory as (tensor, element offset from its element 0), like the kernel's pointers.
+        let el = |t: &Tensor, i: usize| (t.buffer, t.layout.offset + 4 * i);
+        let read =
+            |m: &HostMemory, (buf, o): (rgdn::tensor::BufferId, usize)| u32::from_le_bytes(m.bytes(buf)[o..o + 4].try_into().unwrap());
+        let write = |m: &mut HostMemory, (buf, o): (rgdn::tensor::BufferId, usize), v: u32| {
+            m.bytes_mut(buf)[o..o + 4].copy_from_slice(&v.to_le_bytes())
+        };
+        let e = |t: &Tensor, d: usize| t.layout.nb[d] / 4;
+        let src_row = read(&mem, el(&op.source_row, 0)) as usize;
+        let (rows, offsets): (Vec<usize>, Vec<usize>) = op.snapshots.iter().map(|w| (w.row, w.offset)).unzip();
+        for by in 0..c_all / block {
+            let c0 = by * block;
+            let mut smem = vec![None::<u32>; smem_len];
+            let staged = block * stride;
+            // Phase 1 (all threads), then the barrier.
+            let mut w = vec![[0f32; 5]; block];
+            for tid in 0..block {
+                let c = c0 + tid;
+                for k in 0..s {
+                    let f = k * block + tid;
+                    let v = read(&mem, el(&op.conv_cache, src_row * e(&op.conv_cache, 1) + c0 * s + f));
+                    smem[(f / s) * stride + f % s] = Some(v);
+                }
+                for t in 0..n_t {
+                    smem[tid * stride + s + t] = Some(read(&mem, el(&op.qkv, c + t * e(&op.qkv, 1))));
+                }
+                for j in 0..d_conv {
+                    w[tid][j] = f32::from_bits(read(&mem, el(&op.weight, c * e(&op.weight, 1) + j)));
+                }
+            }
+            // Phase 2: rows; phase 3: conv.
+            for tid in 0..block {
+                for (&row, &offset) in rows.iter().zip(&offsets) {
+                    for k in 0..s {
+                        let f = k * block + tid;
+                        let v = smem[(f / s) * stride + f % s + offset].expect("tile read before written");
+                        write(&mut mem, el(&op.conv_cache, row * e(&op.conv_cache, 1) + c0 * s + k * block + tid), v);
+                    }
+                }
+                let x: Vec<f32> = (0..s + n_t).map(|col| f32::from_bits(smem[tid * stride + col].unwrap())).collect();
+                for t in 0..n_t {
+                    let y = conv_output(&x[t..t + d_conv], &w[tid][..d_conv], 0.0, true, &mut ExactMufu);
+                    write(&mut mem, el(&op.conv_out, c0 + tid + t * e(&op.conv_out, 1)), y.to_bits());
+                    smem[staged + t * block + tid] = Some(y.to_bits());
+                }
+            }
+            // Phase 4: warps over (token, head) items.
+            let (d, h_k) = (op.head_dim, op.n_k_heads);
+            if c0 >= 2 * h_k * d {
+                continue;
+            }
+            let d_log2 = d.trailing_zeros();
+            let heads_log2 = block.trailing_zeros() - d_log2;
+            for warp in 0..block / 32 {
+                let mut item = warp;
+                while item < n_t << heads_log2 {
+                    let (t, hl) = (item >> heads_log2, item & ((1 << heads_log2) - 1));
+                    let head = (c0 >> d_log2) + hl;
+                    if head < 2 * h_k {
+                        let (dst, h) = if head < h_k { (&op.q_norm, head) } else { (&op.k_norm, head - h_k) };
+                        let row: Vec<f32> = (0..d).map(|col| f32::from_bits(smem[staged + t * block + hl * d + col].unwrap())).collect();
+                        let mut lanes = [0f32; 32];
+                        for lane in 0..32 {
+                            let mut col = lane;
+                            while col < d {
+                                lanes[lane] = fma(row[col], row[col], lanes[lane]);
+                                col += 32;
+                            }
+                        }
+                        let scale = l2_scale(warp_sum(&lanes), op.eps, &mut ExactMufu);
+                        assert_eq!(row.iter().map(|x| mul(scale, *x).to_bits()).collect::<Vec<_>>(), {
+                            l2_normalize(&row, op.eps, &mut ExactMufu).iter().map(|y| y.to_bits()).collect::<Vec<_>>()
+                        });
+                        for col in 0..d {
+                            write(&mut mem, el(dst, col + h * e(dst, 1) + t * e(dst, 2)), mul(scale, row[col]).to_bits());
+                        }
+                    }
+                    item += block / 32;
+                }
+            }
+        }
+        for id in 0..want.n_buffers() {
+            let id = rgdn::tensor::BufferId(id);
+            assert!(mem.bytes(id) == want.bytes(id), "{name}: buffer {id:?} differs from the reference");
+        }
+    }
+}
+
+/// The parameter block travels as raw bytes (`KernelParams`): no padding anywhere, the tables
+/// where the kernel's PTX reads them (`ld.param` at byte 144 + 4·i and 208 + 4·i).
+#[test]
+fn the_parameter_struct_has_no_padding() {
+    use rgdn::kernels::abi::GdnConvChainParams as P;
+    use std::mem::{offset_of, size_of};
+    assert_eq!(size_of::<P>(), 15 * 8 + 6 * 4 + 2 * 16 * 4);
+    assert_eq!(std::mem::align_of::<P>(), 8);
+    assert_eq!(offset_of!(P, k_token), 14 * 8);
+    assert_eq!(offset_of!(P, n_tokens), 15 * 8);
+    assert_eq!(offset_of!(P, _pad), 15 * 8 + 5 * 4);
+    assert_eq!(offset_of!(P, rows), 144);
+    assert_eq!(offset_of!(P, offsets), 208);
+    assert!(size_of::<P>() <= rgdn::gpu::PARAM_BLOCK_BYTES);
+}
