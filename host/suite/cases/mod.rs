@@ -22,6 +22,9 @@ pub mod mmvf;
 // [gdn]
 pub mod gated_delta_net;
 
+// [mmvf-pair]
+pub mod mmvf_pair;
+
 use super::Case;
 
 /// Every case, grouped by op, in a stable order.
@@ -46,6 +49,9 @@ pub fn all() -> Vec<Case> {
 
     // [gdn]
     cases.extend(gated_delta_net::cases());
+
+    // [mmvf-pair]
+    cases.extend(mmvf_pair::cases());
 
     cases.extend(layer::cases());
     cases
