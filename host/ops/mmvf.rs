@@ -151,9 +151,10 @@ impl Op for MulMatVec {
         // SAFETY: `check` proved every view lies inside its buffer for E = 2·n_pairs elements,
         // rows = grid.x weight rows and ncols (the entry's) input and dst columns; that weight
         // rows and input columns start pair-aligned (so the kernel's pair loads are aligned);
-        // that dst is disjoint from both inputs; the block size is ggml's rule (a multiple of
-        // 32, ≤ 256) with the 32-float shared buffer; and the argument list matches the entry's
-        // parameters in order and type.
+        // that dst is disjoint from both inputs (so weight and input stay read-only, as the
+        // kernel's `.nc` loads need); the block size is ggml's rule (a multiple of 32, ≤ 256,
+        // the PTX launch bound) with the MUL_MAT_VEC_SHARED_BYTES reduction buffer; and the
+        // argument list matches the entry's parameters in order and type.
         unsafe { gpu.launch(entry, dims, &args) }
     }
 
@@ -225,6 +226,26 @@ mod tests {
         assert_eq!(abi::mul_mat_vec_entry(F32, 0), None);
         assert_eq!(abi::mul_mat_vec_entry(F32, 9), None);
         assert_eq!(abi::mul_mat_vec_entry(4, 1), None);
+    }
+
+    #[test]
+    fn every_entry_carries_the_launch_bounds() {
+        // build.rs writes abi::PTX_LAUNCH_BOUNDS into the PTX: ptxas then keeps a thread's
+        // chunk of loads in flight (NOTES.md, mul_mat_vec_f speed), and a launch above 256
+        // threads would fail instead of overrunning the reduction buffer.
+        let ptx = crate::kernels::PTX;
+        for kind in 0..4 {
+            for ncols in 1..=abi::MUL_MAT_VEC_MAX_COLS {
+                for entry in [abi::mul_mat_vec_entry(kind, ncols), abi::mul_mat_vec_pair_entry(kind, ncols)] {
+                    let entry = entry.unwrap();
+                    let start = ptx.find(&format!(".entry {entry}(")).unwrap_or_else(|| panic!("{entry} missing"));
+                    let header = &ptx[start..start + ptx[start..].find('{').unwrap()];
+                    assert!(header.contains(".maxntid 256, 1, 1") && header.contains(".minnctapersm 1"), "{entry}: {header}");
+                }
+            }
+        }
+        assert_eq!(abi::PTX_LAUNCH_BOUNDS, &[("mul_mat_vec_", 256, 1)]);
+        assert_eq!(abi::mul_mat_vec_block_size(usize::MAX / 4), 256);
     }
 
     #[test]
