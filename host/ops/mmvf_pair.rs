@@ -118,7 +118,8 @@ impl Op for MulMatVecPair {
 
     fn launch(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<()> {
         let shape = self.check(mem)?;
-        let entry = abi::mul_mat_vec_pair_entry(shape.kind, shape.ncols).expect("checked: kind and ncols have an entry");
+        let per_block = super::mmvf::cols_per_block(shape.ncols);
+        let entry = abi::mul_mat_vec_pair_entry(shape.kind, per_block).expect("checked: kind and ncols have an entry");
         let (a, b) = (&self.first, &self.second);
         let params = abi::MulMatVecPairParams {
             weight_0: mem.device_ptr(&a.weight),
@@ -134,11 +135,13 @@ impl Op for MulMatVecPair {
             n_pairs: (shape.row_len / 2) as u32,
             _pad: 0,
         };
-        let dims = LaunchDims::new((shape.rows as u32, 2, 1), (shape.block_size, 1, 1)).with_shared_bytes(abi::MUL_MAT_VEC_SHARED_BYTES);
+        let groups = (shape.ncols / per_block) as u32;
+        let dims =
+            LaunchDims::new((shape.rows as u32, 2, groups), (shape.block_size, 1, 1)).with_shared_bytes(abi::MUL_MAT_VEC_SHARED_BYTES);
         let args = [KernelArg::Params(ParamBlock::of(&params)?)];
         // SAFETY: `check` proved each product valid as an unfused MUL_MAT_VEC (views inside their
-        // buffers for E = 2·n_pairs elements, rows = grid.x weight rows, ncols input and dst
-        // columns; weight rows and input columns pair-aligned; each dst disjoint from its weight
+        // buffers for E = 2·n_pairs elements, rows = grid.x weight rows, ncols = grid.z × (the
+        // entry's column count) input and dst columns; weight rows and input columns pair-aligned; each dst disjoint from its weight
         // and the input), that both read the same input with weights of one type and shape and
         // one precision (so one entry serves both), and that each dst is disjoint from the other
         // dst and the other weight; the block size is ggml's rule (≤ 256, the PTX launch bound)

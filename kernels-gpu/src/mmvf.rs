@@ -3,7 +3,9 @@
 //! such products of the same input in one launch (grid y = 2 picks the product), built from the
 //! same bodies.
 //!
-//! Thread mapping: one block per weight row (grid x = row r). The block size is ggml's choice for
+//! Thread mapping: one block per weight row (grid x = row r) and group of `NCOLS` columns
+//! (grid z = g: columns g·NCOLS … g·NCOLS + NCOLS − 1; the host may split a launch's columns
+//! into equal groups, each column's arithmetic does not depend on which others share its block). The block size is ggml's choice for
 //! the row length E ([`mul_mat_vec_block_size`](crate::abi::mul_mat_vec_block_size): a multiple
 //! of 32, at most 256) and is read from `%ntid.x`, so one entry serves every block size. Thread
 //! `tid` reads the row as element pairs p = tid, tid+bs, tid+2bs, … < E/2 and, for every column j,
@@ -41,7 +43,7 @@ use crate::device::half::{f16_to_f32, f32_to_f16_rn, fma_f16x2, pack_f16x2};
 use crate::device::load::{nc_f32x2, nc_u32};
 use crate::device::math::{add, fma};
 use crate::device::shared;
-use crate::device::thread::{block_dim_x, block_idx_x, block_idx_y, sync_threads, thread_idx_x};
+use crate::device::thread::{block_dim_x, block_idx_x, block_idx_y, block_idx_z, sync_threads, thread_idx_x};
 use crate::device::warp::warp_sum;
 
 /// Pair iterations per thread whose loads are all issued before their fmas (see the module
@@ -419,10 +421,11 @@ unsafe fn mul_mat_vec_row<A: Accumulation, const NCOLS: usize>(
     }
 }
 
-/// One block computes row `%ctaid.x` of every column.
+/// One block computes row `%ctaid.x` of column group `%ctaid.z`.
 ///
 /// # Safety
-/// See the module docs: the host validates every view before launching one block per row.
+/// See the module docs: the host validates every view before launching one block per row and
+/// column group (gridDim.z · NCOLS columns).
 #[inline(always)]
 unsafe fn mul_mat_vec<A: Accumulation, const NCOLS: usize>(
     weight: *const A::Elem,
@@ -437,15 +440,19 @@ unsafe fn mul_mat_vec<A: Accumulation, const NCOLS: usize>(
     // SAFETY: the host checked that row `row` (< rows = gridDim.x) lies inside the weight view
     // and starts pair-aligned.
     let w = unsafe { weight.add(row * w_row) } as *const A::Pair;
+    let g = block_idx_z() as usize;
+    // SAFETY: the host launches gridDim.z = ncols / NCOLS groups: columns g·NCOLS … of the
+    // input and dst views exist.
+    let (input, dst) = unsafe { (input.add(g * NCOLS * in_col), dst.add(g * NCOLS * dst_col)) };
     // SAFETY: forwarded from the launch contract.
     unsafe { mul_mat_vec_row::<A, NCOLS>(w, input, in_col, dst, dst_col, row, n_pairs) }
 }
 
-/// MUL_MAT_VEC_PAIR: block (x, y) computes row x of product y (0: the `_0` fields of `p`, 1:
-/// the `_1` fields), with the unfused kernel's body.
+/// MUL_MAT_VEC_PAIR: block (x, y, z) computes row x of product y (0: the `_0` fields of `p`, 1:
+/// the `_1` fields) for column group z, with the unfused kernel's body.
 ///
 /// # Safety
-/// See the module docs, for both products; grid (rows, 2, 1).
+/// See the module docs, for both products; grid (rows, 2, ncols / NCOLS).
 #[inline(always)]
 unsafe fn mul_mat_vec_pair<A: Accumulation, const NCOLS: usize>(p: &abi::MulMatVecPairParams) {
     let row = block_idx_x() as usize;
@@ -455,18 +462,14 @@ unsafe fn mul_mat_vec_pair<A: Accumulation, const NCOLS: usize>(p: &abi::MulMatV
     let weight = weight as usize as *const A::Elem;
     // SAFETY: as `mul_mat_vec`, for the selected product.
     let w = unsafe { weight.add(row * w_row as usize) } as *const A::Pair;
+    let (in_col, dst_col) = (p.in_col as usize, dst_col as usize);
+    let g = block_idx_z() as usize;
+    let (input, dst) = (p.input as usize as *const f32, dst as usize as *mut f32);
+    // SAFETY: the host launches gridDim.z = ncols / NCOLS groups: columns g·NCOLS … of the
+    // input and dst views exist.
+    let (input, dst) = unsafe { (input.add(g * NCOLS * in_col), dst.add(g * NCOLS * dst_col)) };
     // SAFETY: forwarded from the launch contract.
-    unsafe {
-        mul_mat_vec_row::<A, NCOLS>(
-            w,
-            p.input as usize as *const f32,
-            p.in_col as usize,
-            dst as usize as *mut f32,
-            dst_col as usize,
-            row,
-            p.n_pairs,
-        )
-    }
+    unsafe { mul_mat_vec_row::<A, NCOLS>(w, input, in_col, dst, dst_col, row, p.n_pairs) }
 }
 
 macro_rules! mul_mat_vec_entries {

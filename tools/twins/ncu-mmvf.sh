@@ -11,7 +11,9 @@
 #   2. our unfused kernels through `rgdn layer 9b --tokens N --weights W` (the layer's alpha and
 #      beta projections: [4096 × 32] at N columns; 4 launches per run: warm-up + timed, alpha + beta);
 #   3. our MUL_MAT_VEC_PAIR kernels through `rgdn check MUL_MAT_VEC_PAIR` (grid (32, 2, 1) is the
-#      9B shape; the other cases have other grids).
+#      9B shape; the other cases have other grids);
+#   4. both again with RGDN_MMVF_COLS_PER_BLOCK=4, 2, 1 (columns split over blocks: grid z),
+#      after a bit-exactness run of every MUL_MAT_VEC / MUL_MAT_VEC_PAIR case under each.
 #
 # usage (repository root of the bundle carried to the GPU machine, after scripts/gpu-bundle.sh):
 #   bash tools/twins/ncu-mmvf.sh [BUNDLE_DIR=bundle] [REPS=5]
@@ -53,6 +55,20 @@ for r in $(seq 1 "${PAIR_RUNS:-3}"); do
   ncu_run "$out/rgdn-pair-$r.csv" "^mul_mat_vec_pair_" "$bundle/rgdn" check MUL_MAT_VEC_PAIR
 done
 
+# 4. The column-group knob (host/ops/mmvf.rs::cols_per_block): at most k columns per block,
+#    ncols / k blocks per row (grid z). Same bits by construction; the runs below check them
+#    (rgdn check, every MUL_MAT_VEC and MUL_MAT_VEC_PAIR case, without ncu) and time them.
+for k in ${KNOBS:-4 2 1}; do
+  RGDN_MMVF_COLS_PER_BLOCK=$k "$bundle/rgdn" check MUL_MAT_VEC > "$out/bits-k$k.log" 2>&1
+  echo "RGDN_MMVF_COLS_PER_BLOCK=$k rgdn check MUL_MAT_VEC: exit $? $(grep -E '^total' "$out/bits-k$k.log" | tail -1)" >> "$out/bits.txt"
+  for w in f32 bf16; do
+    for n in 4 6 8; do
+      RGDN_MMVF_COLS_PER_BLOCK=$k ncu_run "$out/k$k-rgdn-layer-$w-$n.csv" "^mul_mat_vec_" "$bundle/rgdn" layer 9b --tokens "$n" --rollback 0 --weights "$w"
+    done
+  done
+  RGDN_MMVF_COLS_PER_BLOCK=$k ncu_run "$out/k$k-rgdn-pair.csv" "^mul_mat_vec_pair_" "$bundle/rgdn" check MUL_MAT_VEC_PAIR
+done
+
 python3 - "$out" <<'PY' | tee "$out/summary.txt"
 import csv, glob, os, re, statistics, sys
 out = sys.argv[1]
@@ -76,7 +92,9 @@ for path in sorted(glob.glob(os.path.join(out, "*.csv"))):
         if r.get("Metric Name") != "gpu__time_duration.sum":
             continue
         us = float(r["Metric Value"].replace(",", "")) * scale.get(r["Metric Unit"], float("nan"))
-        key = (short(r["Kernel Name"]), r.get("Grid Size", ""), r.get("Block Size", ""))
+        tag = os.path.basename(path).split("-")[0]
+        tag = tag if re.fullmatch(r"k\d+", tag) else ""
+        key = (f"{tag + ' ' if tag else ''}{short(r['Kernel Name'])}", r.get("Grid Size", ""), r.get("Block Size", ""))
         groups.setdefault(key, []).append(us)
 print(f"{'kernel':<34} {'grid':>14} {'block':>12} {'n':>3} {'median µs':>10} {'min':>7} {'max':>7}")
 for (k, g, b), v in sorted(groups.items()):
@@ -84,4 +102,6 @@ for (k, g, b), v in sorted(groups.items()):
 print("\nupstream ggml (ggml-h200-timings.md), [4096 x 32], 1 column: F32 3.79, F16 3.95, BF16 4.24 µs")
 print("targets: 1 column <= upstream; 2-8 columns <= 1.25 x upstream 1-column time of the same type")
 print("(rgdn layer's --weights f16 runs the half-accumulating kernels: mul_mat_vec_f16_cN)")
+print("kN rows: RGDN_MMVF_COLS_PER_BLOCK=N (entry cK with grid z = ncols / K); bits under the knob:")
+print(open(os.path.join(out, "bits.txt")).read() if os.path.exists(os.path.join(out, "bits.txt")) else "(no knob runs)")
 PY

@@ -4,8 +4,9 @@
 usage: sass_stats.py CUBIN PTXAS_LOG [NAME_REGEX]
 
 Per kernel: registers (from the `ptxas -v` log), global loads by kind, barriers, float fmas,
-wide IMADs (64-bit address arithmetic), and for the straight-line region holding the most
-global loads: how many loads it issues and in how many latency rounds. A round ends where an
+wide IMADs (64-bit address arithmetic), and for the straight-line regions holding the most
+global loads (for our kernels: the full chunk and the predicated partial chunk): how many loads
+each issues and in how many latency rounds (min-max over those regions). A round ends where an
 instruction reads the result of a load issued since the previous round ended (the warp stalls
 there for one memory latency; loads issued before it are in flight together). Fewer rounds per
 thread = fewer memory latencies on the kernel's critical path.
@@ -65,7 +66,7 @@ def parse(ins):
 def src_regs(ops):
     out = []
     for o in ops:
-        for m in re.finditer(r"R(\d+)(\.64)?", o):
+        for m in re.finditer(r"(?<![A-Z0-9_])R(\d+)(\.64)?", o):
             base = int(m.group(1))
             out += [base, base + 1] if m.group(2) else [base]
     return out
@@ -103,7 +104,7 @@ def rounds(region):
     return loads, rnds
 
 
-print(f"{'kernel':<64} {'regs':>4} {'LDG':>4} {'.64':>4} {'.CONST':>6} {'BAR':>4} {'FMA':>4} {'WIDE':>4}  busiest region: loads/rounds")
+print(f"{'kernel':<64} {'regs':>4} {'LDG':>4} {'.64':>4} {'.CONST':>6} {'BAR':>4} {'FMA':>4} {'WIDE':>4}  busiest regions: loads/rounds")
 for name, body in sorted(funcs.items()):
     if not want.search(name):
         continue
@@ -111,7 +112,10 @@ for name, body in sorted(funcs.items()):
     ldg = [o for o in ops if o.startswith("LDG")]
     fma = sum(1 for o in ops if o.startswith(("FFMA", "HFMA2")) and not o.startswith("HFMA2.MMA"))
     wide = sum(1 for o in ops if o.startswith("IMAD.WIDE"))
-    best = max((rounds(r) for r in regions(body)), key=lambda lr: lr[0], default=(0, 0))
+    stats = [rounds(r) for r in regions(body)]
+    most = max((lr[0] for lr in stats), default=0)
+    rs = sorted(lr[1] for lr in stats if lr[0] == most) or [0]
+    best = (most, f"{rs[0]}" if rs[0] == rs[-1] else f"{rs[0]}-{rs[-1]}")
     print(f"{name[:64]:<64} {regs.get(name, '?'):>4} {len(ldg):>4} {sum('.64' in o for o in ldg):>4} "
           f"{sum('CONSTANT' in o for o in ldg):>6} {sum(o.startswith('BAR') for o in ops):>4} {fma:>4} {wide:>4}  "
           f"{best[0]}/{best[1]}")
