@@ -110,7 +110,9 @@ for name, body in sorted(funcs.items()):
         continue
     ops = [parse(i)[1] for i in body]
     ldg = [o for o in ops if o.startswith("LDG")]
-    fma = sum(1 for o in ops if o.startswith(("FFMA", "HFMA2")) and not o.startswith("HFMA2.MMA"))
+    # HFMA2.MMA is the same f16x2 fma on another pipe (ptxas alternates them, for nvcc's code
+    # too); `HFMA2.MMA Rx, -RZ, RZ, …` only materialises a constant.
+    fma = sum(1 for i in body for _, o, a in [parse(i)] if o.startswith(("FFMA", "HFMA2")) and a[1:3] != ["-RZ", "RZ"])
     wide = sum(1 for o in ops if o.startswith("IMAD.WIDE"))
     stats = [rounds(r) for r in regions(body)]
     most = max((lr[0] for lr in stats), default=0)
