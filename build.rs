@@ -51,8 +51,37 @@ fn main() {
     if !ptx.contains(".entry") {
         fail(&format!("{} holds no kernel entry point", ptx_out.display()));
     }
+    // [mmvf-pair] launch bounds (rustc has no attribute for them): written into the PTX file.
+    let ptx = with_launch_bounds(&ptx, abi::PTX_LAUNCH_BOUNDS);
+    std::fs::write(&ptx_out, &ptx).unwrap_or_else(|e| fail(&format!("could not rewrite {}: {e}", ptx_out.display())));
     println!("cargo:rustc-env=RGDN_PTX_PATH={}", ptx_out.display());
     println!("cargo:rustc-env=RGDN_PTX_ARCH={arch}");
+}
+
+// [mmvf-pair] the shared constants, for the launch-bounds table.
+#[allow(dead_code)]
+#[path = "kernels-gpu/src/abi.rs"]
+mod abi;
+
+/// Adds `.maxntid N, 1, 1` and `.minnctapersm M` after the parameter list of every entry whose
+/// name starts with a prefix of `bounds` ((prefix, N, M), first match wins). Without them ptxas
+/// may budget a kernel's registers for full occupancy and issue its loads in several rounds.
+fn with_launch_bounds(ptx: &str, bounds: &[(&str, u32, u32)]) -> String {
+    let mut out = String::with_capacity(ptx.len() + 4096);
+    let mut pending: Option<(u32, u32)> = None;
+    for line in ptx.lines() {
+        out.push_str(line);
+        out.push('\n');
+        if let Some(name) = line.strip_prefix(".visible .entry ") {
+            pending = bounds.iter().find(|(prefix, ..)| name.starts_with(prefix)).map(|&(_, n, m)| (n, m));
+        }
+        if line == ")"
+            && let Some((n, m)) = pending.take()
+        {
+            out.push_str(&format!(".maxntid {n}, 1, 1\n.minnctapersm {m}\n"));
+        }
+    }
+    out
 }
 
 /// `-Zbuild-std` compiles `core` from the toolchain's `rust-src` component; say so plainly if

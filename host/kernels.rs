@@ -41,6 +41,13 @@ pub fn all_entries() -> Vec<&'static str> {
     // [convchain]
     entries.extend(abi::GDN_CONV_CHAIN_WIDTHS.iter().filter_map(|&d| abi::gdn_conv_chain_entry(d)));
 
+    // [mmvf-pair]
+    for kind in [abi::mul_mat_vec_kind::F32, abi::mul_mat_vec_kind::BF16, abi::mul_mat_vec_kind::F16_HALF, abi::mul_mat_vec_kind::F16_F32] {
+        for ncols in 1..=abi::MUL_MAT_VEC_MAX_COLS {
+            entries.extend(abi::mul_mat_vec_pair_entry(kind, ncols));
+        }
+    }
+
     entries
 }
 

@@ -106,6 +106,27 @@ impl MulMatVec {
     }
 }
 
+/// Input columns one block computes: `ncols` itself (one block per row, ggml's launch) unless
+/// the measuring knob `RGDN_MMVF_COLS_PER_BLOCK=k` (read once per process) asks for at most k:
+/// then the largest divisor of `ncols` not above k, and the launch has ncols / that blocks per
+/// row (grid z). Every column's arithmetic is the same either way (the kernel's per-column
+/// loop and reduction do not depend on the other columns of its block); the knob only moves
+/// work between blocks, to measure per-SM bandwidth against latency (NOTES.md, mul_mat_vec_f
+/// speed).
+pub fn cols_per_block(ncols: usize) -> usize {
+    static KNOB: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    let cap = KNOB.get_or_init(|| std::env::var("RGDN_MMVF_COLS_PER_BLOCK").ok().and_then(|v| v.trim().parse().ok()).filter(|k| *k >= 1));
+    cols_per_block_with(ncols, *cap)
+}
+
+/// [`cols_per_block`] for a given knob value.
+pub fn cols_per_block_with(ncols: usize, cap: Option<usize>) -> usize {
+    match cap {
+        Some(k) if k < ncols => (1..=k).rev().find(|c| ncols.is_multiple_of(*c)).unwrap_or(1),
+        _ => ncols,
+    }
+}
+
 /// Every row (dimension-1 slice) of `t` starts at a multiple of two elements, so the kernel's
 /// pair loads (8 bytes for f32, 4 for f16/bf16) are aligned. Device buffers start 256-aligned.
 fn pair_aligned(arg: &'static str, t: &Tensor) -> Result<()> {
@@ -134,11 +155,14 @@ impl Op for MulMatVec {
 
     fn launch(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<()> {
         let shape = self.check(mem)?;
-        let entry = abi::mul_mat_vec_entry(shape.kind, shape.ncols).expect("checked: kind and ncols have an entry");
+        let per_block = cols_per_block(shape.ncols);
+        let entry = abi::mul_mat_vec_entry(shape.kind, per_block).expect("checked: kind and ncols have an entry");
         let [_, w_row, ..] = check::elem_strides(&self.weight);
         let [_, in_col, ..] = check::elem_strides(&self.input);
         let [_, dst_col, ..] = check::elem_strides(&self.dst);
-        let dims = LaunchDims::new((shape.rows as u32, 1, 1), (shape.block_size, 1, 1)).with_shared_bytes(abi::MUL_MAT_VEC_SHARED_BYTES);
+        let groups = (shape.ncols / per_block) as u32;
+        let dims =
+            LaunchDims::new((shape.rows as u32, 1, groups), (shape.block_size, 1, 1)).with_shared_bytes(abi::MUL_MAT_VEC_SHARED_BYTES);
         let args = [
             KernelArg::Ptr(mem.device_ptr(&self.weight)),
             KernelArg::Usize(w_row),
@@ -149,11 +173,13 @@ impl Op for MulMatVec {
             KernelArg::U32((shape.row_len / 2) as u32),
         ];
         // SAFETY: `check` proved every view lies inside its buffer for E = 2·n_pairs elements,
-        // rows = grid.x weight rows and ncols (the entry's) input and dst columns; that weight
+        // rows = grid.x weight rows and ncols = grid.z × (the entry's column count) input and
+        // dst columns (`cols_per_block` divides ncols); that weight
         // rows and input columns start pair-aligned (so the kernel's pair loads are aligned);
-        // that dst is disjoint from both inputs; the block size is ggml's rule (a multiple of
-        // 32, ≤ 256) with the 32-float shared buffer; and the argument list matches the entry's
-        // parameters in order and type.
+        // that dst is disjoint from both inputs (so weight and input stay read-only, as the
+        // kernel's `.nc` loads need); the block size is ggml's rule (a multiple of 32, ≤ 256,
+        // the PTX launch bound) with the MUL_MAT_VEC_SHARED_BYTES reduction buffer; and the
+        // argument list matches the entry's parameters in order and type.
         unsafe { gpu.launch(entry, dims, &args) }
     }
 
@@ -225,6 +251,43 @@ mod tests {
         assert_eq!(abi::mul_mat_vec_entry(F32, 0), None);
         assert_eq!(abi::mul_mat_vec_entry(F32, 9), None);
         assert_eq!(abi::mul_mat_vec_entry(4, 1), None);
+    }
+
+    #[test]
+    fn column_groups_divide_the_columns() {
+        for ncols in 1..=8 {
+            assert_eq!(cols_per_block_with(ncols, None), ncols);
+            assert_eq!(cols_per_block_with(ncols, Some(8)), ncols);
+            assert_eq!(cols_per_block_with(ncols, Some(1)), 1);
+            for k in 1..=8 {
+                let c = cols_per_block_with(ncols, Some(k));
+                assert!(c >= 1 && c <= k.max(1) && ncols % c == 0, "ncols {ncols} k {k}: {c}");
+            }
+        }
+        assert_eq!(cols_per_block_with(8, Some(4)), 4);
+        assert_eq!(cols_per_block_with(6, Some(4)), 3);
+        assert_eq!(cols_per_block_with(7, Some(4)), 1);
+        assert_eq!(cols_per_block_with(5, Some(2)), 1);
+    }
+
+    #[test]
+    fn every_entry_carries_the_launch_bounds() {
+        // build.rs writes abi::PTX_LAUNCH_BOUNDS into the PTX: ptxas then keeps a thread's
+        // chunk of loads in flight (NOTES.md, mul_mat_vec_f speed), and a launch above 256
+        // threads would fail instead of overrunning the reduction buffer.
+        let ptx = crate::kernels::PTX;
+        for kind in 0..4 {
+            for ncols in 1..=abi::MUL_MAT_VEC_MAX_COLS {
+                for entry in [abi::mul_mat_vec_entry(kind, ncols), abi::mul_mat_vec_pair_entry(kind, ncols)] {
+                    let entry = entry.unwrap();
+                    let start = ptx.find(&format!(".entry {entry}(")).unwrap_or_else(|| panic!("{entry} missing"));
+                    let header = &ptx[start..start + ptx[start..].find('{').unwrap()];
+                    assert!(header.contains(".maxntid 256, 1, 1") && header.contains(".minnctapersm 1"), "{entry}: {header}");
+                }
+            }
+        }
+        assert_eq!(abi::PTX_LAUNCH_BOUNDS, &[("mul_mat_vec_", 256, 1)]);
+        assert_eq!(abi::mul_mat_vec_block_size(usize::MAX / 4), 256);
     }
 
     #[test]

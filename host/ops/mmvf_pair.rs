@@ -1,13 +1,313 @@
 //! MUL_MAT_VEC_PAIR — the alpha and beta mat-vecs of one GDN layer (two `mul_mat_vec_f` of the
 //! same input) in one launch, each product computed with exactly the per-column arithmetic of
-//! the unfused [`MulMatVec`] (spec §2.9), 1 ..= 8 columns.
+//! the unfused [`MulMatVec`] (spec §2.9), 1 ..= 8 columns — kernel: `kernels-gpu/src/mmvf.rs`
+//! (`mul_mat_vec_pair_*` entries, the unfused kernel's bodies, grid y = 2 picks the product),
+//! reference: the unfused [`crate::reference::mmvf`] per product.
 
-use super::MulMatVec;
+use super::mmvf::MatVecShape;
+use super::{MulMatVec, Op, check};
+use crate::error::{Error, Result};
+use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock};
+use crate::kernels::abi;
+use crate::memory::{DeviceMemory, HostMemory, Memory};
+use crate::reference::math::Mufu;
+use crate::tensor::Tensor;
+
+const OP: &str = "MUL_MAT_VEC_PAIR";
 
 /// Two mat-vecs of the same `input` (same view), with weights of the same type and shape and
 /// the same precision; `first.dst` and `second.dst` disjoint from each other and the inputs.
+///
+/// Each product must be a valid [`MulMatVec`] on its own (errors name the product:
+/// `first.weight`, `second.dst`, …); 9 or more input columns → [`Error::Unsupported`] (the
+/// pair, like mul_mat_vec_f, runs 1 to 8 columns).
 #[derive(Clone, Debug)]
 pub struct MulMatVecPair {
     pub first: MulMatVec,
     pub second: MulMatVec,
+}
+
+// SAFETY: `abi::MulMatVecPairParams` is `#[repr(C)]`: ten u64 fields, then two u32 fields
+// (n_pairs and the explicit `_pad`), 88 bytes, alignment 8, no padding bytes; it is the type
+// the `mul_mat_vec_pair_*` entries take by value (the same abi.rs is compiled into both).
+unsafe impl crate::gpu::KernelParams for abi::MulMatVecPairParams {}
+
+/// The argument name of `arg` inside product `first`/`second` (a static name for the error).
+fn product_arg(first: bool, arg: &'static str) -> &'static str {
+    match (first, arg) {
+        (true, "weight") => "first.weight",
+        (true, "input") => "first.input",
+        (true, "dst") => "first.dst",
+        (false, "weight") => "second.weight",
+        (false, "input") => "second.input",
+        (false, "dst") => "second.dst",
+        (true, _) => "first",
+        (false, _) => "second",
+    }
+}
+
+/// A product's own validation error, re-labelled as this op's, naming the product.
+fn in_pair(first: bool, e: Error) -> Error {
+    let arg = |a| product_arg(first, a);
+    match e {
+        Error::Shape { arg: a, expected, got, .. } => Error::Shape { op: OP, arg: arg(a), expected, got },
+        Error::Stride { arg: a, nb, offset, reason, .. } => Error::Stride { op: OP, arg: arg(a), nb, offset, reason },
+        Error::DType { arg: a, expected, got, .. } => Error::DType { op: OP, arg: arg(a), expected, got },
+        Error::Empty { arg: a, ne, .. } => Error::Empty { op: OP, arg: arg(a), ne },
+        Error::OutOfBounds { arg: a, buffer, start, end, len, .. } => Error::OutOfBounds { op: OP, arg: arg(a), buffer, start, end, len },
+        Error::Aliasing { a, b, why, .. } => Error::Aliasing { op: OP, a: arg(a), b: arg(b), why },
+        Error::IndexOutOfRange { arg: a, position, index, rows, .. } => {
+            Error::IndexOutOfRange { op: OP, arg: arg(a), position, index, rows }
+        }
+        Error::Unsupported { what, .. } => Error::Unsupported { op: OP, what: format!("{}: {what}", product_arg(first, "")) },
+        Error::Invalid { what, .. } => Error::Invalid { op: OP, what: format!("{}: {what}", product_arg(first, "")) },
+        other => other,
+    }
+}
+
+impl MulMatVecPair {
+    /// Validates the pair and returns the (common) sizes of its products.
+    pub fn check(&self, mem: &dyn Memory) -> Result<MatVecShape> {
+        let (a, b) = (&self.first, &self.second);
+        // The column limit first, with the pair's own reason (the unfused op says the same).
+        let ncols = a.input.ne()[1];
+        if ncols > abi::MUL_MAT_VEC_MAX_COLS {
+            return Err(Error::Unsupported {
+                op: OP,
+                what: format!(
+                    "{ncols} input columns: the pair runs mul_mat_vec_f, which takes 1 to {} (ggml's MMVF_MAX_BATCH_SIZE)",
+                    abi::MUL_MAT_VEC_MAX_COLS
+                ),
+            });
+        }
+        let shape = a.check(mem).map_err(|e| in_pair(true, e))?;
+        let shape_b = b.check(mem).map_err(|e| in_pair(false, e))?;
+        if a.input != b.input {
+            return Err(Error::Invalid { op: OP, what: "the two products must read the same input view".into() });
+        }
+        if b.weight.dtype() != a.weight.dtype() {
+            return Err(Error::DType {
+                op: OP,
+                arg: "second.weight",
+                expected: format!("{:?} (the first weight's type)", a.weight.dtype()),
+                got: b.weight.dtype(),
+            });
+        }
+        check::shape(OP, "second.weight", &b.weight, a.weight.ne())?;
+        if shape_b.kind != shape.kind {
+            return Err(Error::Invalid {
+                op: OP,
+                what: format!("the products' precisions differ ({:?} and {:?})", a.precision, b.precision),
+            });
+        }
+        check::disjoint(OP, "first.dst", &a.dst, "second.dst", &b.dst)?;
+        check::disjoint(OP, "first.dst", &a.dst, "second.weight", &b.weight)?;
+        check::disjoint(OP, "second.dst", &b.dst, "first.weight", &a.weight)?;
+        Ok(shape)
+    }
+}
+
+impl Op for MulMatVecPair {
+    fn name(&self) -> &'static str {
+        OP
+    }
+
+    fn validate(&self, mem: &dyn Memory) -> Result<()> {
+        self.check(mem).map(|_| ())
+    }
+
+    fn launch(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<()> {
+        let shape = self.check(mem)?;
+        let per_block = super::mmvf::cols_per_block(shape.ncols);
+        let entry = abi::mul_mat_vec_pair_entry(shape.kind, per_block).expect("checked: kind and ncols have an entry");
+        let (a, b) = (&self.first, &self.second);
+        let params = abi::MulMatVecPairParams {
+            weight_0: mem.device_ptr(&a.weight),
+            weight_1: mem.device_ptr(&b.weight),
+            w_row_0: check::elem_strides(&a.weight)[1],
+            w_row_1: check::elem_strides(&b.weight)[1],
+            input: mem.device_ptr(&a.input),
+            in_col: check::elem_strides(&a.input)[1],
+            dst_0: mem.device_ptr(&a.dst),
+            dst_1: mem.device_ptr(&b.dst),
+            dst_col_0: check::elem_strides(&a.dst)[1],
+            dst_col_1: check::elem_strides(&b.dst)[1],
+            n_pairs: (shape.row_len / 2) as u32,
+            _pad: 0,
+        };
+        let groups = (shape.ncols / per_block) as u32;
+        let dims =
+            LaunchDims::new((shape.rows as u32, 2, groups), (shape.block_size, 1, 1)).with_shared_bytes(abi::MUL_MAT_VEC_SHARED_BYTES);
+        let args = [KernelArg::Params(ParamBlock::of(&params)?)];
+        // SAFETY: `check` proved each product valid as an unfused MUL_MAT_VEC (views inside their
+        // buffers for E = 2·n_pairs elements, rows = grid.x weight rows, ncols = grid.z × (the
+        // entry's column count) input and dst columns; weight rows and input columns pair-aligned; each dst disjoint from its weight
+        // and the input), that both read the same input with weights of one type and shape and
+        // one precision (so one entry serves both), and that each dst is disjoint from the other
+        // dst and the other weight; the block size is ggml's rule (≤ 256, the PTX launch bound)
+        // with the reduction buffer of MUL_MAT_VEC_SHARED_BYTES; `params` is the entry's
+        // parameter struct.
+        unsafe { gpu.launch(entry, dims, &args) }
+    }
+
+    fn reference(&self, mem: &mut HostMemory, _mufu: &mut dyn Mufu) -> Result<()> {
+        self.check(mem)?;
+        // The unfused op's reference per product: the pair is bit-identical to two MUL_MAT_VECs.
+        let shape = self.first.check(mem)?;
+        crate::reference::mmvf::mul_mat_vec(&self.first, &shape, mem);
+        let shape = self.second.check(mem)?;
+        crate::reference::mmvf::mul_mat_vec(&self.second, &shape, mem);
+        Ok(())
+    }
+
+    fn inputs(&self) -> Vec<Tensor> {
+        vec![self.first.weight, self.second.weight, self.first.input]
+    }
+
+    fn outputs(&self) -> Vec<Tensor> {
+        vec![self.first.dst, self.second.dst]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::Precision;
+    use crate::reference::math::ExactMufu;
+    use crate::tensor::DType;
+
+    fn pair(mem: &mut HostMemory, dtype: DType, e: usize, rows: usize, ncols: usize) -> MulMatVecPair {
+        let input = mem.alloc_tensor(DType::F32, [e, ncols, 1, 1]);
+        let product = |mem: &mut HostMemory| MulMatVec {
+            weight: mem.alloc_tensor(dtype, [e, rows, 1, 1]),
+            input,
+            dst: mem.alloc_tensor(DType::F32, [rows, ncols, 1, 1]),
+            precision: Precision::Default,
+        };
+        let first = product(mem);
+        let second = product(mem);
+        MulMatVecPair { first, second }
+    }
+
+    #[test]
+    fn params_have_no_padding() {
+        assert_eq!(std::mem::size_of::<abi::MulMatVecPairParams>(), 10 * 8 + 2 * 4);
+        assert_eq!(std::mem::align_of::<abi::MulMatVecPairParams>(), 8);
+    }
+
+    #[test]
+    fn entries_are_named_per_kind_and_column_count() {
+        use abi::mul_mat_vec_kind::*;
+        assert_eq!(abi::mul_mat_vec_pair_entry(F32, 1), Some("mul_mat_vec_pair_f32_c1"));
+        assert_eq!(abi::mul_mat_vec_pair_entry(BF16, 4), Some("mul_mat_vec_pair_bf16_c4"));
+        assert_eq!(abi::mul_mat_vec_pair_entry(F16_HALF, 8), Some("mul_mat_vec_pair_f16_c8"));
+        assert_eq!(abi::mul_mat_vec_pair_entry(F16_F32, 3), Some("mul_mat_vec_pair_f16_f32acc_c3"));
+        assert_eq!(abi::mul_mat_vec_pair_entry(F32, 0), None);
+        assert_eq!(abi::mul_mat_vec_pair_entry(F32, 9), None);
+        assert_eq!(abi::mul_mat_vec_pair_entry(4, 1), None);
+    }
+
+    #[test]
+    fn reference_equals_two_unfused_products() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        for (dtype, precision) in [
+            (DType::F32, Precision::Default),
+            (DType::BF16, Precision::Default),
+            (DType::F16, Precision::Default),
+            (DType::F16, Precision::F32),
+        ] {
+            for ncols in [1, 3, 8] {
+                let mut mem = HostMemory::new();
+                let mut p = pair(&mut mem, dtype, 300, 5, ncols);
+                p.first.precision = precision;
+                p.second.precision = precision;
+                for t in [p.first.weight, p.second.weight] {
+                    for i in t.layout.indices().collect::<Vec<_>>() {
+                        let v: f32 = rng.random_range(-1.0..1.0);
+                        match dtype {
+                            DType::F32 => mem.write_f32(&t, i, v),
+                            DType::BF16 => mem.write_u16(&t, i, half::bf16::from_f32(v).to_bits()),
+                            _ => mem.write_u16(&t, i, half::f16::from_f32(v).to_bits()),
+                        }
+                    }
+                }
+                let n = p.first.input.layout.indices().count();
+                mem.fill_f32(&p.first.input, &(0..n).map(|_| rng.random_range(-2.0..2.0)).collect::<Vec<f32>>());
+                let mut unfused = mem.clone();
+                p.reference(&mut mem, &mut ExactMufu).unwrap();
+                p.first.reference(&mut unfused, &mut ExactMufu).unwrap();
+                p.second.reference(&mut unfused, &mut ExactMufu).unwrap();
+                for d in [p.first.dst, p.second.dst] {
+                    let got: Vec<u32> = d.layout.indices().map(|i| mem.read_u32(&d, i)).collect();
+                    let want: Vec<u32> = d.layout.indices().map(|i| unfused.read_u32(&d, i)).collect();
+                    assert_eq!(got, want, "{dtype:?} {precision:?} ncols {ncols}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn valid_pairs_pass_and_nine_columns_are_refused() {
+        let mut mem = HostMemory::new();
+        for ncols in 1..=8 {
+            let p = pair(&mut mem, DType::BF16, 4096, 32, ncols);
+            let shape = p.check(&mem).unwrap();
+            assert_eq!((shape.ncols, shape.rows, shape.block_size), (ncols, 32, 256));
+        }
+        let p = pair(&mut mem, DType::F32, 4096, 32, 9);
+        match p.validate(&mem) {
+            Err(Error::Unsupported { op: OP, what }) => assert!(what.contains("9 input columns"), "{what}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(p.reference(&mut mem, &mut ExactMufu), Err(Error::Unsupported { op: OP, .. })));
+    }
+
+    #[test]
+    fn refuses_mismatched_products() {
+        let mut mem = HostMemory::new();
+        // Different input views.
+        let mut p = pair(&mut mem, DType::F32, 64, 4, 2);
+        p.second.input = mem.alloc_tensor(DType::F32, [64, 2, 1, 1]);
+        assert!(matches!(p.validate(&mem), Err(Error::Invalid { op: OP, .. })));
+        // Different weight types.
+        let mut p = pair(&mut mem, DType::F32, 64, 4, 2);
+        p.second.weight = mem.alloc_tensor(DType::F16, [64, 4, 1, 1]);
+        assert!(matches!(p.validate(&mem), Err(Error::DType { op: OP, arg: "second.weight", .. })));
+        // Different weight shapes (rows): the second dst follows, so only the weight differs.
+        let mut p = pair(&mut mem, DType::F32, 64, 4, 2);
+        p.second.weight = mem.alloc_tensor(DType::F32, [64, 5, 1, 1]);
+        p.second.dst = mem.alloc_tensor(DType::F32, [5, 2, 1, 1]);
+        assert!(matches!(p.validate(&mem), Err(Error::Shape { op: OP, arg: "second.weight", .. })));
+        // Different precisions (F16 weights).
+        let mut p = pair(&mut mem, DType::F16, 64, 4, 2);
+        p.second.precision = Precision::F32;
+        assert!(matches!(p.validate(&mem), Err(Error::Invalid { op: OP, .. })));
+        // ... while F32 weights ignore the precision, as the unfused op does.
+        let mut p = pair(&mut mem, DType::F32, 64, 4, 2);
+        p.second.precision = Precision::F32;
+        p.validate(&mem).unwrap();
+    }
+
+    #[test]
+    fn refuses_overlapping_dsts_and_names_the_product() {
+        let mut mem = HostMemory::new();
+        let mut p = pair(&mut mem, DType::F32, 64, 4, 2);
+        p.second.dst = p.first.dst;
+        assert!(matches!(p.validate(&mem), Err(Error::Aliasing { op: OP, a: "first.dst", b: "second.dst", .. })));
+        let mut p = pair(&mut mem, DType::F32, 64, 4, 2);
+        p.first.dst = p.second.weight.view([4, 2, 1, 1], [4, 16, 32, 32], 0);
+        assert!(matches!(p.validate(&mem), Err(Error::Aliasing { op: OP, a: "first.dst", b: "second.weight", .. })));
+        let mut p = pair(&mut mem, DType::F32, 64, 4, 2);
+        p.second.dst = p.first.weight.view([4, 2, 1, 1], [4, 16, 32, 32], 0);
+        assert!(matches!(p.validate(&mem), Err(Error::Aliasing { op: OP, a: "second.dst", b: "first.weight", .. })));
+        // A product's own checks, relabelled: dst overlapping the shared input.
+        let mut p = pair(&mut mem, DType::F32, 64, 4, 2);
+        p.second.dst = p.second.input.view([4, 2, 1, 1], [4, 16, 32, 32], 0);
+        assert!(matches!(p.validate(&mem), Err(Error::Aliasing { op: OP, a: "second.dst", b: "second.input", .. })));
+        // Odd E in one product.
+        let mut p = pair(&mut mem, DType::F16, 63, 4, 1);
+        p.first.precision = Precision::Default;
+        assert!(matches!(p.validate(&mem), Err(Error::Unsupported { op: OP, .. })));
+    }
 }

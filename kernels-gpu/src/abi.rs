@@ -122,8 +122,12 @@ pub const fn binary_entry(kind: u32) -> Option<&'static str> {
 
 /// Most input columns one MUL_MAT_VEC launch takes (ggml's `MMVF_MAX_BATCH_SIZE`).
 pub const MUL_MAT_VEC_MAX_COLS: usize = 8;
-/// Dynamic shared memory of a MUL_MAT_VEC launch: ggml's 32-float cross-warp buffer.
-pub const MUL_MAT_VEC_SHARED_BYTES: u32 = 32 * 4;
+/// Most warps of a MUL_MAT_VEC block (ggml's block sizes go up to 256 threads).
+pub const MUL_MAT_VEC_MAX_WARPS: u32 = 8;
+/// Dynamic shared memory of a MUL_MAT_VEC (or MUL_MAT_VEC_PAIR) launch: the cross-warp step of
+/// the reduction, one warp sum per warp and column (ggml uses one 32-float buffer per column in
+/// turn; the sums and their order are the same).
+pub const MUL_MAT_VEC_SHARED_BYTES: u32 = MUL_MAT_VEC_MAX_COLS as u32 * MUL_MAT_VEC_MAX_WARPS * 4;
 
 /// How MUL_MAT_VEC reads and accumulates a weight row (ggml's `T` × `type_acc`).
 pub mod mul_mat_vec_kind {
@@ -300,4 +304,96 @@ pub struct GdnConvChainParams {
     pub _pad: u32,
     pub rows: [u32; GDN_CONV_CHAIN_MAX_ROWS],
     pub offsets: [u32; GDN_CONV_CHAIN_MAX_ROWS],
+}
+
+// [mmvf-pair] MUL_MAT_VEC_PAIR
+/// Parameters of a MUL_MAT_VEC_PAIR entry, passed by value. Grid (rows, 2, 1): block y = 0
+/// computes the product of the `_0` fields, y = 1 that of the `_1` fields, each exactly as the
+/// MUL_MAT_VEC entry of the same kind and column count would. Addresses are device addresses,
+/// strides are in elements (weight rows in weight elements, input and dst columns in f32).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MulMatVecPairParams {
+    /// Row 0 of each weight.
+    pub weight_0: u64,
+    pub weight_1: u64,
+    /// Elements between weight rows.
+    pub w_row_0: u64,
+    pub w_row_1: u64,
+    /// Column 0 of the shared input, and the f32 elements between its columns.
+    pub input: u64,
+    pub in_col: u64,
+    /// Column 0 of each dst, and the f32 elements between its columns.
+    pub dst_0: u64,
+    pub dst_1: u64,
+    pub dst_col_0: u64,
+    pub dst_col_1: u64,
+    /// E / 2: pairs per weight row and input column.
+    pub n_pairs: u32,
+    /// Zero; makes the size a multiple of 8 (no padding bytes).
+    pub _pad: u32,
+}
+
+/// Launch bounds the build writes into the PTX: (entry-name prefix, `.maxntid` x, `.minnctapersm`).
+/// mul_mat_vec_f blocks have at most 256 threads (ggml's rule), and the grids are small (one
+/// block per row): with the bounds, ptxas keeps every load of a thread's chunk in flight at once
+/// instead of budgeting registers for full occupancy (NOTES.md, mul_mat_vec_f speed).
+pub const PTX_LAUNCH_BOUNDS: &[(&str, u32, u32)] = &[("mul_mat_vec_", 32 * MUL_MAT_VEC_MAX_WARPS, 1)];
+
+/// The MUL_MAT_VEC_PAIR entry for a [`mul_mat_vec_kind`] and 1 ≤ `ncols` ≤ 8 input columns.
+pub const fn mul_mat_vec_pair_entry(kind: u32, ncols: usize) -> Option<&'static str> {
+    use mul_mat_vec_kind::{BF16, F16_F32, F16_HALF, F32};
+    const NAMES: [[&str; MUL_MAT_VEC_MAX_COLS]; 4] = [
+        [
+            "mul_mat_vec_pair_f32_c1",
+            "mul_mat_vec_pair_f32_c2",
+            "mul_mat_vec_pair_f32_c3",
+            "mul_mat_vec_pair_f32_c4",
+            "mul_mat_vec_pair_f32_c5",
+            "mul_mat_vec_pair_f32_c6",
+            "mul_mat_vec_pair_f32_c7",
+            "mul_mat_vec_pair_f32_c8",
+        ],
+        [
+            "mul_mat_vec_pair_bf16_c1",
+            "mul_mat_vec_pair_bf16_c2",
+            "mul_mat_vec_pair_bf16_c3",
+            "mul_mat_vec_pair_bf16_c4",
+            "mul_mat_vec_pair_bf16_c5",
+            "mul_mat_vec_pair_bf16_c6",
+            "mul_mat_vec_pair_bf16_c7",
+            "mul_mat_vec_pair_bf16_c8",
+        ],
+        [
+            "mul_mat_vec_pair_f16_c1",
+            "mul_mat_vec_pair_f16_c2",
+            "mul_mat_vec_pair_f16_c3",
+            "mul_mat_vec_pair_f16_c4",
+            "mul_mat_vec_pair_f16_c5",
+            "mul_mat_vec_pair_f16_c6",
+            "mul_mat_vec_pair_f16_c7",
+            "mul_mat_vec_pair_f16_c8",
+        ],
+        [
+            "mul_mat_vec_pair_f16_f32acc_c1",
+            "mul_mat_vec_pair_f16_f32acc_c2",
+            "mul_mat_vec_pair_f16_f32acc_c3",
+            "mul_mat_vec_pair_f16_f32acc_c4",
+            "mul_mat_vec_pair_f16_f32acc_c5",
+            "mul_mat_vec_pair_f16_f32acc_c6",
+            "mul_mat_vec_pair_f16_f32acc_c7",
+            "mul_mat_vec_pair_f16_f32acc_c8",
+        ],
+    ];
+    let names = match kind {
+        F32 => &NAMES[0],
+        BF16 => &NAMES[1],
+        F16_HALF => &NAMES[2],
+        F16_F32 => &NAMES[3],
+        _ => return None,
+    };
+    if ncols == 0 || ncols > MUL_MAT_VEC_MAX_COLS {
+        return None;
+    }
+    Some(names[ncols - 1])
 }

@@ -1,34 +1,54 @@
 //! MUL_MAT_VEC — ggml's `mul_mat_vec_f` (mmvf) for 1–8 input columns and F32, BF16 or F16
-//! weights (spec §2.9): `dst[j][r] = Σ_e weight[r][e] · input[j][e]`.
+//! weights (spec §2.9): `dst[j][r] = Σ_e weight[r][e] · input[j][e]`; and MUL_MAT_VEC_PAIR, two
+//! such products of the same input in one launch (grid y = 2 picks the product), built from the
+//! same bodies.
 //!
-//! Thread mapping: one block per weight row (grid x = row r). The block size is ggml's choice for
+//! Thread mapping: one block per weight row (grid x = row r) and group of `NCOLS` columns
+//! (grid z = g: columns g·NCOLS … g·NCOLS + NCOLS − 1; the host may split a launch's columns
+//! into equal groups, each column's arithmetic does not depend on which others share its block). The block size is ggml's choice for
 //! the row length E ([`mul_mat_vec_block_size`](crate::abi::mul_mat_vec_block_size): a multiple
 //! of 32, at most 256) and is read from `%ntid.x`, so one entry serves every block size. Thread
 //! `tid` reads the row as element pairs p = tid, tid+bs, tid+2bs, … < E/2 and, for every column j,
-//! the input pair p of column j ([`Accumulation::thread_partials`]). Each column's per-thread
-//! partial sums are then combined by [`block_reduce_column`] in ggml's order, and thread j writes
-//! column j.
+//! the input pair p of column j ([`thread_partials`]). Each column's per-thread partial sums are
+//! then combined by [`block_reduce`] in ggml's order, and thread j writes column j.
 //!
 //! Accumulation ([`Accumulation`] implementations, ggml's `T` × `type_acc`):
 //! - [`F32`], [`Bf16`], [`F16F32`]: weights converted exactly to f32, `fma.rn.ftz` per element;
 //! - [`F16Half`]: ggml's default for F16 weights — the input pair rounded to f16, one
 //!   `fma.rn.f16x2` per pair into a half2 accumulator, the two halves summed in f32 at the end.
 //!
+//! Speed (NOTES.md, "mul_mat_vec_f speed (static analysis)"): a thread's pairs are visited in
+//! chunks of [`CHUNK`] iterations; every load of a chunk (weight pair and the pair of every
+//! column) is issued before the first fma of the chunk, so a thread waits for memory once per
+//! chunk instead of once per iteration (E = 4096 with 256 threads: 8 iterations, one chunk).
+//! The fmas then run in exactly the order of the plain loop (p increasing, per column). Loads
+//! use the read-only path (`ld.global.nc`, as nvcc does for ggml's `const __restrict__`
+//! operands). The reduction stores every column's warp sums at once and needs one barrier for
+//! all columns; each column's additions are ggml's, in ggml's order.
+//!
 //! Layouts (element strides, checked by the host): weight row r starts at `r·w_row` elements of
 //! the weight type, input column j at `j·in_col` f32, dst column j at `j·dst_col` f32; rows and
 //! columns are contiguous along E. Weight rows and input columns start at pair-aligned addresses
 //! (the host refuses others), because pairs are loaded with one access each, as ggml does.
 //!
-//! Aliasing: `dst` must not overlap the weight or the input (the host refuses it).
+//! Aliasing: `dst` must not overlap the weight or the input (the host refuses it); weight and
+//! input are never written during the launch (the `.nc` loads rely on it).
 //!
 //! Shared memory: [`MUL_MAT_VEC_SHARED_BYTES`](crate::abi::MUL_MAT_VEC_SHARED_BYTES) of dynamic
-//! shared memory, ggml's 32-float buffer for the cross-warp step of the reduction.
+//! shared memory: [`MUL_MAT_VEC_MAX_WARPS`](crate::abi::MUL_MAT_VEC_MAX_WARPS) warp sums per
+//! column for the cross-warp step of the reduction.
 
+use crate::abi::{self, MUL_MAT_VEC_MAX_WARPS};
 use crate::device::half::{f16_to_f32, f32_to_f16_rn, fma_f16x2, pack_f16x2};
+use crate::device::load::{nc_f32x2, nc_u32};
 use crate::device::math::{add, fma};
 use crate::device::shared;
-use crate::device::thread::{block_dim_x, block_idx_x, sync_threads, thread_idx_x};
+use crate::device::thread::{block_dim_x, block_idx_x, block_idx_y, block_idx_z, sync_threads, thread_idx_x};
 use crate::device::warp::warp_sum;
+
+/// Pair iterations per thread whose loads are all issued before their fmas (see the module
+/// docs). 8 covers E = 4096 at 256 threads in one chunk.
+pub const CHUNK: u32 = 8;
 
 /// Two adjacent f32 (ggml's `float2`), loaded with one 8-byte access.
 #[derive(Clone, Copy)]
@@ -38,28 +58,48 @@ pub struct F32Pair {
     pub y: f32,
 }
 
-/// One way of reading a weight row and accumulating its products with the input columns.
+impl F32Pair {
+    const ZERO: F32Pair = F32Pair { x: 0.0, y: 0.0 };
+
+    /// The pair at `p`, one `ld.global.nc.v2.f32`.
+    ///
+    /// # Safety
+    /// `p` must point to a readable, aligned pair that nothing writes during the launch.
+    #[inline(always)]
+    unsafe fn load(p: *const F32Pair) -> F32Pair {
+        // SAFETY: forwarded to the caller; F32Pair is two f32 at 8-byte alignment.
+        let (x, y) = unsafe { nc_f32x2(p as *const f32) };
+        F32Pair { x, y }
+    }
+}
+
+/// One way of reading a weight row and accumulating its products with an input column (ggml's
+/// `T` × `type_acc`).
 pub trait Accumulation {
     /// A weight element as stored: `f32`, or the bits of an f16/bf16.
     type Elem;
     /// Two adjacent weights, loaded at once: a [`F32Pair`], or a `half2`/`bf16x2` as `u32`
     /// (element 2p in the low 16 bits).
     type Pair: Copy;
+    /// A column's per-thread accumulator: `f32`, or a `half2` as `u32`.
+    type Acc: Copy;
+    /// Placeholder for pairs a chunk does not load (never accumulated).
+    const NO_PAIR: Self::Pair;
+    /// The accumulator's start value (+0, or (+0, +0)).
+    const ZERO: Self::Acc;
 
-    /// This thread's partial dot product of the row with each of the `NCOLS` columns, over the
-    /// pairs p = tid, tid + block, … < n_pairs, in increasing p (+0 for a thread without pairs).
+    /// The weight pair at `w`.
     ///
     /// # Safety
-    /// `w` must point to `n_pairs` readable, aligned pairs; `y.add(j·y_col)` to `n_pairs`
-    /// readable, aligned [`F32Pair`]s for every column j < `NCOLS`.
-    unsafe fn thread_partials<const NCOLS: usize>(
-        w: *const Self::Pair,
-        y: *const F32Pair,
-        y_col: usize,
-        n_pairs: u32,
-        tid: u32,
-        block: u32,
-    ) -> [f32; NCOLS];
+    /// `w` must point to a readable, aligned pair that nothing writes during the launch.
+    unsafe fn load(w: *const Self::Pair) -> Self::Pair;
+
+    /// One pair step of one column: ggml's `sumf[j] += x0*y0; sumf[j] += x1*y1` (or the half2
+    /// form).
+    fn step(acc: Self::Acc, x: Self::Pair, y: F32Pair) -> Self::Acc;
+
+    /// The accumulator as the f32 partial sum the reduction takes.
+    fn finish(acc: Self::Acc) -> f32;
 }
 
 /// F32 weights, f32 accumulation.
@@ -71,196 +111,322 @@ pub struct F16F32;
 /// F16 weights with default precision: half2 accumulation (ggml's default on fast-fp16 GPUs).
 pub struct F16Half;
 
-/// The f32-accumulating loop shared by [`F32`], [`Bf16`] and [`F16F32`]: per pair and column,
-/// `acc = fma(x0, y0, acc)` then `acc = fma(x1, y1, acc)` (nvcc contracts ggml's
-/// `sumf[j] += x*y`), from a +0 accumulator.
-///
-/// # Safety
-/// As [`Accumulation::thread_partials`].
+/// The f32 step shared by [`F32`], [`Bf16`] and [`F16F32`]: `acc = fma(x0, y0, acc)` then
+/// `acc = fma(x1, y1, acc)` (nvcc contracts ggml's `sumf[j] += x*y`).
 #[inline(always)]
-unsafe fn f32_partials<P: Copy, const NCOLS: usize>(
-    w: *const P,
-    to_f32: impl Fn(P) -> (f32, f32),
-    y: *const F32Pair,
-    y_col: usize,
-    n_pairs: u32,
-    tid: u32,
-    block: u32,
-) -> [f32; NCOLS] {
-    let mut acc = [0.0f32; NCOLS];
-    let mut p = tid;
-    while p < n_pairs {
-        // SAFETY: p < n_pairs, forwarded to the caller.
-        let (x0, x1) = to_f32(unsafe { *w.add(p as usize) });
-        let mut j = 0;
-        while j < NCOLS {
-            // SAFETY: j < NCOLS and p < n_pairs, forwarded to the caller.
-            let yp = unsafe { *y.add(j * y_col + p as usize) };
-            acc[j] = fma(x0, yp.x, acc[j]);
-            acc[j] = fma(x1, yp.y, acc[j]);
-            j += 1;
-        }
-        p += block;
-    }
-    acc
+fn f32_step((x0, x1): (f32, f32), y: F32Pair, acc: f32) -> f32 {
+    fma(x1, y.y, fma(x0, y.x, acc))
 }
 
 impl Accumulation for F32 {
     type Elem = f32;
     type Pair = F32Pair;
+    type Acc = f32;
+    const NO_PAIR: F32Pair = F32Pair::ZERO;
+    const ZERO: f32 = 0.0;
 
     #[inline(always)]
-    unsafe fn thread_partials<const NCOLS: usize>(
-        w: *const F32Pair,
-        y: *const F32Pair,
-        y_col: usize,
-        n_pairs: u32,
-        tid: u32,
-        block: u32,
-    ) -> [f32; NCOLS] {
+    unsafe fn load(w: *const F32Pair) -> F32Pair {
         // SAFETY: forwarded to the caller.
-        unsafe { f32_partials::<F32Pair, NCOLS>(w, |x| (x.x, x.y), y, y_col, n_pairs, tid, block) }
+        unsafe { F32Pair::load(w) }
+    }
+
+    #[inline(always)]
+    fn step(acc: f32, x: F32Pair, y: F32Pair) -> f32 {
+        f32_step((x.x, x.y), y, acc)
+    }
+
+    #[inline(always)]
+    fn finish(acc: f32) -> f32 {
+        acc
     }
 }
 
 impl Accumulation for Bf16 {
     type Elem = u16;
     type Pair = u32;
+    type Acc = f32;
+    const NO_PAIR: u32 = 0;
+    const ZERO: f32 = 0.0;
 
     #[inline(always)]
-    unsafe fn thread_partials<const NCOLS: usize>(
-        w: *const u32,
-        y: *const F32Pair,
-        y_col: usize,
-        n_pairs: u32,
-        tid: u32,
-        block: u32,
-    ) -> [f32; NCOLS] {
-        // A bf16 is the upper half of an f32: moving the bits converts exactly (`cvt.f32.bf16`).
-        let to_f32 = |x: u32| (f32::from_bits(x << 16), f32::from_bits(x & 0xFFFF_0000));
+    unsafe fn load(w: *const u32) -> u32 {
         // SAFETY: forwarded to the caller.
-        unsafe { f32_partials::<u32, NCOLS>(w, to_f32, y, y_col, n_pairs, tid, block) }
+        unsafe { nc_u32(w) }
+    }
+
+    /// A bf16 is the upper half of an f32: moving the bits converts exactly (`cvt.f32.bf16`).
+    #[inline(always)]
+    fn step(acc: f32, x: u32, y: F32Pair) -> f32 {
+        f32_step((f32::from_bits(x << 16), f32::from_bits(x & 0xFFFF_0000)), y, acc)
+    }
+
+    #[inline(always)]
+    fn finish(acc: f32) -> f32 {
+        acc
     }
 }
 
 impl Accumulation for F16F32 {
     type Elem = u16;
     type Pair = u32;
+    type Acc = f32;
+    const NO_PAIR: u32 = 0;
+    const ZERO: f32 = 0.0;
 
     #[inline(always)]
-    unsafe fn thread_partials<const NCOLS: usize>(
-        w: *const u32,
-        y: *const F32Pair,
-        y_col: usize,
-        n_pairs: u32,
-        tid: u32,
-        block: u32,
-    ) -> [f32; NCOLS] {
-        // ggml's `__half22float2`: two exact `cvt.f32.f16`.
-        let to_f32 = |x: u32| (f16_to_f32(x as u16), f16_to_f32((x >> 16) as u16));
+    unsafe fn load(w: *const u32) -> u32 {
         // SAFETY: forwarded to the caller.
-        unsafe { f32_partials::<u32, NCOLS>(w, to_f32, y, y_col, n_pairs, tid, block) }
+        unsafe { nc_u32(w) }
+    }
+
+    /// ggml's `__half22float2`: two exact `cvt.f32.f16`.
+    #[inline(always)]
+    fn step(acc: f32, x: u32, y: F32Pair) -> f32 {
+        f32_step((f16_to_f32(x as u16), f16_to_f32((x >> 16) as u16)), y, acc)
+    }
+
+    #[inline(always)]
+    fn finish(acc: f32) -> f32 {
+        acc
     }
 }
 
 impl Accumulation for F16Half {
     type Elem = u16;
     type Pair = u32;
+    type Acc = u32;
+    const NO_PAIR: u32 = 0;
+    const ZERO: u32 = 0;
+
+    #[inline(always)]
+    unsafe fn load(w: *const u32) -> u32 {
+        // SAFETY: forwarded to the caller.
+        unsafe { nc_u32(w) }
+    }
 
     /// ggml's `sumh2[j] += x2 * make_half2(y.x, y.y)`: the input pair rounded to f16
     /// (`cvt.rn.f16.f32`, no ftz), then one `fma.rn.f16x2` into the half2 accumulator (ptxas
-    /// fuses ggml's mul + add into HFMA2), from (+0, +0). At the end `low + high` in f32.
+    /// fuses ggml's mul + add into HFMA2).
     #[inline(always)]
-    unsafe fn thread_partials<const NCOLS: usize>(
-        w: *const u32,
-        y: *const F32Pair,
-        y_col: usize,
-        n_pairs: u32,
-        tid: u32,
-        block: u32,
-    ) -> [f32; NCOLS] {
-        let mut acc_h2 = [0u32; NCOLS];
-        let mut p = tid;
-        while p < n_pairs {
-            // SAFETY: p < n_pairs, forwarded to the caller.
-            let x = unsafe { *w.add(p as usize) };
+    fn step(acc: u32, x: u32, y: F32Pair) -> u32 {
+        fma_f16x2(x, pack_f16x2(f32_to_f16_rn(y.x), f32_to_f16_rn(y.y)), acc)
+    }
+
+    /// `low + high` in f32 (exact conversions, one `add.rn.ftz`).
+    #[inline(always)]
+    fn finish(acc: u32) -> f32 {
+        add(f16_to_f32(acc as u16), f16_to_f32((acc >> 16) as u16))
+    }
+}
+
+/// `$body` once for each `$k` = 0 … [`CHUNK`]−1, in order, as straight-line code.
+macro_rules! each_k {
+    ($k:ident => $body:block) => {{
+        let $k: usize = 0;
+        $body
+        let $k: usize = 1;
+        $body
+        let $k: usize = 2;
+        $body
+        let $k: usize = 3;
+        $body
+        let $k: usize = 4;
+        $body
+        let $k: usize = 5;
+        $body
+        let $k: usize = 6;
+        $body
+        let $k: usize = 7;
+        $body
+    }};
+}
+const _: () = assert!(CHUNK == 8, "each_k! writes out CHUNK iterations");
+
+/// One chunk of a thread's loop: iterations k = 0 … CHUNK−1 at pairs `p + k·block`, those with
+/// `k·block < left` (all of them when `FULL`; `left` = n_pairs − p > 0). Every load first, then
+/// per iteration (k increasing) and column the [`Accumulation::step`] — the plain loop's order.
+///
+/// # Safety
+/// As [`thread_partials`], for the pairs `p + k·block < n_pairs`.
+#[inline(always)]
+unsafe fn chunk<A: Accumulation, const NCOLS: usize, const FULL: bool>(
+    acc: &mut [A::Acc; NCOLS],
+    w: *const A::Pair,
+    cols: &[*const F32Pair; NCOLS],
+    p: u32,
+    block: u32,
+    left: u32,
+) {
+    const K: usize = CHUNK as usize;
+    let mut xs = [A::NO_PAIR; K];
+    let mut ys = [[F32Pair::ZERO; NCOLS]; K];
+    // Written out per k (LLVM does not fully unroll the k loop for wide column counts, and a
+    // rolled loop would put these arrays in local memory).
+    each_k!(k => {
+        if FULL || (k as u32) * block < left {
+            // p + k·block < p + left = n_pairs: no overflow, and inside every row and column.
+            let pk = (p + k as u32 * block) as usize;
+            // SAFETY: pk < n_pairs, forwarded to the caller.
+            xs[k] = unsafe { A::load(w.add(pk)) };
             let mut j = 0;
             while j < NCOLS {
-                // SAFETY: j < NCOLS and p < n_pairs, forwarded to the caller.
-                let yp = unsafe { *y.add(j * y_col + p as usize) };
-                let y_h2 = pack_f16x2(f32_to_f16_rn(yp.x), f32_to_f16_rn(yp.y));
-                acc_h2[j] = fma_f16x2(x, y_h2, acc_h2[j]);
+                // SAFETY: j < NCOLS and pk < n_pairs, forwarded to the caller.
+                ys[k][j] = unsafe { F32Pair::load(cols[j].add(pk)) };
                 j += 1;
             }
-            p += block;
         }
-        let mut acc = [0.0f32; NCOLS];
-        let mut j = 0;
-        while j < NCOLS {
-            acc[j] = add(f16_to_f32(acc_h2[j] as u16), f16_to_f32((acc_h2[j] >> 16) as u16));
-            j += 1;
+    });
+    each_k!(k => {
+        if FULL || (k as u32) * block < left {
+            let mut j = 0;
+            while j < NCOLS {
+                acc[j] = A::step(acc[j], xs[k], ys[k][j]);
+                j += 1;
+            }
         }
-        acc
-    }
+    });
 }
 
-/// Zeroes ggml's 32-float reduction buffer at shared address `buf` when the block has more than
-/// one warp (threads 0…31, then a barrier). Call once at kernel start, before any
-/// [`block_reduce_column`]: the lanes of warp 0 beyond the block's warp count read these zeros
-/// in every later reduction.
+/// This thread's partial dot product of the row with each of the `NCOLS` columns, over the
+/// pairs p = tid, tid + block, … < n_pairs, in increasing p (ggml's per-thread loop; +0 for a
+/// thread without pairs), in chunks of [`CHUNK`] iterations.
 ///
 /// # Safety
-/// Every thread of the block must call it; `buf` must be 32 floats of the launch's dynamic
-/// shared memory; `block` must be the block size (a multiple of 32).
+/// `w` must point to `n_pairs` readable, aligned pairs; `y.add(j·y_col)` to `n_pairs` readable,
+/// aligned [`F32Pair`]s for every column j < `NCOLS`; none of them written during the launch.
 #[inline(always)]
-pub unsafe fn zero_reduction_buffer(buf: u32, tid: u32, block: u32) {
-    if block > 32 {
-        if tid < 32 {
-            // SAFETY: tid < 32, inside the 32-float buffer (caller).
-            unsafe { shared::store_f32(buf + 4 * tid, 0.0) };
-        }
-        // SAFETY: `block` is uniform, so every thread of the block reaches this barrier.
-        unsafe { sync_threads() };
+pub unsafe fn thread_partials<A: Accumulation, const NCOLS: usize>(
+    w: *const A::Pair,
+    y: *const F32Pair,
+    y_col: usize,
+    n_pairs: u32,
+    tid: u32,
+    block: u32,
+) -> [f32; NCOLS] {
+    let mut cols = [y; NCOLS];
+    let mut j = 0;
+    while j < NCOLS {
+        // SAFETY: column j < NCOLS exists (caller).
+        cols[j] = unsafe { y.add(j * y_col) };
+        j += 1;
     }
+    let mut acc = [A::ZERO; NCOLS];
+    if tid < n_pairs {
+        let mut p = tid;
+        loop {
+            let left = n_pairs - p;
+            // SAFETY: forwarded to the caller; p < n_pairs.
+            unsafe {
+                if left > (CHUNK - 1) * block {
+                    chunk::<A, NCOLS, true>(&mut acc, w, &cols, p, block, left);
+                } else {
+                    chunk::<A, NCOLS, false>(&mut acc, w, &cols, p, block, left);
+                }
+            }
+            if left <= CHUNK * block {
+                break;
+            }
+            p += CHUNK * block;
+        }
+    }
+    let mut out = [0.0f32; NCOLS];
+    let mut j = 0;
+    while j < NCOLS {
+        out[j] = A::finish(acc[j]);
+        j += 1;
+    }
+    out
 }
 
-/// ggml's reduction of one column's partial sums (spec §2.9): the warp butterfly; with more
-/// than one warp, every lane of warp w stores its warp's sum at `buf[w]`, barrier, warp 0 loads
-/// `buf[lane]` (lanes ≥ block/32 read the +0 of [`zero_reduction_buffer`]) and runs the butterfly
-/// again, barrier (so the next column may reuse the buffer). The block's sum is returned in
+/// ggml's reduction of every column's partial sums (spec §2.9), each column exactly as ggml
+/// reduces it: the warp butterfly; with more than one warp, every lane of warp w stores its
+/// warp's sum v_w at `buf[j][w]`, barrier, and warp 0 runs the butterfly again over
+/// `buf[j][lane]` for lanes below the warp count and +0 for the others (the zeros ggml's buffer
+/// holds there). The stores of all columns share one barrier. Column j's sum is returned in
 /// every lane of warp 0 (with a one-warp block: in every lane).
 ///
-/// # Safety
-/// Every thread of the block must call it together, after [`zero_reduction_buffer`] with the
-/// same `buf` and `block`.
-#[inline(always)]
-pub unsafe fn block_reduce_column(partial: f32, buf: u32, tid: u32, block: u32) -> f32 {
-    // SAFETY: all threads (so all 32 lanes of every full warp) are here together (caller).
-    let warp_total = unsafe { warp_sum(partial) };
-    if block <= 32 {
-        return warp_total;
-    }
-    let mut total = warp_total;
-    // SAFETY: tid / 32 < block / 32 ≤ 8 < 32 floats of the buffer; `block` is uniform, so every
-    // thread reaches both barriers; warp 0 (tid < 32) is a full warp for the butterfly.
-    unsafe {
-        shared::store_f32(buf + 4 * (tid / 32), warp_total);
-        sync_threads();
-        if tid < 32 {
-            total = warp_sum(shared::load_f32(buf + 4 * tid));
-        }
-        sync_threads();
-    }
-    total
-}
-
-/// One block computes row `%ctaid.x` of every column.
+/// Call at most once per launch with a given `buf` (the buffer is not reset).
 ///
 /// # Safety
-/// See the module docs: the host validates every view, launches one block per row with ggml's
-/// block size and at least 32 floats of dynamic shared memory.
+/// Every thread of the block must call it together; `buf` must be the shared address of
+/// `NCOLS · MUL_MAT_VEC_MAX_WARPS` floats; `block` must be the block size, a multiple of 32 and
+/// at most `32 · MUL_MAT_VEC_MAX_WARPS`.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
+pub unsafe fn block_reduce<const NCOLS: usize>(partials: [f32; NCOLS], buf: u32, tid: u32, block: u32) -> [f32; NCOLS] {
+    let mut sums = [0.0f32; NCOLS];
+    let mut j = 0;
+    while j < NCOLS {
+        // SAFETY: all threads (so all 32 lanes of every full warp) are here together (caller).
+        sums[j] = unsafe { warp_sum(partials[j]) };
+        j += 1;
+    }
+    if block <= 32 {
+        return sums;
+    }
+    let slot = |j: usize, w: u32| buf + 4 * (j as u32 * MUL_MAT_VEC_MAX_WARPS + w);
+    let mut j = 0;
+    while j < NCOLS {
+        // SAFETY: tid / 32 < block / 32 ≤ MUL_MAT_VEC_MAX_WARPS: inside column j's slots.
+        unsafe { shared::store_f32(slot(j, tid / 32), sums[j]) };
+        j += 1;
+    }
+    // SAFETY: `block` is uniform, so every thread of the block reaches the barrier.
+    unsafe { sync_threads() };
+    if tid < 32 {
+        let warps = block / 32;
+        let mut j = 0;
+        while j < NCOLS {
+            // SAFETY: lane tid < warps was written before the barrier; warp 0 is a full warp,
+            // converged here for the butterfly.
+            let v = if tid < warps { unsafe { shared::load_f32(slot(j, tid)) } } else { 0.0 };
+            sums[j] = unsafe { warp_sum(v) };
+            j += 1;
+        }
+    }
+    sums
+}
+
+/// One block computes row `row` of every column of one product: `w_row_ptr` is the row's first
+/// pair, `dst` the product's dst (column j at `j·dst_col`).
+///
+/// # Safety
+/// See the module docs: the host validates every view and launches with ggml's block size and
+/// [`MUL_MAT_VEC_SHARED_BYTES`](crate::abi::MUL_MAT_VEC_SHARED_BYTES) of dynamic shared memory;
+/// every thread of the block calls it.
+#[inline(always)]
+unsafe fn mul_mat_vec_row<A: Accumulation, const NCOLS: usize>(
+    w_row_ptr: *const A::Pair,
+    input: *const f32,
+    in_col: usize,
+    dst: *mut f32,
+    dst_col: usize,
+    row: usize,
+    n_pairs: u32,
+) {
+    let (tid, block) = (thread_idx_x(), block_dim_x());
+    // SAFETY: every column of the input is pair-aligned (host), so `in_col / 2` is exact, and
+    // holds n_pairs pairs; the row holds n_pairs pairs.
+    let partials = unsafe { thread_partials::<A, NCOLS>(w_row_ptr, input as *const F32Pair, in_col / 2, n_pairs, tid, block) };
+    // SAFETY: every thread calls it once; the launch requested the buffer.
+    let sums = unsafe { block_reduce::<NCOLS>(partials, shared::base(), tid, block) };
+    let mut j = 0;
+    while j < NCOLS {
+        if tid as usize == j {
+            // SAFETY: thread j < NCOLS is in warp 0 and holds column j's sum; the host checked
+            // that dst element (row, j) lies inside the dst view.
+            unsafe { *dst.add(j * dst_col + row) = sums[j] };
+        }
+        j += 1;
+    }
+}
+
+/// One block computes row `%ctaid.x` of column group `%ctaid.z`.
+///
+/// # Safety
+/// See the module docs: the host validates every view before launching one block per row and
+/// column group (gridDim.z · NCOLS columns).
+#[inline(always)]
 unsafe fn mul_mat_vec<A: Accumulation, const NCOLS: usize>(
     weight: *const A::Elem,
     w_row: usize,
@@ -271,32 +437,43 @@ unsafe fn mul_mat_vec<A: Accumulation, const NCOLS: usize>(
     n_pairs: u32,
 ) {
     let row = block_idx_x() as usize;
-    let (tid, block) = (thread_idx_x(), block_dim_x());
-    let buf = shared::base();
-    // SAFETY: every thread calls it; the launch requested the 32-float buffer.
-    unsafe { zero_reduction_buffer(buf, tid, block) };
     // SAFETY: the host checked that row `row` (< rows = gridDim.x) lies inside the weight view
-    // and starts pair-aligned, and that every column of the input is pair-aligned, so the
-    // casts to pair pointers are aligned and `in_col / 2` is exact.
+    // and starts pair-aligned.
     let w = unsafe { weight.add(row * w_row) } as *const A::Pair;
-    let y = input as *const F32Pair;
-    // SAFETY: the host checked that both views hold n_pairs pairs per row/column.
-    let partials = unsafe { A::thread_partials::<NCOLS>(w, y, in_col / 2, n_pairs, tid, block) };
-    let mut j = 0;
-    while j < NCOLS {
-        // SAFETY: every thread of the block runs this loop the same NCOLS times.
-        let sum = unsafe { block_reduce_column(partials[j], buf, tid, block) };
-        if tid as usize == j {
-            // SAFETY: thread j < NCOLS is in warp 0 and holds column j's sum; the host checked
-            // that dst element (row, j) lies inside the dst view.
-            unsafe { *dst.add(j * dst_col + row) = sum };
-        }
-        j += 1;
-    }
+    let g = block_idx_z() as usize;
+    // SAFETY: the host launches gridDim.z = ncols / NCOLS groups: columns g·NCOLS … of the
+    // input and dst views exist.
+    let (input, dst) = unsafe { (input.add(g * NCOLS * in_col), dst.add(g * NCOLS * dst_col)) };
+    // SAFETY: forwarded from the launch contract.
+    unsafe { mul_mat_vec_row::<A, NCOLS>(w, input, in_col, dst, dst_col, row, n_pairs) }
+}
+
+/// MUL_MAT_VEC_PAIR: block (x, y, z) computes row x of product y (0: the `_0` fields of `p`, 1:
+/// the `_1` fields) for column group z, with the unfused kernel's body.
+///
+/// # Safety
+/// See the module docs, for both products; grid (rows, 2, ncols / NCOLS).
+#[inline(always)]
+unsafe fn mul_mat_vec_pair<A: Accumulation, const NCOLS: usize>(p: &abi::MulMatVecPairParams) {
+    let row = block_idx_x() as usize;
+    // Field selects, no indexing: the parameter struct stays in the parameter space.
+    let (weight, w_row, dst, dst_col) =
+        if block_idx_y() == 0 { (p.weight_0, p.w_row_0, p.dst_0, p.dst_col_0) } else { (p.weight_1, p.w_row_1, p.dst_1, p.dst_col_1) };
+    let weight = weight as usize as *const A::Elem;
+    // SAFETY: as `mul_mat_vec`, for the selected product.
+    let w = unsafe { weight.add(row * w_row as usize) } as *const A::Pair;
+    let (in_col, dst_col) = (p.in_col as usize, dst_col as usize);
+    let g = block_idx_z() as usize;
+    let (input, dst) = (p.input as usize as *const f32, dst as usize as *mut f32);
+    // SAFETY: the host launches gridDim.z = ncols / NCOLS groups: columns g·NCOLS … of the
+    // input and dst views exist.
+    let (input, dst) = unsafe { (input.add(g * NCOLS * in_col), dst.add(g * NCOLS * dst_col)) };
+    // SAFETY: forwarded from the launch contract.
+    unsafe { mul_mat_vec_row::<A, NCOLS>(w, input, in_col, dst, dst_col, row, p.n_pairs) }
 }
 
 macro_rules! mul_mat_vec_entries {
-    ($($acc:ty => [$($name:ident = $ncols:literal),*];)*) => {$($(
+    ($($acc:ty => [$($name:ident, $pair:ident = $ncols:literal);*];)*) => {$($(
         /// Entry point; see the module docs.
         ///
         /// # Safety
@@ -311,17 +488,34 @@ macro_rules! mul_mat_vec_entries {
             // SAFETY: forwarded from the launch contract above.
             unsafe { mul_mat_vec::<$acc, $ncols>(weight, w_row, input, in_col, dst, dst_col, n_pairs) }
         }
+
+        /// MUL_MAT_VEC_PAIR entry point; see the module docs.
+        ///
+        /// # Safety
+        /// See the module docs: the host validates both products before launching.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $pair(p: abi::MulMatVecPairParams) {
+            // SAFETY: forwarded from the launch contract above.
+            unsafe { mul_mat_vec_pair::<$acc, $ncols>(&p) }
+        }
     )*)*};
 }
 
 mul_mat_vec_entries! {
-    F32 => [mul_mat_vec_f32_c1 = 1, mul_mat_vec_f32_c2 = 2, mul_mat_vec_f32_c3 = 3, mul_mat_vec_f32_c4 = 4,
-            mul_mat_vec_f32_c5 = 5, mul_mat_vec_f32_c6 = 6, mul_mat_vec_f32_c7 = 7, mul_mat_vec_f32_c8 = 8];
-    Bf16 => [mul_mat_vec_bf16_c1 = 1, mul_mat_vec_bf16_c2 = 2, mul_mat_vec_bf16_c3 = 3, mul_mat_vec_bf16_c4 = 4,
-             mul_mat_vec_bf16_c5 = 5, mul_mat_vec_bf16_c6 = 6, mul_mat_vec_bf16_c7 = 7, mul_mat_vec_bf16_c8 = 8];
-    F16Half => [mul_mat_vec_f16_c1 = 1, mul_mat_vec_f16_c2 = 2, mul_mat_vec_f16_c3 = 3, mul_mat_vec_f16_c4 = 4,
-                mul_mat_vec_f16_c5 = 5, mul_mat_vec_f16_c6 = 6, mul_mat_vec_f16_c7 = 7, mul_mat_vec_f16_c8 = 8];
-    F16F32 => [mul_mat_vec_f16_f32acc_c1 = 1, mul_mat_vec_f16_f32acc_c2 = 2, mul_mat_vec_f16_f32acc_c3 = 3,
-               mul_mat_vec_f16_f32acc_c4 = 4, mul_mat_vec_f16_f32acc_c5 = 5, mul_mat_vec_f16_f32acc_c6 = 6,
-               mul_mat_vec_f16_f32acc_c7 = 7, mul_mat_vec_f16_f32acc_c8 = 8];
+    F32 => [mul_mat_vec_f32_c1, mul_mat_vec_pair_f32_c1 = 1; mul_mat_vec_f32_c2, mul_mat_vec_pair_f32_c2 = 2;
+            mul_mat_vec_f32_c3, mul_mat_vec_pair_f32_c3 = 3; mul_mat_vec_f32_c4, mul_mat_vec_pair_f32_c4 = 4;
+            mul_mat_vec_f32_c5, mul_mat_vec_pair_f32_c5 = 5; mul_mat_vec_f32_c6, mul_mat_vec_pair_f32_c6 = 6;
+            mul_mat_vec_f32_c7, mul_mat_vec_pair_f32_c7 = 7; mul_mat_vec_f32_c8, mul_mat_vec_pair_f32_c8 = 8];
+    Bf16 => [mul_mat_vec_bf16_c1, mul_mat_vec_pair_bf16_c1 = 1; mul_mat_vec_bf16_c2, mul_mat_vec_pair_bf16_c2 = 2;
+             mul_mat_vec_bf16_c3, mul_mat_vec_pair_bf16_c3 = 3; mul_mat_vec_bf16_c4, mul_mat_vec_pair_bf16_c4 = 4;
+             mul_mat_vec_bf16_c5, mul_mat_vec_pair_bf16_c5 = 5; mul_mat_vec_bf16_c6, mul_mat_vec_pair_bf16_c6 = 6;
+             mul_mat_vec_bf16_c7, mul_mat_vec_pair_bf16_c7 = 7; mul_mat_vec_bf16_c8, mul_mat_vec_pair_bf16_c8 = 8];
+    F16Half => [mul_mat_vec_f16_c1, mul_mat_vec_pair_f16_c1 = 1; mul_mat_vec_f16_c2, mul_mat_vec_pair_f16_c2 = 2;
+                mul_mat_vec_f16_c3, mul_mat_vec_pair_f16_c3 = 3; mul_mat_vec_f16_c4, mul_mat_vec_pair_f16_c4 = 4;
+                mul_mat_vec_f16_c5, mul_mat_vec_pair_f16_c5 = 5; mul_mat_vec_f16_c6, mul_mat_vec_pair_f16_c6 = 6;
+                mul_mat_vec_f16_c7, mul_mat_vec_pair_f16_c7 = 7; mul_mat_vec_f16_c8, mul_mat_vec_pair_f16_c8 = 8];
+    F16F32 => [mul_mat_vec_f16_f32acc_c1, mul_mat_vec_pair_f16_f32acc_c1 = 1; mul_mat_vec_f16_f32acc_c2, mul_mat_vec_pair_f16_f32acc_c2 = 2;
+               mul_mat_vec_f16_f32acc_c3, mul_mat_vec_pair_f16_f32acc_c3 = 3; mul_mat_vec_f16_f32acc_c4, mul_mat_vec_pair_f16_f32acc_c4 = 4;
+               mul_mat_vec_f16_f32acc_c5, mul_mat_vec_pair_f16_f32acc_c5 = 5; mul_mat_vec_f16_f32acc_c6, mul_mat_vec_pair_f16_f32acc_c6 = 6;
+               mul_mat_vec_f16_f32acc_c7, mul_mat_vec_pair_f16_f32acc_c7 = 7; mul_mat_vec_f16_f32acc_c8, mul_mat_vec_pair_f16_f32acc_c8 = 8];
 }

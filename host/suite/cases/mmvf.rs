@@ -13,7 +13,7 @@ pub const GROUP: &str = "MUL_MAT_VEC";
 
 /// Weight type and accumulation.
 #[derive(Clone, Copy, Debug, PartialEq)]
-enum Kind {
+pub(super) enum Kind {
     F32,
     Bf16,
     /// F16 weights, default precision: half2 accumulation.
@@ -23,7 +23,7 @@ enum Kind {
 }
 
 impl Kind {
-    const ALL: [Kind; 4] = [Kind::F32, Kind::Bf16, Kind::F16Half, Kind::F16F32];
+    pub(super) const ALL: [Kind; 4] = [Kind::F32, Kind::Bf16, Kind::F16Half, Kind::F16F32];
 
     fn dtype(self) -> DType {
         match self {
@@ -58,7 +58,7 @@ impl Kind {
 
 /// How the values are drawn.
 #[derive(Clone, Copy, Debug, PartialEq)]
-enum Data {
+pub(super) enum Data {
     /// Weights in (−1, 1), inputs in (−2, 2).
     Uniform,
     /// Uniform, with about one value in 16 replaced by ±0, a subnormal, a tiny or large value,
@@ -70,21 +70,26 @@ enum Data {
 }
 
 #[derive(Clone, Copy, Debug)]
-struct MatVecCase {
-    kind: Kind,
-    e: usize,
-    rows: usize,
-    ncols: usize,
-    data: Data,
+pub(super) struct MatVecCase {
+    pub(super) kind: Kind,
+    pub(super) e: usize,
+    pub(super) rows: usize,
+    pub(super) ncols: usize,
+    pub(super) data: Data,
     /// Rows of the weight and columns of the input inside wider rows, shifted by two elements
     /// (still pair-aligned); dst columns padded.
-    padded: bool,
+    pub(super) padded: bool,
 }
 
 impl MatVecCase {
     fn name(&self) -> String {
+        self.name_in(GROUP)
+    }
+
+    /// The case's name in `group`: `GROUP(type=…,E=…,rows=…,ncols=…[,specials|,tiny][,padded])`.
+    pub(super) fn name_in(&self, group: &str) -> String {
         format!(
-            "{GROUP}(type={},E={},rows={},ncols={}{}{})",
+            "{group}(type={},E={},rows={},ncols={}{}{})",
             self.kind.label(),
             self.e,
             self.rows,
@@ -148,8 +153,8 @@ impl MatVecCase {
     /// Fixed specials for `Specials`: weight row 1 holds +Inf, row 2 a NaN, row 3 the type's
     /// largest finite value (its products overflow for F32/BF16, and in the half path); when
     /// there are other columns to stay finite, input column 0 holds −Inf and 7e4 (beyond f16's
-    /// range: +Inf in the half path, finite in f32).
-    fn specials(&self, b: &mut Builder, weight: &Tensor, input: &Tensor) {
+    /// range: +Inf in the half path, finite in f32). `input` None: the weight's only.
+    fn specials(&self, b: &mut Builder, weight: &Tensor, input: Option<&Tensor>) {
         let k = self.kind;
         let (inf, nan, max) = match k.dtype() {
             DType::F32 => (0x7F80_0000, special_nan(b), f32::MAX.to_bits()),
@@ -165,41 +170,55 @@ impl MatVecCase {
                 }
             }
         }
-        if self.ncols > 1 {
+        if let Some(input) = input
+            && self.ncols > 1
+        {
             b.mem.write_f32(input, [1 % self.e, 0, 0, 0], 7e4);
             b.mem.write_f32(input, [5 % self.e, 0, 0, 0], f32::NEG_INFINITY);
         }
     }
 
+    /// A product drawn as the case describes: its weight, the input (drawn here when `input`
+    /// is None, else the given one, already drawn) and a poisoned dst.
+    pub(super) fn product(&self, b: &mut Builder, input: Option<Tensor>) -> MulMatVec {
+        let p = self;
+        let (shift, row_pad) = if p.padded { (2, [4, 0, 0, 0]) } else { (0, [0; 4]) };
+        let dtype = p.kind.dtype();
+        let weight = strided(b, dtype, [p.e, p.rows, 1, 1], row_pad, shift);
+        for i in weight.layout.indices().collect::<Vec<_>>() {
+            let bits = p.weight_value(&mut b.rng);
+            match dtype {
+                DType::F32 => b.mem.write_u32(&weight, i, bits),
+                _ => b.mem.write_u16(&weight, i, bits as u16),
+            }
+        }
+        let (input, fresh) = match input {
+            Some(t) => (t, false),
+            None => {
+                let t = strided(b, DType::F32, [p.e, p.ncols, 1, 1], row_pad, shift);
+                for i in t.layout.indices().collect::<Vec<_>>() {
+                    let v = p.input_value(&mut b.rng);
+                    b.mem.write_f32(&t, i, v);
+                }
+                (t, true)
+            }
+        };
+        if p.data == Data::Specials {
+            p.specials(b, &weight, fresh.then_some(&input));
+        }
+        let dst = b.tensor_padded(
+            DType::F32,
+            [p.rows, p.ncols, 1, 1],
+            if p.padded { [3, 0, 0, 0] } else { [0; 4] },
+            crate::suite::inputs::Values::AnyBits,
+        );
+        MulMatVec { weight, input, dst, precision: p.kind.precision() }
+    }
+
     fn case(self) -> Case {
         let name = self.name();
         Case::seeded(GROUP, name, move |mut b| {
-            let p = self;
-            let (shift, row_pad) = if p.padded { (2, [4, 0, 0, 0]) } else { (0, [0; 4]) };
-            let dtype = p.kind.dtype();
-            let weight = strided(&mut b, dtype, [p.e, p.rows, 1, 1], row_pad, shift);
-            for i in weight.layout.indices().collect::<Vec<_>>() {
-                let bits = p.weight_value(&mut b.rng);
-                match dtype {
-                    DType::F32 => b.mem.write_u32(&weight, i, bits),
-                    _ => b.mem.write_u16(&weight, i, bits as u16),
-                }
-            }
-            let input = strided(&mut b, DType::F32, [p.e, p.ncols, 1, 1], row_pad, shift);
-            for i in input.layout.indices().collect::<Vec<_>>() {
-                let v = p.input_value(&mut b.rng);
-                b.mem.write_f32(&input, i, v);
-            }
-            if p.data == Data::Specials {
-                p.specials(&mut b, &weight, &input);
-            }
-            let dst = b.tensor_padded(
-                DType::F32,
-                [p.rows, p.ncols, 1, 1],
-                if p.padded { [3, 0, 0, 0] } else { [0; 4] },
-                crate::suite::inputs::Values::AnyBits,
-            );
-            let op = MulMatVec { weight, input, dst, precision: p.kind.precision() };
+            let op = self.product(&mut b, None);
             // No MUFU op: the exact-math reference is the reference.
             Ok(b.finish(vec![Box::new(op)], Tolerance::BitExact, false))
         })
@@ -229,7 +248,7 @@ fn refusal(name: &str, build: fn(&mut Builder) -> MulMatVec, predicate: fn(&Erro
 }
 
 /// A plain F32 op of E × rows × ncols for the refusal cases to spoil.
-fn plain(b: &mut Builder, dtype: DType, e: usize, rows: usize, ncols: usize) -> MulMatVec {
+pub(super) fn plain(b: &mut Builder, dtype: DType, e: usize, rows: usize, ncols: usize) -> MulMatVec {
     let values = crate::suite::inputs::Values::Uniform(1.0);
     let weight = b.tensor_padded(dtype, [e, rows, 1, 1], [0; 4], values);
     let input = b.input([e, ncols, 1, 1], values);

@@ -25,6 +25,9 @@ pub mod gated_delta_net;
 // [convchain]
 pub mod gdn_conv_chain;
 
+// [mmvf-pair]
+pub mod mmvf_pair;
+
 use super::Case;
 
 /// Every case, grouped by op, in a stable order.
@@ -52,6 +55,9 @@ pub fn all() -> Vec<Case> {
 
     // [convchain]
     cases.extend(gdn_conv_chain::cases());
+
+    // [mmvf-pair]
+    cases.extend(mmvf_pair::cases());
 
     cases.extend(layer::cases());
     cases

@@ -26,6 +26,9 @@ pub mod shared;
 pub mod thread;
 pub mod warp;
 
+// [mmvf-pair] read-only (`ld.global.nc`) global loads
+pub mod load;
+
 /// Aborts the kernel (PTX `trap`); the launch reports an error to the host.
 #[inline(always)]
 pub fn trap() -> ! {

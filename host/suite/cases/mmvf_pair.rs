@@ -1,0 +1,198 @@
+//! MUL_MAT_VEC_PAIR cases: the alpha/beta pair of a GDN layer (two mul_mat_vec_f of one input,
+//! one launch) for 1–8 columns × F32, F16 (half accumulation), BF16 at the Qwen3.5-9B shape
+//! (E = 4096, H_v = 32), F16 with f32 accumulation, the 4B/27B shapes, every reduction path
+//! (one warp, partial chunks), special values, strided views; 9 columns and mismatched products
+//! are refusals. Every case compares both products bit for bit with the unfused mul_mat_vec_f
+//! reference, which the unfused kernels match on the GPU.
+
+use super::mmvf::{Data, Kind, MatVecCase, plain};
+use crate::error::Error;
+use crate::ops::{MulMatVecPair, Precision};
+use crate::suite::{Builder, Case, Expect, Scenario, Tolerance};
+use crate::tensor::DType;
+
+pub const GROUP: &str = "MUL_MAT_VEC_PAIR";
+
+/// Both products drawn as `p` describes (own weights, one shared input, own dsts).
+fn pair_case(p: MatVecCase) -> Case {
+    Case::seeded(GROUP, p.name_in(GROUP), move |mut b| {
+        let first = p.product(&mut b, None);
+        let second = p.product(&mut b, Some(first.input));
+        let op = MulMatVecPair { first, second };
+        // No MUFU op: the exact-math reference is the reference.
+        Ok(b.finish(vec![Box::new(op)], Tolerance::BitExact, false))
+    })
+}
+
+/// A case the op must refuse with the error `predicate` accepts.
+fn refusal(name: &str, build: fn(&mut Builder) -> MulMatVecPair, predicate: fn(&Error) -> bool, expected: &'static str) -> Case {
+    let name = format!("{GROUP}(refuse:{name})");
+    Case::seeded(GROUP, name, move |mut b| {
+        let op = build(&mut b);
+        let scenario = Scenario { mem: b.mem, ops: vec![Box::new(op)], tolerance: Tolerance::BitExact, exact_nan_payloads: false };
+        Ok(Expect::Refusal { scenario, predicate, expected })
+    })
+}
+
+/// A plain pair of `dtype` products, E × rows × ncols, sharing one input.
+fn plain_pair(b: &mut Builder, dtype: DType, e: usize, rows: usize, ncols: usize) -> MulMatVecPair {
+    let first = plain(b, dtype, e, rows, ncols);
+    let mut second = plain(b, dtype, e, rows, ncols);
+    second.input = first.input;
+    MulMatVecPair { first, second }
+}
+
+pub fn cases() -> Vec<Case> {
+    let base = MatVecCase { kind: Kind::F32, e: 4096, rows: 32, ncols: 1, data: Data::Uniform, padded: false };
+    let mut out = Vec::new();
+    // The 9B alpha/beta shape: the three weight types llama.cpp meets × 1–8 columns.
+    for kind in [Kind::F32, Kind::F16Half, Kind::Bf16] {
+        for ncols in 1..=8 {
+            out.push(MatVecCase { kind, ncols, ..base });
+        }
+    }
+    // F16 weights at F32 precision.
+    for ncols in [1, 2, 4, 8] {
+        out.push(MatVecCase { kind: Kind::F16F32, ncols, ..base });
+    }
+    // The 4B (E 2560: 5 pairs per thread, one partial chunk) and 27B (E 5120: a full chunk and
+    // a partial one) shapes. (E 2560 with 16 rows: every grid shape but the 9B one's differs
+    // from it, so tools/twins/ncu-mmvf.sh can tell the 9B launches by their grid.)
+    for (kind, e, rows, ncols) in [
+        (Kind::F32, 2560, 16, 1),
+        (Kind::F32, 5120, 48, 3),
+        (Kind::F32, 5120, 48, 8),
+        (Kind::F16Half, 2560, 16, 2),
+        (Kind::F16Half, 5120, 48, 5),
+        (Kind::Bf16, 2560, 16, 4),
+        (Kind::Bf16, 5120, 48, 7),
+        (Kind::F16F32, 5120, 48, 6),
+    ] {
+        out.push(MatVecCase { kind, e, rows, ncols, ..base });
+    }
+    // Other block sizes: one warp (E 64, no shared-memory step), 96 threads (E 130), 256 threads
+    // with threads that have no pair (E 1000) and a long row (E 40960: several chunks).
+    for (kind, e, rows, ncols) in [
+        (Kind::F32, 64, 3, 2),
+        (Kind::F16Half, 130, 5, 3),
+        (Kind::Bf16, 1000, 9, 8),
+        (Kind::F32, 40960, 4, 2),
+        (Kind::F16Half, 40960, 2, 1),
+    ] {
+        out.push(MatVecCase { kind, e, rows, ncols, ..base });
+    }
+    // Special values (±0, subnormals, ±Inf, NaN, f16 overflow) and flushing products.
+    for kind in Kind::ALL {
+        out.push(MatVecCase { kind, ncols: 3, data: Data::Specials, ..base });
+    }
+    out.push(MatVecCase { kind: Kind::F32, e: 64, rows: 4, ncols: 2, data: Data::Tiny, ..base });
+    out.push(MatVecCase { kind: Kind::F16Half, e: 2560, rows: 16, ncols: 4, data: Data::Tiny, ..base });
+    // Strided (padded, offset) views.
+    out.push(MatVecCase { kind: Kind::Bf16, e: 5120, rows: 48, ncols: 4, padded: true, ..base });
+    out.push(MatVecCase { kind: Kind::F16Half, e: 200, rows: 3, ncols: 8, padded: true, data: Data::Specials });
+    let mut cases: Vec<Case> = out.into_iter().map(pair_case).collect();
+
+    // 9 columns: beyond mul_mat_vec_f, for each weight type.
+    cases.push(refusal(
+        "type=f32,ncols=9",
+        |b| plain_pair(b, DType::F32, 4096, 32, 9),
+        |e| matches!(e, Error::Unsupported { op: GROUP, what } if what.contains("9 input columns")),
+        "Unsupported (9 columns)",
+    ));
+    cases.push(refusal(
+        "type=f16,ncols=9",
+        |b| plain_pair(b, DType::F16, 4096, 32, 9),
+        |e| matches!(e, Error::Unsupported { op: GROUP, what } if what.contains("9 input columns")),
+        "Unsupported (9 columns)",
+    ));
+    cases.push(refusal(
+        "type=bf16,ncols=9",
+        |b| plain_pair(b, DType::BF16, 4096, 32, 9),
+        |e| matches!(e, Error::Unsupported { op: GROUP, what } if what.contains("9 input columns")),
+        "Unsupported (9 columns)",
+    ));
+    cases.push(refusal(
+        "different_inputs",
+        |b| {
+            let mut p = plain_pair(b, DType::F32, 64, 4, 2);
+            p.second.input = b.input([64, 2, 1, 1], crate::suite::inputs::Values::Uniform(1.0));
+            p
+        },
+        |e| matches!(e, Error::Invalid { op: GROUP, .. }),
+        "Invalid (the products read different inputs)",
+    ));
+    cases.push(refusal(
+        "weight_types_differ",
+        |b| {
+            let mut p = plain_pair(b, DType::F32, 64, 4, 2);
+            p.second.weight = b.tensor_padded(DType::BF16, [64, 4, 1, 1], [0; 4], crate::suite::inputs::Values::Uniform(1.0));
+            p
+        },
+        |e| matches!(e, Error::DType { op: GROUP, arg: "second.weight", .. }),
+        "DType (second.weight)",
+    ));
+    cases.push(refusal(
+        "precisions_differ",
+        |b| {
+            let mut p = plain_pair(b, DType::F16, 64, 4, 2);
+            p.second.precision = Precision::F32;
+            p
+        },
+        |e| matches!(e, Error::Invalid { op: GROUP, .. }),
+        "Invalid (precisions differ)",
+    ));
+    cases.push(refusal(
+        "dsts_overlap",
+        |b| {
+            let mut p = plain_pair(b, DType::F32, 64, 4, 2);
+            p.second.dst = p.first.dst;
+            p
+        },
+        |e| matches!(e, Error::Aliasing { op: GROUP, a: "first.dst", b: "second.dst", .. }),
+        "Aliasing (first.dst, second.dst)",
+    ));
+    cases.push(refusal(
+        "dst_overlaps_other_weight",
+        |b| {
+            let mut p = plain_pair(b, DType::F32, 64, 4, 2);
+            p.first.dst = p.second.weight.view([4, 2, 1, 1], [4, 16, 32, 32], 0);
+            p
+        },
+        |e| matches!(e, Error::Aliasing { op: GROUP, a: "first.dst", b: "second.weight", .. }),
+        "Aliasing (first.dst, second.weight)",
+    ));
+    cases
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::Op;
+
+    #[test]
+    fn at_least_45_cases_cover_one_to_nine_columns_of_each_type() {
+        let cases = cases();
+        assert!(cases.len() >= 45, "{} cases", cases.len());
+        for label in ["type=f32", "type=f16,acc=half", "type=bf16"] {
+            for ncols in 1..=8 {
+                let name = format!("{GROUP}({label},E=4096,rows=32,ncols={ncols})");
+                assert!(cases.iter().any(|c| c.name == name), "missing {name}");
+            }
+        }
+        for t in ["f32", "f16", "bf16"] {
+            let name = format!("{GROUP}(refuse:type={t},ncols=9)");
+            let case = cases.iter().find(|c| c.name == name).unwrap_or_else(|| panic!("missing {name}"));
+            assert!(matches!(case.build(), Ok(Expect::Refusal { .. })));
+        }
+    }
+
+    #[test]
+    fn both_products_share_the_input_and_differ_in_weights() {
+        let c = pair_case(MatVecCase { kind: Kind::Bf16, e: 130, rows: 5, ncols: 2, data: Data::Specials, padded: false });
+        let Ok(Expect::Match(s)) = c.build() else { panic!("a match case") };
+        let op = s.ops[0].as_ref().downcast_ref::<MulMatVecPair>().expect("a pair");
+        assert_eq!(op.first.input, op.second.input);
+        assert_ne!(op.first.weight.buffer, op.second.weight.buffer);
+        op.validate(&s.mem).unwrap();
+    }
+}
