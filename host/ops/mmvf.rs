@@ -106,18 +106,23 @@ impl MulMatVec {
     }
 }
 
-/// Input columns one block computes: `ncols` itself (one block per row, ggml's launch) unless
-/// the measuring knob `RGDN_MMVF_COLS_PER_BLOCK=k` (read once per process) asks for at most k:
-/// then the largest divisor of `ncols` not above k, and the launch has ncols / that blocks per
-/// row (grid z). Every column's arithmetic is the same either way (the kernel's per-column
-/// loop and reduction do not depend on the other columns of its block); the knob only moves
-/// work between blocks, to measure per-SM bandwidth against latency (NOTES.md, mul_mat_vec_f
-/// speed).
+/// Input columns one block computes: at most [`DEFAULT_COLS_PER_BLOCK`] (the largest divisor of
+/// `ncols` not above it; the launch then has ncols / that blocks per row, grid z), or at most k
+/// when the knob `RGDN_MMVF_COLS_PER_BLOCK=k` (read once per process) says so —
+/// `RGDN_MMVF_COLS_PER_BLOCK=8` restores ggml's one block per row. Every column's arithmetic is
+/// the same either way (the kernel's per-column loop and reduction do not depend on the other
+/// columns of its block; the GPU suite checked every MUL_MAT_VEC case bitwise under k = 2 and
+/// 4); the split only moves work between blocks. Measured on the H200 (ncu, [4096 × 32]): one
+/// block per row costs 4.16 µs at 8 F32 columns, two columns per block 3.22 µs (NOTES.md,
+/// mul_mat_vec_f speed).
 pub fn cols_per_block(ncols: usize) -> usize {
     static KNOB: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
     let cap = KNOB.get_or_init(|| std::env::var("RGDN_MMVF_COLS_PER_BLOCK").ok().and_then(|v| v.trim().parse().ok()).filter(|k| *k >= 1));
-    cols_per_block_with(ncols, *cap)
+    cols_per_block_with(ncols, Some(cap.unwrap_or(DEFAULT_COLS_PER_BLOCK)))
 }
+
+/// Columns per block unless the knob overrides it (see [`cols_per_block`]).
+pub const DEFAULT_COLS_PER_BLOCK: usize = 2;
 
 /// [`cols_per_block`] for a given knob value.
 pub fn cols_per_block_with(ncols: usize, cap: Option<usize>) -> usize {
