@@ -38,6 +38,9 @@ pub fn all_entries() -> Vec<&'static str> {
     // [gdn]
     entries.push(abi::GATED_DELTA_NET_ENTRY);
 
+    // [speed]
+    entries.extend([abi::CONCAT_FLAT_ENTRY, abi::UNARY_SOFTPLUS_MUL_ENTRY]);
+
     entries
 }
 

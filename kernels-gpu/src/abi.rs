@@ -224,3 +224,39 @@ pub const GDN_WARPS: u32 = 4;
 pub const GDN_MAX_SLOTS: usize = 17;
 /// Scalar-gate GATED_DELTA_NET for D = 128 (spec §2.10).
 pub const GATED_DELTA_NET_ENTRY: &str = "gated_delta_net_f32_d128";
+
+// ---- [speed] CONCAT flat kernel, fused SOFTPLUS·MUL ----
+/// CONCAT dim 0 of densely packed operands (ggml's contiguous path): one element per thread over
+/// the flat destination; threads per block.
+pub const CONCAT_FLAT_BLOCK: u32 = 256;
+pub const CONCAT_FLAT_ENTRY: &str = "concat_flat_f32";
+
+/// Parameters of [`CONCAT_FLAT_ENTRY`]: `a` [na, rows], `b` [nb, rows] and `dst` [na + nb, rows],
+/// each densely packed (device addresses); `total` = (na + nb)·rows elements of `dst`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConcatFlatParams {
+    pub a: u64,
+    pub b: u64,
+    pub dst: u64,
+    pub na: u32,
+    pub nb: u32,
+    pub total: u32,
+    pub _pad: u32,
+}
+
+/// Fused UNARY→MUL `y = softplus(x)·m` (spec §2.7, ggml's fused unary·mul at n_t = 1): one
+/// element per thread, [`UNARY_BLOCK`] threads per block.
+pub const UNARY_SOFTPLUS_MUL_ENTRY: &str = "unary_softplus_mul_f32";
+
+/// Parameters of [`UNARY_SOFTPLUS_MUL_ENTRY`]: `x`, `m` and `y` contiguous f32 of `n` elements
+/// (device addresses).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnaryMulParams {
+    pub x: u64,
+    pub m: u64,
+    pub y: u64,
+    pub n: u32,
+    pub _pad: u32,
+}

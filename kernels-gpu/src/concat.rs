@@ -15,6 +15,7 @@
 //! Aliasing: `dst` must not overlap `a` or `b`, and no two `dst` elements may share an address;
 //! the host refuses such views.
 
+use crate::device::memory::{load_nc_u32_at, store_u32_at};
 use crate::device::thread::{block_idx_x, block_idx_y, thread_idx_x};
 
 /// Copies row (i1, i2) of the concatenation: `i0 = start, start + step, … < na + nb`. Shared
@@ -73,5 +74,34 @@ pub unsafe extern "ptx-kernel" fn concat_dim0_f32(
     unsafe {
         let (a_row, b_row, dst_row) = (a.add(i1 * a1 + i2 * a2), b.add(i1 * b1 + i2 * b2), dst.add(i1 * d1 + i2 * d2));
         concat_row(a_row, a0, b_row, b0, dst_row, d0, na, nb, thread_idx_x() as usize, crate::abi::CONCAT_BLOCK as usize);
+    }
+}
+
+/// [speed] CONCAT dim 0 of densely packed operands — ggml's contiguous path (it takes it when both
+/// sources are contiguous; at n_t = 1 the transposed projection [1, C, n_s] is): one thread per
+/// element of the flat destination, `idx = row·(na + nb) + i0`, copied as u32 from
+/// `a[row·na + i0]` when `i0 < na`, else from `b[row·nb + i0 − na]`. Exact for every bit pattern.
+///
+/// # Safety
+/// Launched with ⌈total / [`CONCAT_FLAT_BLOCK`](crate::abi::CONCAT_FLAT_BLOCK)⌉ blocks of that
+/// size; the host validated that `a` holds rows·na, `b` rows·nb and `dst` total = rows·(na + nb)
+/// densely packed u32, na ≥ 1, nb ≥ 1, and that `dst` overlaps neither source.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn concat_flat_f32(p: crate::abi::ConcatFlatParams) {
+    let idx = block_idx_x() * crate::abi::CONCAT_FLAT_BLOCK + thread_idx_x();
+    if idx >= p.total {
+        return;
+    }
+    let ne0 = p.na + p.nb;
+    // The host validated na, nb ≥ 1; `checked_div` keeps core's divide-by-zero panic path out
+    // of the PTX, and a violated contract aborts the launch.
+    let Some(row) = idx.checked_div(ne0) else { crate::device::trap() };
+    let i0 = idx - row * ne0;
+    let (a, b, dst) = (p.a as *const u32, p.b as *const u32, p.dst as *mut u32);
+    // SAFETY: row < rows and i0 < na + nb, so each index is inside its validated operand (the
+    // sources are never written: dst overlaps neither); idx is this thread's own element of dst.
+    unsafe {
+        let x = if i0 < p.na { load_nc_u32_at(a, row * p.na + i0) } else { load_nc_u32_at(b, row * p.nb + i0 - p.na) };
+        store_u32_at(dst, idx, x);
     }
 }

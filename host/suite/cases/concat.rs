@@ -112,5 +112,17 @@ pub fn cases() -> Vec<Case> {
         // b read through a zero stride (one plane repeated over n2).
         ConcatCase::Generic(Generic { b_broadcast: true, pad_b: [1, 0, 0, 0], ..Generic::new(3, 4, 17, 5) }),
     ]);
+    // [speed] The flat (contiguous) path: every operand dense — the layer at n_t = 1 (the
+    // transposed [1, C, n_s] projection is dense), and generic dense shapes whose element count
+    // is not a multiple of the block, split anywhere inside a row.
+    out.extend([
+        ConcatCase::layer(4, 8192, 1, 2, 0),
+        ConcatCase::layer(4, 10240, 1, 1, 0),
+        ConcatCase::layer(4, 10240, 1, 3, 0),
+        ConcatCase::layer(15, 384, 1, 2, 0),
+        ConcatCase::Generic(Generic::new(5, 1, 77, 3)),
+        ConcatCase::Generic(Generic::new(1, 7, 300, 1)),
+        ConcatCase::Generic(Generic::new(200, 100, 3, 2)),
+    ]);
     out.into_iter().map(ConcatCase::case).collect()
 }

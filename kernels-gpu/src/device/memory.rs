@@ -150,3 +150,63 @@ pub unsafe fn store_f32x4_stride32(base: *mut f32, index: u32, x: &[f32; 4]) {
         );
     }
 }
+
+/// `base[index]` with `ld.global.nc.b32`, address `base + 4·index` (see [`load_nc_f32_at`]).
+///
+/// # Safety
+/// As [`load_nc_u32`] for the element `base + index`.
+#[inline(always)]
+pub unsafe fn load_nc_u32_at(base: *const u32, index: u32) -> u32 {
+    let r: u32;
+    // SAFETY: forwarded to the caller (see `load_nc_u32`).
+    unsafe {
+        asm!(
+            "{{ .reg .b64 ga; cvta.to.global.u64 ga, {b}; mad.wide.u32 ga, {i}, 4, ga; ld.global.nc.b32 {r}, [ga]; }}",
+            r = out(reg32) r,
+            b = in(reg64) base as u64,
+            i = in(reg32) index,
+            options(pure, readonly, nostack)
+        );
+    }
+    r
+}
+
+/// `base[index]` with a plain (coherent) `ld.global.b32`, for data the kernel may also write
+/// (an in-place element read before its own thread writes it). Ordered with the kernel's
+/// stores like any memory read.
+///
+/// # Safety
+/// `base + index` must be a valid, aligned u32 of global memory.
+#[inline(always)]
+pub unsafe fn load_u32_at(base: *const u32, index: u32) -> u32 {
+    let r: u32;
+    // SAFETY: forwarded to the caller.
+    unsafe {
+        asm!(
+            "{{ .reg .b64 ga; cvta.to.global.u64 ga, {b}; mad.wide.u32 ga, {i}, 4, ga; ld.global.b32 {r}, [ga]; }}",
+            r = out(reg32) r,
+            b = in(reg64) base as u64,
+            i = in(reg32) index,
+            options(readonly, nostack, preserves_flags)
+        );
+    }
+    r
+}
+
+/// `base[index] = x` (`st.global.b32`, address `base + 4·index`).
+///
+/// # Safety
+/// As [`store_f32_at`].
+#[inline(always)]
+pub unsafe fn store_u32_at(base: *mut u32, index: u32, x: u32) {
+    // SAFETY: forwarded to the caller.
+    unsafe {
+        asm!(
+            "{{ .reg .b64 ga; cvta.to.global.u64 ga, {b}; mad.wide.u32 ga, {i}, 4, ga; st.global.b32 [ga], {x}; }}",
+            b = in(reg64) base as u64,
+            i = in(reg32) index,
+            x = in(reg32) x,
+            options(nostack, preserves_flags)
+        );
+    }
+}
