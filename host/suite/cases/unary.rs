@@ -70,8 +70,8 @@ fn unary_mul_cases() -> Vec<Case> {
     }
     let mut out = Vec::new();
     for (ne, x_values, dst, label) in [
-        ([32, 1, 1, 1], Values::Uniform(8.0), Dst::New, "gate,H_v=32,n_t=1"),
-        ([48, 1, 1, 1], Values::Uniform(8.0), Dst::New, "gate,H_v=48,n_t=1"),
+        ([32, 1, 1, 1], Values::Uniform(8.0), Dst::New, "gate_n_t=1,H_v=32"),
+        ([48, 1, 1, 1], Values::Uniform(8.0), Dst::New, "gate_n_t=1,H_v=48"),
         ([1000, 3, 1, 1], Values::Uniform(30.0), Dst::New, "n=3000,wide"),
         ([256, 4, 1, 1], Values::WithSpecials { scale: 30.0, every: 20 }, Dst::New, "specials"),
         ([32, 8, 1, 1], Values::Uniform(8.0), Dst::OverSrc, "in_place_src"),

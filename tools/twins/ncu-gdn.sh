@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# [speed] Kernel times of GATED_DELTA_NET (ours vs the CUDA twin of upstream's kernel), CONCAT
+# and the gate path, on the GPU machine, in one go:
+#
+#   bash tools/twins/ncu-gdn.sh [PROCESSES]      # from the repository root; rgdn at bundle/rgdn
+#
+# Method = the upstream table's (../../shared/reference/ggml-h200-timings.md): Nsight Compute,
+# `--clock-control none` (ALWAYS: the card keeps its own clocks; never lock or change them),
+# metric gpu__time_duration.sum, caches flushed before each profiled launch (ncu's default
+# --cache-control all), median over the samples.
+#
+# What runs (9B shapes):
+# - ours: `bundle/rgdn layer 9b --tokens N --rollback R` (GATED_DELTA_NET with K = R + 1 slots,
+#   CONCAT, the unfused gate path SIGMOID/ADD/SOFTPLUS/MUL); each process launches the chain
+#   twice, so PROCESSES (default 6) processes give 12 samples per kernel;
+# - the twin: tools/twins/gdn_twin.cu built here with nvcc (ggml's flags), `gdn_twin N K 12`;
+# - the fused SOFTPLUS·MUL at the gate's n_t = 1 shape: `bundle/rgdn check gate_n_t=1` (the
+#   UNARY_MUL suite cases H_v = 32 and 48, one launch each per process).
+# Configurations: GDN with K = n_t slots (n_t 4, 8, 16) and with 1 slot (n_t 1, 4, 8, 16).
+# Output: $OUT (or /tmp/ncu-gdn): raw ncu CSVs, twin build logs and SASS, and summary.txt —
+# per configuration and kernel: samples and median µs, the twin next to ours.
+set -euo pipefail
+procs="${1:-6}"
+root="$(pwd)"
+rgdn="${RGDN_BIN:-$root/bundle/rgdn}"
+out="${OUT:-/tmp/ncu-gdn}"
+mkdir -p "$out"
+export PATH="$PATH:/usr/local/cuda/bin"
+ncu="${NCU:-$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || true)}"
+[[ -x "$ncu" ]] || { echo "ncu-gdn.sh: no ncu found (set NCU)"; exit 1; }
+[[ -x "$rgdn" ]] || { echo "ncu-gdn.sh: no rgdn binary at $rgdn (scripts/gpu-bundle.sh, carry bundle)"; exit 1; }
+
+# The twin (and its SASS next to ours, from the PTX embedded in bundle/).
+RGDN_PTX="${RGDN_PTX:-$root/bundle/rgdn.ptx}" bash "$root/tools/twins/build-gdn.sh" --exe "$out/twin" > "$out/twin-build.log" 2>&1 \
+    || { echo "twin build failed:"; cat "$out/twin-build.log"; exit 1; }
+twin="$out/twin/gdn_twin"
+
+kernels='regex:gated_delta_net|gdn_twin|concat|unary|binary'
+profile() { # name, command...
+    local name="$1"; shift
+    "$ncu" --clock-control none --metrics gpu__time_duration.sum --print-units base --csv \
+        --target-processes all -k "$kernels" "$@" > "$out/$name.csv" 2> "$out/$name.err" \
+        || { echo "ncu failed for $name (see $out/$name.err)"; tail -5 "$out/$name.err"; }
+}
+
+configs=("1 1" "4 1" "8 1" "16 1" "4 4" "8 8" "16 16")   # n_t, K
+for c in "${configs[@]}"; do
+    set -- $c; nt=$1; K=$2; R=$((K - 1))
+    profile "nt${nt}_K${K}" bash -c "for i in \$(seq $procs); do '$rgdn' layer 9b --tokens $nt --rollback $R > /dev/null; done; '$twin' $nt $K 12 > /dev/null"
+done
+profile "gate_fused" bash -c "for i in \$(seq $procs); do RGDN_SKIP_PARITY=1 RGDN_REQUIRE_GPU=1 '$rgdn' check gate_n_t=1 > /dev/null; done"
+
+python3 - "$out" "${configs[@]}" > "$out/summary.txt" <<'PY'
+import csv, glob, os, statistics, sys
+out, configs = sys.argv[1], sys.argv[2:]
+
+def samples(path):
+    """{kernel: [µs, ...]} from an ncu --csv file (gpu__time_duration.sum in ns)."""
+    got = {}
+    if not os.path.exists(path):
+        return got
+    lines = [l for l in open(path) if l.startswith('"')]
+    for row in csv.DictReader(lines):
+        if row.get("Metric Name") != "gpu__time_duration.sum":
+            continue
+        name = row["Kernel Name"].split("(")[0].replace("void ", "").strip()
+        if "gdn_twin" in name:  # mangled or demangled template argument KEEP_SLOTS
+            name = "gdn_twin<K>1>" if ("ILb1" in name or "<true>" in name) else "gdn_twin<K=1>"
+        unit = row.get("Metric Unit", "ns")
+        v = float(row["Metric Value"].replace(",", ""))
+        v = v / 1000.0 if unit in ("ns", "nsecond") else v * 1000.0 if unit in ("ms", "msecond") else v
+        got.setdefault(f'{name} grid{row.get("Grid Size", "")}', []).append(v)
+    return got
+
+print("ncu gpu__time_duration.sum, --clock-control none, caches flushed; median µs (samples)")
+for c in configs:
+    nt, K = c.split()
+    print(f"\n== n_t = {nt}, K = {K} slot(s)   [rgdn layer 9b --tokens {nt} --rollback {int(K) - 1}; gdn_twin {nt} {K}]")
+    s = samples(os.path.join(out, f"nt{nt}_K{K}.csv"))
+    for k in sorted(s):
+        print(f"  {k:<62} {statistics.median(s[k]):8.2f}  ({len(s[k])})")
+    ours = [v for k, v in s.items() if k.startswith("gated_delta_net")]
+    twin = [v for k, v in s.items() if "gdn_twin" in k]
+    if ours and twin:
+        o, t = statistics.median(ours[0]), statistics.median(twin[0])
+        print(f"  GDN ours / twin = {o:.2f} / {t:.2f} µs = {o / t:.2f}")
+print("\n== fused SOFTPLUS·MUL at the gate's n_t = 1 shape (rgdn check gate_n_t=1: H_v = 32 and 48)")
+s = samples(os.path.join(out, "gate_fused.csv"))
+for k in sorted(s):
+    print(f"  {k:<62} {statistics.median(s[k]):8.2f}  ({len(s[k])})")
+print("\ngate path at n_t = 1: ours unfused = sigmoid + add + softplus + mul (n_t1_K1 above);"
+      " fused = sigmoid + add + unary_softplus_mul; upstream 7.39 µs (3 launches)")
+PY
+cat "$out/summary.txt"
