@@ -39,7 +39,7 @@ pub fn all_entries() -> Vec<&'static str> {
     entries.push(abi::GATED_DELTA_NET_ENTRY);
 
     // [speed]
-    entries.extend([abi::CONCAT_FLAT_ENTRY, abi::UNARY_SOFTPLUS_MUL_ENTRY]);
+    entries.extend([abi::CONCAT_FLAT_ENTRY, abi::UNARY_SOFTPLUS_MUL_ENTRY, abi::GATED_DELTA_NET_PAIRED_ENTRY]);
 
     entries
 }

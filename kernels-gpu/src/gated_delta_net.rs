@@ -29,7 +29,9 @@
 
 use crate::abi::{GDN_HEAD_DIM, GDN_WARPS};
 use crate::device::math::{fma, mul};
-use crate::device::memory::{load_nc_f32, load_nc_f32_at, load_nc_f32x4_stride32, prefetch_l2, store_f32_at, store_f32x4_stride32};
+use crate::device::math::add;
+use crate::device::memory::{load_nc_f32, load_nc_f32_at, load_nc_f32x4_stride32, prefetch_l1, prefetch_l2, store_f32_at, store_f32x4_stride32};
+use crate::device::warp::shfl_xor;
 use crate::device::thread::{block_idx_x, block_idx_y, block_idx_z, thread_idx_x, thread_idx_y};
 use crate::device::trap;
 use crate::device::warp::warp_sum;
@@ -146,6 +148,23 @@ impl TokenSource {
         }
     }
 
+    /// L1 prefetch of the lines the *next* token's [`TokenSource::load`] will read (this lane's
+    /// k and q addresses — the warp covers each row's lines — v, g, β).
+    ///
+    /// # Safety
+    /// The next token is a validated token of every input view (hints only).
+    #[inline(always)]
+    unsafe fn prefetch_l1_next(&self) {
+        // SAFETY: forwarded to the caller.
+        unsafe {
+            prefetch_l1(self.k.wrapping_add(self.k_token + self.lane as usize));
+            prefetch_l1(self.q.wrapping_add(self.q_token + self.lane as usize));
+            prefetch_l1(self.v.wrapping_add(self.v_token + self.col as usize));
+            prefetch_l1(self.g.wrapping_add(self.g_token));
+            prefetch_l1(self.beta.wrapping_add(self.beta_token));
+        }
+    }
+
     /// Steps every pointer to the next token.
     #[inline(always)]
     fn advance(&mut self) {
@@ -187,6 +206,24 @@ unsafe fn prefetch_tokens(src: &TokenSource, lane: usize, n_tokens: usize) {
         }
         t += 32;
     }
+}
+
+/// [speed] Two independent butterfly warp sums (spec §2.0) run interleaved: step by step the
+/// same `x + shfl_xor(x, o)` as [`warp_sum`] on each value, so each result has its bits.
+///
+/// # Safety
+/// All 32 lanes of the warp must call it together.
+#[inline(always)]
+pub unsafe fn warp_sum_pair(mut x: f32, mut y: f32) -> (f32, f32) {
+    let mut offset = 16;
+    while offset > 0 {
+        // SAFETY: forwarded to the caller.
+        let (sx, sy) = unsafe { (shfl_xor(x, offset), shfl_xor(y, offset)) };
+        x = add(x, sx);
+        y = add(y, sy);
+        offset >>= 1;
+    }
+    (x, y)
 }
 
 /// This lane's part of a column dot product `Σ_r s[r]·x[r]`: an fma chain from a +0 addend
@@ -262,9 +299,9 @@ pub unsafe fn token_step(
 /// validated that every view covers the elements the grid reaches (heads < H_v, key heads
 /// < `n_key_heads`, tokens < `n_tokens`, slots < `n_slots`, sequences < n_s) and the aliasing
 /// rules of the module docs.
-#[unsafe(no_mangle)]
+#[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub unsafe extern "ptx-kernel" fn gated_delta_net_f32_d128(
+unsafe fn run<const PAIRED: bool>(
     q: *const f32,
     q_head: usize,
     q_token: usize,
@@ -353,11 +390,9 @@ pub unsafe extern "ptx-kernel" fn gated_delta_net_f32_d128(
         prefetch_tokens(&src, lane, n_tokens);
     }
     let mut s = unsafe { load_lane_nc(state_in.add(col * in_col + head * in_head + seq * in_seq), lane) };
-    // One token's arithmetic and stores, on inputs already in registers.
+    // This token's output and snapshot stores.
     let mut out_t = out_head_row;
-    let mut step = |s: &mut [f32; ROWS_PER_LANE], x: &TokenInputs, t: usize| {
-        // SAFETY: every lane of the warp runs the same trip count with no early exit.
-        let a = unsafe { token_step(s, &x.k, &x.q, x.v, x.g, x.beta) };
+    let mut finish = |s: &[f32; ROWS_PER_LANE], a: f32, t: usize| {
         if lane == 0 {
             // SAFETY: element (col, head, t, seq) of `out`, written by this warp's lane 0 only.
             unsafe { store_f32_at(out_t, col as u32, mul(a, scale)) };
@@ -376,14 +411,110 @@ pub unsafe extern "ptx-kernel" fn gated_delta_net_f32_d128(
     // would otherwise sink the loads past the loop's exit test, next to their use).
     // SAFETY (loads): token t + 1 < n_tokens of the validated input views, written by nobody.
     let mut cur = unsafe { src.load() };
-
     let mut t = 0;
-    while t + 1 < n_tokens {
-        src.advance();
-        let next = unsafe { src.load() };
-        step(&mut s, &cur, t);
-        cur = next;
-        t += 1;
+    if !PAIRED {
+        while t + 1 < n_tokens {
+            src.advance();
+            let next = unsafe { src.load() };
+            // SAFETY: every lane of the warp runs the same trip count with no early exit.
+            let a = unsafe { token_step(&mut s, &cur.k, &cur.q, cur.v, cur.g, cur.beta) };
+            finish(&s, a, t);
+            cur = next;
+            t += 1;
+        }
+        // SAFETY: as above.
+        let a = unsafe { token_step(&mut s, &cur.k, &cur.q, cur.v, cur.g, cur.beta) };
+        finish(&s, a, t);
+    } else {
+        // Token t+1's KV needs only the state after token t's update: its warp sum runs
+        // interleaved with token t's attention sum (two independent butterflies, each in
+        // ggml's order). Token t+2's lines are prefetched into L1 meanwhile, so that token
+        // t+1's loads, issued at the top of token t, return before the KV dot needs them.
+        // SAFETY: the whole warp is here.
+        let mut kv = unsafe { warp_sum(lane_dot(&s, &cur.k)) };
+        while t + 1 < n_tokens {
+            src.advance();
+            let next = unsafe { src.load() };
+            if t + 2 < n_tokens {
+                // SAFETY: token t + 2 < n_tokens (hints only).
+                unsafe { src.prefetch_l1_next() };
+            }
+            let gamma = decay(cur.g);
+            update(&mut s, &cur.k, gamma, delta(kv, gamma, cur.v, cur.beta));
+            // SAFETY: the whole warp is here.
+            let (a, kv_next) = unsafe { warp_sum_pair(lane_dot(&s, &cur.q), lane_dot(&s, &next.k)) };
+            finish(&s, a, t);
+            kv = kv_next;
+            cur = next;
+            t += 1;
+        }
+        let gamma = decay(cur.g);
+        update(&mut s, &cur.k, gamma, delta(kv, gamma, cur.v, cur.beta));
+        // SAFETY: the whole warp is here.
+        let a = unsafe { warp_sum(lane_dot(&s, &cur.q)) };
+        finish(&s, a, t);
     }
-    step(&mut s, &cur, t);
+}
+
+macro_rules! gdn_entries {
+    ($($(#[$doc:meta])* $name:ident = $paired:expr;)*) => {$(
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// Launched with block (32, [`GDN_WARPS`], 1) and grid (H_v, n_s, D / [`GDN_WARPS`]); the
+        /// host validated that every view covers the elements the grid reaches (heads < H_v, key
+        /// heads < `n_key_heads`, tokens < `n_tokens`, slots < `n_slots`, sequences < n_s) and the
+        /// aliasing rules of the module docs.
+        #[unsafe(no_mangle)]
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe extern "ptx-kernel" fn $name(
+            q: *const f32,
+            q_head: usize,
+            q_token: usize,
+            q_seq: usize,
+            k: *const f32,
+            k_head: usize,
+            k_token: usize,
+            k_seq: usize,
+            v: *const f32,
+            v_head: usize,
+            v_token: usize,
+            v_seq: usize,
+            g: *const f32,
+            g_head: usize,
+            g_token: usize,
+            g_seq: usize,
+            beta: *const f32,
+            beta_head: usize,
+            beta_token: usize,
+            beta_seq: usize,
+            state_in: *const f32,
+            in_col: usize,
+            in_head: usize,
+            in_seq: usize,
+            out: *mut f32,
+            out_head: usize,
+            out_token: usize,
+            out_seq: usize,
+            states: *mut f32,
+            states_seq: usize,
+            states_slot: usize,
+            n_tokens: u32,
+            n_key_heads: u32,
+            n_slots: u32,
+            scale: f32,
+        ) {
+            // SAFETY: forwarded from the launch contract.
+            unsafe { run::<{ $paired }>(q, q_head, q_token, q_seq, k, k_head, k_token, k_seq, v, v_head, v_token, v_seq, g, g_head, g_token, g_seq, beta, beta_head, beta_token, beta_seq, state_in, in_col, in_head, in_seq, out, out_head, out_token, out_seq, states, states_seq, states_slot, n_tokens, n_key_heads, n_slots, scale) }
+        }
+    )*};
+}
+
+gdn_entries! {
+    /// Entry point; see the module docs for the layouts.
+    gated_delta_net_f32_d128 = false;
+    /// [speed] The same recurrence with token t+1's KV warp sum interleaved with token t's
+    /// attention sum (and an L1 prefetch two tokens ahead): the same bits, a shorter chain per
+    /// token. Selected by the host with `RGDN_GDN_PAIRED=1` until the H200 says which is faster.
+    gated_delta_net_f32_d128_paired = true;
 }

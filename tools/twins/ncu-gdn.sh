@@ -16,6 +16,8 @@
 # - the twin: tools/twins/gdn_twin.cu built here with nvcc (ggml's flags), `gdn_twin N K 12`;
 # - the fused SOFTPLUS·MUL at the gate's n_t = 1 shape: `bundle/rgdn check gate_n_t=1` (the
 #   UNARY_MUL suite cases H_v = 32 and 48, one launch each per process).
+# - the experimental GDN entry with paired butterflies: the same layer runs with RGDN_GDN_PAIRED=1;
+# - bits first: `rgdn check GATED_DELTA_NET,GDN_LAYER,CONCAT,UNARY_MUL` with each GDN entry.
 # Configurations: GDN with K = n_t slots (n_t 4, 8, 16) and with 1 slot (n_t 1, 4, 8, 16).
 # Output: $OUT (or /tmp/ncu-gdn): raw ncu CSVs, twin build logs and SASS, and summary.txt —
 # per configuration and kernel: samples and median µs, the twin next to ours.
@@ -35,6 +37,16 @@ RGDN_PTX="${RGDN_PTX:-$root/bundle/rgdn.ptx}" bash "$root/tools/twins/build-gdn.
     || { echo "twin build failed:"; cat "$out/twin-build.log"; exit 1; }
 twin="$out/twin/gdn_twin"
 
+# Bits first (no profiler): the suite cases of the kernels this branch touched, with the default
+# GDN entry and with the paired one (RGDN_GDN_PAIRED=1); every case must pass.
+checks="$out/checks.txt"; : > "$checks"
+for paired in 0 1; do
+    RGDN_GDN_PAIRED=$paired RGDN_REQUIRE_GPU=1 "$rgdn" check GATED_DELTA_NET,GDN_LAYER,CONCAT,UNARY_MUL \
+        > "$out/check-paired$paired.log" 2>&1
+    echo "rgdn check GATED_DELTA_NET,GDN_LAYER,CONCAT,UNARY_MUL with RGDN_GDN_PAIRED=$paired: exit $? ($(grep -c '^FAIL' "$out/check-paired$paired.log") FAIL lines; $out/check-paired$paired.log)" >> "$checks"
+done
+cat "$checks"
+
 kernels='regex:gated_delta_net|gdn_twin|concat|unary|binary'
 profile() { # name, command...
     local name="$1"; shift
@@ -47,6 +59,8 @@ configs=("1 1" "4 1" "8 1" "16 1" "4 4" "8 8" "16 16")   # n_t, K
 for c in "${configs[@]}"; do
     set -- $c; nt=$1; K=$2; R=$((K - 1))
     profile "nt${nt}_K${K}" bash -c "for i in \$(seq $procs); do '$rgdn' layer 9b --tokens $nt --rollback $R > /dev/null; done; '$twin' $nt $K 12 > /dev/null"
+    # The experimental paired-butterfly GDN entry (RGDN_GDN_PAIRED=1), GDN launches only.
+    kernels='regex:gated_delta_net' profile "nt${nt}_K${K}_paired" bash -c "for i in \$(seq $procs); do RGDN_GDN_PAIRED=1 '$rgdn' layer 9b --tokens $nt --rollback $R > /dev/null; done"
 done
 profile "gate_fused" bash -c "for i in \$(seq $procs); do RGDN_SKIP_PARITY=1 RGDN_REQUIRE_GPU=1 '$rgdn' check gate_n_t=1 > /dev/null; done"
 
@@ -77,13 +91,18 @@ for c in configs:
     nt, K = c.split()
     print(f"\n== n_t = {nt}, K = {K} slot(s)   [rgdn layer 9b --tokens {nt} --rollback {int(K) - 1}; gdn_twin {nt} {K}]")
     s = samples(os.path.join(out, f"nt{nt}_K{K}.csv"))
+    s.update(samples(os.path.join(out, f"nt{nt}_K{K}_paired.csv")))
     for k in sorted(s):
         print(f"  {k:<62} {statistics.median(s[k]):8.2f}  ({len(s[k])})")
-    ours = [v for k, v in s.items() if k.startswith("gated_delta_net")]
+    ours = [v for k, v in s.items() if k.startswith("gated_delta_net_f32_d128 ")]
     twin = [v for k, v in s.items() if "gdn_twin" in k]
+    paired = [v for k, v in s.items() if k.startswith("gated_delta_net_f32_d128_paired")]
     if ours and twin:
         o, t = statistics.median(ours[0]), statistics.median(twin[0])
         print(f"  GDN ours / twin = {o:.2f} / {t:.2f} µs = {o / t:.2f}")
+    if paired and twin:
+        p, t = statistics.median(paired[0]), statistics.median(twin[0])
+        print(f"  GDN paired / twin = {p:.2f} / {t:.2f} µs = {p / t:.2f}")
 print("\n== fused SOFTPLUS·MUL at the gate's n_t = 1 shape (rgdn check gate_n_t=1: H_v = 32 and 48)")
 s = samples(os.path.join(out, "gate_fused.csv"))
 for k in sorted(s):
@@ -91,4 +110,5 @@ for k in sorted(s):
 print("\ngate path at n_t = 1: ours unfused = sigmoid + add + softplus + mul (n_t1_K1 above);"
       " fused = sigmoid + add + unary_softplus_mul; upstream 7.39 µs (3 launches)")
 PY
+cat "$checks" >> "$out/summary.txt"
 cat "$out/summary.txt"

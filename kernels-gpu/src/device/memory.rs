@@ -210,3 +210,20 @@ pub unsafe fn store_u32_at(base: *mut u32, index: u32, x: u32) {
         );
     }
 }
+
+/// `prefetch.global.L1`: asks for the line holding `p` in this SM's L1. A hint, as
+/// [`prefetch_l2`].
+///
+/// # Safety
+/// As [`prefetch_l2`].
+#[inline(always)]
+pub unsafe fn prefetch_l1<T>(p: *const T) {
+    // SAFETY: forwarded to the caller; a prefetch reads no register back and writes nothing.
+    unsafe {
+        asm!(
+            "{{ .reg .b64 ga; cvta.to.global.u64 ga, {p}; prefetch.global.L1 [ga]; }}",
+            p = in(reg64) p as u64,
+            options(readonly, nostack, preserves_flags)
+        );
+    }
+}
