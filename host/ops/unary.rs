@@ -151,7 +151,13 @@ impl UnaryMul {
         check::shape(UNARY_MUL, "dst", &self.dst, self.src.ne())?;
         for (arg, t) in [("src", &self.src), ("mul", &self.mul), ("dst", &self.dst)] {
             if !t.layout.is_contiguous() {
-                return Err(Error::Stride { op: UNARY_MUL, arg, nb: t.layout.nb, offset: t.layout.offset, reason: "must be contiguous".into() });
+                return Err(Error::Stride {
+                    op: UNARY_MUL,
+                    arg,
+                    nb: t.layout.nb,
+                    offset: t.layout.offset,
+                    reason: "must be contiguous".into(),
+                });
             }
         }
         check::same_or_disjoint(UNARY_MUL, "dst", &self.dst, "src", &self.src)?;
@@ -259,8 +265,11 @@ mod unary_mul_tests {
         let fused = UnaryMul::fuse(&unary, &Binary { kind: BinaryKind::Mul, a: sp, b: a, dst: gate }).unwrap();
         assert_eq!((fused.src, fused.mul, fused.dst), (x, a, gate));
         // n_t = 4: a [H_v, 1] broadcasts over [H_v, 4]: not fused.
-        let (x4, sp4, gate4) =
-            (mem.alloc_tensor(DType::F32, [32, 4, 1, 1]), mem.alloc_tensor(DType::F32, [32, 4, 1, 1]), mem.alloc_tensor(DType::F32, [32, 4, 1, 1]));
+        let (x4, sp4, gate4) = (
+            mem.alloc_tensor(DType::F32, [32, 4, 1, 1]),
+            mem.alloc_tensor(DType::F32, [32, 4, 1, 1]),
+            mem.alloc_tensor(DType::F32, [32, 4, 1, 1]),
+        );
         let unary4 = Unary { kind: UnaryKind::Softplus, src: x4, dst: sp4 };
         assert!(UnaryMul::fuse(&unary4, &Binary { kind: BinaryKind::Mul, a: sp4, b: a, dst: gate4 }).is_none());
         // Not the unary's output, not a MUL, not SOFTPLUS.

@@ -306,9 +306,13 @@ mod tests {
         use crate::suite::inputs::special;
         use rand::{Rng, SeedableRng};
         let mut rng = rand::rngs::StdRng::seed_from_u64(0x9A1D);
-        let mut val = |rng: &mut rand::rngs::StdRng, scale: f32| if rng.random_range(0..16) == 0 { special(rng) } else { rng.random_range(-scale..scale) };
+        let val = |rng: &mut rand::rngs::StdRng, scale: f32| {
+            if rng.random_range(0..16) == 0 { special(rng) } else { rng.random_range(-scale..scale) }
+        };
         let n_t = 9;
-        let tokens: Vec<(Vec<f32>, Vec<f32>, f32, f32, f32)> = (0..n_t)
+        // (k, q, v, γ, β) per token.
+        type Token = (Vec<f32>, Vec<f32>, f32, f32, f32);
+        let tokens: Vec<Token> = (0..n_t)
             .map(|_| {
                 let k = (0..D).map(|_| val(&mut rng, 0.2)).collect();
                 let q = (0..D).map(|_| val(&mut rng, 0.2)).collect();
@@ -318,10 +322,8 @@ mod tests {
         let start: Lanes = std::array::from_fn(|_| std::array::from_fn(|_| val(&mut rng, 0.5)));
 
         let mut lanes = start;
-        let want: Vec<(u32, Lanes)> = tokens
-            .iter()
-            .map(|(k, q, v, gamma, beta)| (token_step(&mut lanes, k, q, *v, *gamma, *beta).to_bits(), lanes))
-            .collect();
+        let want: Vec<(u32, Lanes)> =
+            tokens.iter().map(|(k, q, v, gamma, beta)| (token_step(&mut lanes, k, q, *v, *gamma, *beta).to_bits(), lanes)).collect();
 
         let mut lanes = start;
         let dot = |lanes: &Lanes, x: &[f32]| warp_sum(&std::array::from_fn(|l| lane_dot(&lanes[l], x, l)));
@@ -341,8 +343,9 @@ mod tests {
             }
             got.push((a.to_bits(), lanes));
         }
-        let bits = |v: &[(u32, Lanes)]| -> Vec<u32> { v.iter().flat_map(|(a, l)| std::iter::once(*a).chain(l.iter().flatten().map(|x| x.to_bits()))).collect() };
+        let bits = |v: &[(u32, Lanes)]| -> Vec<u32> {
+            v.iter().flat_map(|(a, l)| std::iter::once(*a).chain(l.iter().flatten().map(|x| x.to_bits()))).collect()
+        };
         assert_eq!(bits(&got), bits(&want));
     }
 }
-

@@ -94,7 +94,7 @@ mod tests {
     impl crate::reference::math::Mufu for SkewedMufu {
         fn eval(&mut self, op: MufuOp, x: f32) -> f32 {
             let y = crate::reference::math::exact_mufu(op, x);
-            if y.is_finite() && x.to_bits().count_ones() % 3 == 0 { f32::from_bits(y.to_bits() ^ 1) } else { y }
+            if y.is_finite() && x.to_bits().count_ones().is_multiple_of(3) { f32::from_bits(y.to_bits() ^ 1) } else { y }
         }
     }
 
@@ -151,4 +151,3 @@ mod tests {
         }
     }
 }
-

@@ -28,12 +28,14 @@
 //! refuses such views.
 
 use crate::abi::{GDN_HEAD_DIM, GDN_WARPS};
-use crate::device::math::{fma, mul};
 use crate::device::math::add;
-use crate::device::memory::{load_nc_f32, load_nc_f32_at, load_nc_f32x4_stride32, prefetch_l1, prefetch_l2, store_f32_at, store_f32x4_stride32};
-use crate::device::warp::shfl_xor;
+use crate::device::math::{fma, mul};
+use crate::device::memory::{
+    load_nc_f32, load_nc_f32_at, load_nc_f32x4_stride32, prefetch_l1, prefetch_l2, store_f32_at, store_f32x4_stride32,
+};
 use crate::device::thread::{block_idx_x, block_idx_y, block_idx_z, thread_idx_x, thread_idx_y};
 use crate::device::trap;
+use crate::device::warp::shfl_xor;
 use crate::device::warp::warp_sum;
 use crate::fast_math::exp;
 
