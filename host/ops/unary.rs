@@ -130,13 +130,15 @@ pub struct UnaryMul {
 impl UnaryMul {
     /// The fused op replacing `unary` followed by `mul` when ggml would fuse them: `mul` is a
     /// MUL whose first operand is the unary's output, of the same shape as that output (no
-    /// broadcast). The caller must know the intermediate is read by nothing else.
+    /// broadcast), all operands contiguous. The caller must know the intermediate is read by
+    /// nothing else.
     pub fn fuse(unary: &Unary, mul: &super::Binary) -> Option<UnaryMul> {
         (mul.kind == super::BinaryKind::Mul
             && mul.a.same_elements(&unary.dst)
             && mul.b.ne() == unary.dst.ne()
-            && unary.kind == UnaryKind::Softplus)
-            .then_some(UnaryMul { kind: unary.kind, src: unary.src, mul: mul.b, dst: mul.dst })
+            && unary.kind == UnaryKind::Softplus
+            && [unary.src, mul.b, mul.dst].iter().all(|t| t.layout.is_contiguous()))
+        .then_some(UnaryMul { kind: unary.kind, src: unary.src, mul: mul.b, dst: mul.dst })
     }
 
     /// Validates the op and returns the element count.
@@ -275,6 +277,10 @@ mod unary_mul_tests {
         // Not the unary's output, not a MUL, not SOFTPLUS.
         assert!(UnaryMul::fuse(&unary, &Binary { kind: BinaryKind::Mul, a, b: sp, dst: gate }).is_none());
         assert!(UnaryMul::fuse(&unary, &Binary { kind: BinaryKind::Add, a: sp, b: a, dst: gate }).is_none());
+        // A strided `a`: not fused.
+        let a2 = mem.alloc_tensor(DType::F32, [64, 1, 1, 1]);
+        let strided = a2.view([32, 1, 1, 1], [8, 256, 256, 256], 0);
+        assert!(UnaryMul::fuse(&unary, &Binary { kind: BinaryKind::Mul, a: sp, b: strided, dst: gate }).is_none());
         let sig = Unary { kind: UnaryKind::Sigmoid, src: x, dst: sp };
         assert!(UnaryMul::fuse(&sig, &Binary { kind: BinaryKind::Mul, a: sp, b: a, dst: gate }).is_none());
     }
