@@ -4,6 +4,11 @@
 #
 #   bash tools/twins/ncu-gdn.sh [PROCESSES]      # from the repository root; rgdn at bundle/rgdn
 #
+# With the device tool: scripts/gpu-bundle.sh here, then
+#   run(command="bash tools/twins/ncu-gdn.sh", carry=["bundle"], timeout_s=600)
+# (about 5–7 minutes; PROCESSES = 3 halves it; $OUT/summary.txt is rewritten after each
+# configuration, so a run cut short keeps what it measured).
+#
 # Method = the upstream table's (../../shared/reference/ggml-h200-timings.md): Nsight Compute,
 # `--clock-control none` (ALWAYS: the card keeps its own clocks; never lock or change them),
 # metric gpu__time_duration.sum, caches flushed before each profiled launch (ncu's default
@@ -41,9 +46,11 @@ twin="$out/twin/gdn_twin"
 # GDN entry and with the paired one (RGDN_GDN_PAIRED=1); every case must pass.
 checks="$out/checks.txt"; : > "$checks"
 for paired in 0 1; do
+    rc=0
     RGDN_GDN_PAIRED=$paired RGDN_REQUIRE_GPU=1 "$rgdn" check GATED_DELTA_NET,GDN_LAYER,CONCAT,UNARY_MUL \
-        > "$out/check-paired$paired.log" 2>&1
-    echo "rgdn check GATED_DELTA_NET,GDN_LAYER,CONCAT,UNARY_MUL with RGDN_GDN_PAIRED=$paired: exit $? ($(grep -c '^FAIL' "$out/check-paired$paired.log") FAIL lines; $out/check-paired$paired.log)" >> "$checks"
+        > "$out/check-paired$paired.log" 2>&1 || rc=$?
+    fails=$(grep -c '^FAIL' "$out/check-paired$paired.log" || true)
+    echo "rgdn check GATED_DELTA_NET,GDN_LAYER,CONCAT,UNARY_MUL with RGDN_GDN_PAIRED=$paired: exit $rc ($fails FAIL lines; $out/check-paired$paired.log)" >> "$checks"
 done
 cat "$checks"
 
@@ -56,15 +63,7 @@ profile() { # name, command...
 }
 
 configs=("1 1" "4 1" "8 1" "16 1" "4 4" "8 8" "16 16")   # n_t, K
-for c in "${configs[@]}"; do
-    set -- $c; nt=$1; K=$2; R=$((K - 1))
-    profile "nt${nt}_K${K}" bash -c "for i in \$(seq $procs); do '$rgdn' layer 9b --tokens $nt --rollback $R > /dev/null; done; '$twin' $nt $K 12 > /dev/null"
-    # The experimental paired-butterfly GDN entry (RGDN_GDN_PAIRED=1), GDN launches only.
-    kernels='regex:gated_delta_net' profile "nt${nt}_K${K}_paired" bash -c "for i in \$(seq $procs); do RGDN_GDN_PAIRED=1 '$rgdn' layer 9b --tokens $nt --rollback $R > /dev/null; done"
-done
-profile "gate_fused" bash -c "for i in \$(seq $procs); do RGDN_SKIP_PARITY=1 RGDN_REQUIRE_GPU=1 '$rgdn' check gate_n_t=1 > /dev/null; done"
-
-python3 - "$out" "${configs[@]}" > "$out/summary.txt" <<'PY'
+cat > "$out/summarize.py" <<'PY'
 import csv, glob, os, statistics, sys
 out, configs = sys.argv[1], sys.argv[2:]
 
@@ -110,5 +109,17 @@ for k in sorted(s):
 print("\ngate path at n_t = 1: ours unfused = sigmoid + add + softplus + mul (n_t1_K1 above);"
       " fused = sigmoid + add + unary_softplus_mul; upstream 7.39 µs (3 launches)")
 PY
-cat "$checks" >> "$out/summary.txt"
+# Rewritten after every configuration, so a run cut short still leaves its numbers.
+summarize() { python3 "$out/summarize.py" "$out" "${configs[@]}" > "$out/summary.txt"; cat "$checks" >> "$out/summary.txt"; }
+for c in "${configs[@]}"; do
+    set -- $c; nt=$1; K=$2; R=$((K - 1))
+    profile "nt${nt}_K${K}" bash -c "for i in \$(seq $procs); do '$rgdn' layer 9b --tokens $nt --rollback $R > /dev/null; done; '$twin' $nt $K 12 > /dev/null"
+    # The experimental paired-butterfly GDN entry (RGDN_GDN_PAIRED=1), GDN launches only.
+    kernels='regex:gated_delta_net' profile "nt${nt}_K${K}_paired" bash -c "for i in \$(seq $procs); do RGDN_GDN_PAIRED=1 '$rgdn' layer 9b --tokens $nt --rollback $R > /dev/null; done"
+    summarize
+    echo "$(date -u +%H:%M:%S) n_t=$nt K=$K done"
+done
+profile "gate_fused" bash -c "for i in \$(seq $procs); do RGDN_SKIP_PARITY=1 RGDN_REQUIRE_GPU=1 '$rgdn' check gate_n_t=1 > /dev/null; done"
+
+summarize
 cat "$out/summary.txt"
