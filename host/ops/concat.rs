@@ -51,56 +51,45 @@ impl ConcatDim0 {
     }
 }
 
-// [speed] ggml's contiguous path.
+// [speed] The flat kernel.
 impl ConcatDim0 {
-    /// True when `a`, `b` and `dst` are each densely packed in `ne` order (strides of size-1
-    /// dimensions do not matter, as in ggml_is_contiguous) and dst's element count fits u32:
-    /// the launch then takes the flat kernel (`concat_flat_f32`, one thread per element) instead
-    /// of ggml's per-row one — the same bits, moved by fewer, fuller blocks. At n_t = 1 the
-    /// layer's transposed projection [1, C, n_s] is dense.
+    /// True when dst's element count fits u32 (and its block count the grid): the launch then
+    /// takes the flat kernel (`concat_flat_f32`, one thread per destination element, any
+    /// strides) — ggml's contiguous path where ggml takes it (n_t = 1 in the layer), and in place
+    /// of ggml's per-row kernel elsewhere: the same bits, moved by fewer, fuller blocks.
     pub fn takes_flat_path(&self, shape: &ConcatShape) -> bool {
         let total = (shape.na + shape.nb) * shape.n1 * shape.n2;
-        [&self.a, &self.b, &self.dst].into_iter().all(is_dense)
-            && u32::try_from(total).is_ok()
-            && total.div_ceil(abi::CONCAT_FLAT_BLOCK as usize) <= i32::MAX as usize
+        u32::try_from(total).is_ok() && total.div_ceil(abi::CONCAT_FLAT_BLOCK as usize) <= i32::MAX as usize
     }
 
     fn launch_flat(&self, gpu: &Gpu, mem: &DeviceMemory, shape: &ConcatShape) -> Result<()> {
         let total = (shape.na + shape.nb) * shape.n1 * shape.n2;
+        let strides = |t: &Tensor| {
+            let s = check::elem_strides(t);
+            [s[0], s[1], s[2]]
+        };
         let params = abi::ConcatFlatParams {
             a: mem.device_ptr(&self.a),
             b: mem.device_ptr(&self.b),
             dst: mem.device_ptr(&self.dst),
+            a_stride: strides(&self.a),
+            b_stride: strides(&self.b),
+            dst_stride: strides(&self.dst),
             na: shape.na as u32,
             nb: shape.nb as u32,
+            n1: shape.n1 as u32,
             total: total as u32,
-            _pad: 0,
         };
         let dims = LaunchDims::new((total.div_ceil(abi::CONCAT_FLAT_BLOCK as usize) as u32, 1, 1), (abi::CONCAT_FLAT_BLOCK, 1, 1));
-        // SAFETY: `check` proved the three views lie inside their buffers, dst addresses every
-        // element once and overlaps neither source, na, nb ≥ 1; `takes_flat_path` that each is
-        // densely packed (so rows·na, rows·nb and total elements from its address) and total
-        // fits u32; the block matches the entry's `ConcatFlatParams`.
+        // SAFETY: `check` proved the three views lie inside their buffers for (na, nb, n1, n2)
+        // (na, nb, n1 ≥ 1: empty views are refused), dst addresses every element once and
+        // overlaps neither source; `takes_flat_path` that total (hence na, nb, n1) fits u32;
+        // the block is the entry's `ConcatFlatParams`.
         unsafe { gpu.launch(abi::CONCAT_FLAT_ENTRY, dims, &[KernelArg::Params(ParamBlock::of(&params)?)]) }
     }
 }
 
-/// Densely packed in `ne` order: every dimension of size > 1 has the stride of the ones before.
-fn is_dense(t: &Tensor) -> bool {
-    let mut next = t.dtype().size();
-    for d in 0..4 {
-        let ne = t.ne()[d];
-        if ne != 1 {
-            if t.layout.nb[d] != next {
-                return false;
-            }
-            next *= ne;
-        }
-    }
-    true
-}
-
-// SAFETY: `ConcatFlatParams` is repr(C): three u64 then four u32 — no padding.
+// SAFETY: `ConcatFlatParams` is repr(C): twelve u64 then four u32 — no padding.
 unsafe impl crate::gpu::KernelParams for abi::ConcatFlatParams {}
 
 impl Op for ConcatDim0 {
@@ -117,6 +106,28 @@ impl Op for ConcatDim0 {
         if self.takes_flat_path(&shape) {
             return self.launch_flat(gpu, mem, &shape);
         }
+        self.launch_per_row(gpu, mem, &shape)
+    }
+
+    fn reference(&self, mem: &mut HostMemory, _mufu: &mut dyn Mufu) -> Result<()> {
+        let shape = self.check(mem)?;
+        crate::reference::concat::concat_dim0(self, &shape, mem);
+        Ok(())
+    }
+
+    fn inputs(&self) -> Vec<Tensor> {
+        vec![self.a, self.b]
+    }
+
+    fn outputs(&self) -> Vec<Tensor> {
+        vec![self.dst]
+    }
+}
+
+impl ConcatDim0 {
+    /// ggml's per-row kernel (`concat_dim0_f32`): the launch for views [`ConcatDim0::takes_flat_path`]
+    /// refuses, and through [`ConcatDim0PerRow`] for the suite.
+    fn launch_per_row(&self, gpu: &Gpu, mem: &DeviceMemory, shape: &ConcatShape) -> Result<()> {
         let [a0, a1, a2, _] = check::elem_strides(&self.a);
         let [b0, b1, b2, _] = check::elem_strides(&self.b);
         let [d0, d1, d2, _] = check::elem_strides(&self.dst);
@@ -143,19 +154,38 @@ impl Op for ConcatDim0 {
         // and type.
         unsafe { gpu.launch(abi::CONCAT_DIM0_ENTRY, dims, &args) }
     }
+}
 
-    fn reference(&self, mem: &mut HostMemory, _mufu: &mut dyn Mufu) -> Result<()> {
-        let shape = self.check(mem)?;
-        crate::reference::concat::concat_dim0(self, &shape, mem);
-        Ok(())
+/// [speed] [`ConcatDim0`] always launched with ggml's per-row kernel, whatever the views: keeps
+/// that kernel in the GPU suite now that [`ConcatDim0`] takes the flat one for every view whose
+/// element count fits u32.
+#[derive(Clone, Debug)]
+pub struct ConcatDim0PerRow(pub ConcatDim0);
+
+impl Op for ConcatDim0PerRow {
+    fn name(&self) -> &'static str {
+        OP
+    }
+
+    fn validate(&self, mem: &dyn Memory) -> Result<()> {
+        self.0.validate(mem)
+    }
+
+    fn launch(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<()> {
+        let shape = self.0.check(mem)?;
+        self.0.launch_per_row(gpu, mem, &shape)
+    }
+
+    fn reference(&self, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()> {
+        self.0.reference(mem, mufu)
     }
 
     fn inputs(&self) -> Vec<Tensor> {
-        vec![self.a, self.b]
+        self.0.inputs()
     }
 
     fn outputs(&self) -> Vec<Tensor> {
-        vec![self.dst]
+        self.0.outputs()
     }
 }
 
@@ -224,34 +254,22 @@ mod tests {
     }
 
     #[test]
-    fn dense_views_take_the_flat_path() {
+    fn views_whose_count_fits_u32_take_the_flat_path() {
         let mut mem = HostMemory::new();
         let o = op(&mut mem, 3, 4);
         assert!(o.takes_flat_path(&o.check(&mem).unwrap()));
-        // The layer at n_t = 1: b is the transpose of a [C, 1, n_s] projection, ne [1, C, n_s],
-        // strides [4·C, 4, 4·C]: dense (a size-1 dimension's stride does not matter).
-        let mut o = op(&mut mem, 3, 1);
-        o.b = mem.alloc_tensor(DType::F32, [5, 1, 2, 1]).transpose();
-        assert_eq!(o.b.layout.nb[..3], [20, 4, 20]);
-        assert!(o.takes_flat_path(&o.check(&mem).unwrap()));
-        // n_t = 4: the transposed projection is strided: ggml's per-row kernel.
+        // The layer's transposed projection (strided at n_t > 1) too.
         let mut o = op(&mut mem, 3, 4);
         o.b = mem.alloc_tensor(DType::F32, [5, 4, 2, 1]).transpose();
-        assert!(!o.takes_flat_path(&o.check(&mem).unwrap()));
-        // A padded destination or source row: per-row kernel.
-        let mut o = op(&mut mem, 3, 4);
-        let wide = mem.alloc_tensor(DType::F32, [8, 5, 2, 1]);
-        o.dst = wide.view([7, 5, 2, 1], wide.layout.nb, 0);
-        assert!(!o.takes_flat_path(&o.check(&mem).unwrap()));
-        let mut o = op(&mut mem, 3, 4);
-        let wide = mem.alloc_tensor(DType::F32, [4, 5, 2, 1]);
-        o.a = wide.view([3, 5, 2, 1], wide.layout.nb, 0);
-        assert!(!o.takes_flat_path(&o.check(&mem).unwrap()));
+        assert!(o.takes_flat_path(&o.check(&mem).unwrap()));
+        // More than u32::MAX destination elements: ggml's per-row kernel.
+        let shape = ConcatShape { na: 1 << 16, nb: 1 << 16, n1: 1 << 15, n2: 1 };
+        assert!(!o.takes_flat_path(&shape));
     }
 
     #[test]
     fn the_flat_parameter_block_has_no_padding() {
-        assert_eq!(std::mem::size_of::<abi::ConcatFlatParams>(), 3 * 8 + 4 * 4);
+        assert_eq!(std::mem::size_of::<abi::ConcatFlatParams>(), 12 * 8 + 4 * 4);
     }
 
     #[test]

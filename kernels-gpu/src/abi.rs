@@ -226,23 +226,28 @@ pub const GDN_MAX_SLOTS: usize = 17;
 pub const GATED_DELTA_NET_ENTRY: &str = "gated_delta_net_f32_d128";
 
 // ---- [speed] CONCAT flat kernel, fused SOFTPLUS·MUL ----
-/// CONCAT dim 0 of densely packed operands (ggml's contiguous path): one element per thread over
-/// the flat destination; threads per block.
+/// CONCAT dim 0 as one flat kernel (ggml takes its flat kernel when both sources are contiguous —
+/// at n_t = 1 in the layer; ours addresses each operand by its strides, so it serves strided
+/// views too): one element of `dst` per thread; threads per block.
 pub const CONCAT_FLAT_BLOCK: u32 = 256;
 pub const CONCAT_FLAT_ENTRY: &str = "concat_flat_f32";
 
-/// Parameters of [`CONCAT_FLAT_ENTRY`]: `a` [na, rows], `b` [nb, rows] and `dst` [na + nb, rows],
-/// each densely packed (device addresses); `total` = (na + nb)·rows elements of `dst`.
+/// Parameters of [`CONCAT_FLAT_ENTRY`]: `a` [na, n1, n2], `b` [nb, n1, n2], `dst` [na + nb, n1,
+/// n2] (device addresses) with their element strides for dimensions 0, 1, 2; `total` =
+/// (na + nb)·n1·n2.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConcatFlatParams {
     pub a: u64,
     pub b: u64,
     pub dst: u64,
+    pub a_stride: [u64; 3],
+    pub b_stride: [u64; 3],
+    pub dst_stride: [u64; 3],
     pub na: u32,
     pub nb: u32,
+    pub n1: u32,
     pub total: u32,
-    pub _pad: u32,
 }
 
 /// Fused UNARY→MUL `y = softplus(x)·m` (spec §2.7, ggml's fused unary·mul at n_t = 1): one

@@ -227,3 +227,21 @@ pub unsafe fn prefetch_l1<T>(p: *const T) {
         );
     }
 }
+
+/// `*p = x` (`st.global.b32`).
+///
+/// # Safety
+/// `p` must be a valid, aligned u32 of global memory that no other thread accesses while the
+/// kernel runs.
+#[inline(always)]
+pub unsafe fn store_u32(p: *mut u32, x: u32) {
+    // SAFETY: forwarded to the caller.
+    unsafe {
+        asm!(
+            "{{ .reg .b64 ga; cvta.to.global.u64 ga, {p}; st.global.b32 [ga], {x}; }}",
+            p = in(reg64) p as u64,
+            x = in(reg32) x,
+            options(nostack, preserves_flags)
+        );
+    }
+}
