@@ -116,9 +116,11 @@ const UNARY_MUL: &str = "UNARY_MUL";
 /// same bits as `Unary { kind, src, dst: tmp }` then `Binary { Mul, a: tmp, b: mul, dst }`.
 /// ggml's CUDA backend fuses them only when the unary result and `mul` have the same shape: in
 /// the layer's gate path (`softplus(α + dt_bias) · a`, [H_v, n_t] times [H_v, 1]) that is
-/// n_t = 1. `src`, `mul` and `dst` are F32, contiguous and of one shape; `dst` is `src` or `mul`
-/// itself or disjoint from each. Only SOFTPLUS has a kernel (the others are
-/// [`Error::Unsupported`]).
+/// n_t = 1. Ours also takes `mul` as a leading block that MUL broadcasts over the higher
+/// dimensions (the gate's `a` at n_t > 1): MUL reads it at `i mod |mul|`, and so does the kernel
+/// — the same bits again. `src`, `mul`, `dst` are F32 and contiguous, `dst` of `src`'s shape;
+/// `dst` is `src` (or an equal-shape `mul`) itself or disjoint from each. Only SOFTPLUS has a
+/// kernel (the others are [`Error::Unsupported`]).
 #[derive(Clone, Debug)]
 pub struct UnaryMul {
     pub kind: UnaryKind,
@@ -128,14 +130,14 @@ pub struct UnaryMul {
 }
 
 impl UnaryMul {
-    /// The fused op replacing `unary` followed by `mul` when ggml would fuse them: `mul` is a
-    /// MUL whose first operand is the unary's output, of the same shape as that output (no
-    /// broadcast), all operands contiguous. The caller must know the intermediate is read by
-    /// nothing else.
-    pub fn fuse(unary: &Unary, mul: &super::Binary) -> Option<UnaryMul> {
+    /// The fused op replacing `unary` followed by `mul`: `mul` is a MUL whose first operand is
+    /// the unary's output and whose second has that output's shape (ggml's condition: the gate
+    /// at n_t = 1) or, with `broadcast`, is a leading block of it (the gate at any n_t); all
+    /// operands contiguous. The caller must know the intermediate is read by nothing else.
+    pub fn fuse(unary: &Unary, mul: &super::Binary, broadcast: bool) -> Option<UnaryMul> {
         (mul.kind == super::BinaryKind::Mul
             && mul.a.same_elements(&unary.dst)
-            && mul.b.ne() == unary.dst.ne()
+            && (mul.b.ne() == unary.dst.ne() || (broadcast && broadcasts_as_block(mul.b.ne(), unary.dst.ne())))
             && unary.kind == UnaryKind::Softplus
             && [unary.src, mul.b, mul.dst].iter().all(|t| t.layout.is_contiguous()))
         .then_some(UnaryMul { kind: unary.kind, src: unary.src, mul: mul.b, dst: mul.dst })
@@ -148,7 +150,14 @@ impl UnaryMul {
         }
         check::tensor(UNARY_MUL, "src", &self.src, DType::F32, mem)?;
         check::tensor(UNARY_MUL, "mul", &self.mul, DType::F32, mem)?;
-        check::shape(UNARY_MUL, "mul", &self.mul, self.src.ne())?;
+        if !broadcasts_as_block(self.mul.ne(), self.src.ne()) {
+            return Err(Error::Shape {
+                op: UNARY_MUL,
+                arg: "mul",
+                expected: format!("{:?}, or a leading block of it with ones above (MUL's broadcast)", self.src.ne()),
+                got: self.mul.ne(),
+            });
+        }
         check::output(UNARY_MUL, "dst", &self.dst, DType::F32, mem)?;
         check::shape(UNARY_MUL, "dst", &self.dst, self.src.ne())?;
         for (arg, t) in [("src", &self.src), ("mul", &self.mul), ("dst", &self.dst)] {
@@ -170,6 +179,13 @@ impl UnaryMul {
     }
 }
 
+/// `mul` of ne `m` read by MUL's modulo broadcast over ne `x` is one contiguous block read at
+/// `i mod |m|`: `m` equals `x` on dimensions 0 … k−1 and is 1 from k on (any k, 0 … 4).
+fn broadcasts_as_block(m: [usize; 4], x: [usize; 4]) -> bool {
+    let k = (0..4).find(|&d| m[d] != x[d]).unwrap_or(4);
+    (k..4).all(|d| m[d] == 1)
+}
+
 // SAFETY: `UnaryMulParams` is repr(C): three u64 then two u32 — no padding.
 unsafe impl crate::gpu::KernelParams for abi::UnaryMulParams {}
 
@@ -189,7 +205,7 @@ impl Op for UnaryMul {
             m: mem.device_ptr(&self.mul),
             y: mem.device_ptr(&self.dst),
             n: n as u32,
-            _pad: 0,
+            n_mul: self.mul.layout.n_elements() as u32,
         };
         let dims = LaunchDims::new((n.div_ceil(abi::UNARY_BLOCK as usize) as u32, 1, 1), (abi::UNARY_BLOCK, 1, 1));
         // SAFETY: `check` proved the three views are contiguous runs of n f32 inside their
@@ -232,8 +248,15 @@ mod unary_mul_tests {
     fn shapes_must_match_and_only_softplus_is_fused() {
         let mut mem = HostMemory::new();
         assert_eq!(op(&mut mem, [32, 1, 1, 1]).check(&mem).unwrap(), 32);
+        // A leading block broadcasts (MUL's modulo), any other shape is refused.
         let mut o = op(&mut mem, [32, 4, 1, 1]);
         o.mul = mem.alloc_tensor(DType::F32, [32, 1, 1, 1]);
+        assert_eq!(o.check(&mem).unwrap(), 128);
+        o.mul = mem.alloc_tensor(DType::F32, [1, 1, 1, 1]);
+        assert!(o.check(&mem).is_ok());
+        o.mul = mem.alloc_tensor(DType::F32, [1, 4, 1, 1]);
+        assert!(matches!(o.check(&mem), Err(Error::Shape { op: UNARY_MUL, arg: "mul", .. })));
+        o.mul = mem.alloc_tensor(DType::F32, [32, 2, 1, 1]);
         assert!(matches!(o.check(&mem), Err(Error::Shape { op: UNARY_MUL, arg: "mul", .. })));
         let mut o = op(&mut mem, [32, 1, 1, 1]);
         o.kind = UnaryKind::Sigmoid;
@@ -264,24 +287,30 @@ mod unary_mul_tests {
             mem.alloc_tensor(DType::F32, [32, 1, 1, 1]),
         );
         let unary = Unary { kind: UnaryKind::Softplus, src: x, dst: sp };
-        let fused = UnaryMul::fuse(&unary, &Binary { kind: BinaryKind::Mul, a: sp, b: a, dst: gate }).unwrap();
+        let fused = UnaryMul::fuse(&unary, &Binary { kind: BinaryKind::Mul, a: sp, b: a, dst: gate }, false).unwrap();
         assert_eq!((fused.src, fused.mul, fused.dst), (x, a, gate));
-        // n_t = 4: a [H_v, 1] broadcasts over [H_v, 4]: not fused.
+        // n_t = 4: a [H_v, 1] broadcasts over [H_v, 4]: not ggml's fusion, ours with `broadcast`.
         let (x4, sp4, gate4) = (
             mem.alloc_tensor(DType::F32, [32, 4, 1, 1]),
             mem.alloc_tensor(DType::F32, [32, 4, 1, 1]),
             mem.alloc_tensor(DType::F32, [32, 4, 1, 1]),
         );
         let unary4 = Unary { kind: UnaryKind::Softplus, src: x4, dst: sp4 };
-        assert!(UnaryMul::fuse(&unary4, &Binary { kind: BinaryKind::Mul, a: sp4, b: a, dst: gate4 }).is_none());
+        let mul4 = Binary { kind: BinaryKind::Mul, a: sp4, b: a, dst: gate4 };
+        assert!(UnaryMul::fuse(&unary4, &mul4, false).is_none());
+        let fused4 = UnaryMul::fuse(&unary4, &mul4, true).unwrap();
+        assert_eq!(fused4.check(&mem).unwrap(), 128);
+        // A broadcast that is not a leading block (a [1, 4] over [32, 4]): never fused.
+        let col = mem.alloc_tensor(DType::F32, [1, 4, 1, 1]);
+        assert!(UnaryMul::fuse(&unary4, &Binary { kind: BinaryKind::Mul, a: sp4, b: col, dst: gate4 }, true).is_none());
         // Not the unary's output, not a MUL, not SOFTPLUS.
-        assert!(UnaryMul::fuse(&unary, &Binary { kind: BinaryKind::Mul, a, b: sp, dst: gate }).is_none());
-        assert!(UnaryMul::fuse(&unary, &Binary { kind: BinaryKind::Add, a: sp, b: a, dst: gate }).is_none());
+        assert!(UnaryMul::fuse(&unary, &Binary { kind: BinaryKind::Mul, a, b: sp, dst: gate }, true).is_none());
+        assert!(UnaryMul::fuse(&unary, &Binary { kind: BinaryKind::Add, a: sp, b: a, dst: gate }, true).is_none());
         // A strided `a`: not fused.
         let a2 = mem.alloc_tensor(DType::F32, [64, 1, 1, 1]);
         let strided = a2.view([32, 1, 1, 1], [8, 256, 256, 256], 0);
-        assert!(UnaryMul::fuse(&unary, &Binary { kind: BinaryKind::Mul, a: sp, b: strided, dst: gate }).is_none());
+        assert!(UnaryMul::fuse(&unary, &Binary { kind: BinaryKind::Mul, a: sp, b: strided, dst: gate }, true).is_none());
         let sig = Unary { kind: UnaryKind::Sigmoid, src: x, dst: sp };
-        assert!(UnaryMul::fuse(&sig, &Binary { kind: BinaryKind::Mul, a: sp, b: a, dst: gate }).is_none());
+        assert!(UnaryMul::fuse(&sig, &Binary { kind: BinaryKind::Mul, a: sp, b: a, dst: gate }, true).is_none());
     }
 }

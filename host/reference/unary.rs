@@ -22,11 +22,14 @@ pub fn unary(op: &Unary, mem: &mut HostMemory, mufu: &mut dyn Mufu) {
 }
 
 /// [speed] Fused UNARY→MUL: per element `apply(kind, src)` then `mul` (`.rn.ftz`) with the
-/// second operand — exactly the reference of the unfused pair, element by element.
+/// second operand read as MUL reads it (index modulo its shape) — exactly the reference of the
+/// unfused pair, element by element.
 pub fn unary_mul(op: &UnaryMul, mem: &mut HostMemory, mufu: &mut dyn Mufu) {
+    let ne_m = op.mul.ne();
     let idx: Vec<_> = op.src.layout.indices().collect();
     for i in idx {
-        let y = mul(apply(op.kind, mem.read_f32(&op.src, i), mufu), mem.read_f32(&op.mul, i));
+        let im = [i[0] % ne_m[0], i[1] % ne_m[1], i[2] % ne_m[2], i[3] % ne_m[3]];
+        let y = mul(apply(op.kind, mem.read_f32(&op.src, i), mufu), mem.read_f32(&op.mul, im));
         mem.write_f32(&op.dst, i, y);
     }
 }
@@ -132,22 +135,26 @@ mod tests {
                 ms[k * specials.len() + j] = specials[j];
             }
         }
-        for mufu in [&mut SkewedMufu as &mut dyn crate::reference::math::Mufu, &mut ExactMufu] {
-            let mut mem = HostMemory::new();
-            let ne = [64, n / 64, 1, 1];
-            let (x, m, tmp, unfused, fused) = (
-                mem.alloc_tensor(DType::F32, ne),
-                mem.alloc_tensor(DType::F32, ne),
-                mem.alloc_tensor(DType::F32, ne),
-                mem.alloc_tensor(DType::F32, ne),
-                mem.alloc_tensor(DType::F32, ne),
-            );
-            mem.fill_f32(&x, &xs);
-            mem.fill_f32(&m, &ms);
-            Unary { kind: UnaryKind::Softplus, src: x, dst: tmp }.reference(&mut mem, mufu).unwrap();
-            Binary { kind: BinaryKind::Mul, a: tmp, b: m, dst: unfused }.reference(&mut mem, mufu).unwrap();
-            UnaryMul { kind: UnaryKind::Softplus, src: x, mul: m, dst: fused }.reference(&mut mem, mufu).unwrap();
-            assert_eq!(mem.bytes(unfused.buffer), mem.bytes(fused.buffer));
+        let ne = [64, n / 64, 1, 1];
+        // `mul` of the same shape (ggml's fusion) and as a leading block MUL broadcasts
+        // ([64] over [64, 64]: the gate's `a` over n_t tokens).
+        for ne_m in [ne, [64, 1, 1, 1]] {
+            for mufu in [&mut SkewedMufu as &mut dyn crate::reference::math::Mufu, &mut ExactMufu] {
+                let mut mem = HostMemory::new();
+                let (x, m, tmp, unfused, fused) = (
+                    mem.alloc_tensor(DType::F32, ne),
+                    mem.alloc_tensor(DType::F32, ne_m),
+                    mem.alloc_tensor(DType::F32, ne),
+                    mem.alloc_tensor(DType::F32, ne),
+                    mem.alloc_tensor(DType::F32, ne),
+                );
+                mem.fill_f32(&x, &xs);
+                mem.fill_f32(&m, &ms[..ne_m.iter().product::<usize>()]);
+                Unary { kind: UnaryKind::Softplus, src: x, dst: tmp }.reference(&mut mem, mufu).unwrap();
+                Binary { kind: BinaryKind::Mul, a: tmp, b: m, dst: unfused }.reference(&mut mem, mufu).unwrap();
+                UnaryMul { kind: UnaryKind::Softplus, src: x, mul: m, dst: fused }.reference(&mut mem, mufu).unwrap();
+                assert_eq!(mem.bytes(unfused.buffer), mem.bytes(fused.buffer));
+            }
         }
     }
 }

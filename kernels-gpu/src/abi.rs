@@ -254,8 +254,9 @@ pub struct ConcatFlatParams {
 /// element per thread, [`UNARY_BLOCK`] threads per block.
 pub const UNARY_SOFTPLUS_MUL_ENTRY: &str = "unary_softplus_mul_f32";
 
-/// Parameters of [`UNARY_SOFTPLUS_MUL_ENTRY`]: `x`, `m` and `y` contiguous f32 of `n` elements
-/// (device addresses).
+/// Parameters of [`UNARY_SOFTPLUS_MUL_ENTRY`]: `x` and `y` contiguous f32 of `n` elements, `m`
+/// contiguous of `n_mul` elements read at `i mod n_mul` (MUL's broadcast of a leading block;
+/// `n_mul = n` for equal shapes) (device addresses).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct UnaryMulParams {
@@ -263,7 +264,7 @@ pub struct UnaryMulParams {
     pub m: u64,
     pub y: u64,
     pub n: u32,
-    pub _pad: u32,
+    pub n_mul: u32,
 }
 
 /// GATED_DELTA_NET with token t+1's KV warp sum interleaved with token t's attention sum (same

@@ -54,27 +54,31 @@ unary_entries! {
     unary_exp_f32 = unary_kind::EXP;
 }
 
-/// [speed] Fused UNARY→MUL `y[i] = softplus(x[i]) · m[i]` (spec §2.7, same shapes only): the
-/// SOFTPLUS body of [`apply`] then one `mul.rn.ftz` — the very operations of SOFTPLUS followed by
-/// MUL (`src0 · src1`, the softplus result first), so the bits equal the unfused pair's.
-/// ggml fuses SOFTPLUS·MUL like this at n_t = 1 (the gate path `softplus(α + dt_bias) · a`).
+/// [speed] Fused UNARY→MUL `y[i] = softplus(x[i]) · m[i mod n_mul]` (spec §2.7): the SOFTPLUS
+/// body of [`apply`] then [`binary::apply`](crate::binary::apply)'s MUL (`mul.rn.ftz`, the
+/// softplus result first) — the very operations of SOFTPLUS followed by MUL, so the bits equal
+/// the unfused pair's. `m` is either the same shape as `x` (`n_mul = n`: ggml's fused case, the
+/// gate path at n_t = 1) or a leading block MUL broadcasts over the higher dimensions (the gate's
+/// `a` [H_v] over [H_v, n_t]), which MUL's modulo indexing reads at `i mod n_mul`.
 ///
 /// Thread mapping as the unary kernels: one element per thread, block
-/// [`UNARY_BLOCK`](crate::abi::UNARY_BLOCK), grid ⌈n/256⌉. Layout: `x`, `m`, `y` contiguous, `n`
-/// elements each. Aliasing: `y` may be `x` or `m` itself (each thread reads its elements before
-/// writing), otherwise disjoint.
+/// [`UNARY_BLOCK`](crate::abi::UNARY_BLOCK), grid ⌈n/256⌉. Layout: `x`, `m`, `y` contiguous.
+/// Aliasing: `y` may be `x` itself, or `m` itself when `n_mul = n` (each thread reads its
+/// elements before writing), otherwise disjoint.
 ///
 /// # Safety
-/// The host validated the three views for `n` elements and the aliasing rule.
+/// The host validated the three views for `n` and `n_mul ≥ 1` elements and the aliasing rule.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn unary_softplus_mul_f32(p: crate::abi::UnaryMulParams) {
     let i = block_idx_x() * block_dim_x() + thread_idx_x();
     if i < p.n {
+        // `checked_rem` keeps core's division panic path out of the PTX (n_mul ≥ 1 is validated).
+        let Some(j) = i.checked_rem(p.n_mul) else { crate::device::trap() };
         let (x, m, y) = (p.x as *const u32, p.m as *const u32, p.y as *mut u32);
-        // SAFETY: i < n, inside all three buffers as the host validated; coherent loads, as y
-        // may be x or m itself (this thread's element, read before it is written).
+        // SAFETY: i < n and j < n_mul, inside the buffers as the host validated; coherent loads,
+        // as y may be x or m itself (this thread's element, read before it is written).
         unsafe {
-            let (x, m) = (f32::from_bits(load_u32_at(x, i)), f32::from_bits(load_u32_at(m, i)));
+            let (x, m) = (f32::from_bits(load_u32_at(x, i)), f32::from_bits(load_u32_at(m, j)));
             let v = crate::binary::apply::<{ binary_kind::MUL }>(apply::<{ unary_kind::SOFTPLUS }>(x), m);
             store_u32_at(y, i, v.to_bits());
         }
