@@ -178,6 +178,10 @@ impl TokenSource {
     }
 }
 
+/// [speed] Tokens whose inputs the kernel prefetches into L2 at its start (~1.5 KiB per token
+/// and value head).
+const L2_PREFETCH_TOKENS: usize = 64;
+
 /// [speed] L2 prefetch of tokens `lane, lane + 32, …` of a [`TokenSource`] at token 0: the k, q
 /// and v rows — each row's 128-byte lines at elements 0, 32, 64, 96 and its last element 127
 /// (in case the row is not line-aligned) — and the g and β elements.
@@ -387,9 +391,11 @@ unsafe fn run<const PAIRED: bool>(
     };
     // [speed] Warp 0 of the blocks with z = 0 (one per value head and sequence) asks L2 for every
     // token's k, q and v rows and its g and β now, all at once: the token loop then meets L2
-    // hits instead of one DRAM round trip per token. Hints only: nothing is read back.
+    // hits instead of one DRAM round trip per token. Hints only: nothing is read back. Capped
+    // at the first L2_PREFETCH_TOKENS tokens (a verify step has ≤ 17; a long prompt must not
+    // flood L2).
     if block_idx_z() == 0 && thread_idx_y() == 0 {
-        prefetch_tokens(&src, lane, n_tokens);
+        prefetch_tokens(&src, lane, n_tokens.min(L2_PREFETCH_TOKENS));
     }
     let mut s = unsafe { load_lane_nc(state_in.add(col * in_col + head * in_head + seq * in_seq), lane) };
     // This token's output and snapshot stores.
