@@ -3,7 +3,7 @@
 
 use super::{Op, check};
 use crate::error::{Error, Result};
-use crate::gpu::{Gpu, KernelArg, LaunchDims};
+use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock};
 use crate::kernels::abi;
 use crate::memory::{DeviceMemory, HostMemory, Memory};
 use crate::reference::math::Mufu;
@@ -51,6 +51,47 @@ impl ConcatDim0 {
     }
 }
 
+// [speed] The flat kernel.
+impl ConcatDim0 {
+    /// True when dst's element count fits u32 (and its block count the grid): the launch then
+    /// takes the flat kernel (`concat_flat_f32`, one thread per destination element, any
+    /// strides) — ggml's contiguous path where ggml takes it (n_t = 1 in the layer), and in place
+    /// of ggml's per-row kernel elsewhere: the same bits, moved by fewer, fuller blocks.
+    pub fn takes_flat_path(&self, shape: &ConcatShape) -> bool {
+        let total = (shape.na + shape.nb) * shape.n1 * shape.n2;
+        u32::try_from(total).is_ok() && total.div_ceil(abi::CONCAT_FLAT_BLOCK as usize) <= i32::MAX as usize
+    }
+
+    fn launch_flat(&self, gpu: &Gpu, mem: &DeviceMemory, shape: &ConcatShape) -> Result<()> {
+        let total = (shape.na + shape.nb) * shape.n1 * shape.n2;
+        let strides = |t: &Tensor| {
+            let s = check::elem_strides(t);
+            [s[0], s[1], s[2]]
+        };
+        let params = abi::ConcatFlatParams {
+            a: mem.device_ptr(&self.a),
+            b: mem.device_ptr(&self.b),
+            dst: mem.device_ptr(&self.dst),
+            a_stride: strides(&self.a),
+            b_stride: strides(&self.b),
+            dst_stride: strides(&self.dst),
+            na: shape.na as u32,
+            nb: shape.nb as u32,
+            n1: shape.n1 as u32,
+            total: total as u32,
+        };
+        let dims = LaunchDims::new((total.div_ceil(abi::CONCAT_FLAT_BLOCK as usize) as u32, 1, 1), (abi::CONCAT_FLAT_BLOCK, 1, 1));
+        // SAFETY: `check` proved the three views lie inside their buffers for (na, nb, n1, n2)
+        // (na, nb, n1 ≥ 1: empty views are refused), dst addresses every element once and
+        // overlaps neither source; `takes_flat_path` that total (hence na, nb, n1) fits u32;
+        // the block is the entry's `ConcatFlatParams`.
+        unsafe { gpu.launch(abi::CONCAT_FLAT_ENTRY, dims, &[KernelArg::Params(ParamBlock::of(&params)?)]) }
+    }
+}
+
+// SAFETY: `ConcatFlatParams` is repr(C): twelve u64 then four u32 — no padding.
+unsafe impl crate::gpu::KernelParams for abi::ConcatFlatParams {}
+
 impl Op for ConcatDim0 {
     fn name(&self) -> &'static str {
         OP
@@ -62,6 +103,31 @@ impl Op for ConcatDim0 {
 
     fn launch(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<()> {
         let shape = self.check(mem)?;
+        if self.takes_flat_path(&shape) {
+            return self.launch_flat(gpu, mem, &shape);
+        }
+        self.launch_per_row(gpu, mem, &shape)
+    }
+
+    fn reference(&self, mem: &mut HostMemory, _mufu: &mut dyn Mufu) -> Result<()> {
+        let shape = self.check(mem)?;
+        crate::reference::concat::concat_dim0(self, &shape, mem);
+        Ok(())
+    }
+
+    fn inputs(&self) -> Vec<Tensor> {
+        vec![self.a, self.b]
+    }
+
+    fn outputs(&self) -> Vec<Tensor> {
+        vec![self.dst]
+    }
+}
+
+impl ConcatDim0 {
+    /// ggml's per-row kernel (`concat_dim0_f32`): the launch for views [`ConcatDim0::takes_flat_path`]
+    /// refuses, and through [`ConcatDim0PerRow`] for the suite.
+    fn launch_per_row(&self, gpu: &Gpu, mem: &DeviceMemory, shape: &ConcatShape) -> Result<()> {
         let [a0, a1, a2, _] = check::elem_strides(&self.a);
         let [b0, b1, b2, _] = check::elem_strides(&self.b);
         let [d0, d1, d2, _] = check::elem_strides(&self.dst);
@@ -88,19 +154,38 @@ impl Op for ConcatDim0 {
         // and type.
         unsafe { gpu.launch(abi::CONCAT_DIM0_ENTRY, dims, &args) }
     }
+}
 
-    fn reference(&self, mem: &mut HostMemory, _mufu: &mut dyn Mufu) -> Result<()> {
-        let shape = self.check(mem)?;
-        crate::reference::concat::concat_dim0(self, &shape, mem);
-        Ok(())
+/// [speed] [`ConcatDim0`] always launched with ggml's per-row kernel, whatever the views: keeps
+/// that kernel in the GPU suite now that [`ConcatDim0`] takes the flat one for every view whose
+/// element count fits u32.
+#[derive(Clone, Debug)]
+pub struct ConcatDim0PerRow(pub ConcatDim0);
+
+impl Op for ConcatDim0PerRow {
+    fn name(&self) -> &'static str {
+        OP
+    }
+
+    fn validate(&self, mem: &dyn Memory) -> Result<()> {
+        self.0.validate(mem)
+    }
+
+    fn launch(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<()> {
+        let shape = self.0.check(mem)?;
+        self.0.launch_per_row(gpu, mem, &shape)
+    }
+
+    fn reference(&self, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()> {
+        self.0.reference(mem, mufu)
     }
 
     fn inputs(&self) -> Vec<Tensor> {
-        vec![self.a, self.b]
+        self.0.inputs()
     }
 
     fn outputs(&self) -> Vec<Tensor> {
-        vec![self.dst]
+        self.0.outputs()
     }
 }
 
@@ -166,6 +251,25 @@ mod tests {
         let dst = dst.view([2, 1, 65535, 1], dst.layout.nb, 0);
         let (a, b) = (a.view([1, 1, 65535, 1], a.layout.nb, 0), b.view([1, 1, 65535, 1], b.layout.nb, 0));
         assert!(ConcatDim0 { a, b, dst }.check(&mem).is_ok());
+    }
+
+    #[test]
+    fn views_whose_count_fits_u32_take_the_flat_path() {
+        let mut mem = HostMemory::new();
+        let o = op(&mut mem, 3, 4);
+        assert!(o.takes_flat_path(&o.check(&mem).unwrap()));
+        // The layer's transposed projection (strided at n_t > 1) too.
+        let mut o = op(&mut mem, 3, 4);
+        o.b = mem.alloc_tensor(DType::F32, [5, 4, 2, 1]).transpose();
+        assert!(o.takes_flat_path(&o.check(&mem).unwrap()));
+        // More than u32::MAX destination elements: ggml's per-row kernel.
+        let shape = ConcatShape { na: 1 << 16, nb: 1 << 16, n1: 1 << 15, n2: 1 };
+        assert!(!o.takes_flat_path(&shape));
+    }
+
+    #[test]
+    fn the_flat_parameter_block_has_no_padding() {
+        assert_eq!(std::mem::size_of::<abi::ConcatFlatParams>(), 12 * 8 + 4 * 4);
     }
 
     #[test]

@@ -189,7 +189,7 @@ impl Op for GatedDeltaNet {
         // D/4) × block (32, 4) with D = 128, key heads < H_k, n_t tokens and K slots (D·D·H_v
         // floats per slot row); that out and states overlap no input, each other, or
         // themselves; and the argument list matches the entry's parameters in order and type.
-        unsafe { gpu.launch(abi::GATED_DELTA_NET_ENTRY, dims, &args) }
+        unsafe { gpu.launch(entry(), dims, &args) }
     }
 
     fn reference(&self, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()> {
@@ -205,6 +205,14 @@ impl Op for GatedDeltaNet {
     fn outputs(&self) -> Vec<Tensor> {
         vec![self.out, self.states]
     }
+}
+
+/// [speed] The kernel entry: [`abi::GATED_DELTA_NET_ENTRY`], or its paired-butterfly variant
+/// [`abi::GATED_DELTA_NET_PAIRED_ENTRY`] (same parameters, same bits) when the environment sets
+/// `RGDN_GDN_PAIRED=1` — an A/B switch until the H200 says which is faster
+/// (`tools/twins/ncu-gdn.sh` times both and runs the GDN suite cases with each).
+pub fn entry() -> &'static str {
+    if std::env::var("RGDN_GDN_PAIRED").is_ok_and(|v| v == "1") { abi::GATED_DELTA_NET_PAIRED_ENTRY } else { abi::GATED_DELTA_NET_ENTRY }
 }
 
 /// A valid op with every tensor contiguous in a buffer of its own: inputs zero, `out` and

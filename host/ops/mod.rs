@@ -40,6 +40,9 @@ pub mod mmvf_pair;
 pub use gdn_conv_chain::{GdnConvChain, SnapshotWrite};
 pub use mmvf_pair::MulMatVecPair;
 
+// [speed] fused SOFTPLUS·MUL (its file is unary.rs)
+pub use unary::UnaryMul;
+
 use crate::error::Result;
 use crate::gpu::Gpu;
 use crate::memory::{DeviceMemory, HostMemory, Memory};

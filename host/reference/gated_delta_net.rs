@@ -296,4 +296,56 @@ mod tests {
         rec.0.sort();
         assert_eq!(rec.0, want);
     }
+
+    /// [speed] The paired schedule of `gated_delta_net_f32_d128_paired` — token t+1's KV taken
+    /// right after token t's update, next to token t's attention sum — computes every output
+    /// and state bit for bit as the token-by-token order (random values with specials, many
+    /// tokens, including a KV that depends on the just-updated state).
+    #[test]
+    fn the_paired_schedule_equals_the_token_order_bitwise() {
+        use crate::suite::inputs::special;
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(0x9A1D);
+        let val = |rng: &mut rand::rngs::StdRng, scale: f32| {
+            if rng.random_range(0..16) == 0 { special(rng) } else { rng.random_range(-scale..scale) }
+        };
+        let n_t = 9;
+        // (k, q, v, γ, β) per token.
+        type Token = (Vec<f32>, Vec<f32>, f32, f32, f32);
+        let tokens: Vec<Token> = (0..n_t)
+            .map(|_| {
+                let k = (0..D).map(|_| val(&mut rng, 0.2)).collect();
+                let q = (0..D).map(|_| val(&mut rng, 0.2)).collect();
+                (k, q, val(&mut rng, 1.0), exp(rng.random_range(-3.0f32..0.0), &mut crate::reference::math::ExactMufu), val(&mut rng, 1.0))
+            })
+            .collect();
+        let start: Lanes = std::array::from_fn(|_| std::array::from_fn(|_| val(&mut rng, 0.5)));
+
+        let mut lanes = start;
+        let want: Vec<(u32, Lanes)> =
+            tokens.iter().map(|(k, q, v, gamma, beta)| (token_step(&mut lanes, k, q, *v, *gamma, *beta).to_bits(), lanes)).collect();
+
+        let mut lanes = start;
+        let dot = |lanes: &Lanes, x: &[f32]| warp_sum(&std::array::from_fn(|l| lane_dot(&lanes[l], x, l)));
+        let mut kv = dot(&lanes, &tokens[0].0);
+        let mut got = Vec::new();
+        for t in 0..n_t {
+            let (k, q, v, gamma, beta) = &tokens[t];
+            let delta = mul(*beta, fma(-gamma, kv, *v));
+            for (l, lane) in lanes.iter_mut().enumerate() {
+                for (r, s) in lane.iter_mut().enumerate() {
+                    *s = fma(*gamma, *s, mul(k[32 * r + l], delta));
+                }
+            }
+            let a = dot(&lanes, q);
+            if t + 1 < n_t {
+                kv = dot(&lanes, &tokens[t + 1].0);
+            }
+            got.push((a.to_bits(), lanes));
+        }
+        let bits = |v: &[(u32, Lanes)]| -> Vec<u32> {
+            v.iter().flat_map(|(a, l)| std::iter::once(*a).chain(l.iter().flatten().map(|x| x.to_bits()))).collect()
+        };
+        assert_eq!(bits(&got), bits(&want));
+    }
 }

@@ -397,3 +397,50 @@ pub const fn mul_mat_vec_pair_entry(kind: u32, ncols: usize) -> Option<&'static 
     }
     Some(names[ncols - 1])
 }
+
+// ---- [speed] CONCAT flat kernel, fused SOFTPLUS·MUL ----
+/// CONCAT dim 0 as one flat kernel (ggml takes its flat kernel when both sources are contiguous —
+/// at n_t = 1 in the layer; ours addresses each operand by its strides, so it serves strided
+/// views too): one element of `dst` per thread; threads per block.
+pub const CONCAT_FLAT_BLOCK: u32 = 256;
+pub const CONCAT_FLAT_ENTRY: &str = "concat_flat_f32";
+
+/// Parameters of [`CONCAT_FLAT_ENTRY`]: `a` [na, n1, n2], `b` [nb, n1, n2], `dst` [na + nb, n1,
+/// n2] (device addresses) with their element strides for dimensions 0, 1, 2; `total` =
+/// (na + nb)·n1·n2.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConcatFlatParams {
+    pub a: u64,
+    pub b: u64,
+    pub dst: u64,
+    pub a_stride: [u64; 3],
+    pub b_stride: [u64; 3],
+    pub dst_stride: [u64; 3],
+    pub na: u32,
+    pub nb: u32,
+    pub n1: u32,
+    pub total: u32,
+}
+
+/// Fused UNARY→MUL `y = softplus(x)·m` (spec §2.7, ggml's fused unary·mul at n_t = 1): one
+/// element per thread, [`UNARY_BLOCK`] threads per block.
+pub const UNARY_SOFTPLUS_MUL_ENTRY: &str = "unary_softplus_mul_f32";
+
+/// Parameters of [`UNARY_SOFTPLUS_MUL_ENTRY`]: `x` and `y` contiguous f32 of `n` elements, `m`
+/// contiguous of `n_mul` elements read at `i mod n_mul` (MUL's broadcast of a leading block;
+/// `n_mul = n` for equal shapes) (device addresses).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnaryMulParams {
+    pub x: u64,
+    pub m: u64,
+    pub y: u64,
+    pub n: u32,
+    pub n_mul: u32,
+}
+
+/// GATED_DELTA_NET with token t+1's KV warp sum interleaved with token t's attention sum (same
+/// parameters, same bits). Experimental: the host launches it instead of
+/// [`GATED_DELTA_NET_ENTRY`] only when the environment sets `RGDN_GDN_PAIRED=1`.
+pub const GATED_DELTA_NET_PAIRED_ENTRY: &str = "gated_delta_net_f32_d128_paired";

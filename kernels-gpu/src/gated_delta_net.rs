@@ -28,9 +28,14 @@
 //! refuses such views.
 
 use crate::abi::{GDN_HEAD_DIM, GDN_WARPS};
+use crate::device::math::add;
 use crate::device::math::{fma, mul};
+use crate::device::memory::{
+    load_nc_f32, load_nc_f32_at, load_nc_f32x4_stride32, prefetch_l1, prefetch_l2, store_f32_at, store_f32x4_stride32,
+};
 use crate::device::thread::{block_idx_x, block_idx_y, block_idx_z, thread_idx_x, thread_idx_y};
 use crate::device::trap;
+use crate::device::warp::shfl_xor;
 use crate::device::warp::warp_sum;
 use crate::fast_math::exp;
 
@@ -66,6 +71,165 @@ pub unsafe fn store_lane(row: *mut f32, lane: usize, x: &[f32; ROWS_PER_LANE]) {
         unsafe { *row.add(32 * r + lane) = x[r] };
         r += 1;
     }
+}
+
+/// [speed] This lane's entries of a contiguous D-vector of an *input* (`row[32·r + lane]`),
+/// read with `ld.global.nc`: the same bits as [`load_lane`].
+///
+/// # Safety
+/// As [`load_lane`], and no thread writes those elements while the kernel runs.
+#[inline(always)]
+pub unsafe fn load_lane_nc(row: *const f32, lane: usize) -> [f32; ROWS_PER_LANE] {
+    // SAFETY: forwarded to the caller.
+    unsafe { load_lane_nc_at(row.add(lane)) }
+}
+
+/// [speed] `row_lane[32·r]` for r = 0 … 3 with `ld.global.nc`, from a pointer already offset by
+/// the lane.
+///
+/// # Safety
+/// `row_lane[32·r]` readable and written by no thread while the kernel runs.
+#[inline(always)]
+unsafe fn load_lane_nc_at(row_lane: *const f32) -> [f32; ROWS_PER_LANE] {
+    let mut x = [0.0f32; ROWS_PER_LANE];
+    let mut r = 0;
+    while r < ROWS_PER_LANE {
+        // SAFETY: forwarded to the caller.
+        x[r] = unsafe { load_nc_f32(row_lane.add(32 * r)) };
+        r += 1;
+    }
+    x
+}
+
+/// [speed] What one token of the recurrence reads: this lane's k and q entries, the column's v,
+/// the head's gate and β.
+#[derive(Clone, Copy)]
+pub struct TokenInputs {
+    pub k: [f32; ROWS_PER_LANE],
+    pub q: [f32; ROWS_PER_LANE],
+    pub v: f32,
+    pub g: f32,
+    pub beta: f32,
+}
+
+/// [speed] Where one token's inputs are: the token's k and q rows, the head's v row, the g and
+/// β elements — all the same for every lane of a warp (uniform registers) — the lane and the
+/// value column as 32-bit indices, and the element strides to the next token.
+struct TokenSource {
+    k: *const f32,
+    q: *const f32,
+    v: *const f32,
+    g: *const f32,
+    beta: *const f32,
+    lane: u32,
+    col: u32,
+    k_token: usize,
+    q_token: usize,
+    v_token: usize,
+    g_token: usize,
+    beta_token: usize,
+}
+
+impl TokenSource {
+    /// Reads the current token's inputs (`ld.global.nc`): `k[32·r + lane]`, `q[32·r + lane]`,
+    /// `v[col]`, `g`, `β`.
+    ///
+    /// # Safety
+    /// The pointers address validated input elements that no thread writes.
+    #[inline(always)]
+    unsafe fn load(&self) -> TokenInputs {
+        // SAFETY: forwarded to the caller.
+        unsafe {
+            TokenInputs {
+                k: load_nc_f32x4_stride32(self.k, self.lane),
+                q: load_nc_f32x4_stride32(self.q, self.lane),
+                v: load_nc_f32_at(self.v, self.col),
+                g: load_nc_f32(self.g),
+                beta: load_nc_f32(self.beta),
+            }
+        }
+    }
+
+    /// L1 prefetch of the lines the *next* token's [`TokenSource::load`] will read (this lane's
+    /// k and q addresses — the warp covers each row's lines — v, g, β).
+    ///
+    /// # Safety
+    /// The next token is a validated token of every input view (hints only).
+    #[inline(always)]
+    unsafe fn prefetch_l1_next(&self) {
+        // SAFETY: forwarded to the caller.
+        unsafe {
+            prefetch_l1(self.k.wrapping_add(self.k_token + self.lane as usize));
+            prefetch_l1(self.q.wrapping_add(self.q_token + self.lane as usize));
+            prefetch_l1(self.v.wrapping_add(self.v_token + self.col as usize));
+            prefetch_l1(self.g.wrapping_add(self.g_token));
+            prefetch_l1(self.beta.wrapping_add(self.beta_token));
+        }
+    }
+
+    /// Steps every pointer to the next token.
+    #[inline(always)]
+    fn advance(&mut self) {
+        self.k = self.k.wrapping_add(self.k_token);
+        self.q = self.q.wrapping_add(self.q_token);
+        self.v = self.v.wrapping_add(self.v_token);
+        self.g = self.g.wrapping_add(self.g_token);
+        self.beta = self.beta.wrapping_add(self.beta_token);
+    }
+}
+
+/// [speed] Tokens whose inputs the kernel prefetches into L2 at its start (~1.5 KiB per token
+/// and value head).
+const L2_PREFETCH_TOKENS: usize = 64;
+
+/// [speed] L2 prefetch of tokens `lane, lane + 32, …` of a [`TokenSource`] at token 0: the k, q
+/// and v rows — each row's 128-byte lines at elements 0, 32, 64, 96 and its last element 127
+/// (in case the row is not line-aligned) — and the g and β elements.
+///
+/// # Safety
+/// `src` at token 0, all its views valid for tokens < `n_tokens`.
+#[inline(always)]
+unsafe fn prefetch_tokens(src: &TokenSource, lane: usize, n_tokens: usize) {
+    let (k_row0, q_row0, v_row0) = (src.k, src.q, src.v);
+    let mut t = lane;
+    while t < n_tokens {
+        let (k_row, q_row, v_row) =
+            (k_row0.wrapping_add(t * src.k_token), q_row0.wrapping_add(t * src.q_token), v_row0.wrapping_add(t * src.v_token));
+        // SAFETY: token t < n_tokens: elements of the validated input views (hints only).
+        unsafe {
+            let mut off = 0;
+            while off < GDN_HEAD_DIM {
+                prefetch_l2(k_row.wrapping_add(off));
+                prefetch_l2(q_row.wrapping_add(off));
+                prefetch_l2(v_row.wrapping_add(off));
+                off += 32;
+            }
+            prefetch_l2(k_row.wrapping_add(GDN_HEAD_DIM - 1));
+            prefetch_l2(q_row.wrapping_add(GDN_HEAD_DIM - 1));
+            prefetch_l2(v_row.wrapping_add(GDN_HEAD_DIM - 1));
+            prefetch_l2(src.g.wrapping_add(t * src.g_token));
+            prefetch_l2(src.beta.wrapping_add(t * src.beta_token));
+        }
+        t += 32;
+    }
+}
+
+/// [speed] Two independent butterfly warp sums (spec §2.0) run interleaved: step by step the
+/// same `x + shfl_xor(x, o)` as [`warp_sum`] on each value, so each result has its bits.
+///
+/// # Safety
+/// All 32 lanes of the warp must call it together.
+#[inline(always)]
+pub unsafe fn warp_sum_pair(mut x: f32, mut y: f32) -> (f32, f32) {
+    let mut offset = 16;
+    while offset > 0 {
+        // SAFETY: forwarded to the caller.
+        let (sx, sy) = unsafe { (shfl_xor(x, offset), shfl_xor(y, offset)) };
+        x = add(x, sx);
+        y = add(y, sy);
+        offset >>= 1;
+    }
+    (x, y)
 }
 
 /// This lane's part of a column dot product `Σ_r s[r]·x[r]`: an fma chain from a +0 addend
@@ -141,9 +305,9 @@ pub unsafe fn token_step(
 /// validated that every view covers the elements the grid reaches (heads < H_v, key heads
 /// < `n_key_heads`, tokens < `n_tokens`, slots < `n_slots`, sequences < n_s) and the aliasing
 /// rules of the module docs.
-#[unsafe(no_mangle)]
+#[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub unsafe extern "ptx-kernel" fn gated_delta_net_f32_d128(
+unsafe fn run<const PAIRED: bool>(
     q: *const f32,
     q_head: usize,
     q_token: usize,
@@ -196,31 +360,169 @@ pub unsafe extern "ptx-kernel" fn gated_delta_net_f32_d128(
     // outputs overlap nothing else; each lane touches only its own rows 32·r + lane.
     let q_row = unsafe { q.add(key_head * q_head + seq * q_seq) };
     let k_row = unsafe { k.add(key_head * k_head + seq * k_seq) };
-    let v_elem = unsafe { v.add(col + head * v_head + seq * v_seq) };
+    let v_row = unsafe { v.add(head * v_head + seq * v_seq) };
     let g_elem = unsafe { g.add(head * g_head + seq * g_seq) };
     let beta_elem = unsafe { beta.add(head * beta_head + seq * beta_seq) };
-    let out_elem = unsafe { out.add(col + head * out_head + seq * out_seq) };
-    let state_col = unsafe { states.add(seq * states_seq + (head * GDN_HEAD_DIM + col) * GDN_HEAD_DIM) };
+    let out_head_row = unsafe { out.add(head * out_head + seq * out_seq) };
+    let state_head = unsafe { states.add(seq * states_seq + head * GDN_HEAD_DIM * GDN_HEAD_DIM) };
+    // This lane's first element of its column within a state slot's head block: col·D + lane.
+    let state_index = (col * GDN_HEAD_DIM + lane) as u32;
 
-    let mut s = unsafe { load_lane(state_in.add(col * in_col + head * in_head + seq * in_seq), lane) };
-    let mut t = 0;
-    while t < n_tokens {
-        // SAFETY: t < n_tokens, so these are elements of the validated input views.
-        let k_t = unsafe { load_lane(k_row.add(t * k_token), lane) };
-        let q_t = unsafe { load_lane(q_row.add(t * q_token), lane) };
-        let (v_t, g_t, beta_t) = unsafe { (*v_elem.add(t * v_token), *g_elem.add(t * g_token), *beta_elem.add(t * beta_token)) };
-        // SAFETY: every lane of the warp runs the same trip count with no early exit.
-        let a = unsafe { token_step(&mut s, &k_t, &q_t, v_t, g_t, beta_t) };
+    if n_tokens == 0 {
+        return;
+    }
+    // [speed] Every input is read with `ld.global.nc` (the host proved no output overlaps an
+    // input), and token t+1's inputs are loaded before token t's arithmetic: their memory
+    // latency hides behind the two warp sums instead of stalling each token. Pure loads in
+    // another order: the float operations and their operands are unchanged.
+    let mut src = TokenSource {
+        k: k_row,
+        q: q_row,
+        v: v_row,
+        g: g_elem,
+        beta: beta_elem,
+        lane: lane as u32,
+        col: col as u32,
+        k_token,
+        q_token,
+        v_token,
+        g_token,
+        beta_token,
+    };
+    // [speed] Warp 0 of the blocks with z = 0 (one per value head and sequence) asks L2 for every
+    // token's k, q and v rows and its g and β now, all at once: the token loop then meets L2
+    // hits instead of one DRAM round trip per token. Hints only: nothing is read back. Capped
+    // at the first L2_PREFETCH_TOKENS tokens (a verify step has ≤ 17; a long prompt must not
+    // flood L2).
+    if block_idx_z() == 0 && thread_idx_y() == 0 {
+        prefetch_tokens(&src, lane, n_tokens.min(L2_PREFETCH_TOKENS));
+    }
+    let mut s = unsafe { load_lane_nc(state_in.add(col * in_col + head * in_head + seq * in_seq), lane) };
+    // This token's output and snapshot stores.
+    let mut out_t = out_head_row;
+    let mut finish = |s: &[f32; ROWS_PER_LANE], a: f32, t: usize| {
         if lane == 0 {
             // SAFETY: element (col, head, t, seq) of `out`, written by this warp's lane 0 only.
-            unsafe { *out_elem.add(t * out_token) = mul(a, scale) };
+            unsafe { store_f32_at(out_t, col as u32, mul(a, scale)) };
         }
         let slot = n_tokens - 1 - t;
         if slot < n_slots as usize {
             // SAFETY: slot < n_slots: this column's row of slot `slot`; each lane writes its own
             // four elements.
-            unsafe { store_lane(state_col.add(slot * states_slot), lane, &s) };
+            unsafe { store_f32x4_stride32(state_head.wrapping_add(slot * states_slot), state_index, s) };
         }
-        t += 1;
+        // One token further in `out`; dereferenced only for the next t < n_tokens.
+        out_t = out_t.wrapping_add(out_token);
+    };
+    // Tokens 0 … n_t−2 each load the next token before their own arithmetic; the last token is
+    // peeled off so that the prefetched values are used on every path out of the loop (ptxas
+    // would otherwise sink the loads past the loop's exit test, next to their use).
+    // SAFETY (loads): token t + 1 < n_tokens of the validated input views, written by nobody.
+    let mut cur = unsafe { src.load() };
+    let mut t = 0;
+    if !PAIRED {
+        while t + 1 < n_tokens {
+            src.advance();
+            let next = unsafe { src.load() };
+            // SAFETY: every lane of the warp runs the same trip count with no early exit.
+            let a = unsafe { token_step(&mut s, &cur.k, &cur.q, cur.v, cur.g, cur.beta) };
+            finish(&s, a, t);
+            cur = next;
+            t += 1;
+        }
+        // SAFETY: as above.
+        let a = unsafe { token_step(&mut s, &cur.k, &cur.q, cur.v, cur.g, cur.beta) };
+        finish(&s, a, t);
+    } else {
+        // Token t+1's KV needs only the state after token t's update: its warp sum runs
+        // interleaved with token t's attention sum (two independent butterflies, each in
+        // ggml's order). Token t+2's lines are prefetched into L1 meanwhile, so that token
+        // t+1's loads, issued at the top of token t, return before the KV dot needs them.
+        // SAFETY: the whole warp is here.
+        let mut kv = unsafe { warp_sum(lane_dot(&s, &cur.k)) };
+        while t + 1 < n_tokens {
+            src.advance();
+            let next = unsafe { src.load() };
+            if t + 2 < n_tokens {
+                // SAFETY: token t + 2 < n_tokens (hints only).
+                unsafe { src.prefetch_l1_next() };
+            }
+            let gamma = decay(cur.g);
+            update(&mut s, &cur.k, gamma, delta(kv, gamma, cur.v, cur.beta));
+            // SAFETY: the whole warp is here.
+            let (a, kv_next) = unsafe { warp_sum_pair(lane_dot(&s, &cur.q), lane_dot(&s, &next.k)) };
+            finish(&s, a, t);
+            kv = kv_next;
+            cur = next;
+            t += 1;
+        }
+        let gamma = decay(cur.g);
+        update(&mut s, &cur.k, gamma, delta(kv, gamma, cur.v, cur.beta));
+        // SAFETY: the whole warp is here.
+        let a = unsafe { warp_sum(lane_dot(&s, &cur.q)) };
+        finish(&s, a, t);
     }
+}
+
+macro_rules! gdn_entries {
+    ($($(#[$doc:meta])* $name:ident = $paired:expr;)*) => {$(
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// Launched with block (32, [`GDN_WARPS`], 1) and grid (H_v, n_s, D / [`GDN_WARPS`]); the
+        /// host validated that every view covers the elements the grid reaches (heads < H_v, key
+        /// heads < `n_key_heads`, tokens < `n_tokens`, slots < `n_slots`, sequences < n_s) and the
+        /// aliasing rules of the module docs.
+        #[unsafe(no_mangle)]
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe extern "ptx-kernel" fn $name(
+            q: *const f32,
+            q_head: usize,
+            q_token: usize,
+            q_seq: usize,
+            k: *const f32,
+            k_head: usize,
+            k_token: usize,
+            k_seq: usize,
+            v: *const f32,
+            v_head: usize,
+            v_token: usize,
+            v_seq: usize,
+            g: *const f32,
+            g_head: usize,
+            g_token: usize,
+            g_seq: usize,
+            beta: *const f32,
+            beta_head: usize,
+            beta_token: usize,
+            beta_seq: usize,
+            state_in: *const f32,
+            in_col: usize,
+            in_head: usize,
+            in_seq: usize,
+            out: *mut f32,
+            out_head: usize,
+            out_token: usize,
+            out_seq: usize,
+            states: *mut f32,
+            states_seq: usize,
+            states_slot: usize,
+            n_tokens: u32,
+            n_key_heads: u32,
+            n_slots: u32,
+            scale: f32,
+        ) {
+            // SAFETY: forwarded from the launch contract.
+            unsafe { run::<{ $paired }>(q, q_head, q_token, q_seq, k, k_head, k_token, k_seq, v, v_head, v_token, v_seq, g, g_head, g_token, g_seq, beta, beta_head, beta_token, beta_seq, state_in, in_col, in_head, in_seq, out, out_head, out_token, out_seq, states, states_seq, states_slot, n_tokens, n_key_heads, n_slots, scale) }
+        }
+    )*};
+}
+
+gdn_entries! {
+    /// Entry point; see the module docs for the layouts.
+    gated_delta_net_f32_d128 = false;
+    /// [speed] The same recurrence with token t+1's KV warp sum interleaved with token t's
+    /// attention sum (and an L1 prefetch two tokens ahead): the same bits, a shorter chain per
+    /// token. Selected by the host with `RGDN_GDN_PAIRED=1` until the H200 says which is faster.
+    gated_delta_net_f32_d128_paired = true;
 }

@@ -4,6 +4,7 @@
 
 use super::conv_layer::ConvLayer;
 use crate::ops::ConcatDim0;
+use crate::ops::concat::ConcatDim0PerRow;
 use crate::suite::inputs::Values;
 use crate::suite::{Case, Tolerance};
 use crate::tensor::{DType, Tensor};
@@ -61,7 +62,13 @@ impl ConcatCase {
     }
 
     fn case(self) -> Case {
-        let name = self.name();
+        self.case_with(false)
+    }
+
+    /// [speed] `per_row`: launched through [`ConcatDim0PerRow`] (ggml's per-row kernel) instead
+    /// of [`ConcatDim0`] (the flat kernel for every view that fits u32).
+    fn case_with(self, per_row: bool) -> Case {
+        let name = if per_row { format!("{},per_row_kernel", self.name()) } else { self.name() };
         Case::seeded(GROUP, name, move |mut b| {
             let op = match self {
                 ConcatCase::Layer { layer, pad } => {
@@ -82,7 +89,8 @@ impl ConcatCase {
                     ConcatDim0 { a, b: b_view, dst }
                 }
             };
-            Ok(b.finish(vec![Box::new(op)], Tolerance::BitExact, true))
+            let op: Box<dyn crate::ops::Op> = if per_row { Box::new(ConcatDim0PerRow(op)) } else { Box::new(op) };
+            Ok(b.finish(vec![op], Tolerance::BitExact, true))
         })
     }
 }
@@ -112,5 +120,34 @@ pub fn cases() -> Vec<Case> {
         // b read through a zero stride (one plane repeated over n2).
         ConcatCase::Generic(Generic { b_broadcast: true, pad_b: [1, 0, 0, 0], ..Generic::new(3, 4, 17, 5) }),
     ]);
-    out.into_iter().map(ConcatCase::case).collect()
+    // [speed] Every case above runs the flat kernel (any strides, one thread per element). More
+    // for it: the layer at n_t = 1 (ggml's contiguous path: the transposed [1, C, n_s]
+    // projection is dense), and dense shapes whose element count is not a multiple of the block,
+    // split anywhere inside a row.
+    out.extend([
+        ConcatCase::layer(4, 8192, 1, 2, 0),
+        ConcatCase::layer(4, 10240, 1, 1, 0),
+        ConcatCase::layer(4, 10240, 1, 3, 0),
+        ConcatCase::layer(15, 384, 1, 2, 0),
+        ConcatCase::Generic(Generic::new(5, 1, 77, 3)),
+        ConcatCase::Generic(Generic::new(1, 7, 300, 1)),
+        ConcatCase::Generic(Generic::new(200, 100, 3, 2)),
+    ]);
+    let mut cases: Vec<Case> = out.into_iter().map(ConcatCase::case).collect();
+    // [speed] ggml's per-row kernel (now only for views beyond u32 elements) on the layer's
+    // shapes, padded, long-row and broadcast views.
+    cases.extend(
+        [
+            ConcatCase::layer(4, 8192, 1, 1, 0),
+            ConcatCase::layer(4, 8192, 4, 1, 0),
+            ConcatCase::layer(4, 10240, 16, 2, 0),
+            ConcatCase::layer(4, 8192, 8, 1, 64),
+            ConcatCase::Generic(Generic { pad_a: [2, 1, 1, 0], pad_b: [1, 3, 0, 0], pad_dst: [3, 2, 1, 0], ..Generic::new(3, 5, 130, 2) }),
+            ConcatCase::Generic(Generic::new(100, 300, 3, 2)),
+            ConcatCase::Generic(Generic { b_broadcast: true, pad_b: [1, 0, 0, 0], ..Generic::new(3, 4, 17, 5) }),
+        ]
+        .into_iter()
+        .map(|c| c.case_with(true)),
+    );
+    cases
 }

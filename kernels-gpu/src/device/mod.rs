@@ -8,7 +8,8 @@
 //!   build runs (`.rn.ftz` add/mul/fma, `.approx.ftz` MUFU ops, `max.ftz`, ordered compares);
 //! - [`half`]: f16/bf16 conversions and the packed f16x2 fma of ggml's half accumulation;
 //! - [`shared`]: the dynamic shared-memory window, addressed with 32-bit shared addresses;
-//! - [`atomic`]: global atomics (used by test-support kernels only).
+//! - [`atomic`]: global atomics (used by test-support kernels only);
+//! - [`memory`]: read-only (`ld.global.nc`) global loads.
 //!
 //! Why inline PTX instead of Rust float operators: LLVM's NVPTX backend lowers `a + b` to
 //! `add.rn.f32` (no flush-to-zero) and never contracts, while ggml's build runs `.ftz` forms
@@ -28,6 +29,9 @@ pub mod warp;
 
 // [mmvf-pair] read-only (`ld.global.nc`) global loads
 pub mod load;
+
+// [speed] read-only global loads
+pub mod memory;
 
 /// Aborts the kernel (PTX `trap`); the launch reports an error to the host.
 #[inline(always)]
