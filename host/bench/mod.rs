@@ -100,6 +100,10 @@ pub struct BenchArgs {
     /// No progress bar.
     #[arg(long)]
     pub no_progress: bool,
+    /// Also write a CSV naming every kernel launch in order (mode, arm, op, kernel, columns,
+    /// dtype): `scripts/ncu-kernels.sh` matches it with ncu's kernel IDs.
+    #[arg(long)]
+    pub manifest: Option<PathBuf>,
 }
 
 impl Default for BenchArgs {
@@ -196,15 +200,23 @@ struct Acc {
     graph_kernels: Option<usize>,
 }
 
+type Keys = Vec<(String, Option<&'static str>, &'static str)>;
+
+/// Row keys of one layer's launches: op keys when ops and launches correspond one to one,
+/// else keys from the entry names.
+fn layer_keys(t: &measure::LayerTimes, ops: &[Box<dyn crate::ops::Op>]) -> Keys {
+    let keys = if ops.len() == t.entries.len() {
+        op_keys(ops)
+    } else {
+        chain::keys_for_names(&t.entries).into_iter().map(|(k, _)| (k, None)).collect()
+    };
+    keys.into_iter().zip(&t.entries).map(|((k, role), e)| (k, role, *e)).collect()
+}
+
 impl Acc {
     fn add(&mut self, t: &measure::LayerTimes, ops: &[Box<dyn crate::ops::Op>], round: usize) {
         if self.keys.is_empty() {
-            let keys = if ops.len() == t.entries.len() {
-                op_keys(ops)
-            } else {
-                chain::keys_for_names(&t.entries).into_iter().map(|(k, _)| (k, None)).collect()
-            };
-            self.keys = keys.into_iter().zip(&t.entries).map(|((k, role), e)| (k, role, *e)).collect();
+            self.keys = layer_keys(t, ops);
         }
         while self.round_totals.len() <= round {
             self.round_totals.push(Vec::new());
@@ -227,6 +239,56 @@ impl Acc {
             graph_kernels_per_forward: self.graph_kernels,
         }
     }
+}
+
+/// Every kernel launch of a run in order, for matching with a profiler's kernel list.
+#[derive(Default)]
+pub struct Manifest {
+    rows: Vec<String>,
+}
+
+impl Manifest {
+    pub const HEADER: &'static str = "index,mode,n_t,rollback,arm,op,key,role,entry,columns,dtype";
+
+    /// Appends `layers` layers of `keys` (mode name, step, arm label, weight type).
+    #[allow(clippy::too_many_arguments)]
+    fn push(&mut self, mode: &str, n_t: usize, r: usize, arm: &str, keys: &Keys, layers: usize, weights: DType) {
+        for _ in 0..layers {
+            for (key, role, entry) in keys {
+                let op = key.split('#').next().unwrap_or(key);
+                let dtype = if op.starts_with("MUL_MAT_VEC") { format!("{weights:?}").to_ascii_lowercase() } else { "f32".into() };
+                let index = self.rows.len();
+                self.rows.push(format!(
+                    "{index},{mode},{n_t},{r},{arm},{op},{key},{},{entry},{},{dtype}",
+                    role.unwrap_or(""),
+                    entry_columns(entry).unwrap_or(n_t)
+                ));
+            }
+        }
+    }
+
+    pub fn to_csv(&self) -> String {
+        let mut s = String::from(Self::HEADER);
+        s.push('\n');
+        for r in &self.rows {
+            s.push_str(r);
+            s.push('\n');
+        }
+        s
+    }
+
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+}
+
+/// Column count a mat-vec entry is built for (`mul_mat_vec_f32_c4` → 4).
+pub fn entry_columns(entry: &str) -> Option<usize> {
+    entry.rsplit_once("_c").and_then(|(_, n)| n.parse().ok())
 }
 
 /// Builds the table rows: the off chain's kernels in launch order, then kernels only "on" has.
@@ -294,6 +356,7 @@ pub fn run_with(args: &BenchArgs, builder: &dyn ChainBuilder) -> Result<Report> 
     let bar = progress((modes.len() * (4 * plan.rounds + graph_arms)) as u64, args.no_progress);
     let mut reports = Vec::new();
     let mut sets_used = 1;
+    let mut manifest = Manifest::default();
     let (mut off_label, mut on_label) = (String::new(), String::new());
     for (name, label, t, r) in &modes {
         bar.set_message(format!("{name} (T={t}, R={r})"));
@@ -312,23 +375,21 @@ pub fn run_with(args: &BenchArgs, builder: &dyn ChainBuilder) -> Result<Report> 
         let mut acc: [Acc; 2] = Default::default();
         let mut cursor = 0;
         // Warm-up: module functions loaded, clocks up, caches as they will be.
+        let warm = plan.warmup.max(1);
+        let mut keys: [Keys; 2] = Default::default();
         for arm in [Arm::Off, Arm::On] {
-            measure::time_layers(
-                &gpu,
-                &timer,
-                &sets,
-                cursor,
-                built.ops(arm.fused()),
-                plan.warmup.max(1),
-                &format!("warm-up {}", arm.label()),
-            )?;
-            cursor += plan.warmup.max(1);
+            let ops = built.ops(arm.fused());
+            let times = measure::time_layers(&gpu, &timer, &sets, cursor, ops, warm, &format!("warm-up {}", arm.label()))?;
+            cursor += warm;
+            keys[arm.fused() as usize] = layer_keys(&times, ops);
+            manifest.push(name, *t, *r, &format!("warmup-{}", arm.label()), &keys[arm.fused() as usize], warm, weights);
         }
         for (i, arm) in abba(plan.rounds).into_iter().enumerate() {
             let ops = built.ops(arm.fused());
             let times = measure::time_layers(&gpu, &timer, &sets, cursor, ops, plan.layers, &format!("{name} {}", arm.label()))?;
             cursor += plan.layers;
             acc[arm.fused() as usize].add(&times, ops, i / 4);
+            manifest.push(name, *t, *r, arm.label(), &keys[arm.fused() as usize], plan.layers, weights);
             bar.inc(1);
         }
         if plan.graph_layers > 0 {
@@ -337,18 +398,18 @@ pub fn run_with(args: &BenchArgs, builder: &dyn ChainBuilder) -> Result<Report> 
                 measure::capture(&gpu, &sets, built.ops(true), plan.graph_layers)?,
             ];
             for arm in [Arm::Off, Arm::On] {
-                measure::replay(&gpu, &timer, &fwd[arm.fused() as usize], plan.warmup.max(1), "warm-up")?;
+                let k = &keys[arm.fused() as usize];
+                measure::replay(&gpu, &timer, &fwd[arm.fused() as usize], warm, "warm-up")?;
+                manifest.push(name, *t, *r, &format!("graph-warmup-{}", arm.label()), k, warm * plan.graph_layers, weights);
             }
             for arm in abba(plan.rounds) {
+                let label = format!("{name} {}", arm.label());
+                let spans = measure::replay(&gpu, &timer, &fwd[arm.fused() as usize], plan.replays, &label)?;
                 let a = &mut acc[arm.fused() as usize];
-                a.spans.extend(measure::replay(
-                    &gpu,
-                    &timer,
-                    &fwd[arm.fused() as usize],
-                    plan.replays,
-                    &format!("{name} {}", arm.label()),
-                )?);
+                a.spans.extend(spans);
                 a.graph_kernels = Some(fwd[arm.fused() as usize].kernels);
+                let k = &keys[arm.fused() as usize];
+                manifest.push(name, *t, *r, &format!("graph-{}", arm.label()), k, plan.replays * plan.graph_layers, weights);
                 bar.inc(1);
             }
         }
@@ -418,6 +479,11 @@ pub fn run_with(args: &BenchArgs, builder: &dyn ChainBuilder) -> Result<Report> 
     let text = report::render_text(&report);
     println!("{text}");
     write_outputs(&args.out, &report, &text)?;
+    if let Some(path) = &args.manifest {
+        std::fs::write(path, manifest.to_csv())
+            .map_err(|e| Error::Invalid { op: OP, what: format!("writing the manifest {}: {e}", path.display()) })?;
+        println!("wrote {} ({} launches)", path.display(), manifest.len());
+    }
     Ok(report)
 }
 
@@ -508,6 +574,81 @@ mod tests {
         let a = parse(&["--quick", "--modes", "decode", "--out", std::env::temp_dir().join("rgdn-nogpu").to_str().unwrap()]);
         assert!(matches!(run(&a), Err(Error::NoGpu { .. })));
         assert_eq!(run_cli(&a), std::process::ExitCode::from(2));
+    }
+
+    #[test]
+    fn the_manifest_names_every_launch() {
+        let mut m = Manifest::default();
+        let keys: Keys =
+            vec![("GET_ROWS#0".into(), Some("conv state"), "get_rows_f32"), ("MUL_MAT_VEC#0".into(), Some("alpha"), "mul_mat_vec_f32_c4")];
+        m.push("mtp3", 4, 3, "off", &keys, 2, DType::BF16);
+        let csv = m.to_csv();
+        let lines: Vec<&str> = csv.lines().collect();
+        assert_eq!(lines[0], Manifest::HEADER);
+        assert_eq!(lines[1], "0,mtp3,4,3,off,GET_ROWS,GET_ROWS#0,conv state,get_rows_f32,4,f32");
+        assert_eq!(lines[4], "3,mtp3,4,3,off,MUL_MAT_VEC,MUL_MAT_VEC#0,alpha,mul_mat_vec_f32_c4,4,bf16");
+        assert_eq!(m.len(), 4);
+        assert_eq!(entry_columns("mul_mat_vec_bf16_c8"), Some(8));
+        assert_eq!(entry_columns("get_rows_f32"), None);
+    }
+
+    /// `scripts/ncu_summary.py` reads the manifest this module writes, next to a CSV shaped like
+    /// ncu's (`--csv --print-units base`), and writes the CSV (skipped without python3).
+    #[test]
+    fn the_ncu_summary_script_matches_the_manifest() {
+        let Ok(py) = std::process::Command::new("python3").arg("--version").output() else { return };
+        if !py.status.success() {
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("rgdn-ncu-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut m = Manifest::default();
+        let k = |n_t: usize| -> Keys {
+            vec![
+                ("GET_ROWS#0".into(), Some("conv state"), "get_rows_f32"),
+                ("MUL_MAT_VEC#0".into(), Some("alpha"), if n_t == 1 { "mul_mat_vec_f32_c1" } else { "mul_mat_vec_f32_c4" }),
+            ]
+        };
+        m.push("decode", 1, 0, "warmup-off", &k(1), 1, DType::F32);
+        m.push("decode", 1, 0, "off", &k(1), 3, DType::F32);
+        m.push("mtp3", 4, 3, "on", &k(4), 2, DType::F32);
+        let mut ncu = String::from("==PROF== Connected to process\n");
+        ncu.push_str("\"ID\",\"Process ID\",\"Kernel Name\",\"Block Size\",\"Metric Name\",\"Metric Unit\",\"Metric Value\"\n");
+        let entries = ["get_rows_f32", "mul_mat_vec_f32_c1"].repeat(4).into_iter().chain(["get_rows_f32", "mul_mat_vec_f32_c4"].repeat(2));
+        for (i, e) in entries.enumerate() {
+            let ns = 1000 * (i + 1);
+            ncu.push_str(&format!(
+                "\"{i}\",\"42\",\"{e}\",\"(256, 1, 1)\",\"gpu__time_duration.sum\",\"nsecond\",\"{},{:03}\"\n",
+                ns / 1000,
+                ns % 1000
+            ));
+        }
+        std::fs::write(dir.join("raw.csv"), ncu).unwrap();
+        std::fs::write(dir.join("manifest.csv"), m.to_csv()).unwrap();
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/ncu_summary.py");
+        let out = std::process::Command::new("python3")
+            .arg(script)
+            .args(["raw.csv", "manifest.csv", "ncu.csv", "table.md"].map(|f| dir.join(f)))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let csv = std::fs::read_to_string(dir.join("ncu.csv")).unwrap();
+        let lines: Vec<&str> = csv.lines().collect();
+        assert_eq!(lines[0], "op,config,n_t,columns,dtype,kernel,median_us,samples");
+        // decode off: GET_ROWS launches 2, 4, 6 (IDs 2, 4, 6 → 3, 5, 7 µs): median 5 µs.
+        assert_eq!(lines[1], "GET_ROWS,GET_ROWS#0 conv state R=0 off,1,1,f32,get_rows_f32,5.000,3");
+        assert_eq!(lines[4], "MUL_MAT_VEC,MUL_MAT_VEC#0 alpha R=3 on,4,4,f32,mul_mat_vec_f32_c4,11.000,2");
+        let table = std::fs::read_to_string(dir.join("table.md")).unwrap();
+        assert!(table.contains("| op (one launch unless said) | n_t = 1 | 4 |"), "{table}");
+        // A manifest that does not match ncu's kernels is refused.
+        std::fs::write(dir.join("manifest.csv"), Manifest::default().to_csv()).unwrap();
+        let bad = std::process::Command::new("python3")
+            .arg(script)
+            .args(["raw.csv", "manifest.csv", "ncu.csv", "table.md"].map(|f| dir.join(f)))
+            .output()
+            .unwrap();
+        assert!(!bad.status.success());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
