@@ -17,11 +17,7 @@ struct Cli {
 fn main() -> ExitCode {
     // cargo passes `--bench` to every bench target; it means nothing here.
     let args = std::env::args().filter(|a| a != "--bench");
-    match Cli::try_parse_from(args) {
-        Ok(cli) => rgdn::bench::run_cli(&cli.bench),
-        Err(e) => {
-            let _ = e.print();
-            ExitCode::from(2)
-        }
-    }
+    // Help and version exit 0, bad options 2 (clap's own exit).
+    let cli = Cli::parse_from(args);
+    rgdn::bench::run_cli(&cli.bench)
 }

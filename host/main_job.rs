@@ -213,6 +213,15 @@ mod tests {
         assert!(describe(&o).contains("DIFFER"));
     }
 
+    /// The whole main job on a machine without a GPU: the 9B step's CPU-side comparison.
+    #[test]
+    fn the_main_job_runs_without_a_gpu() {
+        if crate::gpu::probe().is_ok() {
+            return; // on a GPU machine the job also runs the bench: exercised by `rgdn` itself
+        }
+        assert!(run().unwrap());
+    }
+
     #[test]
     fn differing_buffers_skips_and_sees_size_changes() {
         let mut a = HostMemory::new();

@@ -197,7 +197,7 @@ pub fn render_text(r: &Report) -> String {
         let _ = writeln!(o);
         let _ = writeln!(o, "{} — T = {} tokens, {} snapshot rows (R = {})", mode.label, mode.tokens, mode.rollback + 1, mode.rollback);
         let a = anchor(mode.tokens, mode.rollback);
-        let _ = write!(o, "{:<44} {:>22} {:>22}", "kernel", "off µs med (p10–p90)", "on µs med (p10–p90)");
+        let _ = write!(o, "{:<52} {:>30} {:>30}", "kernel", "off µs med (p10–p90)", "on µs med (p10–p90)");
         if a.is_some() {
             let _ = write!(o, " {:>12} {:>12}", "PR base µs", "PR fused µs");
         }
@@ -207,14 +207,14 @@ pub fn render_text(r: &Report) -> String {
                 Some(role) => format!("{} ({}, {role})", k.entry, k.key),
                 None => format!("{} ({})", k.entry, k.key),
             };
-            let _ = write!(o, "{:<44} {:>22} {:>22}", name, cell(k.off.as_ref()), cell(k.on.as_ref()));
+            let _ = write!(o, "{:<52} {:>30} {:>30}", name, cell(k.off.as_ref()), cell(k.on.as_ref()));
             if let Some(a) = a {
                 let _ = write!(o, " {:>12} {:>12}", lookup(a.off, &k.key), lookup(a.on, &k.key));
             }
             let _ = writeln!(o);
         }
         let total = |s: &ArmStats| format!("{} [{} k]", cell(s.chain_total.as_ref()), s.kernels_per_layer);
-        let _ = write!(o, "{:<44} {:>22} {:>22}", "chain total [kernels per layer]", total(&mode.off), total(&mode.on));
+        let _ = write!(o, "{:<52} {:>30} {:>30}", "chain total [kernels per layer]", total(&mode.off), total(&mode.on));
         if let Some(a) = a {
             let _ = write!(
                 o,
@@ -230,7 +230,7 @@ pub fn render_text(r: &Report) -> String {
         };
         let _ = write!(
             o,
-            "{:<44} {:>22} {:>22}",
+            "{:<52} {:>30} {:>30}",
             format!("graph span, {} layers [kernels]", m.graph_layers),
             graph(&mode.off),
             graph(&mode.on)
