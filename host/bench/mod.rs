@@ -281,6 +281,11 @@ impl Manifest {
         self.rows.len()
     }
 
+    /// Drops the launches after the first `n` (a mode measured again).
+    pub fn truncate(&mut self, n: usize) {
+        self.rows.truncate(n);
+    }
+
     pub fn is_empty(&self) -> bool {
         self.rows.is_empty()
     }
@@ -341,7 +346,7 @@ pub fn run_with(args: &BenchArgs, builder: &dyn ChainBuilder) -> Result<Report> 
         return Err(Error::Invalid { op: OP, what: "rounds and layers must be at least 1".into() });
     }
     let gpu = Gpu::new()?;
-    let timer = if args.events {
+    let mut timer = if args.events {
         Timer::Events { why: "--events asked for events".into() }
     } else {
         match cupti::Cupti::start() {
@@ -364,75 +369,22 @@ pub fn run_with(args: &BenchArgs, builder: &dyn ChainBuilder) -> Result<Report> 
         let built = Built::new(builder, &cfg, args.seed)?;
         off_label.clone_from(&built.off_label);
         on_label.clone_from(&built.on_label);
-        let n_sets = if args.cold {
-            let l2 = l2.unwrap_or(60 << 20) as usize;
-            plan.graph_layers.max(1).max((3 * l2).div_ceil(built.footprint_bytes().max(1)))
-        } else {
-            1
+        let mode = ModeSpec { name, label, t: *t, r: *r, weights, cold: args.cold, l2 };
+        let rows_before = manifest.len();
+        let measured = match measure_mode(&gpu, &timer, &built, &mode, &plan, &mut manifest, &bar) {
+            // CUPTI loaded but its records do not add up: time everything with events instead
+            // (only before any mode was reported, so that one run never mixes the two).
+            Err(Error::Invalid { op: OP, what }) if reports.is_empty() && what.starts_with("CUPTI") && matches!(timer, Timer::Cupti(_)) => {
+                timer = Timer::Events { why: format!("CUPTI was loaded but {what}") };
+                manifest.truncate(rows_before);
+                bar.set_position(0);
+                measure_mode(&gpu, &timer, &built, &mode, &plan, &mut manifest, &bar)
+            }
+            other => other,
         };
+        let (report, n_sets) = measured?;
         sets_used = sets_used.max(n_sets);
-        let sets: Vec<DeviceMemory> = (0..n_sets).map(|_| DeviceMemory::upload(&gpu, &built.mem)).collect::<Result<_>>()?;
-        let mut acc: [Acc; 2] = Default::default();
-        let mut cursor = 0;
-        // Warm-up: module functions loaded, clocks up, caches as they will be.
-        let warm = plan.warmup.max(1);
-        let mut keys: [Keys; 2] = Default::default();
-        for arm in [Arm::Off, Arm::On] {
-            let ops = built.ops(arm.fused());
-            let times = measure::time_layers(&gpu, &timer, &sets, cursor, ops, warm, &format!("warm-up {}", arm.label()))?;
-            cursor += warm;
-            keys[arm.fused() as usize] = layer_keys(&times, ops);
-            manifest.push(name, *t, *r, &format!("warmup-{}", arm.label()), &keys[arm.fused() as usize], warm, weights);
-        }
-        for (i, arm) in abba(plan.rounds).into_iter().enumerate() {
-            let ops = built.ops(arm.fused());
-            let times = measure::time_layers(&gpu, &timer, &sets, cursor, ops, plan.layers, &format!("{name} {}", arm.label()))?;
-            cursor += plan.layers;
-            acc[arm.fused() as usize].add(&times, ops, i / 4);
-            manifest.push(name, *t, *r, arm.label(), &keys[arm.fused() as usize], plan.layers, weights);
-            bar.inc(1);
-        }
-        if plan.graph_layers > 0 {
-            let fwd = [
-                measure::capture(&gpu, &sets, built.ops(false), plan.graph_layers)?,
-                measure::capture(&gpu, &sets, built.ops(true), plan.graph_layers)?,
-            ];
-            for arm in [Arm::Off, Arm::On] {
-                let k = &keys[arm.fused() as usize];
-                measure::replay(&gpu, &timer, &fwd[arm.fused() as usize], warm, "warm-up")?;
-                manifest.push(name, *t, *r, &format!("graph-warmup-{}", arm.label()), k, warm * plan.graph_layers, weights);
-            }
-            for arm in abba(plan.rounds) {
-                let label = format!("{name} {}", arm.label());
-                let spans = measure::replay(&gpu, &timer, &fwd[arm.fused() as usize], plan.replays, &label)?;
-                let a = &mut acc[arm.fused() as usize];
-                a.spans.extend(spans);
-                a.graph_kernels = Some(fwd[arm.fused() as usize].kernels);
-                let k = &keys[arm.fused() as usize];
-                manifest.push(name, *t, *r, &format!("graph-{}", arm.label()), k, plan.replays * plan.graph_layers, weights);
-                bar.inc(1);
-            }
-        }
-        let [off, on] = acc;
-        let round_ratios = off
-            .round_totals
-            .iter()
-            .zip(&on.round_totals)
-            .filter_map(|(a, b)| ratio(summarize(a).as_ref(), summarize(b).as_ref()))
-            .collect();
-        let (off_s, on_s) = (off.stats(), on.stats());
-        reports.push(ModeReport {
-            mode: name.clone(),
-            label: label.clone(),
-            tokens: *t,
-            rollback: *r,
-            kernels: rows(&off, &on),
-            chain_ratio: ratio(off_s.chain_total.as_ref(), on_s.chain_total.as_ref()),
-            graph_ratio: ratio(off_s.graph_span.as_ref(), on_s.graph_span.as_ref()),
-            off: off_s,
-            on: on_s,
-            round_ratios,
-        });
+        reports.push(report);
     }
     bar.finish_and_clear();
     let samples = clocks.finish();
@@ -485,6 +437,97 @@ pub fn run_with(args: &BenchArgs, builder: &dyn ChainBuilder) -> Result<Report> 
         println!("wrote {} ({} launches)", path.display(), manifest.len());
     }
     Ok(report)
+}
+
+/// One mode's shape and options, for [`measure_mode`].
+struct ModeSpec<'a> {
+    name: &'a str,
+    label: &'a str,
+    t: usize,
+    r: usize,
+    weights: DType,
+    cold: bool,
+    l2: Option<u64>,
+}
+
+/// Times one mode: warm-up, ABBA layer runs, graph capture and ABBA replays. Returns the
+/// mode's report and the number of buffer sets it used.
+fn measure_mode(
+    gpu: &Gpu,
+    timer: &Timer,
+    built: &Built,
+    mode: &ModeSpec,
+    plan: &Plan,
+    manifest: &mut Manifest,
+    bar: &indicatif::ProgressBar,
+) -> Result<(ModeReport, usize)> {
+    let ModeSpec { name, label, t, r, weights, .. } = *mode;
+    let (t, r) = (&t, &r);
+    let n_sets = if mode.cold {
+        let l2 = mode.l2.unwrap_or(60 << 20) as usize;
+        plan.graph_layers.max(1).max((3 * l2).div_ceil(built.footprint_bytes().max(1)))
+    } else {
+        1
+    };
+    let sets: Vec<DeviceMemory> = (0..n_sets).map(|_| DeviceMemory::upload(gpu, &built.mem)).collect::<Result<_>>()?;
+    let mut acc: [Acc; 2] = Default::default();
+    let mut cursor = 0;
+    // Warm-up: module functions loaded, clocks up, caches as they will be.
+    let warm = plan.warmup.max(1);
+    let mut keys: [Keys; 2] = Default::default();
+    for arm in [Arm::Off, Arm::On] {
+        let ops = built.ops(arm.fused());
+        let times = measure::time_layers(gpu, timer, &sets, cursor, ops, warm, &format!("warm-up {}", arm.label()))?;
+        cursor += warm;
+        keys[arm.fused() as usize] = layer_keys(&times, ops);
+        manifest.push(name, *t, *r, &format!("warmup-{}", arm.label()), &keys[arm.fused() as usize], warm, weights);
+    }
+    for (i, arm) in abba(plan.rounds).into_iter().enumerate() {
+        let ops = built.ops(arm.fused());
+        let times = measure::time_layers(gpu, timer, &sets, cursor, ops, plan.layers, &format!("{name} {}", arm.label()))?;
+        cursor += plan.layers;
+        acc[arm.fused() as usize].add(&times, ops, i / 4);
+        manifest.push(name, *t, *r, arm.label(), &keys[arm.fused() as usize], plan.layers, weights);
+        bar.inc(1);
+    }
+    if plan.graph_layers > 0 {
+        let fwd = [
+            measure::capture(gpu, &sets, built.ops(false), plan.graph_layers)?,
+            measure::capture(gpu, &sets, built.ops(true), plan.graph_layers)?,
+        ];
+        for arm in [Arm::Off, Arm::On] {
+            let k = &keys[arm.fused() as usize];
+            measure::replay(gpu, timer, &fwd[arm.fused() as usize], warm, "warm-up")?;
+            manifest.push(name, *t, *r, &format!("graph-warmup-{}", arm.label()), k, warm * plan.graph_layers, weights);
+        }
+        for arm in abba(plan.rounds) {
+            let label = format!("{name} {}", arm.label());
+            let spans = measure::replay(gpu, timer, &fwd[arm.fused() as usize], plan.replays, &label)?;
+            let a = &mut acc[arm.fused() as usize];
+            a.spans.extend(spans);
+            a.graph_kernels = Some(fwd[arm.fused() as usize].kernels);
+            let k = &keys[arm.fused() as usize];
+            manifest.push(name, *t, *r, &format!("graph-{}", arm.label()), k, plan.replays * plan.graph_layers, weights);
+            bar.inc(1);
+        }
+    }
+    let [off, on] = acc;
+    let round_ratios =
+        off.round_totals.iter().zip(&on.round_totals).filter_map(|(a, b)| ratio(summarize(a).as_ref(), summarize(b).as_ref())).collect();
+    let (off_s, on_s) = (off.stats(), on.stats());
+    let report = ModeReport {
+        mode: name.to_string(),
+        label: label.to_string(),
+        tokens: *t,
+        rollback: *r,
+        kernels: rows(&off, &on),
+        chain_ratio: ratio(off_s.chain_total.as_ref(), on_s.chain_total.as_ref()),
+        graph_ratio: ratio(off_s.graph_span.as_ref(), on_s.graph_span.as_ref()),
+        off: off_s,
+        on: on_s,
+        round_ratios,
+    };
+    Ok((report, n_sets))
 }
 
 /// Writes report.json, report.txt, bench.png and bench.svg under `dir`.
