@@ -160,6 +160,18 @@ pub fn run() -> Result<bool> {
     Ok(outcome.passed())
 }
 
+/// For a command line: [`run`] as an exit code (0 when every comparison held).
+pub fn run_cli() -> std::process::ExitCode {
+    match run() {
+        Ok(true) => std::process::ExitCode::SUCCESS,
+        Ok(false) => std::process::ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("rgdn: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

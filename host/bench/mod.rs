@@ -348,6 +348,9 @@ pub fn run_with(args: &BenchArgs, builder: &dyn ChainBuilder) -> Result<Report> 
     let gpu = Gpu::new()?;
     let mut timer = if args.events {
         Timer::Events { why: "--events asked for events".into() }
+    } else if std::env::var_os("CUDA_INJECTION64_PATH").is_some() {
+        // nsys and ncu inject themselves this way and own CUPTI's activity buffers.
+        Timer::Events { why: "a profiler is attached (CUDA_INJECTION64_PATH is set): CUPTI is left to it".into() }
     } else {
         match cupti::Cupti::start() {
             Ok(c) => Timer::Cupti(c),

@@ -21,7 +21,7 @@ fn register_font() {
     });
 }
 
-/// Short x-axis name of a row key (`GET_ROWS#1` → `get1`).
+/// Short x-axis name of a row key (`GET_ROWS#1` → `get#1`).
 pub fn short_name(key: &str) -> String {
     let (op, n) = key.split_once('#').unwrap_or((key, "0"));
     let short = match op {
@@ -40,9 +40,15 @@ pub fn short_name(key: &str) -> String {
         "MUL" => "mul",
         "SCALE" => "zero",
         "GATED_DELTA_NET" => "gdn",
-        other => return format!("{}{}", other.to_ascii_lowercase().chars().take(6).collect::<String>(), if n == "0" { "" } else { n }),
+        other => {
+            return format!(
+                "{}{}",
+                other.to_ascii_lowercase().chars().take(6).collect::<String>(),
+                if n == "0" { String::new() } else { format!("#{n}") }
+            );
+        }
     };
-    if n == "0" { short.to_string() } else { format!("{short}{n}") }
+    if n == "0" { short.to_string() } else { format!("{short}#{n}") }
 }
 
 type Bars = Vec<(String, Option<Summary>, Option<Summary>)>;
@@ -142,11 +148,28 @@ mod tests {
     use super::*;
     use crate::bench::report::tests::synthetic;
 
+    type KernelRowLike = crate::bench::report::KernelRow;
+
+    trait Scaled {
+        fn scaled(self, k: f64) -> Self;
+    }
+
+    impl Scaled for KernelRowLike {
+        fn scaled(mut self, k: f64) -> Self {
+            for s in [&mut self.off, &mut self.on].into_iter().flatten() {
+                s.median *= k;
+                s.p10 *= k;
+                s.p90 *= k;
+            }
+            self
+        }
+    }
+
     #[test]
     fn short_names() {
-        assert_eq!(short_name("GET_ROWS#1"), "get1");
+        assert_eq!(short_name("GET_ROWS#1"), "get#1");
         assert_eq!(short_name("GATED_DELTA_NET#0"), "gdn");
-        assert_eq!(short_name("SOMETHING_NEW#2"), "someth2");
+        assert_eq!(short_name("SOMETHING_NEW#2"), "someth#2");
     }
 
     #[test]
@@ -164,6 +187,21 @@ mod tests {
             let text = std::fs::read_to_string(&svg).unwrap();
             assert!(text.contains("<svg") && text.contains("graph span"), "SVG lacks its text");
         }
+        // The real chain's rows (T = 16: 18 kernels, the widest panel) keep their labels apart.
+        let mut r = synthetic(false);
+        let cfg = crate::bench::chain::ChainConfig {
+            shape: crate::layer::GdnShape::QWEN35_4B,
+            step: crate::layer::Step::new(16, 15),
+            init: crate::layer::LayerInit::default(),
+        };
+        let built = crate::bench::chain::Built::new(&crate::bench::chain::UnfusedOnly, &cfg, 1).unwrap();
+        let template = r.modes[3].kernels[0].clone();
+        r.modes[3].kernels = crate::bench::chain::op_keys(&built.off)
+            .into_iter()
+            .enumerate()
+            .map(|(i, (key, _))| KernelRowLike { key, ..template.clone() }.scaled(1.0 + i as f64 / 4.0))
+            .collect();
+        write_png(&dir.join("bench-full.png"), &r).unwrap();
         if std::env::var_os("RGDN_KEEP_PLOTS").is_none() {
             let _ = std::fs::remove_dir_all(&dir);
         } else {
