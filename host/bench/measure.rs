@@ -93,11 +93,15 @@ pub fn time_layers(
         Timer::Cupti(c) => {
             let recs = c.take().map_err(invalid)?;
             if recs.len() != launches.len() {
-                return Err(invalid(format!("CUPTI returned {} kernel records for {} launches", recs.len(), launches.len())));
+                return Err(invalid(format!(
+                    "CUPTI returned {} kernel records for {} launches (rerun with --events)",
+                    recs.len(),
+                    launches.len()
+                )));
             }
             for (r, l) in recs.iter().zip(&launches) {
                 if r.name != l.entry {
-                    return Err(invalid(format!("CUPTI record `{}` where `{}` was launched", r.name, l.entry)));
+                    return Err(invalid(format!("CUPTI record `{}` where `{}` was launched (rerun with --events)", r.name, l.entry)));
                 }
             }
             recs.iter().map(|r| r.duration_us()).collect()
@@ -158,7 +162,11 @@ pub fn replay(gpu: &Gpu, timer: &Timer, fwd: &Forward, n: usize, label: &str) ->
             // Graph nodes without their launch's correlation id: replays run back to back on
             // one stream, so consecutive runs of `kernels` records (by start time) are replays.
             if fwd.kernels == 0 || recs.len() != n * fwd.kernels {
-                return Err(invalid(format!("CUPTI returned {} kernel records for {n} replays of {} kernels", recs.len(), fwd.kernels)));
+                return Err(invalid(format!(
+                    "CUPTI returned {} kernel records for {n} replays of {} kernels (rerun with --events)",
+                    recs.len(),
+                    fwd.kernels
+                )));
             }
             recs.sort_by_key(|r| r.start_ns);
             Ok(recs
