@@ -25,3 +25,8 @@ pub mod suite;
 pub mod tensor;
 
 pub use error::{Error, Result};
+
+// [bench]
+pub mod bench;
+pub mod inputs;
+pub mod main_job;

@@ -1,6 +1,7 @@
 //! The built PTX: every entry the host can launch is in it, and every kernel assembles with
 //! ptxas for sm_90 (registers and spills printed). ptxas comes from PyPI
-//! (`pip install nvidia-cuda-nvcc`); `RGDN_PTXAS` points at another one.
+//! (`pip install nvidia-cuda-nvcc`); `RGDN_PTXAS` points at another one. Without ptxas the
+//! assembly test reports itself SKIPPED (loudly) and passes, unless `RGDN_REQUIRE_PTXAS=1`.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -35,6 +36,11 @@ fn kernels_have_no_panic_paths() {
     assert!(funcs.is_empty(), "panic paths in the PTX: {funcs:?}");
 }
 
+/// `RGDN_REQUIRE_PTXAS=1`: a missing ptxas is a failure instead of a loud skip (`.ci/run` sets it).
+fn require_ptxas() -> bool {
+    std::env::var("RGDN_REQUIRE_PTXAS").is_ok_and(|v| v == "1")
+}
+
 fn find_ptxas() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("RGDN_PTXAS") {
         return Some(PathBuf::from(p));
@@ -53,7 +59,21 @@ fn find_ptxas() -> Option<PathBuf> {
 #[test]
 fn every_kernel_assembles_with_ptxas_without_spills() {
     let Some(ptxas) = find_ptxas() else {
-        panic!("ptxas not found: `pip install nvidia-cuda-nvcc` (or set RGDN_PTXAS); CI installs it");
+        // A fresh machine with only rustup has no ptxas: say so loudly and skip, unless CI (or
+        // anyone) asks for the check with RGDN_REQUIRE_PTXAS=1 — then a missing ptxas fails.
+        let hint = "`pip install nvidia-cuda-nvcc` (or set RGDN_PTXAS)";
+        if require_ptxas() {
+            panic!("ptxas not found and RGDN_REQUIRE_PTXAS=1: {hint}; .ci/run installs it");
+        }
+        let banner = "=".repeat(78);
+        // Straight to the process's stderr: the test harness captures eprintln! of passing tests.
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "{banner}\nSKIPPED every_kernel_assembles_with_ptxas_without_spills: ptxas not found ({hint}).\n\
+             Registers and spills were NOT checked. Set RGDN_REQUIRE_PTXAS=1 to make this a failure.\n{banner}"
+        );
+        return;
     };
     let dir = std::env::temp_dir().join(format!("rgdn-ptx-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

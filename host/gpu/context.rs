@@ -150,7 +150,10 @@ impl Gpu {
         // only add events (and break graph capture).
         // SAFETY: called before any allocation or launch on this context.
         unsafe { ctx.disable_event_tracking() };
-        let stream = ctx.default_stream();
+        // [bench] A stream of our own, not the legacy NULL stream: CUDA refuses to capture the
+        // NULL stream into a graph (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED), and the bench
+        // replays captured forwards. All work still goes through this one stream, in order.
+        let stream = ctx.new_stream()?;
         let module = ctx.load_module(Ptx::from_src(crate::kernels::PTX))?;
         Ok(Gpu { info, ctx, stream, module, functions: Mutex::new(HashMap::new()), log: Mutex::new(LaunchLog::default()) })
     }

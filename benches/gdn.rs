@@ -1,0 +1,23 @@
+//! `cargo bench`: the same code as `rgdn bench` (own runner, `harness = false`).
+//!
+//! `cargo bench -- --quick`, `cargo bench -- --preset 27b --modes mtp3 --cold`; every option of
+//! `rgdn bench` works (`cargo bench -- --help`). Without a GPU it says so and exits non-zero.
+
+use clap::Parser;
+use rgdn::bench::BenchArgs;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "cargo bench --bench gdn --", about = "GDN layer chain: per-kernel and graph times, fusion off vs on")]
+struct Cli {
+    #[command(flatten)]
+    bench: BenchArgs,
+}
+
+fn main() -> ExitCode {
+    // cargo passes `--bench` to every bench target; it means nothing here.
+    let args = std::env::args().filter(|a| a != "--bench");
+    // Help and version exit 0, bad options 2 (clap's own exit).
+    let cli = Cli::parse_from(args);
+    rgdn::bench::run_cli(&cli.bench)
+}

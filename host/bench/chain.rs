@@ -1,0 +1,183 @@
+//! What the bench and the main command run: one layer's chain "off" (unfused) and "on" (fused)
+//! over the same tensors. [`ChainBuilder`] is the plug-in point for the fusion pass:
+//! [`default_builder`] returns [`UnfusedOnly`] until the fused chain lands, and every output
+//! then says "fusion not available" — the "on" columns are the unfused chain run again.
+
+use crate::error::Result;
+use crate::layer::{GdnShape, LayerInit, LayerTensors, Step, unfused_ops};
+use crate::memory::HostMemory;
+use crate::ops::Op;
+use crate::tensor::BufferId;
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use std::collections::BTreeSet;
+
+/// One layer step's configuration.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ChainConfig {
+    pub shape: GdnShape,
+    pub step: Step,
+    pub init: LayerInit,
+}
+
+/// Builds one layer's op chain, unfused (`fusion = false`) or fused (`fusion = true`), over
+/// tensors the caller allocated. Both chains must compute the same bytes in every buffer the
+/// fused chain writes (the main command checks it bit for bit).
+pub trait ChainBuilder: Sync {
+    /// Whether `layer_ops(.., true)` really differs from the unfused chain.
+    fn fusion_available(&self) -> bool;
+    /// What the chain is, for the output ("unfused", "fused: conv chain + alpha/beta pair", …).
+    fn label(&self, fusion: bool) -> String;
+    /// The ops of one layer step over `t`, in launch order. May allocate scratch in `mem`.
+    fn layer_ops(&self, mem: &mut HostMemory, t: &LayerTensors, cfg: &ChainConfig, fusion: bool) -> Result<Vec<Box<dyn Op>>>;
+}
+
+/// The unfused chain for both arms: the honest stand-in while no fusion pass exists.
+pub struct UnfusedOnly;
+
+impl ChainBuilder for UnfusedOnly {
+    fn fusion_available(&self) -> bool {
+        false
+    }
+
+    fn label(&self, fusion: bool) -> String {
+        if fusion { "fusion not available: the unfused chain again".into() } else { "unfused".into() }
+    }
+
+    fn layer_ops(&self, _mem: &mut HostMemory, t: &LayerTensors, cfg: &ChainConfig, _fusion: bool) -> Result<Vec<Box<dyn Op>>> {
+        unfused_ops(t, &cfg.shape, &cfg.step, cfg.init.precision)
+    }
+}
+
+/// THE plug-in point: the builder `rgdn bench`, `cargo bench` and the main command use.
+/// When the fusion pass lands, return it here (its `fusion_available()` is true).
+pub fn default_builder() -> &'static dyn ChainBuilder {
+    &UnfusedOnly
+}
+
+/// One layer's memory (random caches, inputs and weights, seeded) and both chains over it.
+pub struct Built {
+    pub mem: HostMemory,
+    pub tensors: LayerTensors,
+    pub off: Vec<Box<dyn Op>>,
+    pub on: Vec<Box<dyn Op>>,
+    pub off_label: String,
+    pub on_label: String,
+    pub fusion_available: bool,
+}
+
+impl Built {
+    pub fn new(builder: &dyn ChainBuilder, cfg: &ChainConfig, seed: u64) -> Result<Self> {
+        let mut mem = HostMemory::new();
+        let tensors = LayerTensors::alloc(&mut mem, &cfg.shape, &cfg.step, &cfg.init)?;
+        tensors.fill_random(&mut mem, &cfg.shape, &mut StdRng::seed_from_u64(seed), &cfg.init);
+        let off = builder.layer_ops(&mut mem, &tensors, cfg, false)?;
+        let on = builder.layer_ops(&mut mem, &tensors, cfg, true)?;
+        Ok(Built {
+            mem,
+            tensors,
+            off,
+            on,
+            off_label: builder.label(false),
+            on_label: builder.label(true),
+            fusion_available: builder.fusion_available(),
+        })
+    }
+
+    pub fn ops(&self, fused: bool) -> &[Box<dyn Op>] {
+        if fused { &self.on } else { &self.off }
+    }
+
+    /// Bytes of all buffers of one layer (the footprint a copy of the layer occupies).
+    pub fn footprint_bytes(&self) -> usize {
+        (0..self.mem.n_buffers()).map(|b| self.mem.bytes(BufferId(b)).len()).sum()
+    }
+}
+
+/// Buffers the unfused chain writes and the fused one does not: intermediates a fusion
+/// eliminates. They are left out of the off/on comparison (and listed).
+pub fn eliminated_buffers(off: &[Box<dyn Op>], on: &[Box<dyn Op>]) -> BTreeSet<usize> {
+    let written = |ops: &[Box<dyn Op>]| ops.iter().flat_map(|op| op.outputs()).map(|t| t.buffer.0).collect::<BTreeSet<_>>();
+    written(off).difference(&written(on)).copied().collect()
+}
+
+/// Key of each op in a chain: its ggml name plus its occurrence (`GET_ROWS#1`), and a role
+/// where the layer's structure names one (GET_ROWS#0 reads the conv state, #1 the ssm state…).
+pub fn op_keys(ops: &[Box<dyn Op>]) -> Vec<(String, Option<&'static str>)> {
+    let names: Vec<&'static str> = ops.iter().map(|o| o.name()).collect();
+    keys_for_names(&names)
+}
+
+/// [`op_keys`] on names alone.
+pub fn keys_for_names(names: &[&'static str]) -> Vec<(String, Option<&'static str>)> {
+    let count = |n: &str| names.iter().filter(|x| **x == n).count();
+    let mut seen = std::collections::HashMap::<&str, usize>::new();
+    names
+        .iter()
+        .map(|&n| {
+            let i = *seen.entry(n).and_modify(|i| *i += 1).or_insert(0);
+            let total = count(n);
+            let role = match (n, i) {
+                ("GET_ROWS", 0) => Some("conv state"),
+                ("GET_ROWS", 1) => Some("ssm state"),
+                ("L2_NORM", 0) => Some("q"),
+                ("L2_NORM", 1) => Some("k"),
+                ("SCALE", 0) => Some("zero conv row"),
+                ("SCALE", 1) => Some("zero ssm row"),
+                ("MUL_MAT_VEC", i) if i < total / 2 => Some("alpha"),
+                ("MUL_MAT_VEC", _) => Some("beta"),
+                ("CPY_SNAPSHOTS", _) => Some("snapshot rows"),
+                ("CPY", _) => Some("conv state write-back"),
+                _ => None,
+            };
+            (format!("{n}#{i}"), role)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SMALL: GdnShape = GdnShape { n_embd: 64, n_k_heads: 1, n_v_heads: 2, head_dim: 128, d_conv: 4, eps: 1e-6 };
+
+    fn cfg(n_t: usize, r: usize) -> ChainConfig {
+        ChainConfig { shape: SMALL, step: Step::new(n_t, r), init: LayerInit::default() }
+    }
+
+    #[test]
+    fn the_stand_in_says_fusion_is_not_available() {
+        let b = default_builder();
+        assert!(!b.fusion_available());
+        assert!(b.label(true).contains("fusion not available"));
+        let built = Built::new(b, &cfg(4, 3), 1).unwrap();
+        let names = |ops: &[Box<dyn Op>]| ops.iter().map(|o| o.name()).collect::<Vec<_>>();
+        assert_eq!(names(&built.off), names(&built.on));
+        assert!(eliminated_buffers(&built.off, &built.on).is_empty());
+        assert!(built.footprint_bytes() > 4 * SMALL.ssm_row() * 4);
+    }
+
+    #[test]
+    fn keys_name_occurrences_and_roles() {
+        let built = Built::new(&UnfusedOnly, &cfg(12, 3), 1).unwrap();
+        let keys = op_keys(&built.off);
+        let find = |k: &str| keys.iter().find(|(key, _)| key == k).map(|(_, r)| *r);
+        assert_eq!(find("GET_ROWS#0"), Some(Some("conv state")));
+        assert_eq!(find("GET_ROWS#1"), Some(Some("ssm state")));
+        // 12 tokens: alpha and beta mat-vecs each run as 8 + 4 columns.
+        assert_eq!(find("MUL_MAT_VEC#1"), Some(Some("alpha")));
+        assert_eq!(find("MUL_MAT_VEC#2"), Some(Some("beta")));
+        assert_eq!(find("GATED_DELTA_NET#0"), Some(None));
+        assert_eq!(keys.len(), built.off.len());
+    }
+
+    #[test]
+    fn eliminated_buffers_are_the_unfused_only_outputs() {
+        let built = Built::new(&UnfusedOnly, &cfg(4, 0), 1).unwrap();
+        // Dropping the first two ops (GET_ROWS, CONCAT) from "on" eliminates their outputs.
+        let on: Vec<Box<dyn Op>> =
+            UnfusedOnly.layer_ops(&mut built.mem.clone(), &built.tensors, &cfg(4, 0), true).unwrap().into_iter().skip(2).collect();
+        let gone = eliminated_buffers(&built.off, &on);
+        assert_eq!(gone, [built.tensors.conv_states.buffer.0, built.tensors.conv_input.buffer.0].into_iter().collect());
+    }
+}

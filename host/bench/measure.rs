@@ -1,0 +1,194 @@
+//! Timing on the GPU: per-kernel durations of layer chains (CUPTI kernel records, or one CUDA
+//! event pair around each launch), and a forward of many layers captured as a CUDA graph and
+//! replayed. Every launch runs inside NVTX ranges (forward, layer, kernel).
+
+use super::cupti::{Cupti, spans_by_launch};
+use super::nvtx;
+use crate::error::{Error, Result};
+use crate::gpu::Gpu;
+use crate::memory::DeviceMemory;
+use crate::ops::Op;
+use cudarc::driver::sys;
+
+const OP: &str = "bench";
+
+/// How kernel durations are read.
+pub enum Timer {
+    /// CUPTI kernel activity records: GPU start/end timestamps of each kernel.
+    Cupti(Cupti),
+    /// One CUDA event pair around each launch (`Gpu::set_timing`): includes the event overhead.
+    Events { why: String },
+}
+
+impl Timer {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Timer::Cupti(_) => "cupti",
+            Timer::Events { .. } => "cuda-events",
+        }
+    }
+
+    pub fn note(&self) -> String {
+        match self {
+            Timer::Cupti(c) => format!("CUPTI kernel activity records (GPU timestamps), {}", c.path().display()),
+            Timer::Events { why } => {
+                format!(
+                    "CUDA events around each launch (event overhead included; spans from events around each graph launch) — CUPTI unavailable: {why}"
+                )
+            }
+        }
+    }
+}
+
+/// Kernel durations of timed layers: `entries` of one layer, then µs per launch per layer.
+pub struct LayerTimes {
+    pub entries: Vec<&'static str>,
+    pub layers: Vec<Vec<f64>>,
+}
+
+fn invalid(what: String) -> Error {
+    Error::Invalid { op: OP, what }
+}
+
+/// Runs `n_layers` copies of the one-layer chain `ops` back to back, layer i on buffer set
+/// `(first_set + i) % sets.len()`, and times each kernel.
+pub fn time_layers(
+    gpu: &Gpu,
+    timer: &Timer,
+    sets: &[DeviceMemory],
+    first_set: usize,
+    ops: &[Box<dyn Op>],
+    n_layers: usize,
+    label: &str,
+) -> Result<LayerTimes> {
+    let events = matches!(timer, Timer::Events { .. });
+    gpu.synchronize()?;
+    gpu.take_launches()?;
+    if let Timer::Cupti(c) = timer {
+        c.take().map_err(invalid)?; // drop records of earlier, untimed work
+    }
+    gpu.set_timing(events);
+    let launched = (|| -> Result<()> {
+        let _forward = nvtx::range(&format!("forward {label}"));
+        for l in 0..n_layers {
+            let mem = &sets[(first_set + l) % sets.len()];
+            let _layer = nvtx::range(&format!("layer {l}"));
+            for op in ops {
+                let _kernel = nvtx::range(op.name());
+                op.launch(gpu, mem)?;
+            }
+        }
+        gpu.synchronize()
+    })();
+    gpu.set_timing(false);
+    let launches = gpu.take_launches()?;
+    launched?;
+    if n_layers == 0 || launches.is_empty() || launches.len() % n_layers != 0 {
+        return Err(invalid(format!("{} launches for {n_layers} layers", launches.len())));
+    }
+    let per_layer = launches.len() / n_layers;
+    let entries: Vec<&'static str> = launches[..per_layer].iter().map(|l| l.entry).collect();
+    let us: Vec<f64> = match timer {
+        Timer::Events { .. } => launches.iter().map(|l| l.elapsed_ms.map_or(f64::NAN, |ms| ms as f64 * 1e3)).collect(),
+        Timer::Cupti(c) => {
+            let recs = c.take().map_err(invalid)?;
+            if recs.len() != launches.len() {
+                return Err(invalid(format!(
+                    "CUPTI returned {} kernel records for {} launches (rerun with --events)",
+                    recs.len(),
+                    launches.len()
+                )));
+            }
+            for (r, l) in recs.iter().zip(&launches) {
+                if r.name != l.entry {
+                    return Err(invalid(format!("CUPTI record `{}` where `{}` was launched (rerun with --events)", r.name, l.entry)));
+                }
+            }
+            recs.iter().map(|r| r.duration_us()).collect()
+        }
+    };
+    Ok(LayerTimes { entries, layers: us.chunks(per_layer).map(<[f64]>::to_vec).collect() })
+}
+
+/// A forward of `layers` layer chains captured as one CUDA graph.
+pub struct Forward {
+    graph: cudarc::driver::CudaGraph,
+    pub kernels: usize,
+}
+
+/// Captures `layers` copies of `ops` (layer i on set i % sets.len()) into a graph. The ops must
+/// have run once before (module functions loaded), and timing must be off.
+pub fn capture(gpu: &Gpu, sets: &[DeviceMemory], ops: &[Box<dyn Op>], layers: usize) -> Result<Forward> {
+    gpu.synchronize()?;
+    gpu.set_timing(false);
+    gpu.take_launches()?;
+    let stream = gpu.stream();
+    stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+    let mut launched = Ok(());
+    'outer: for l in 0..layers {
+        for op in ops {
+            if let Err(e) = op.launch(gpu, &sets[l % sets.len()]) {
+                launched = Err(e);
+                break 'outer;
+            }
+        }
+    }
+    // Always end the capture, so the stream is usable whatever happened.
+    let graph = stream.end_capture(sys::CUgraphInstantiate_flags(0));
+    launched?;
+    let graph = graph?.ok_or_else(|| invalid("stream capture produced no graph".into()))?;
+    let kernels = gpu.take_launches()?.len();
+    graph.upload()?;
+    Ok(Forward { graph, kernels })
+}
+
+/// Replays the forward `n` times; the span of each replay in µs (CUPTI: first kernel start to
+/// last kernel end; events: an event pair around each graph launch).
+pub fn replay(gpu: &Gpu, timer: &Timer, fwd: &Forward, n: usize, label: &str) -> Result<Vec<f64>> {
+    gpu.synchronize()?;
+    let _range = nvtx::range(&format!("forward graph {label}"));
+    match timer {
+        Timer::Cupti(c) => {
+            c.take().map_err(invalid)?;
+            for _ in 0..n {
+                fwd.graph.launch()?;
+            }
+            gpu.synchronize()?;
+            let mut recs = c.take().map_err(invalid)?;
+            let spans = spans_by_launch(&recs);
+            if spans.len() == n && spans.iter().all(|(_, k)| *k == fwd.kernels) {
+                return Ok(spans.into_iter().map(|(us, _)| us).collect());
+            }
+            // Graph nodes without their launch's correlation id: replays run back to back on
+            // one stream, so consecutive runs of `kernels` records (by start time) are replays.
+            if fwd.kernels == 0 || recs.len() != n * fwd.kernels {
+                return Err(invalid(format!(
+                    "CUPTI returned {} kernel records for {n} replays of {} kernels (rerun with --events)",
+                    recs.len(),
+                    fwd.kernels
+                )));
+            }
+            recs.sort_by_key(|r| r.start_ns);
+            Ok(recs
+                .chunks(fwd.kernels)
+                .map(|c| {
+                    let start = c.iter().map(|r| r.start_ns).min().unwrap_or(0);
+                    let end = c.iter().map(|r| r.end_ns).max().unwrap_or(0);
+                    end.saturating_sub(start) as f64 / 1e3
+                })
+                .collect())
+        }
+        Timer::Events { .. } => {
+            let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+            let mut pairs = Vec::with_capacity(n);
+            for _ in 0..n {
+                let start = gpu.stream().record_event(flags)?;
+                fwd.graph.launch()?;
+                let end = gpu.stream().record_event(flags)?;
+                pairs.push((start, end));
+            }
+            gpu.synchronize()?;
+            pairs.iter().map(|(s, e)| Ok(s.elapsed_ms(e)? as f64 * 1e3)).collect()
+        }
+    }
+}

@@ -1,0 +1,389 @@
+//! What a bench run found (every statistic, serialised to JSON) and its text table in the
+//! reference PR's format, with the PR's published H200 figures as a labelled anchor column.
+
+use super::stats::{Summary, geomean};
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+
+/// Where the numbers came from.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Meta {
+    pub date_utc: String,
+    pub commit: String,
+    pub gpu: String,
+    pub driver: String,
+    pub cuda_driver_api: String,
+    /// SM clock and how it was read ("nvidia-smi clocks.sm after the run", or
+    /// "cuDeviceGetAttribute(CLOCK_RATE): the maximum, not the clock seen").
+    pub sm_clock_mhz: Option<f64>,
+    pub sm_clock_source: String,
+    pub l2_bytes: Option<u64>,
+    /// "cupti" (kernel activity records) or "cuda-events" (one event pair around each launch).
+    pub timing: String,
+    pub timing_note: String,
+    pub nvtx: String,
+    pub preset: String,
+    pub shape: String,
+    pub weights: String,
+    /// "warm" (every layer reuses one set of buffers) or "cold" (rotating sets beyond L2).
+    pub cache: String,
+    pub buffer_sets: usize,
+    pub rounds: usize,
+    pub layers_per_arm: usize,
+    pub graph_layers: usize,
+    pub graph_replays_per_arm: usize,
+    pub fusion_available: bool,
+    pub off_label: String,
+    pub on_label: String,
+}
+
+/// One kernel of the layer chain (one row of the table).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct KernelRow {
+    /// `GET_ROWS#0`: op name and occurrence in the chain.
+    pub key: String,
+    pub role: Option<String>,
+    /// The PTX entry launched.
+    pub entry: String,
+    pub off: Option<Summary>,
+    pub on: Option<Summary>,
+}
+
+/// One arm's whole-chain and graph figures.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ArmStats {
+    /// Sum of the kernel durations of one layer, per timed layer.
+    pub chain_total: Option<Summary>,
+    pub kernels_per_layer: usize,
+    /// Span of one replay of the captured forward (all GDN layers), µs.
+    pub graph_span: Option<Summary>,
+    pub graph_kernels_per_forward: Option<usize>,
+}
+
+/// One verify shape (decode, MTP, DFlash, T = 16).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ModeReport {
+    pub mode: String,
+    pub label: String,
+    pub tokens: usize,
+    pub rollback: usize,
+    pub kernels: Vec<KernelRow>,
+    pub off: ArmStats,
+    pub on: ArmStats,
+    /// median(on chain total) / median(off chain total).
+    pub chain_ratio: Option<f64>,
+    pub graph_ratio: Option<f64>,
+    /// chain-total ratio of each ABBA round (on/off of that round's medians).
+    pub round_ratios: Vec<f64>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Report {
+    pub meta: Meta,
+    pub modes: Vec<ModeReport>,
+    pub geomean_chain_ratio: Option<f64>,
+    pub geomean_graph_ratio: Option<f64>,
+}
+
+impl Report {
+    pub fn new(meta: Meta, modes: Vec<ModeReport>) -> Self {
+        let chain: Vec<f64> = modes.iter().filter_map(|m| m.chain_ratio).collect();
+        let graph: Vec<f64> = modes.iter().filter_map(|m| m.graph_ratio).collect();
+        Report { meta, geomean_chain_ratio: geomean(&chain), geomean_graph_ratio: geomean(&graph), modes }
+    }
+}
+
+/// median(on) / median(off).
+pub fn ratio(off: Option<&Summary>, on: Option<&Summary>) -> Option<f64> {
+    match (off, on) {
+        (Some(a), Some(b)) if a.median > 0.0 => Some(b.median / a.median),
+        _ => None,
+    }
+}
+
+/// The reference PR's published per-layer figures (H200, CUDA 12.8, nsys on a live 9B model):
+/// base and fused µs per kernel, keyed like our rows.
+pub struct Anchor {
+    pub tokens: usize,
+    pub off: &'static [(&'static str, f64)],
+    pub on: &'static [(&'static str, f64)],
+    pub off_total: (f64, usize),
+    pub on_total: (f64, usize),
+    /// Whole-model verify forward (not only the GDN chains): kernels and graph span µs.
+    pub forward: ((usize, f64), (usize, f64)),
+}
+
+pub const ANCHORS: [Anchor; 2] = [
+    Anchor {
+        tokens: 4,
+        off: &[
+            ("GET_ROWS#0", 2.30),
+            ("CONCAT#0", 2.53),
+            ("CPY_SNAPSHOTS#0", 3.10),
+            ("SSM_CONV#0", 3.10),
+            ("L2_NORM#0", 3.26),
+            ("MUL_MAT_VEC#0", 5.02),
+            ("MUL_MAT_VEC#1", 5.95),
+            ("GATED_DELTA_NET#0", 9.02),
+        ],
+        on: &[("GDN_CONV_CHAIN#0", 3.68), ("MUL_MAT_VEC_PAIR#0", 7.46), ("GATED_DELTA_NET#0", 8.67)],
+        off_total: (34.3, 8),
+        on_total: (19.8, 3),
+        forward: ((946, 3857.0), (826, 3554.0)),
+    },
+    Anchor {
+        tokens: 8,
+        off: &[
+            ("GET_ROWS#0", 2.30),
+            ("CONCAT#0", 2.69),
+            ("CPY_SNAPSHOTS#0", 4.74),
+            ("SSM_CONV#0", 2.56),
+            ("L2_NORM#0", 3.26),
+            ("MUL_MAT_VEC#0", 8.26),
+            ("MUL_MAT_VEC#1", 10.02),
+            ("GATED_DELTA_NET#0", 15.46),
+        ],
+        on: &[("GDN_CONV_CHAIN#0", 4.50), ("MUL_MAT_VEC_PAIR#0", 11.84), ("GATED_DELTA_NET#0", 14.42)],
+        off_total: (49.3, 8),
+        on_total: (30.8, 3),
+        forward: ((950, 5470.0), (830, 5032.0)),
+    },
+];
+
+pub fn anchor(tokens: usize, rollback: usize) -> Option<&'static Anchor> {
+    // The PR's shapes: T = 4 with 4 snapshot rows, T = 8 with 8 rows (R = T − 1).
+    ANCHORS.iter().find(|a| a.tokens == tokens && rollback + 1 == tokens)
+}
+
+fn cell(s: Option<&Summary>) -> String {
+    match s {
+        Some(s) => format!("{:.2} ({:.2}–{:.2})", s.median, s.p10, s.p90),
+        None => "–".into(),
+    }
+}
+
+fn lookup(table: &[(&str, f64)], key: &str) -> String {
+    table.iter().find(|(k, _)| *k == key).map(|(_, v)| format!("{v:.2}")).unwrap_or_default()
+}
+
+/// The whole report as text: one table per mode, then the ratios.
+pub fn render_text(r: &Report) -> String {
+    let m = &r.meta;
+    let mut o = String::new();
+    let _ = writeln!(o, "rgdn bench — {} ({}), {} weights, commit {}", m.preset, m.shape, m.weights, m.commit);
+    let _ = writeln!(
+        o,
+        "GPU: {} | driver {} | {} | SM clock {} ({})",
+        m.gpu,
+        m.driver,
+        m.cuda_driver_api,
+        mhz(m.sm_clock_mhz),
+        m.sm_clock_source
+    );
+    let _ = writeln!(o, "timing: {} — {}", m.timing, m.timing_note);
+    let _ = writeln!(
+        o,
+        "cache: {} ({} buffer set(s)), ABBA × {} rounds, {} timed layers per arm, graph of {} layers × {} replays per arm; NVTX: {}",
+        m.cache, m.buffer_sets, m.rounds, m.layers_per_arm, m.graph_layers, m.graph_replays_per_arm, m.nvtx
+    );
+    let _ = writeln!(o, "off = {} | on = {}", m.off_label, m.on_label);
+    if !m.fusion_available {
+        let _ = writeln!(
+            o,
+            "*** FUSION NOT AVAILABLE: the \"on\" columns run the unfused chain again (an A/A run: ratios show noise, not a fusion) ***"
+        );
+    }
+    for mode in &r.modes {
+        let _ = writeln!(o);
+        let _ = writeln!(o, "{} — T = {} tokens, {} snapshot rows (R = {})", mode.label, mode.tokens, mode.rollback + 1, mode.rollback);
+        let a = anchor(mode.tokens, mode.rollback);
+        let _ = write!(o, "{:<52} {:>30} {:>30}", "kernel", "off µs med (p10–p90)", "on µs med (p10–p90)");
+        if a.is_some() {
+            let _ = write!(o, " {:>12} {:>12}", "PR base µs", "PR fused µs");
+        }
+        let _ = writeln!(o);
+        for k in &mode.kernels {
+            let name = match &k.role {
+                Some(role) => format!("{} ({}, {role})", k.entry, k.key),
+                None => format!("{} ({})", k.entry, k.key),
+            };
+            let _ = write!(o, "{:<52} {:>30} {:>30}", name, cell(k.off.as_ref()), cell(k.on.as_ref()));
+            if let Some(a) = a {
+                let _ = write!(o, " {:>12} {:>12}", lookup(a.off, &k.key), lookup(a.on, &k.key));
+            }
+            let _ = writeln!(o);
+        }
+        let total = |s: &ArmStats| format!("{} [{} k]", cell(s.chain_total.as_ref()), s.kernels_per_layer);
+        let _ = write!(o, "{:<52} {:>30} {:>30}", "chain total [kernels per layer]", total(&mode.off), total(&mode.on));
+        if let Some(a) = a {
+            let _ = write!(
+                o,
+                " {:>12} {:>12}",
+                format!("{:.1} [{} k]", a.off_total.0, a.off_total.1),
+                format!("{:.1} [{} k]", a.on_total.0, a.on_total.1)
+            );
+        }
+        let _ = writeln!(o);
+        let graph = |s: &ArmStats| match (&s.graph_span, s.graph_kernels_per_forward) {
+            (Some(g), Some(k)) => format!("{} [{k} k]", cell(Some(g))),
+            _ => "–".into(),
+        };
+        let _ = write!(
+            o,
+            "{:<52} {:>30} {:>30}",
+            format!("graph span, {} layers [kernels]", m.graph_layers),
+            graph(&mode.off),
+            graph(&mode.on)
+        );
+        if let Some(a) = a {
+            let ((k0, s0), (k1, s1)) = a.forward;
+            let _ = write!(o, " {:>12} {:>12}", format!("{s0:.0} [{k0}]*"), format!("{s1:.0} [{k1}]*"));
+        }
+        let _ = writeln!(o);
+        let _ = writeln!(
+            o,
+            "on/off: chain {} | graph {} | per ABBA round: {}",
+            ratio_text(mode.chain_ratio),
+            ratio_text(mode.graph_ratio),
+            mode.round_ratios.iter().map(|x| format!("{x:.3}")).collect::<Vec<_>>().join(" ")
+        );
+    }
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "geometric mean of on/off ratios over modes: chain {} | graph {}",
+        ratio_text(r.geomean_chain_ratio),
+        ratio_text(r.geomean_graph_ratio)
+    );
+    if r.modes.iter().any(|m| anchor(m.tokens, m.rollback).is_some()) {
+        let _ = writeln!(
+            o,
+            "PR columns: the reference PR's published H200 figures (nsys, live 9B model, CUDA 12.8) — an anchor, not this run; \
+             * = its whole-model verify forward (attention, FFN, …), not comparable with our GDN-only graph."
+        );
+    }
+    o
+}
+
+fn mhz(x: Option<f64>) -> String {
+    x.map(|v| format!("{v:.0} MHz")).unwrap_or_else(|| "unknown".into())
+}
+
+fn ratio_text(x: Option<f64>) -> String {
+    x.map(|v| format!("{v:.3}")).unwrap_or_else(|| "–".into())
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::bench::stats::summarize;
+
+    /// A report from made-up numbers (also used by the plot test).
+    pub(crate) fn synthetic(fusion: bool) -> Report {
+        let s = |base: f64| summarize(&(0..200).map(|i| base + (i % 10) as f64 * 0.01).collect::<Vec<_>>());
+        let modes =
+            [("decode", "decode", 1, 0), ("mtp3", "MTP K=3 verify", 4, 3), ("dflash7", "DFlash-7 verify", 8, 7), ("t16", "T=16", 16, 15)]
+                .iter()
+                .map(|&(mode, label, t, r)| {
+                    let scale = 1.0 + t as f64 / 8.0;
+                    let row = |key: &str, role: Option<&str>, entry: &str, off: f64, on: Option<f64>| KernelRow {
+                        key: key.into(),
+                        role: role.map(String::from),
+                        entry: entry.into(),
+                        off: s(off * scale),
+                        on: on.and_then(|v| s(v * scale)),
+                    };
+                    let on_k = |v: f64| if fusion { None } else { Some(v) };
+                    let mut kernels = vec![
+                        row("GET_ROWS#0", Some("conv state"), "get_rows_f32", 2.3, on_k(2.3)),
+                        row("CONCAT#0", None, "concat_dim0_f32", 2.5, on_k(2.5)),
+                        row("SSM_CONV#0", None, "ssm_conv_f32_d4_silu", 3.1, on_k(3.1)),
+                        row("GATED_DELTA_NET#0", None, "gated_delta_net_f32_d128", 9.0, Some(8.7)),
+                    ];
+                    if fusion {
+                        kernels.push(row("GDN_CONV_CHAIN#0", None, "gdn_conv_chain_f32", 0.0, None));
+                        kernels.last_mut().unwrap().off = None;
+                        kernels.last_mut().unwrap().on = s(3.7 * scale);
+                    }
+                    let off = ArmStats {
+                        chain_total: s(17.0 * scale),
+                        kernels_per_layer: 4,
+                        graph_span: s(400.0 * scale),
+                        graph_kernels_per_forward: Some(96),
+                    };
+                    let on_total = if fusion { 12.4 } else { 17.0 };
+                    let on = ArmStats {
+                        chain_total: s(on_total * scale),
+                        kernels_per_layer: if fusion { 2 } else { 4 },
+                        graph_span: s(on_total / 17.0 * 400.0 * scale),
+                        graph_kernels_per_forward: Some(if fusion { 48 } else { 96 }),
+                    };
+                    ModeReport {
+                        mode: mode.into(),
+                        label: label.into(),
+                        tokens: t,
+                        rollback: r,
+                        kernels,
+                        chain_ratio: ratio(off.chain_total.as_ref(), on.chain_total.as_ref()),
+                        graph_ratio: ratio(off.graph_span.as_ref(), on.graph_span.as_ref()),
+                        off,
+                        on,
+                        round_ratios: vec![1.0, 0.99],
+                    }
+                })
+                .collect();
+        let meta = Meta {
+            gpu: "NVIDIA H200".into(),
+            timing: "cupti".into(),
+            preset: "qwen3.5-9b".into(),
+            fusion_available: fusion,
+            off_label: "unfused".into(),
+            on_label: if fusion { "fused".into() } else { "fusion not available: the unfused chain again".into() },
+            graph_layers: 24,
+            ..Meta::default()
+        };
+        Report::new(meta, modes)
+    }
+
+    #[test]
+    fn the_table_has_every_kernel_the_totals_and_the_anchor() {
+        let text = render_text(&synthetic(false));
+        assert!(text.contains("FUSION NOT AVAILABLE"), "{text}");
+        assert!(text.contains("get_rows_f32 (GET_ROWS#0, conv state)"));
+        assert!(text.contains("chain total [kernels per layer]"));
+        // The PR's anchor appears for T = 4 (34.3 µs, 8 kernels) and T = 8 only.
+        assert!(text.contains("34.3 [8 k]") && text.contains("49.3 [8 k]") && text.contains("19.8 [3 k]"));
+        assert_eq!(text.matches("PR base µs").count(), 2);
+        assert!(text.contains("geometric mean of on/off ratios over modes: chain 1.000"));
+        let fused = render_text(&synthetic(true));
+        assert!(!fused.contains("FUSION NOT AVAILABLE"));
+        assert!(fused.contains("gdn_conv_chain_f32 (GDN_CONV_CHAIN#0)"));
+    }
+
+    #[test]
+    fn ratios_and_their_geometric_mean() {
+        let r = synthetic(true);
+        let m = &r.modes[1];
+        let want = m.on.chain_total.unwrap().median / m.off.chain_total.unwrap().median;
+        assert!((m.chain_ratio.unwrap() - want).abs() < 1e-12);
+        assert!(r.geomean_chain_ratio.unwrap() < 1.0);
+        assert_eq!(ratio(None, m.on.chain_total.as_ref()), None);
+    }
+
+    #[test]
+    fn the_json_round_trips_every_statistic() {
+        let r = synthetic(true);
+        let json = serde_json::to_string_pretty(&r).unwrap();
+        let back: Report = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.modes.len(), 4);
+        assert_eq!(back.modes[2].kernels[0].off, r.modes[2].kernels[0].off);
+        assert_eq!(back.geomean_graph_ratio, r.geomean_graph_ratio);
+        assert!(json.contains("\"p10\"") && json.contains("\"p90\"") && json.contains("\"median\""));
+    }
+
+    #[test]
+    fn anchors_exist_only_for_the_prs_shapes() {
+        assert!(anchor(4, 3).is_some() && anchor(8, 7).is_some());
+        assert!(anchor(4, 0).is_none() && anchor(1, 0).is_none() && anchor(16, 15).is_none());
+    }
+}
