@@ -14,15 +14,12 @@
 //! (`rgdn info | head -c 10`) ends the program quietly with exit 0 and a full disk is an error
 //! message (exit 1), never a panic.
 //!
-//! Adding a subcommand (e.g. `bench`, as `rgdn::bench::BenchArgs` + `rgdn::bench::run`) is one
-//! variant in [`Command`] and one arm in [`run`] (its name in messages comes from clap):
-//! ```text
-//! /// Benchmarks …
-//! Bench(rgdn::bench::BenchArgs),
-//! Command::Bench(a) => rgdn::bench::run(&a).map(|_| ExitCode::SUCCESS).map_err(CliError::from),
-//! ```
-//! (adapt the arm's conversion to `run`'s return type; [`CliError`] converts from
-//! `rgdn::Error`, `std::io::Error` and `String`).
+//! - `rgdn bench [...]`: the benchmark (`rgdn bench --help`; [`rgdn::bench`]).
+//! - `rgdn` alone: the main job ([`rgdn::main_job`]).
+//!
+//! Adding a subcommand is one variant in [`Command`] and one arm in [`run`] (its name in
+//! messages comes from clap; [`CliError`] converts from `rgdn::Error`, `std::io::Error` and
+//! `String`).
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use rand::SeedableRng;
@@ -38,8 +35,10 @@ use std::process::ExitCode;
 #[derive(Debug, Parser)]
 #[command(name = "rgdn", version, about = "Exactness-preserving GPU kernels for Gated-DeltaNet layers", long_about = None)]
 struct Cli {
+    /// Without a subcommand: the main job — the 9B verify step (T=4, R=3) unfused and fused,
+    /// every buffer compared bit for bit, and the per-kernel time table.
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -51,7 +50,8 @@ enum Command {
     Info,
     /// Runs one unfused GDN layer step on random weights and checks it against the CPU reference.
     Layer(LayerArgs),
-    // [bench] `Bench(rgdn::bench::BenchArgs),` goes here (see the module docs).
+    /// Benchmarks one GDN layer's chain and a whole verify forward, fusion off and on.
+    Bench(rgdn::bench::BenchArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -158,11 +158,13 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(command: Command, out: &mut dyn Write) -> Result<ExitCode, CliError> {
+fn run(command: Option<Command>, out: &mut dyn Write) -> Result<ExitCode, CliError> {
     match command {
-        Command::Check(a) => check(a.filter.as_deref().unwrap_or(""), out),
-        Command::Info => info(out),
-        Command::Layer(a) => layer(&a, out),
+        None => Ok(rgdn::main_job::run_cli()),
+        Some(Command::Check(a)) => check(a.filter.as_deref().unwrap_or(""), out),
+        Some(Command::Info) => info(out),
+        Some(Command::Layer(a)) => layer(&a, out),
+        Some(Command::Bench(a)) => Ok(rgdn::bench::run_cli(&a)),
     }
 }
 
