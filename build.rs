@@ -23,6 +23,8 @@ fn main() {
     println!("cargo:rerun-if-changed=kernels-gpu/src");
     println!("cargo:rerun-if-changed=kernels-gpu/Cargo.toml");
     println!("cargo:rerun-if-env-changed=RGDN_CUDA_ARCH");
+    // The bench embeds the commit it was built from (scripts/gpu-bundle.sh sets it).
+    println!("cargo:rerun-if-env-changed=RGDN_GIT_COMMIT");
 
     let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
     check_rust_src(&cargo);

@@ -14,6 +14,7 @@ bundle="$root/bundle"
 rm -rf "$bundle"
 mkdir -p "$bundle/tests"
 
+export RGDN_GIT_COMMIT=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . || echo -dirty)
 cargo build --release --bins
 cargo test --release --no-run --message-format=json 2>/dev/null > "$root/target/test-executables.json"
 python3 - "$root/target/test-executables.json" "$bundle/tests" <<'PY'
