@@ -400,7 +400,7 @@ mod cli {
 
     #[test]
     fn extra_and_unknown_arguments_are_refused() {
-        for args in [&["check", "a", "b"][..], &["info", "extra"], &["layer", "9b", "4b"], &["layer", "--bogus"], &["frobnicate"], &[]] {
+        for args in [&["check", "a", "b"][..], &["info", "extra"], &["layer", "9b", "4b"], &["layer", "--bogus"], &["bench", "--bogus"], &["frobnicate"]] {
             let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_ref()).collect();
             let o = rgdn(&args);
             no_panic(&o);
