@@ -25,3 +25,7 @@ pub mod suite;
 pub mod tensor;
 
 pub use error::{Error, Result};
+
+// [graph] the layer graph, buffer planner and executor; the fusion pass
+pub mod fusion;
+pub mod graph;
