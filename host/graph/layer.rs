@@ -492,6 +492,12 @@ fn fill(mem: &mut HostMemory, v: &LayerValues, spec: &LayerSpec, rng: &mut StdRn
 }
 
 impl Built {
+    /// The graph's nodes again (ggml's order, separate CPYs), for another compile of the same
+    /// memory.
+    pub fn fresh_nodes(&self) -> Vec<Node> {
+        self.spec.layers.iter().enumerate().flat_map(|(l, ls)| layer_nodes(&self.layers[l], ls, l)).collect()
+    }
+
     /// Values whose final bytes are meaningful after a run: every value that is not planned
     /// (inputs, weights, caches) and every planned value no later block overwrites, except the
     /// conv chain's internal intermediates (GET_ROWS and CONCAT outputs), which a fused graph
