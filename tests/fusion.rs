@@ -299,7 +299,12 @@ fn fused_graphs_equal_unfused_ones_on_the_cpu() {
         }
     }
     let stack = StackSpec {
-        layers: (0..3).map(|l| LayerSpec { layout: if l == 1 { LayerLayout::PrAliasing } else { LayerLayout::Ggml }, ..LayerSpec::new(TINY, Step::new(4, 3)) }).collect(),
+        layers: (0..3)
+            .map(|l| LayerSpec {
+                layout: if l == 1 { LayerLayout::PrAliasing } else { LayerLayout::Ggml },
+                ..LayerSpec::new(TINY, Step::new(4, 3))
+            })
+            .collect(),
         outputs: Outputs::Forward,
     };
     let out = off_on_cpu(&stack, 9, &mut ExactMufu).unwrap();
@@ -318,7 +323,8 @@ fn sweep_check_without_launches(spec: &StackSpec, r: &sweep::OffOn) -> Result<()
     }
     let n_t = spec.layers[0].step.n_tokens;
     let l = &r.report.layers[0];
-    let pair_ok = if n_t <= 8 { matches!(l.pair, Outcome::Fused { .. }) } else { l.pair == Outcome::Refused(Refusal::PairTooWide { ncols: n_t }) };
+    let pair_ok =
+        if n_t <= 8 { matches!(l.pair, Outcome::Fused { .. }) } else { l.pair == Outcome::Refused(Refusal::PairTooWide { ncols: n_t }) };
     if !matches!(l.conv_chain, Outcome::Fused { .. }) || !pair_ok {
         return Err(format!("{}", r.report));
     }
@@ -515,3 +521,16 @@ fn the_unperturbed_property_graphs_fuse() {
     }
 }
 
+/// The whole sweep (800 cases: both layouts) off vs on on the CPU reference, and a whole
+/// 24-layer 9B verify forward: ~25 s here, so run on demand (`cargo test --test fusion -- --ignored`).
+#[test]
+#[ignore]
+fn the_whole_sweep_and_a_9b_forward_on_the_cpu() {
+    for (i, (name, spec)) in sweep::cases().iter().enumerate() {
+        let r = off_on_cpu(spec, i as u64, &mut ExactMufu).unwrap();
+        assert_eq!(sweep_check_without_launches(spec, &r), Ok(()), "{name}");
+    }
+    let r = off_on_cpu(&sweep::forward_spec(GdnShape::QWEN35_9B, 24, 4, 3), 2, &mut ExactMufu).unwrap();
+    assert!(r.identical(), "{:?}", r.mismatches);
+    assert_eq!(r.report.fused_counts(), (24, 24));
+}

@@ -120,12 +120,16 @@ impl Op for GdnConvChain {
         let s = Scratch::new(self, mem)?;
         let dev = DeviceMemory::upload(gpu, &s.host)?;
         let stream = gpu.stream().cu_stream();
-        let at = |buffer: BufferId, offset: usize| Tensor::new(buffer, Layout::contiguous(DType::F32, [1, 1, 1, 1]).view([1, 1, 1, 1], [4; 4], offset));
+        let at = |buffer: BufferId, offset: usize| {
+            Tensor::new(buffer, Layout::contiguous(DType::F32, [1, 1, 1, 1]).view([1, 1, 1, 1], [4; 4], offset))
+        };
         for (main, r, id, _) in &s.spans {
             // SAFETY: validation proved the span lies in the main buffer; the scratch buffer
             // was allocated with exactly its length; both live until the stream has run the
             // copy (the scratch memory is dropped after stream-ordered work only).
-            unsafe { cudarc::driver::result::memcpy_dtod_async(dev.device_ptr(&at(*id, 0)), mem.device_ptr(&at(*main, r.start)), r.len(), stream) }?;
+            unsafe {
+                cudarc::driver::result::memcpy_dtod_async(dev.device_ptr(&at(*id, 0)), mem.device_ptr(&at(*main, r.start)), r.len(), stream)
+            }?;
         }
         for o in &s.ops {
             o.launch(gpu, &dev)?;
@@ -133,7 +137,14 @@ impl Op for GdnConvChain {
         for (main, r, id, back) in &s.spans {
             if *back {
                 // SAFETY: as above, in the other direction.
-                unsafe { cudarc::driver::result::memcpy_dtod_async(mem.device_ptr(&at(*main, r.start)), dev.device_ptr(&at(*id, 0)), r.len(), stream) }?;
+                unsafe {
+                    cudarc::driver::result::memcpy_dtod_async(
+                        mem.device_ptr(&at(*main, r.start)),
+                        dev.device_ptr(&at(*id, 0)),
+                        r.len(),
+                        stream,
+                    )
+                }?;
             }
         }
         gpu.synchronize()

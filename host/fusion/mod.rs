@@ -184,7 +184,10 @@ impl fmt::Display for Refusal {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
     /// Fired: `replaced` nodes became one, placed at node `at` of the result.
-    Fused { replaced: usize, at: usize },
+    Fused {
+        replaced: usize,
+        at: usize,
+    },
     Refused(Refusal),
 }
 
@@ -467,7 +470,7 @@ pub fn match_conv_chain(nodes: &[Node], layer: usize) -> Result<ChainMatch, Refu
         let offset = rel / 4;
         if cpy.src.buffer != conv_input.buffer
             || cpy.src.layout.offset < conv_input.layout.offset
-            || rel % 4 != 0
+            || !rel.is_multiple_of(4)
             || offset > n_tokens
             || cpy.src != window(&conv_input, state_len, offset)
         {
@@ -475,7 +478,7 @@ pub fn match_conv_chain(nodes: &[Node], layer: usize) -> Result<ChainMatch, Refu
         }
         let row_bytes = cache.layout.nb[1];
         let rel = cpy.dst.layout.offset.wrapping_sub(cache.layout.offset);
-        let row = if row_bytes == 0 { usize::MAX } else { rel / row_bytes };
+        let row = rel.checked_div(row_bytes).unwrap_or(usize::MAX);
         if cpy.dst.buffer != cache.buffer
             || cpy.dst.layout.offset < cache.layout.offset
             || row_bytes == 0
@@ -538,7 +541,8 @@ pub fn match_conv_chain(nodes: &[Node], layer: usize) -> Result<ChainMatch, Refu
 
     // The fused node's own reads and writes.
     let written: [(&'static str, &Tensor); 4] = [("conv_cache", &cache), ("conv_out", &conv_out), ("q_norm", &q.dst), ("k_norm", &k.dst)];
-    let read: [(&'static str, &Tensor); 4] = [("qkv", &qkv), ("weight", &conv.weight), ("source_row", &gather.rows), ("conv_cache", &cache)];
+    let read: [(&'static str, &Tensor); 4] =
+        [("qkv", &qkv), ("weight", &conv.weight), ("source_row", &gather.rows), ("conv_cache", &cache)];
     for (i, (wa, ta)) in written.iter().enumerate() {
         for (rb, tb) in read.iter().chain(&written[i + 1..]) {
             let allowed = (*wa == "conv_cache" && *rb == "conv_cache") || (*wa == "conv_out" && *rb == "qkv" && ta.same_elements(tb));
@@ -554,11 +558,11 @@ pub fn match_conv_chain(nodes: &[Node], layer: usize) -> Result<ChainMatch, Refu
     let (first, last) = (pattern[0], *pattern.last().expect("non-empty"));
     let early: Vec<Access> = [conv_out, q.dst, k.dst].iter().filter_map(Access::of).collect();
     let (cache_a, weight_a, ids_a) = (acc(&cache), acc(&conv.weight), acc(&gather.rows));
-    for x in first + 1..last {
+    for (x, node) in nodes.iter().enumerate().take(last).skip(first + 1) {
         if pattern.contains(&x) {
             continue;
         }
-        let (r, w) = (nodes[x].reads(), nodes[x].writes());
+        let (r, w) = (node.reads(), node.writes());
         if any_overlap(&w, &cache_a) {
             return Err(BetweenWritesCache { node: x });
         }
@@ -630,11 +634,11 @@ pub fn match_pair(nodes: &[Node], layer: usize) -> Result<PairMatch, Refusal> {
     if any_overlap(&d1, &d2) || any_overlap(&d1, &ops2) || any_overlap(&d2, &ops1) {
         return Err(PairAliasing);
     }
-    for x in a + 1..b {
-        if any_overlap(&nodes[x].writes(), &ops2) {
+    for (x, node) in nodes.iter().enumerate().take(b).skip(a + 1) {
+        if any_overlap(&node.writes(), &ops2) {
             return Err(PairBetweenWritesInput { node: x });
         }
-        if any_overlap(&nodes[x].writes(), &d2) || any_overlap(&nodes[x].reads(), &d2) {
+        if any_overlap(&node.writes(), &d2) || any_overlap(&node.reads(), &d2) {
             return Err(PairBetweenTouchesOutput { node: x });
         }
     }

@@ -39,7 +39,15 @@ pub struct SweepShape {
 impl SweepShape {
     pub fn step(&self, n_t: usize, r: usize) -> Step {
         let depth = if self.read_among_written { r.min(n_t.max(1)).min(2) } else { r.min(1) };
-        Step { n_tokens: n_t, n_rollback: r, cells: self.cells, kv_head: self.kv_head, src_cell: self.src_cell, rollback_depth: depth, zero_cell: self.zero_cell }
+        Step {
+            n_tokens: n_t,
+            n_rollback: r,
+            cells: self.cells,
+            kv_head: self.kv_head,
+            src_cell: self.src_cell,
+            rollback_depth: depth,
+            zero_cell: self.zero_cell,
+        }
     }
 }
 
@@ -63,7 +71,16 @@ pub fn shapes() -> [SweepShape; 5] {
     };
     [
         SweepShape { name: "dconv3-d32-read-written", shape: shape(64, 2, 4, 32, 3), ..base },
-        SweepShape { name: "dconv4-d64-read-other", shape: shape(128, 1, 2, 64, 4), weights: DType::F16, cells: 2, kv_head: 1, src_cell: 0, read_among_written: false, ..base },
+        SweepShape {
+            name: "dconv4-d64-read-other",
+            shape: shape(128, 1, 2, 64, 4),
+            weights: DType::F16,
+            cells: 2,
+            kv_head: 1,
+            src_cell: 0,
+            read_among_written: false,
+            ..base
+        },
         SweepShape { name: "dconv5-d128-read-written", shape: shape(64, 1, 2, 128, 5), ..base },
         SweepShape {
             name: "dconv4-d128-read-other-zeroed",
@@ -227,7 +244,8 @@ pub fn sweep(gpu: &Gpu, log: &mut dyn FnMut(&str)) -> Result<SweepSummary> {
 /// Kernel launches of one forward: in all, and of the chain (everything but SCALE, the
 /// alpha/beta elementwise ops and the ssm-state GET_ROWS, which no fusion touches).
 pub fn chain_kernels(l: &Launches, layers: usize) -> (usize, usize) {
-    let other: usize = l.per_node.iter().filter(|(n, _)| matches!(*n, "SCALE" | "SIGMOID" | "ADD" | "SOFTPLUS" | "MUL")).map(|(_, k)| k.len()).sum();
+    let other: usize =
+        l.per_node.iter().filter(|(n, _)| matches!(*n, "SCALE" | "SIGMOID" | "ADD" | "SOFTPLUS" | "MUL")).map(|(_, k)| k.len()).sum();
     (l.total(), l.total() - other - layers)
 }
 

@@ -19,7 +19,10 @@ use crate::error::{Error, Result};
 use crate::kernels::abi;
 use crate::layer::{GdnShape, LayerTensors, MAT_VEC_MAX_COLS, Step};
 use crate::memory::HostMemory;
-use crate::ops::{Binary, BinaryKind, ConcatDim0, Cpy, CpySnapshots, GatedDeltaNet, GetRows, L2Norm, MulMatVec, Op, Precision, Scale, SsmConv, Unary, UnaryKind};
+use crate::ops::{
+    Binary, BinaryKind, ConcatDim0, Cpy, CpySnapshots, GatedDeltaNet, GetRows, L2Norm, MulMatVec, Op, Precision, Scale, SsmConv, Unary,
+    UnaryKind,
+};
 use crate::suite::inputs::{self, Values};
 use crate::tensor::{BufferId, DType, Layout, Tensor};
 use rand::rngs::StdRng;
@@ -386,7 +389,8 @@ fn layer_values(ids: &[usize; FIELDS], tensor: impl Fn(usize) -> Tensor) -> Laye
 
 /// A layer's nodes: the two STAGE nodes of its inputs, then ggml's graph of the layer.
 fn layer_nodes(v: &LayerValues, spec: &LayerSpec, layer: usize) -> Vec<Node> {
-    let staged: [Box<dyn Op>; 2] = [Box::new(Stage { src: v.qkv_src, dst: v.t.qkv_mixed }), Box::new(Stage { src: v.cur_src, dst: v.t.cur })];
+    let staged: [Box<dyn Op>; 2] =
+        [Box::new(Stage { src: v.qkv_src, dst: v.t.qkv_mixed }), Box::new(Stage { src: v.cur_src, dst: v.t.cur })];
     staged.into_iter().chain(ggml_layer_ops(&v.t, spec)).map(|op| Node::new(op, Some(layer))).collect()
 }
 
@@ -529,9 +533,14 @@ mod tests {
 
     #[test]
     fn layer_ops_equals_todays_unfused_ops_op_for_op() {
-        for (n_t, r, cells, kv, src, depth, zero) in
-            [(1, 0, 1, 0, 0, 0, None), (4, 3, 1, 0, 0, 0, None), (5, 6, 2, 1, 1, 2, Some(0)), (12, 0, 3, 2, 0, 0, None), (16, 16, 1, 0, 0, 16, Some(0)), (3, 7, 2, 0, 1, 5, None)]
-        {
+        for (n_t, r, cells, kv, src, depth, zero) in [
+            (1, 0, 1, 0, 0, 0, None),
+            (4, 3, 1, 0, 0, 0, None),
+            (5, 6, 2, 1, 1, 2, Some(0)),
+            (12, 0, 3, 2, 0, 0, None),
+            (16, 16, 1, 0, 0, 16, Some(0)),
+            (3, 7, 2, 0, 1, 5, None),
+        ] {
             let step = Step { n_tokens: n_t, n_rollback: r, cells, kv_head: kv, src_cell: src, rollback_depth: depth, zero_cell: zero };
             for precision in [Precision::Default, Precision::F32] {
                 let mut mem = HostMemory::new();
@@ -582,8 +591,11 @@ mod tests {
         let layer = LayerSpec { layout: LayerLayout::PrAliasing, ..LayerSpec::new(small, Step::new(3, 2)) };
         let b = build(&StackSpec { layers: vec![layer; 2], outputs: Outputs::Products }, 1).unwrap();
         for l in 0..2 {
-            let (qkv, state, out) =
-                (b.value(&format!("L{l}.qkv_mixed")).unwrap(), b.value(&format!("L{l}.ssm_state")).unwrap(), b.value(&format!("L{l}.conv_out")).unwrap());
+            let (qkv, state, out) = (
+                b.value(&format!("L{l}.qkv_mixed")).unwrap(),
+                b.value(&format!("L{l}.ssm_state")).unwrap(),
+                b.value(&format!("L{l}.conv_out")).unwrap(),
+            );
             assert_eq!(b.plan.offsets[qkv], b.plan.offsets[state]);
             assert!(!b.plan.shares_bytes(out, qkv));
         }

@@ -104,7 +104,11 @@ struct Arena {
 
 impl Arena {
     fn alloc(&mut self, size: usize) -> usize {
-        let best = self.free.iter().enumerate().filter(|(_, b)| b.1 >= size).min_by_key(|(i, b)| (b.1, *i)).map(|(i, _)| i);
+        // Best fit among the free blocks, the one ending at the top excepted: as ggml's last
+        // block, that one is unbounded and only the last resort.
+        let top = self.top;
+        let best =
+            self.free.iter().enumerate().filter(|(_, b)| b.1 >= size && b.0 + b.1 != top).min_by_key(|(i, b)| (b.1, *i)).map(|(i, _)| i);
         if let Some(i) = best {
             let (start, len) = self.free[i];
             if len == size {
@@ -114,12 +118,16 @@ impl Arena {
             }
             return start;
         }
-        // The last free block, when it ends at the top, grows (ggml's last block is unbounded).
+        // The last free block, when it ends at the top, serves (and grows if needed).
         if let Some(&(start, len)) = self.free.last()
             && start + len == self.top
         {
             self.free.pop();
-            self.top = start + size;
+            if len > size {
+                self.free.push((start + size, len - size));
+            } else {
+                self.top = start + size;
+            }
             return start;
         }
         let start = self.top;
@@ -199,7 +207,10 @@ pub fn plan(values: &[ValueInfo], nodes: &[Node], pins: &[Pin]) -> Result<Plan> 
             }
             let start = match pin_of[v] {
                 Some(u) => held[v].take().ok_or_else(|| {
-                    bad(format!("`{}` is pinned onto `{}`, which is not dead when `{}` is written", values[v].name, values[u].name, values[v].name))
+                    bad(format!(
+                        "`{}` is pinned onto `{}`, which is not dead when `{}` is written",
+                        values[v].name, values[u].name, values[v].name
+                    ))
                 })?,
                 None => arena.alloc(block_bytes[v]),
             };
@@ -254,7 +265,13 @@ mod tests {
     #[test]
     fn dead_blocks_are_reused_best_fit_and_inputs_never() {
         // x (input) → a → b → c → d; a dies after b is written, so c takes a's block.
-        let values = [v(Role::Input, 1024), v(Role::Intermediate, 1024), v(Role::Intermediate, 1024), v(Role::Intermediate, 1024), v(Role::Output, 1024)];
+        let values = [
+            v(Role::Input, 1024),
+            v(Role::Intermediate, 1024),
+            v(Role::Intermediate, 1024),
+            v(Role::Intermediate, 1024),
+            v(Role::Output, 1024),
+        ];
         let nodes = [node(0, 1, 256), node(1, 2, 256), node(2, 3, 256), node(3, 4, 256)];
         let p = plan(&values, &nodes, &[]).unwrap();
         assert_eq!(p.offsets, vec![None, Some(0), Some(1024), Some(0), Some(1024)]);
@@ -265,7 +282,8 @@ mod tests {
     #[test]
     fn a_pin_holds_the_dead_block_for_its_value() {
         // a dies at node 1; without the pin c (same size) would take a's block.
-        let values = [v(Role::Input, 1024), v(Role::Staged, 1024), v(Role::Intermediate, 1024), v(Role::Intermediate, 2048), v(Role::Output, 1024)];
+        let values =
+            [v(Role::Input, 1024), v(Role::Staged, 1024), v(Role::Intermediate, 1024), v(Role::Intermediate, 2048), v(Role::Output, 1024)];
         let nodes = [node(0, 1, 256), node(1, 2, 256), node(2, 4, 256), node(0, 3, 256)];
         let free = plan(&values, &nodes, &[]).unwrap();
         assert_eq!(free.offsets[4], Some(0));
