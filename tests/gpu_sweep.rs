@@ -32,22 +32,18 @@ fn main() -> ExitCode {
     let mut ok = true;
 
     let t = Instant::now();
-    match sweep::sweep(&gpu, &mut |line| println!("{line}")) {
-        Ok(s) => {
-            println!(
-                "SWEEP: {}/{} cases identical off/on, conv chain fused as 1 kernel in every case, alpha/beta pair 1 launch for n_t ≤ 8 \
-                 (refused as too wide above) — both layouts ({:.1} s)",
-                s.passed,
-                s.cases,
-                t.elapsed().as_secs_f64()
-            );
-            ok &= s.passed == s.cases;
-        }
-        Err(e) => {
-            println!("SWEEP FAILED to run: {e}");
-            ok = false;
-        }
+    let s = sweep::sweep(&gpu, &mut |line| println!("{line}"));
+    for (layout, n, p) in &s.by_layout {
+        println!("  {layout}: {p}/{n}");
     }
+    println!(
+        "SWEEP: {}/{} cases identical off/on (L2, SiLU, whole conv cache, alpha/beta products, …), conv chain fused as 1 kernel \
+         in every case, alpha/beta pair 1 launch for n_t ≤ 8 (refused as too wide above) — both layouts ({:.1} s)",
+        s.passed,
+        s.cases,
+        t.elapsed().as_secs_f64()
+    );
+    ok &= s.passed == s.cases;
 
     let layers = 24;
     for (n_t, r) in [(4, 3), (8, 7)] {

@@ -20,7 +20,7 @@ use crate::gpu::Gpu;
 use crate::memory::{DeviceMemory, HostMemory, Memory};
 use crate::ops::Op;
 use crate::reference::math::Mufu;
-use crate::tensor::{BufferId, DType, Tensor};
+use crate::tensor::{BufferId, Tensor};
 use std::ops::Range;
 
 /// Bytes `bytes` of buffer `buffer` (a conservative span: first to last byte of a view).
@@ -147,10 +147,4 @@ impl Op for Stage {
     fn outputs(&self) -> Vec<Tensor> {
         vec![self.dst]
     }
-}
-
-/// A contiguous F32 tensor's bytes as a `Tensor` of its own buffer region (helper for tests).
-pub fn f32_tensor(buffer: BufferId, offset: usize, ne: [usize; 4]) -> Tensor {
-    let l = crate::tensor::Layout::contiguous(DType::F32, ne);
-    Tensor::new(buffer, l.view(ne, l.nb, offset))
 }
