@@ -63,6 +63,11 @@ impl Scratch {
         if op.snapshots.is_empty() || op.snapshots.len() > 16 {
             return Err(Error::Unsupported { op: CHAIN, what: format!("{} snapshot rows (1 to 16)", op.snapshots.len()) });
         }
+        for (i, a) in op.snapshots.iter().enumerate() {
+            if op.snapshots[i + 1..].iter().any(|b| b.row == a.row) {
+                return Err(Error::Aliasing { op: CHAIN, a: "snapshots", b: "snapshots", why: "a cache row is written twice" });
+            }
+        }
         let [c, n_t, ..] = op.qkv.ne();
         let d_conv = op.weight.ne()[0];
         if d_conv < 2 {
