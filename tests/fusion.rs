@@ -14,7 +14,8 @@ use rgdn::ops::{Cpy, L2Norm, MulMatVec, Op};
 use rgdn::reference::math::ExactMufu;
 use rgdn::tensor::{DType, Tensor};
 
-const TINY: GdnShape = GdnShape { n_embd: 64, n_k_heads: 1, n_v_heads: 1, head_dim: 32, d_conv: 4, eps: 1e-6 };
+/// C = (2·1 + 2)·32 = 128.
+const TINY: GdnShape = GdnShape { n_embd: 64, n_k_heads: 1, n_v_heads: 2, head_dim: 32, d_conv: 4, eps: 1e-6 };
 
 /// Every tensor of a layer in its own buffer, without the layer builder's validation (so scope
 /// limits can be crossed).
@@ -139,6 +140,8 @@ fn every_rule_refuses_the_graph_that_breaks_it() {
     assert_eq!(case(GdnShape { d_conv: 9, ..TINY }, Step::new(4, 3)).chain(), Err(ConvWidth { d_conv: 9 }));
     assert_eq!(case(GdnShape { head_dim: 16, ..TINY }, Step::new(4, 3)).chain(), Err(HeadDim { head_dim: 16 }));
     assert_eq!(case(GdnShape { head_dim: 256, ..TINY }, Step::new(4, 3)).chain(), Err(HeadDim { head_dim: 256 }));
+    assert_eq!(case(GdnShape { head_dim: 96, n_v_heads: 6, ..TINY }, Step::new(4, 3)).chain(), Err(HeadDim { head_dim: 96 }));
+    assert_eq!(case(GdnShape { n_v_heads: 1, ..TINY }, Step::new(4, 3)).chain(), Err(Channels { channels: 96 }));
     let mut c = base();
     let g = c.nodes[0].get::<rgdn::ops::GetRows>().unwrap().clone();
     let two = c.mem.alloc_indices(&[0, 1]);
@@ -171,7 +174,7 @@ fn every_rule_refuses_the_graph_that_breaks_it() {
     let cpy = c.nodes[2].get::<Cpy>().unwrap().clone();
     c.replace(2, Cpy { src: window(&c.t.conv_input, 3, 5), ..cpy.clone() });
     assert_eq!(c.chain(), Err(CopyNotWindow { node: 2 }));
-    c.replace(2, Cpy { src: c.t.conv_input.view([3, 96, 1, 1], [4, 32, 32 * 96, 32 * 96], 4), ..cpy });
+    c.replace(2, Cpy { src: c.t.conv_input.view([3, 128, 1, 1], [4, 32, 32 * 128, 32 * 128], 4), ..cpy });
     assert_eq!(c.chain(), Err(CopyNotWindow { node: 2 }));
     // A copy into something that is not one whole cache row.
     let mut c = base();

@@ -70,8 +70,9 @@ impl Scratch {
         }
         let [c, n_t, ..] = op.qkv.ne();
         let d_conv = op.weight.ne()[0];
-        if d_conv < 2 {
-            return Err(Error::Invalid { op: CHAIN, what: format!("d_conv = {d_conv}") });
+        // The fused kernel's scope.
+        if !(3..=5).contains(&d_conv) || n_t > 16 || !c.is_multiple_of(128) || ![32, 64, 128].contains(&op.head_dim) {
+            return Err(Error::Unsupported { op: CHAIN, what: format!("d_conv {d_conv}, n_t {n_t}, C {c}, head dim {}", op.head_dim) });
         }
         let mut host = HostMemory::new();
         let mut spans = Vec::new();

@@ -5,7 +5,8 @@
 //! **Conv chain** (5 kernels → 1, any width n_t 1–16): the conv-state GET_ROWS, the CONCAT, the
 //! 1 + R snapshot CPYs, SSM_CONV+SiLU and the two L2_NORMs become one [`GdnConvChain`] node
 //! (rows and window offsets taken from the CPY nodes). Scope: one sequence, n_t ≤ 16, 1–16
-//! snapshot rows, d_conv 3–5, head dim 32–128.
+//! snapshot rows, d_conv 3–5, head dim 32/64/128, C a multiple of 128 (the fused kernel's
+//! contract).
 //!
 //! **Alpha/beta pair**: the two MUL_MAT_VECs of the layer input become one [`MulMatVecPair`] at
 //! ncols = n_t (1–8); a product split over several launches (n_t > 8) is refused.
@@ -62,7 +63,9 @@ use std::ops::Range;
 pub const MAX_TOKENS: usize = 16;
 pub const MAX_SNAPSHOT_ROWS: usize = 16;
 pub const D_CONV: std::ops::RangeInclusive<usize> = 3..=5;
-pub const HEAD_DIM: std::ops::RangeInclusive<usize> = 32..=128;
+pub const HEAD_DIMS: [usize; 3] = [32, 64, 128];
+/// The fused kernel's channel block: C must be a multiple of it.
+pub const CHANNEL_BLOCK: usize = 128;
 /// The pair's column limit (mul_mat_vec_f's).
 pub const PAIR_MAX_COLS: usize = 8;
 
@@ -98,8 +101,10 @@ pub enum Refusal {
     SnapshotRows { rows: usize },
     /// Scope: d_conv outside 3–5.
     ConvWidth { d_conv: usize },
-    /// Scope: head dim outside 32–128.
+    /// Scope: head dim not 32, 64 or 128.
     HeadDim { head_dim: usize },
+    /// Scope: C not a multiple of 128.
+    Channels { channels: usize },
     /// A tensor of the pattern is not laid out as the fused kernel reads or writes it.
     Layout(&'static str),
     /// The GET_ROWS output is read by another node than the CONCAT.
@@ -154,7 +159,8 @@ impl fmt::Display for Refusal {
             TooManyTokens { n_tokens } => write!(f, "scope: n_t = {n_tokens} (at most {MAX_TOKENS})"),
             SnapshotRows { rows } => write!(f, "scope: {rows} snapshot rows (1 to {MAX_SNAPSHOT_ROWS})"),
             ConvWidth { d_conv } => write!(f, "scope: d_conv = {d_conv} (3 to 5)"),
-            HeadDim { head_dim } => write!(f, "scope: head dim {head_dim} (32 to 128)"),
+            HeadDim { head_dim } => write!(f, "scope: head dim {head_dim} (32, 64 or 128)"),
+            Channels { channels } => write!(f, "scope: C = {channels} (a multiple of {CHANNEL_BLOCK})"),
             Layout(what) => write!(f, "layout: {what}"),
             ConvStatesUsers { users } => write!(f, "the conv-state GET_ROWS output has {users} users (exactly the CONCAT)"),
             ConcatUsers { users, copies } => write!(f, "the CONCAT has {users} users, not n_cpy + 1 = {}", copies + 1),
@@ -520,8 +526,11 @@ pub fn match_conv_chain(nodes: &[Node], layer: usize) -> Result<ChainMatch, Refu
     if !D_CONV.contains(&d_conv) {
         return Err(ConvWidth { d_conv });
     }
-    if !HEAD_DIM.contains(&head_dim) {
+    if !HEAD_DIMS.contains(&head_dim) {
         return Err(HeadDim { head_dim });
+    }
+    if !channels.is_multiple_of(CHANNEL_BLOCK) {
+        return Err(Channels { channels });
     }
     // Layouts the fused kernel reads and writes.
     if !conv.weight.layout.is_contiguous() {

@@ -55,7 +55,7 @@ const fn shape(n_embd: usize, n_k_heads: usize, n_v_heads: usize, head_dim: usiz
     GdnShape { n_embd, n_k_heads, n_v_heads, head_dim, d_conv, eps: 1e-6 }
 }
 
-/// The five sweep shapes: d_conv 3/4/5, head dim 32–128, the read row among the written rows
+/// The five sweep shapes: d_conv 3/4/5, head dim 32/64/128 (C a multiple of 128), the read row among the written rows
 /// and not (with M = 1 every row of the cell is written; with M > 1 and another cell read, none
 /// is), F32/F16/BF16 weights. Head dim 128 shapes also run the GDN tail.
 pub fn shapes() -> [SweepShape; 5] {
@@ -92,7 +92,7 @@ pub fn shapes() -> [SweepShape; 5] {
             zero_cell: Some(1),
             ..base
         },
-        SweepShape { name: "dconv4-d96-read-written", shape: shape(96, 1, 3, 96, 4), weights: DType::BF16, ..base },
+        SweepShape { name: "dconv5-d64-read-written", shape: shape(96, 2, 2, 64, 5), weights: DType::BF16, ..base },
     ]
 }
 
