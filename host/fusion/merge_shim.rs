@@ -126,6 +126,7 @@ impl Op for GdnConvChain {
         let s = Scratch::new(self, mem)?;
         let dev = DeviceMemory::upload(gpu, &s.host)?;
         let stream = gpu.stream().cu_stream();
+        gpu.context().bind_to_thread()?;
         let at = |buffer: BufferId, offset: usize| {
             Tensor::new(buffer, Layout::contiguous(DType::F32, [1, 1, 1, 1]).view([1, 1, 1, 1], [4; 4], offset))
         };

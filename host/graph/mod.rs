@@ -126,6 +126,8 @@ impl Op for Stage {
     fn launch(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<()> {
         let bytes = self.check(mem)?;
         let (dst, src) = (mem.device_ptr(&self.dst), mem.device_ptr(&self.src));
+        // Raw driver calls do not bind the context themselves.
+        gpu.context().bind_to_thread()?;
         // SAFETY: `check` proved both contiguous views (`bytes` bytes each) lie inside their
         // live device buffers and are disjoint; the copy is ordered on the GPU's one stream.
         unsafe { cudarc::driver::result::memcpy_dtod_async(dst, src, bytes, gpu.stream().cu_stream()) }?;
