@@ -30,9 +30,11 @@
 //!   have clobbered qkv before F read it; placed at g, an X writing qkv between g and c would
 //!   be missed.
 //! - *writes moved earlier* (CPYs, SSM_CONV, L2 → c): the cache rows, the SiLU output and the
-//!   L2 outputs. An X after c that read them would now see the new values, one that wrote them
-//!   would now be overwritten by… nothing (F already ran): **no X may read the cache, and none
-//!   may read or write the early SiLU/L2 outputs** (as byte ranges, whatever value they hold).
+//!   L2 outputs. An X after c that read them would now see the new values instead of the old;
+//!   an X that wrote them before their original writer would now overwrite F's result instead
+//!   of being overwritten by it: **no X may read or write the cache, nor read or write the
+//!   early SiLU/L2 outputs** (as byte ranges, whatever value they hold). Reading the cache
+//!   between g and c would be harmless; it is refused anyway, as in the reference PR.
 //! - *writes removed*: F never writes the GET_ROWS and CONCAT outputs. Every node that reads
 //!   their bytes while they still hold those values (anywhere in the graph, not only in
 //!   between) must be a pattern node: the GET_ROWS output has exactly one user (the CONCAT),
@@ -652,4 +654,55 @@ pub fn match_pair(nodes: &[Node], layer: usize) -> Result<PairMatch, Refusal> {
         }
     }
     Ok(PairMatch { nodes: vec![a, b], at: a, op: MulMatVecPair { first: first.clone(), second: second.clone() } })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::Stage;
+    use crate::tensor::{BufferId, Layout};
+
+    fn t(buffer: usize, offset_floats: usize, n: usize) -> Tensor {
+        let l = Layout::contiguous(DType::F32, [n, 1, 1, 1]);
+        Tensor::new(BufferId(buffer), l.view(l.ne, l.nb, 4 * offset_floats))
+    }
+
+    fn stage(src: Tensor, dst: Tensor) -> Node {
+        Node::new(Box::new(Stage { src, dst }), Some(0))
+    }
+
+    #[test]
+    fn live_readers_stop_at_dense_overwrites_only() {
+        // Node 0 writes floats 0..8 of buffer 0; node 1 reads 0..4; node 2 overwrites 0..4;
+        // node 3 reads 0..8 (half stale); node 4 overwrites 4..8; node 5 reads 0..8 (dead).
+        let nodes = [
+            stage(t(1, 0, 8), t(0, 0, 8)),
+            stage(t(0, 0, 4), t(2, 0, 4)),
+            stage(t(3, 0, 4), t(0, 0, 4)),
+            stage(t(0, 0, 8), t(4, 0, 8)),
+            stage(t(3, 0, 4), t(0, 4, 4)),
+            stage(t(0, 0, 8), t(5, 0, 8)),
+        ];
+        let value = Access::of(&t(0, 0, 8)).unwrap();
+        assert_eq!(live_readers(&nodes, 0, &value), [Reader { node: 1, fully_live: true }, Reader { node: 3, fully_live: false }]);
+        // A strided write does not count as overwriting (its span is conservative).
+        let strided = Tensor::new(BufferId(0), Layout::contiguous(DType::F32, [4, 1, 1, 1]).view([4, 1, 1, 1], [8, 32, 32, 32], 0));
+        assert!(!dense(&strided));
+        assert!(dense(&t(0, 3, 5)));
+    }
+
+    #[test]
+    fn range_arithmetic() {
+        let mut live = vec![0..10, 20..30];
+        subtract(&mut live, &(5..25));
+        assert_eq!(live, vec![0..5, 25..30]);
+        assert!(covered(&live, &(1..4)));
+        assert!(!covered(&live, &(4..6)));
+    }
+
+    #[test]
+    fn refusals_display_their_rule() {
+        assert_eq!(Refusal::ConcatUsers { users: 6, copies: 4 }.to_string(), "the CONCAT has 6 users, not n_cpy + 1 = 5");
+        assert_eq!(Outcome::Fused { replaced: 9, at: 3 }.to_string(), "fused (9 nodes → 1, at node 3)");
+    }
 }
