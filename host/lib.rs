@@ -30,3 +30,7 @@ pub use error::{Error, Result};
 pub mod bench;
 pub mod inputs;
 pub mod main_job;
+
+// [graph] the layer graph, buffer planner and executor; the fusion pass
+pub mod fusion;
+pub mod graph;

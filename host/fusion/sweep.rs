@@ -1,0 +1,282 @@
+//! The fusion pass's proof runs, kept in the library so `rgdn` can call them:
+//!
+//! - [`sweep`] (GPU): n_t 1–16 × R ∈ {0, 2, 3, 7, 15} × 5 shapes, on both layouts; each case
+//!   runs its graph with fusion off and on from identical memory and compares every comparable
+//!   value byte for byte (the L2 outputs, the SiLU output, the whole conv cache, both alpha/beta
+//!   products, beta, the gate, and with the GDN tail its output and the ssm cache);
+//! - [`forward`] (GPU): a whole verify forward of L GDN layers (the 9B preset has 24), every
+//!   output and both caches off vs on, and the kernels per forward;
+//! - [`off_on_cpu`]: the same comparison on the CPU reference (for CI).
+
+use super::{Options, Outcome, Refusal, Report, compile};
+use crate::error::Result;
+use crate::gpu::Gpu;
+use crate::graph::exec::{self, Launches};
+use crate::graph::layer::{self, Built, LayerLayout, LayerSpec, Outputs, StackSpec};
+use crate::layer::{GdnShape, Step};
+use crate::memory::{DeviceMemory, HostMemory};
+use crate::reference::math::Mufu;
+use crate::tensor::DType;
+
+/// The rollback depths of the sweep.
+pub const ROLLBACKS: [usize; 5] = [0, 2, 3, 7, 15];
+
+/// One sweep shape: sizes, weight type, and how the step reads and writes the cache.
+#[derive(Clone, Copy, Debug)]
+pub struct SweepShape {
+    pub name: &'static str,
+    pub shape: GdnShape,
+    pub weights: DType,
+    /// Cells M, the cell written, the cell read, whether the read row is among the written
+    /// rows (rollback depth chosen accordingly), a fresh cell to zero.
+    pub cells: usize,
+    pub kv_head: usize,
+    pub src_cell: usize,
+    pub read_among_written: bool,
+    pub zero_cell: Option<usize>,
+}
+
+impl SweepShape {
+    pub fn step(&self, n_t: usize, r: usize) -> Step {
+        let depth = if self.read_among_written { r.min(n_t.max(1)).min(2) } else { r.min(1) };
+        Step {
+            n_tokens: n_t,
+            n_rollback: r,
+            cells: self.cells,
+            kv_head: self.kv_head,
+            src_cell: self.src_cell,
+            rollback_depth: depth,
+            zero_cell: self.zero_cell,
+        }
+    }
+}
+
+const fn shape(n_embd: usize, n_k_heads: usize, n_v_heads: usize, head_dim: usize, d_conv: usize) -> GdnShape {
+    GdnShape { n_embd, n_k_heads, n_v_heads, head_dim, d_conv, eps: 1e-6 }
+}
+
+/// The five sweep shapes: d_conv 3/4/5, head dim 32/64/128 (C a multiple of 128), the read row among the written rows
+/// and not (with M = 1 every row of the cell is written; with M > 1 and another cell read, none
+/// is), F32/F16/BF16 weights. Head dim 128 shapes also run the GDN tail.
+pub fn shapes() -> [SweepShape; 5] {
+    let base = SweepShape {
+        name: "",
+        shape: shape(64, 1, 1, 32, 4),
+        weights: DType::F32,
+        cells: 1,
+        kv_head: 0,
+        src_cell: 0,
+        read_among_written: true,
+        zero_cell: None,
+    };
+    [
+        SweepShape { name: "dconv3-d32-read-written", shape: shape(64, 2, 4, 32, 3), ..base },
+        SweepShape {
+            name: "dconv4-d64-read-other",
+            shape: shape(128, 1, 2, 64, 4),
+            weights: DType::F16,
+            cells: 2,
+            kv_head: 1,
+            src_cell: 0,
+            read_among_written: false,
+            ..base
+        },
+        SweepShape { name: "dconv5-d128-read-written", shape: shape(64, 1, 2, 128, 5), ..base },
+        SweepShape {
+            name: "dconv4-d128-read-other-zeroed",
+            shape: shape(256, 2, 4, 128, 4),
+            cells: 3,
+            kv_head: 2,
+            src_cell: 1,
+            read_among_written: false,
+            zero_cell: Some(1),
+            ..base
+        },
+        SweepShape { name: "dconv5-d64-read-written", shape: shape(96, 2, 2, 64, 5), weights: DType::BF16, ..base },
+    ]
+}
+
+/// One sweep case: a one-layer graph.
+pub fn case_spec(s: &SweepShape, n_t: usize, r: usize, layout: LayerLayout) -> StackSpec {
+    let layer = LayerSpec { weights: s.weights, layout, ..LayerSpec::new(s.shape, s.step(n_t, r)) };
+    StackSpec { layers: vec![layer], outputs: Outputs::Products }
+}
+
+/// Every sweep case: (name, graph), 400 per layout.
+pub fn cases() -> Vec<(String, StackSpec)> {
+    let mut out = Vec::new();
+    for layout in [LayerLayout::Ggml, LayerLayout::PrAliasing] {
+        for s in shapes() {
+            for r in ROLLBACKS {
+                for n_t in 1..=16 {
+                    out.push((format!("{layout:?}/{}/n_t={n_t}/R={r}", s.name), case_spec(&s, n_t, r, layout)));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The result of running one graph with fusion off and on.
+#[derive(Debug)]
+pub struct OffOn {
+    pub report: Report,
+    pub off: Launches,
+    pub on: Launches,
+    /// Values compared, and their bytes.
+    pub values: Vec<String>,
+    pub bytes: usize,
+    /// Values that differ (name, first differing byte).
+    pub mismatches: Vec<(String, usize)>,
+}
+
+impl OffOn {
+    pub fn identical(&self) -> bool {
+        self.mismatches.is_empty()
+    }
+}
+
+/// Compares the comparable values of `b` in two memories.
+fn compare(b: &Built, off: &HostMemory, on: &HostMemory) -> (Vec<String>, usize, Vec<(String, usize)>) {
+    let mut names = Vec::new();
+    let mut bytes = 0;
+    let mut mismatches = Vec::new();
+    for (name, t) in b.comparable() {
+        let Some(r) = t.layout.byte_range() else { continue };
+        let (x, y) = (&off.bytes(t.buffer)[r.clone()], &on.bytes(t.buffer)[r.clone()]);
+        if let Some(i) = x.iter().zip(y).position(|(p, q)| p != q) {
+            mismatches.push((name.clone(), i));
+        }
+        bytes += r.len();
+        names.push(name);
+    }
+    (names, bytes, mismatches)
+}
+
+/// Builds `spec` from `seed`, runs it on the GPU with fusion off and on (each from a fresh
+/// upload of the same memory) and compares.
+pub fn off_on_gpu(gpu: &Gpu, spec: &StackSpec, seed: u64) -> Result<OffOn> {
+    let b = layer::build(spec, seed)?;
+    let (off_nodes, _) = compile(b.fresh_nodes(), Options::OFF);
+    let (on_nodes, report) = compile(b.fresh_nodes(), Options::ON);
+    let run = |nodes| -> Result<(HostMemory, Launches)> {
+        let dev = DeviceMemory::upload(gpu, &b.mem)?;
+        let launches = exec::run_gpu(gpu, nodes, &dev)?;
+        Ok((dev.download(gpu)?, launches))
+    };
+    let (off_mem, off) = run(&off_nodes)?;
+    let (on_mem, on) = run(&on_nodes)?;
+    let (values, bytes, mismatches) = compare(&b, &off_mem, &on_mem);
+    Ok(OffOn { report, off, on, values, bytes, mismatches })
+}
+
+/// The same on the CPU reference, with one MUFU for both runs.
+pub fn off_on_cpu(spec: &StackSpec, seed: u64, mufu: &mut dyn Mufu) -> Result<OffOn> {
+    let b = layer::build(spec, seed)?;
+    let (off_nodes, _) = compile(b.fresh_nodes(), Options::OFF);
+    let (on_nodes, report) = compile(b.fresh_nodes(), Options::ON);
+    let mut off_mem = b.mem.clone();
+    exec::run_cpu(&off_nodes, &mut off_mem, mufu)?;
+    let mut on_mem = b.mem.clone();
+    exec::run_cpu(&on_nodes, &mut on_mem, mufu)?;
+    let (values, bytes, mismatches) = compare(&b, &off_mem, &on_mem);
+    Ok(OffOn { report, off: Launches::default(), on: Launches::default(), values, bytes, mismatches })
+}
+
+/// What every sweep case must show besides identical bytes: the values the PR compares were
+/// compared, the conv chain fused and ran as one kernel, the pair fused (n_t ≤ 8, one kernel)
+/// or was refused as too wide (n_t > 8).
+pub fn check_case(spec: &StackSpec, r: &OffOn) -> std::result::Result<String, String> {
+    if !r.identical() {
+        return Err(format!("differs: {:?}", r.mismatches));
+    }
+    for want in ["conv_cache", "conv_out", "q_norm", "k_norm", "alpha", "beta_raw"] {
+        if !r.values.iter().any(|v| v.ends_with(&format!(".{want}"))) {
+            return Err(format!("`{want}` was not compared (overwritten by the plan)"));
+        }
+    }
+    let n_t = spec.layers[0].step.n_tokens;
+    let l = &r.report.layers[0];
+    if !matches!(l.conv_chain, Outcome::Fused { .. }) {
+        return Err(format!("conv chain not fused: {}", l.conv_chain));
+    }
+    let (chain_kernels, chain_nodes) = r.on.of("GDN_CONV_CHAIN");
+    if (chain_kernels, chain_nodes) != (1, 1) {
+        return Err(format!("GDN_CONV_CHAIN: {chain_nodes} node(s) made {chain_kernels} launches (want 1 kernel)"));
+    }
+    let (pair_kernels, pair_nodes) = r.on.of("MUL_MAT_VEC_PAIR");
+    let pair_ok = if n_t <= super::PAIR_MAX_COLS {
+        matches!(l.pair, Outcome::Fused { .. }) && (pair_kernels, pair_nodes) == (1, 1)
+    } else {
+        l.pair == Outcome::Refused(Refusal::PairTooWide { ncols: n_t }) && pair_nodes == 0
+    };
+    if !pair_ok {
+        return Err(format!("pair: {} ({pair_nodes} node(s), {pair_kernels} launches)", l.pair));
+    }
+    Ok(format!("{} values, {} bytes identical; kernels {} → {}", r.values.len(), r.bytes, r.off.total(), r.on.total()))
+}
+
+/// The sweep's outcome.
+#[derive(Debug, Default)]
+pub struct SweepSummary {
+    pub cases: usize,
+    pub passed: usize,
+    /// Per layout: (layout, cases, passed).
+    pub by_layout: Vec<(String, usize, usize)>,
+    pub failures: Vec<(String, String)>,
+}
+
+/// Runs every sweep case on the GPU; `log` gets one line per failure. A case that does not
+/// run (an op refused at launch) is a failure, not the end of the sweep.
+pub fn sweep(gpu: &Gpu, log: &mut dyn FnMut(&str)) -> SweepSummary {
+    let mut s = SweepSummary::default();
+    for (i, (name, spec)) in cases().into_iter().enumerate() {
+        let layout = format!("{:?}", spec.layers[0].layout);
+        let verdict = match off_on_gpu(gpu, &spec, 0x5eed_0000 + i as u64) {
+            Ok(r) => check_case(&spec, &r),
+            Err(e) => Err(format!("did not run: {e}")),
+        };
+        s.cases += 1;
+        let passed = verdict.is_ok();
+        match s.by_layout.iter_mut().find(|(l, ..)| *l == layout) {
+            Some(entry) => {
+                entry.1 += 1;
+                entry.2 += passed as usize;
+            }
+            None => s.by_layout.push((layout, 1, passed as usize)),
+        }
+        match verdict {
+            Ok(_) => s.passed += 1,
+            Err(e) => {
+                log(&format!("  FAIL {name}: {e}"));
+                s.failures.push((name, e));
+            }
+        }
+    }
+    s
+}
+
+/// Kernel launches of one forward: in all, and of the chain (everything but SCALE, the
+/// alpha/beta elementwise ops and the ssm-state GET_ROWS, which no fusion touches).
+pub fn chain_kernels(l: &Launches, layers: usize) -> (usize, usize) {
+    let other: usize =
+        l.per_node.iter().filter(|(n, _)| matches!(*n, "SCALE" | "SIGMOID" | "ADD" | "SOFTPLUS" | "MUL")).map(|(_, k)| k.len()).sum();
+    (l.total(), l.total() - other - layers)
+}
+
+/// A whole verify forward: `layers` GDN layers of `shape`, n_t tokens, R snapshots; every
+/// fourth layer (from layer 1) in the reference PR's aliasing layout (6 of 24).
+pub fn forward_spec(shape: GdnShape, layers: usize, n_t: usize, r: usize) -> StackSpec {
+    let layers = (0..layers)
+        .map(|l| {
+            let layout = if l % 4 == 1 { LayerLayout::PrAliasing } else { LayerLayout::Ggml };
+            LayerSpec { layout, ..LayerSpec::new(shape, Step::new(n_t, r)) }
+        })
+        .collect();
+    StackSpec { layers, outputs: Outputs::Forward }
+}
+
+/// Runs [`forward_spec`] off and on on the GPU.
+pub fn forward(gpu: &Gpu, shape: GdnShape, layers: usize, n_t: usize, r: usize, seed: u64) -> Result<OffOn> {
+    off_on_gpu(gpu, &forward_spec(shape, layers, n_t, r), seed)
+}

@@ -1,0 +1,603 @@
+//! The GDN layer as llama.cpp builds it (spec §1.3–1.4), as graph nodes: SCALE zeroing
+//! (optional), GET_ROWS of the conv state, CONCAT, then K = 1 + R separate CPY nodes
+//! `window(max(0, n_t − j)) → cache row j·M + kv_head` (W1/W2, in ggml's build order: slot K−1
+//! first), SSM_CONV+SiLU, L2_NORM q, L2_NORM k, SCALE + GET_ROWS of the ssm state, the alpha
+//! and beta MUL_MAT_VECs (⌈n_t/8⌉ launches each above 8 columns), SIGMOID, ADD, SOFTPLUS, MUL
+//! and GATED_DELTA_NET writing the ssm cache rows.
+//!
+//! [`batch_snapshot_copies`] is the backend pass of ggml's #379: a run of snapshot CPYs that is
+//! exactly the W2 pattern becomes one CPY_SNAPSHOTS launch (on by default, bit-identical), so
+//! [`layer_ops`] equals today's `layer::unfused_ops` op for op.
+//!
+//! [`build`] makes a whole graph — one layer or a stack of L layers, each with its own caches,
+//! weights and random inputs — with every intermediate planned in one arena across the stack
+//! ([`super::plan`]).
+
+use super::plan::{self, Pin, Plan, Role, ValueInfo};
+use super::{Node, Stage};
+use crate::error::{Error, Result};
+use crate::kernels::abi;
+use crate::layer::{GdnShape, LayerTensors, MAT_VEC_MAX_COLS, Step};
+use crate::memory::HostMemory;
+use crate::ops::{
+    Binary, BinaryKind, ConcatDim0, Cpy, CpySnapshots, GatedDeltaNet, GetRows, L2Norm, MulMatVec, Op, Precision, Scale, SsmConv, Unary,
+    UnaryKind,
+};
+use crate::suite::inputs::{self, Values};
+use crate::tensor::{BufferId, DType, Layout, Tensor};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+const OP: &str = "GDN_GRAPH";
+
+/// Where a layer's values land and in which order the ssm-state read is built.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum LayerLayout {
+    /// ggml's order (spec §1.4) and best-fit planning. With qkv dead after the CONCAT, the SiLU
+    /// output usually takes its block (same size).
+    #[default]
+    Ggml,
+    /// The reference PR's DFlash case: the ssm-state SCALE + GET_ROWS are built between
+    /// SSM_CONV and the L2 norms (inside the conv chain's span), and the ssm-state GET_ROWS
+    /// output is pinned onto the dead qkv projection block.
+    PrAliasing,
+}
+
+/// Which values are graph outputs (never reused by the planner).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Outputs {
+    /// Only the attention output (and the caches, which are never planned): a verify forward.
+    #[default]
+    Forward,
+    /// Also the SiLU output, the L2 outputs, the alpha/beta products, beta and the gate — what
+    /// the sweep compares.
+    Products,
+}
+
+/// One layer of a graph.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LayerSpec {
+    pub shape: GdnShape,
+    pub step: Step,
+    /// Type of the alpha/beta weights (F32, F16, BF16).
+    pub weights: DType,
+    pub precision: Precision,
+    /// Build GATED_DELTA_NET (needs head_dim = 128); without it the layer ends at the gate.
+    pub gdn_tail: bool,
+    pub layout: LayerLayout,
+    /// Salt inputs with special values.
+    pub specials: bool,
+}
+
+impl LayerSpec {
+    pub fn new(shape: GdnShape, step: Step) -> Self {
+        LayerSpec {
+            shape,
+            step,
+            weights: DType::F32,
+            precision: Precision::Default,
+            gdn_tail: shape.head_dim == abi::GDN_HEAD_DIM,
+            layout: LayerLayout::Ggml,
+            specials: false,
+        }
+    }
+
+    /// What the graph builder supports (wider than `GdnShape::validate`, which asks for the
+    /// GDN tail's head dimension).
+    pub fn validate(&self) -> Result<()> {
+        let s = &self.shape;
+        let bad = |what: String| Err(Error::Unsupported { op: OP, what });
+        if self.gdn_tail {
+            s.validate()?;
+        } else {
+            if !abi::SSM_CONV_WIDTHS.contains(&s.d_conv) {
+                return bad(format!("d_conv = {}", s.d_conv));
+            }
+            if s.head_dim == 0 || s.head_dim >= abi::L2_NORM_MAX_COLS || s.n_k_heads == 0 || s.n_v_heads == 0 {
+                return bad(format!("head_dim = {}, heads {} / {}", s.head_dim, s.n_k_heads, s.n_v_heads));
+            }
+            if s.n_embd == 0 || !s.n_embd.is_multiple_of(2) {
+                return bad(format!("n_embd = {}", s.n_embd));
+            }
+        }
+        if !matches!(self.weights, DType::F32 | DType::F16 | DType::BF16) {
+            return bad(format!("{:?} mat-vec weights", self.weights));
+        }
+        self.step.validate()
+    }
+}
+
+/// The graph to build: its layers (in execution order) and its outputs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StackSpec {
+    pub layers: Vec<LayerSpec>,
+    pub outputs: Outputs,
+}
+
+/// `window(o)` of a conv input (spec §1.3): columns o … o+state_len−1 of every channel.
+pub fn window(conv_input: &Tensor, state_len: usize, offset: usize) -> Tensor {
+    let nb = conv_input.layout.nb;
+    conv_input.view([state_len, conv_input.ne()[1], 1, 1], [4, nb[1], nb[2], nb[3]], 4 * offset)
+}
+
+/// The nodes of one layer in llama.cpp's build order, separate snapshot CPYs (ggml's graph,
+/// before the backend's passes). `t` holds the layer's tensors wherever they live.
+pub fn ggml_layer_ops(t: &LayerTensors, spec: &LayerSpec) -> Vec<Box<dyn Op>> {
+    let (shape, step) = (&spec.shape, &spec.step);
+    let (c, n_t, kc, hv) = (shape.channels(), step.n_tokens, shape.d_conv, shape.n_v_heads);
+    let mut ops: Vec<Box<dyn Op>> = Vec::new();
+    let zero = |ops: &mut Vec<Box<dyn Op>>, cache: &Tensor| {
+        if let Some(z) = step.zero_cell {
+            let row = LayerTensors::cache_row(cache, z);
+            ops.push(Box::new(Scale { src: row, dst: row, scale: 0.0, bias: 0.0 }));
+        }
+    };
+    let ssm_read = |ops: &mut Vec<Box<dyn Op>>| {
+        zero(ops, &t.ssm_cache);
+        ops.push(Box::new(GetRows { src: t.ssm_cache, rows: t.source_rows, dst: t.ssm_state }));
+    };
+    zero(&mut ops, &t.conv_cache);
+    ops.push(Box::new(GetRows { src: t.conv_cache, rows: t.source_rows, dst: t.conv_states }));
+    let states = t.conv_states.reshape([kc - 1, c, 1, 1]).expect("conv_states is contiguous");
+    ops.push(Box::new(ConcatDim0 { a: states, b: t.qkv_mixed.transpose(), dst: t.conv_input }));
+    // W1/W2: for t' = 1 … K, window(max(0, n_t − K + t')) → row (K − t')·M + kv_head.
+    let k = step.slots();
+    for tp in 1..=k {
+        let slot = k - tp;
+        let dst = LayerTensors::cache_row(&t.conv_cache, slot * step.cells + step.kv_head);
+        ops.push(Box::new(Cpy { src: t.window(shape, (n_t + tp).saturating_sub(k)), dst }));
+    }
+    ops.push(Box::new(SsmConv { conv_input: t.conv_input, weight: t.conv_weight, bias: None, dst: t.conv_out, apply_silu: true }));
+    if spec.layout == LayerLayout::PrAliasing {
+        ssm_read(&mut ops);
+    }
+    ops.push(Box::new(L2Norm { src: t.head_view(shape, 0), dst: t.q_norm, eps: shape.eps }));
+    ops.push(Box::new(L2Norm { src: t.head_view(shape, 1), dst: t.k_norm, eps: shape.eps }));
+    if spec.layout == LayerLayout::Ggml {
+        ssm_read(&mut ops);
+    }
+    for (weight, dst) in [(t.alpha_weight, t.alpha), (t.beta_weight, t.beta_raw)] {
+        let mut first = 0;
+        while first < n_t {
+            let cols = MAT_VEC_MAX_COLS.min(n_t - first);
+            let input = t.cur.view([shape.n_embd, cols, 1, 1], t.cur.layout.nb, first * t.cur.layout.nb[1]);
+            let dst = dst.view([hv, cols, 1, 1], dst.layout.nb, first * dst.layout.nb[1]);
+            ops.push(Box::new(MulMatVec { weight, input, dst, precision: spec.precision }));
+            first += cols;
+        }
+    }
+    ops.push(Box::new(Unary { kind: UnaryKind::Sigmoid, src: t.beta_raw, dst: t.beta }));
+    ops.push(Box::new(Binary { kind: BinaryKind::Add, a: t.alpha, b: t.dt_bias, dst: t.alpha_biased }));
+    ops.push(Box::new(Unary { kind: UnaryKind::Softplus, src: t.alpha_biased, dst: t.softplus }));
+    ops.push(Box::new(Binary { kind: BinaryKind::Mul, a: t.softplus, b: t.ssm_a, dst: t.gate }));
+    if spec.gdn_tail {
+        let row_bytes = t.ssm_cache.layout.nb[1];
+        let states = t.ssm_cache.view(
+            [shape.ssm_row(), 1, step.slots(), 1],
+            [4, row_bytes, step.cells * row_bytes, step.slots() * step.cells * row_bytes],
+            step.kv_head * row_bytes,
+        );
+        let per_token = |x: &Tensor| x.reshape([1, hv, n_t, 1]).expect("contiguous");
+        ops.push(Box::new(GatedDeltaNet {
+            q: t.q_norm,
+            k: t.k_norm,
+            v: t.head_view(shape, 2),
+            g: per_token(&t.gate),
+            beta: per_token(&t.beta),
+            state_in: t.ssm_state.reshape([shape.head_dim, shape.head_dim, hv, 1]).expect("contiguous"),
+            out: t.attn_out,
+            states,
+        }));
+    }
+    ops
+}
+
+/// The latest node before `before` that writes any byte of `t`, with its index.
+fn writer_of(nodes: &[Node], before: usize, t: &Tensor) -> Option<usize> {
+    let a = super::Access::of(t)?;
+    (0..before).rev().find(|&i| nodes[i].writes().iter().any(|w| w.overlaps(&a)))
+}
+
+/// ggml's #379 backend pass: a maximal run of K ≥ 2 consecutive CPY nodes that is exactly the
+/// W2 pattern — copy t' (1 … K) writes `window(max(0, n_t − K + t'))` of a CONCAT output into
+/// the whole row `(K − t')·M + h` (M ≥ 1) of the cache the CONCAT's GET_ROWS read — becomes one
+/// CPY_SNAPSHOTS node (bit-identical: the same bytes land in the same rows). Anything else is
+/// left alone.
+pub fn batch_snapshot_copies(nodes: Vec<Node>) -> Vec<Node> {
+    let mut out: Vec<Node> = Vec::with_capacity(nodes.len());
+    let mut i = 0;
+    let mut replaced: Vec<(usize, usize, Node)> = Vec::new();
+    while i < nodes.len() {
+        let mut j = i;
+        while j < nodes.len() && nodes[j].get::<Cpy>().is_some() {
+            j += 1;
+        }
+        if j - i >= 2
+            && let Some(op) = snapshot_run(&nodes, i, j)
+        {
+            replaced.push((i, j, Node::new(Box::new(op), nodes[i].layer)));
+        }
+        i = j.max(i + 1);
+    }
+    let mut next = replaced.into_iter().peekable();
+    for (i, node) in nodes.into_iter().enumerate() {
+        match next.peek() {
+            Some((start, end, _)) if i >= *start && i < *end => {
+                if i + 1 == *end {
+                    out.push(next.next().expect("peeked").2);
+                }
+            }
+            _ => out.push(node),
+        }
+    }
+    out
+}
+
+/// The CPY_SNAPSHOTS node for the CPY run `nodes[start..end]`, if it is exactly W2.
+fn snapshot_run(nodes: &[Node], start: usize, end: usize) -> Option<CpySnapshots> {
+    let copies: Vec<&Cpy> = nodes[start..end].iter().map(|n| n.get::<Cpy>().expect("a run of CPYs")).collect();
+    let concat_at = writer_of(nodes, start, &copies[0].src)?;
+    let concat = nodes[concat_at].get::<ConcatDim0>()?;
+    let gather = nodes[writer_of(nodes, concat_at, &concat.a)?].get::<GetRows>()?;
+    let (conv_input, cache) = (concat.dst, gather.src);
+    let state_len = copies[0].src.ne()[0];
+    let n_t = conv_input.ne()[0].checked_sub(state_len)?;
+    if state_len == 0 || cache.layout.nb[1] == 0 || conv_input.ne()[2] != 1 {
+        return None;
+    }
+    let row_of = |dst: &Tensor| -> Option<usize> {
+        let rel = dst.layout.offset.checked_sub(cache.layout.offset)?;
+        let row = rel / cache.layout.nb[1];
+        (rel % cache.layout.nb[1] == 0 && row < cache.ne()[1] && dst.buffer == cache.buffer && *dst == LayerTensors::cache_row(&cache, row))
+            .then_some(row)
+    };
+    let k = copies.len();
+    let h = row_of(&copies[k - 1].dst)?;
+    let m = (row_of(&copies[0].dst)?.checked_sub(h)?) / (k - 1);
+    if m == 0 {
+        return None;
+    }
+    for (idx, cpy) in copies.iter().enumerate() {
+        let tp = idx + 1;
+        if cpy.src != window(&conv_input, state_len, (n_t + tp).saturating_sub(k)) || row_of(&cpy.dst)? != (k - tp) * m + h {
+            return None;
+        }
+    }
+    Some(CpySnapshots { conv_input, cache, d_conv: state_len + 1, first_row: h, group_stride: m, n_slots: k })
+}
+
+/// Today's unfused launch sequence of one layer (what `layer::unfused_ops` returns): ggml's
+/// graph ([`ggml_layer_ops`], ggml layout, GDN tail) after the snapshot batching pass.
+/// `layer::unfused_ops` can delegate here.
+pub fn layer_ops(t: &LayerTensors, shape: &GdnShape, step: &Step, precision: Precision) -> Result<Vec<Box<dyn Op>>> {
+    shape.validate()?;
+    step.validate()?;
+    let spec = LayerSpec { precision, gdn_tail: true, ..LayerSpec::new(*shape, *step) };
+    let nodes = ggml_layer_ops(t, &spec).into_iter().map(|op| Node::new(op, Some(0))).collect();
+    Ok(batch_snapshot_copies(nodes).into_iter().map(|n| n.op).collect())
+}
+
+/// A layer's tensors in a built graph: the unfused chain's [`LayerTensors`] (with `qkv_mixed`
+/// and `cur` in the arena) plus the persistent inputs they are staged from.
+#[derive(Clone, Debug)]
+pub struct LayerValues {
+    pub t: LayerTensors,
+    pub qkv_src: Tensor,
+    pub cur_src: Tensor,
+}
+
+/// A value's type and shape (contiguous).
+#[derive(Clone, Debug)]
+struct ValueDef {
+    info: ValueInfo,
+    dtype: DType,
+    ne: [usize; 4],
+    /// The row index of an index value.
+    index: Option<i32>,
+}
+
+/// Value ids of one layer, in the field order of [`LayerValues`].
+const FIELDS: usize = 25;
+
+/// A built graph: nodes in ggml's order (separate snapshot CPYs), the initial memory, each
+/// layer's tensors, every value and the plan.
+pub struct Built {
+    pub spec: StackSpec,
+    pub nodes: Vec<Node>,
+    pub mem: HostMemory,
+    pub layers: Vec<LayerValues>,
+    pub values: Vec<ValueInfo>,
+    /// Each value's whole tensor in `mem`.
+    pub value_tensors: Vec<Tensor>,
+    pub plan: Plan,
+    /// The arena buffer.
+    pub arena: BufferId,
+}
+
+fn declare(defs: &mut Vec<ValueDef>, spec: &LayerSpec, layer: usize, outputs: Outputs) -> [usize; FIELDS] {
+    let (shape, step) = (&spec.shape, &spec.step);
+    let (c, n_t, e) = (shape.channels(), step.n_tokens, shape.n_embd);
+    let (d, hk, hv, kc) = (shape.head_dim, shape.n_k_heads, shape.n_v_heads, shape.d_conv);
+    let product = if outputs == Outputs::Products { Role::Output } else { Role::Intermediate };
+    let list: [(&str, Role, DType, [usize; 4]); FIELDS] = [
+        ("conv_cache", Role::Cache, DType::F32, [shape.conv_row(), step.cache_rows(), 1, 1]),
+        ("ssm_cache", Role::Cache, DType::F32, [shape.ssm_row(), step.cache_rows(), 1, 1]),
+        ("source_rows", Role::Index, DType::I32, [1, 1, 1, 1]),
+        ("qkv_mixed", Role::Staged, DType::F32, [c, n_t, 1, 1]),
+        ("cur", Role::Staged, DType::F32, [e, n_t, 1, 1]),
+        ("conv_weight", Role::Weight, DType::F32, [kc, c, 1, 1]),
+        ("alpha_weight", Role::Weight, spec.weights, [e, hv, 1, 1]),
+        ("beta_weight", Role::Weight, spec.weights, [e, hv, 1, 1]),
+        ("dt_bias", Role::Weight, DType::F32, [hv, 1, 1, 1]),
+        ("ssm_a", Role::Weight, DType::F32, [hv, 1, 1, 1]),
+        ("conv_states", Role::Intermediate, DType::F32, [shape.conv_row(), 1, 1, 1]),
+        ("conv_input", Role::Intermediate, DType::F32, [kc - 1 + n_t, c, 1, 1]),
+        ("conv_out", product, DType::F32, [c, n_t, 1, 1]),
+        ("q_norm", product, DType::F32, [d, hk, n_t, 1]),
+        ("k_norm", product, DType::F32, [d, hk, n_t, 1]),
+        ("ssm_state", Role::Intermediate, DType::F32, [shape.ssm_row(), 1, 1, 1]),
+        ("alpha", product, DType::F32, [hv, n_t, 1, 1]),
+        ("beta_raw", product, DType::F32, [hv, n_t, 1, 1]),
+        ("beta", product, DType::F32, [hv, n_t, 1, 1]),
+        ("alpha_biased", Role::Intermediate, DType::F32, [hv, n_t, 1, 1]),
+        ("softplus", Role::Intermediate, DType::F32, [hv, n_t, 1, 1]),
+        ("gate", product, DType::F32, [hv, n_t, 1, 1]),
+        ("attn_out", Role::Output, DType::F32, [d, hv, n_t, 1]),
+        ("qkv_src", Role::Input, DType::F32, [c, n_t, 1, 1]),
+        ("cur_src", Role::Input, DType::F32, [e, n_t, 1, 1]),
+    ];
+    list.map(|(name, role, dtype, ne)| {
+        let bytes = ne.iter().product::<usize>() * dtype.size();
+        let index = (name == "source_rows").then_some(step.source_row() as i32);
+        defs.push(ValueDef { info: ValueInfo { name: format!("L{layer}.{name}"), role, bytes, layer: Some(layer) }, dtype, ne, index });
+        defs.len() - 1
+    })
+}
+
+fn layer_values(ids: &[usize; FIELDS], tensor: impl Fn(usize) -> Tensor) -> LayerValues {
+    let f = ids.map(tensor);
+    LayerValues {
+        t: LayerTensors {
+            conv_cache: f[0],
+            ssm_cache: f[1],
+            source_rows: f[2],
+            qkv_mixed: f[3],
+            cur: f[4],
+            conv_weight: f[5],
+            alpha_weight: f[6],
+            beta_weight: f[7],
+            dt_bias: f[8],
+            ssm_a: f[9],
+            conv_states: f[10],
+            conv_input: f[11],
+            conv_out: f[12],
+            q_norm: f[13],
+            k_norm: f[14],
+            ssm_state: f[15],
+            alpha: f[16],
+            beta_raw: f[17],
+            beta: f[18],
+            alpha_biased: f[19],
+            softplus: f[20],
+            gate: f[21],
+            attn_out: f[22],
+        },
+        qkv_src: f[23],
+        cur_src: f[24],
+    }
+}
+
+/// A layer's nodes: the two STAGE nodes of its inputs, then ggml's graph of the layer.
+fn layer_nodes(v: &LayerValues, spec: &LayerSpec, layer: usize) -> Vec<Node> {
+    let staged: [Box<dyn Op>; 2] =
+        [Box::new(Stage { src: v.qkv_src, dst: v.t.qkv_mixed }), Box::new(Stage { src: v.cur_src, dst: v.t.cur })];
+    staged.into_iter().chain(ggml_layer_ops(&v.t, spec)).map(|op| Node::new(op, Some(layer))).collect()
+}
+
+/// Builds the graph of `spec`: values declared per layer, planned across the stack, placed in
+/// one [`HostMemory`] (an arena buffer for planned values, one buffer for each other value)
+/// and filled from `seed` (caches, inputs and weights in realistic ranges, the arena with
+/// random bits).
+pub fn build(spec: &StackSpec, seed: u64) -> Result<Built> {
+    if spec.layers.is_empty() {
+        return Err(Error::Invalid { op: OP, what: "no layers".into() });
+    }
+    let mut defs = Vec::new();
+    let mut ids = Vec::new();
+    for (l, ls) in spec.layers.iter().enumerate() {
+        ls.validate()?;
+        ids.push(declare(&mut defs, ls, l, spec.outputs));
+    }
+    // The symbolic graph: value v is BufferId(v), contiguous at offset 0.
+    let symbolic = |v: usize| Tensor::new(BufferId(v), Layout::contiguous(defs[v].dtype, defs[v].ne));
+    let mut nodes = Vec::new();
+    for (l, ls) in spec.layers.iter().enumerate() {
+        nodes.extend(layer_nodes(&layer_values(&ids[l], symbolic), ls, l));
+    }
+    let pins: Vec<Pin> = spec
+        .layers
+        .iter()
+        .zip(&ids)
+        .filter(|(ls, _)| ls.layout == LayerLayout::PrAliasing)
+        .map(|(_, id)| Pin { value: id[15], onto: id[3] })
+        .collect();
+    let values: Vec<ValueInfo> = defs.iter().map(|d| d.info.clone()).collect();
+    let plan = plan::plan(&values, &nodes, &pins)?;
+
+    let mut mem = HostMemory::new();
+    let arena = mem.alloc(plan.arena_bytes);
+    let mut value_tensors = Vec::with_capacity(defs.len());
+    for (v, d) in defs.iter().enumerate() {
+        let t = match (plan.offsets[v], d.index) {
+            (Some(offset), _) => {
+                let l = Layout::contiguous(d.dtype, d.ne);
+                Tensor::new(arena, l.view(d.ne, l.nb, offset))
+            }
+            (None, Some(row)) => mem.alloc_indices(&[row]),
+            (None, None) => mem.alloc_tensor(d.dtype, d.ne),
+        };
+        value_tensors.push(t);
+    }
+    let mut rng = StdRng::seed_from_u64(seed);
+    let poison = inputs::poison(&mut rng, plan.arena_bytes);
+    mem.bytes_mut(arena).copy_from_slice(&poison);
+    let mut layers = Vec::new();
+    let mut real_nodes = Vec::new();
+    for (l, ls) in spec.layers.iter().enumerate() {
+        let lv = layer_values(&ids[l], |v| value_tensors[v]);
+        fill(&mut mem, &lv, ls, &mut rng);
+        real_nodes.extend(layer_nodes(&lv, ls, l));
+        layers.push(lv);
+    }
+    debug_assert_eq!(real_nodes.len(), nodes.len());
+    Ok(Built { spec: spec.clone(), nodes: real_nodes, mem, layers, values, value_tensors, plan, arena })
+}
+
+/// Writes `values` into a contiguous F32 tensor.
+fn put(mem: &mut HostMemory, t: &Tensor, values: &[f32]) {
+    let o = t.layout.offset;
+    let bytes = &mut mem.bytes_mut(t.buffer)[o..o + 4 * values.len()];
+    for (chunk, v) in bytes.chunks_exact_mut(4).zip(values) {
+        chunk.copy_from_slice(&v.to_le_bytes());
+    }
+}
+
+/// Caches, inputs and weights as `LayerTensors::fill_random` draws them.
+fn fill(mem: &mut HostMemory, v: &LayerValues, spec: &LayerSpec, rng: &mut StdRng) {
+    let vals = |scale: f32| if spec.specials { Values::WithSpecials { scale, every: 997 } } else { Values::Uniform(scale) };
+    let f = |mem: &mut HostMemory, rng: &mut StdRng, t: &Tensor, values: Values| {
+        let data = inputs::fill(rng, t.layout.n_elements(), values);
+        put(mem, t, &data);
+    };
+    let t = &v.t;
+    f(mem, rng, &t.conv_cache, vals(1.0));
+    f(mem, rng, &t.ssm_cache, Values::Uniform(0.05));
+    f(mem, rng, &v.qkv_src, vals(1.0));
+    f(mem, rng, &v.cur_src, vals(1.0));
+    f(mem, rng, &t.conv_weight, Values::Uniform(0.5));
+    let w_scale = 1.7 / (spec.shape.n_embd as f32).sqrt();
+    for w in [&t.alpha_weight, &t.beta_weight] {
+        let data = inputs::fill(rng, w.layout.n_elements(), Values::Uniform(w_scale));
+        match w.dtype() {
+            DType::F16 | DType::BF16 => {
+                let o = w.layout.offset;
+                let bytes = &mut mem.bytes_mut(w.buffer)[o..o + 2 * data.len()];
+                for (chunk, x) in bytes.chunks_exact_mut(2).zip(data) {
+                    let bits = if w.dtype() == DType::F16 { half::f16::from_f32(x).to_bits() } else { half::bf16::from_f32(x).to_bits() };
+                    chunk.copy_from_slice(&bits.to_le_bytes());
+                }
+            }
+            _ => put(mem, w, &data),
+        }
+    }
+    f(mem, rng, &t.dt_bias, Values::Uniform(1.0));
+    let a: Vec<f32> = (0..spec.shape.n_v_heads).map(|_| -(rng.random_range(-1.0f32..1.0).exp())).collect();
+    put(mem, &t.ssm_a, &a);
+}
+
+impl Built {
+    /// The graph's nodes again (ggml's order, separate CPYs), for another compile of the same
+    /// memory.
+    pub fn fresh_nodes(&self) -> Vec<Node> {
+        self.spec.layers.iter().enumerate().flat_map(|(l, ls)| layer_nodes(&self.layers[l], ls, l)).collect()
+    }
+
+    /// Values whose final bytes are meaningful after a run: every value that is not planned
+    /// (inputs, weights, caches) and every planned value no later block overwrites, except the
+    /// conv chain's internal intermediates (GET_ROWS and CONCAT outputs), which a fused graph
+    /// never writes.
+    pub fn comparable(&self) -> Vec<(String, Tensor)> {
+        self.values
+            .iter()
+            .enumerate()
+            .filter(|(v, info)| {
+                let internal = info.name.ends_with(".conv_states") || info.name.ends_with(".conv_input");
+                !internal && (self.plan.offsets[*v].is_none() || self.plan.intact_at_end[*v])
+            })
+            .map(|(v, info)| (info.name.clone(), self.value_tensors[v]))
+            .collect()
+    }
+
+    /// The value id of `name` ("L3.conv_out").
+    pub fn value(&self, name: &str) -> Option<usize> {
+        self.values.iter().position(|v| v.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layer::{LayerInit, unfused_ops};
+
+    const SMALL: GdnShape = GdnShape { n_embd: 64, n_k_heads: 1, n_v_heads: 2, head_dim: 128, d_conv: 4, eps: 1e-6 };
+
+    #[test]
+    fn layer_ops_equals_todays_unfused_ops_op_for_op() {
+        for (n_t, r, cells, kv, src, depth, zero) in [
+            (1, 0, 1, 0, 0, 0, None),
+            (4, 3, 1, 0, 0, 0, None),
+            (5, 6, 2, 1, 1, 2, Some(0)),
+            (12, 0, 3, 2, 0, 0, None),
+            (16, 16, 1, 0, 0, 16, Some(0)),
+            (3, 7, 2, 0, 1, 5, None),
+        ] {
+            let step = Step { n_tokens: n_t, n_rollback: r, cells, kv_head: kv, src_cell: src, rollback_depth: depth, zero_cell: zero };
+            for precision in [Precision::Default, Precision::F32] {
+                let mut mem = HostMemory::new();
+                let t = LayerTensors::alloc(&mut mem, &SMALL, &step, &LayerInit::default()).unwrap();
+                let want = unfused_ops(&t, &SMALL, &step, precision).unwrap();
+                let got = layer_ops(&t, &SMALL, &step, precision).unwrap();
+                let show = |ops: &[Box<dyn Op>]| ops.iter().map(|o| format!("{o:?}")).collect::<Vec<_>>();
+                assert_eq!(show(&got), show(&want), "{step:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn batching_leaves_non_w2_runs_alone() {
+        let mut mem = HostMemory::new();
+        let step = Step::new(4, 3);
+        let t = LayerTensors::alloc(&mut mem, &SMALL, &step, &LayerInit::default()).unwrap();
+        let spec = LayerSpec::new(SMALL, step);
+        let mut nodes: Vec<Node> = ggml_layer_ops(&t, &spec).into_iter().map(|op| Node::new(op, Some(0))).collect();
+        // Swap two copies: rows no longer descend by the group stride.
+        nodes.swap(3, 4);
+        let names: Vec<_> = batch_snapshot_copies(nodes).iter().map(|n| n.op.name()).collect();
+        assert_eq!(names.iter().filter(|n| **n == "CPY").count(), 4);
+        assert!(!names.contains(&"CPY_SNAPSHOTS"));
+    }
+
+    #[test]
+    fn a_stack_is_planned_across_layers() {
+        let small = GdnShape { n_embd: 64, n_k_heads: 1, n_v_heads: 1, head_dim: 32, d_conv: 4, eps: 1e-6 };
+        let layer = LayerSpec::new(small, Step::new(3, 2));
+        let spec = StackSpec { layers: vec![layer; 3], outputs: Outputs::Forward };
+        let b = build(&spec, 1).unwrap();
+        // Layer 1's values reuse blocks layer 0 gave back: the arena is far smaller than the sum.
+        let planned: usize = (0..b.values.len()).filter(|&v| b.plan.offsets[v].is_some()).map(|v| b.plan.block_bytes[v]).sum();
+        assert!(b.plan.arena_bytes < planned / 2, "arena {} of {planned}", b.plan.arena_bytes);
+        // Every node validates against the built memory.
+        for n in &b.nodes {
+            n.op.validate(&b.mem).unwrap();
+        }
+        // With the ggml layout the SiLU output takes the dead qkv block.
+        let (qkv, out) = (b.value("L1.qkv_mixed").unwrap(), b.value("L1.conv_out").unwrap());
+        assert_eq!(b.plan.offsets[qkv], b.plan.offsets[out]);
+    }
+
+    #[test]
+    fn the_pr_layout_puts_the_ssm_state_on_the_dead_qkv_block() {
+        let small = GdnShape { n_embd: 64, n_k_heads: 1, n_v_heads: 1, head_dim: 32, d_conv: 4, eps: 1e-6 };
+        let layer = LayerSpec { layout: LayerLayout::PrAliasing, ..LayerSpec::new(small, Step::new(3, 2)) };
+        let b = build(&StackSpec { layers: vec![layer; 2], outputs: Outputs::Products }, 1).unwrap();
+        for l in 0..2 {
+            let (qkv, state, out) = (
+                b.value(&format!("L{l}.qkv_mixed")).unwrap(),
+                b.value(&format!("L{l}.ssm_state")).unwrap(),
+                b.value(&format!("L{l}.conv_out")).unwrap(),
+            );
+            assert_eq!(b.plan.offsets[qkv], b.plan.offsets[state]);
+            assert!(!b.plan.shares_bytes(out, qkv));
+        }
+    }
+}
