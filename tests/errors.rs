@@ -400,6 +400,7 @@ mod cli {
 
     #[test]
     fn extra_and_unknown_arguments_are_refused() {
+        // (No arguments at all is the main job, not a usage error.)
         for args in [&["check", "a", "b"][..], &["info", "extra"], &["layer", "9b", "4b"], &["layer", "--bogus"], &["bench", "--bogus"], &["frobnicate"]] {
             let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_ref()).collect();
             let o = rgdn(&args);
@@ -456,5 +457,87 @@ mod cli {
         if out.starts_with("no GPU") {
             assert!(out.contains("reference ran") && !out.contains("passed"), "{out}");
         }
+    }
+}
+
+// [hostile] holes the hostile-view proptest (tests/hostile.rs) and its review of the fused ops
+// found: refusals naming the wrong op, and u32/grid limits that only views of more memory than
+// the H200 has could reach (a `Memory` that claims such buffers shows them on the CPU).
+mod fused {
+    use rgdn::Error;
+    use rgdn::memory::{HostMemory, Memory};
+    use rgdn::ops::{GdnConvChain, MulMatVec, MulMatVecPair, Op, Precision, SnapshotWrite};
+    use rgdn::reference::math::ExactMufu;
+    use rgdn::tensor::{BufferId, DType, Layout, Tensor};
+
+    /// A product's overflowing view used to come back as MUL_MAT_VEC's `weight`, naming
+    /// neither the pair nor the product.
+    #[test]
+    fn an_overflowing_view_in_a_pair_names_the_pair_and_the_product() {
+        let mut mem = HostMemory::new();
+        let input = mem.alloc_tensor(DType::F32, [64, 2, 1, 1]);
+        let product = |mem: &mut HostMemory| MulMatVec {
+            weight: mem.alloc_tensor(DType::F32, [64, 4, 1, 1]),
+            input,
+            dst: mem.alloc_tensor(DType::F32, [4, 2, 1, 1]),
+            precision: Precision::Default,
+        };
+        let mut op = MulMatVecPair { first: product(&mut mem), second: product(&mut mem) };
+        op.validate(&mem).unwrap();
+        op.second.weight.layout.offset = usize::MAX - 7;
+        let r = op.validate(&mem);
+        assert!(matches!(r, Err(Error::Overflow { op: "MUL_MAT_VEC_PAIR", arg: "second.weight", .. })), "{r:?}");
+        assert!(op.reference(&mut mem, &mut ExactMufu).is_err());
+    }
+
+    /// Claims every buffer is 2^62 bytes long; buffer 0 is an index buffer holding [0].
+    struct Huge;
+
+    impl Memory for Huge {
+        fn buffer_len(&self, _: BufferId) -> Option<usize> {
+            Some(1 << 62)
+        }
+        fn is_index_buffer(&self, id: BufferId) -> bool {
+            id.0 == 0
+        }
+        fn index_values(&self, t: &Tensor) -> Option<Vec<i32>> {
+            (t.buffer.0 == 0).then(|| vec![0])
+        }
+    }
+
+    /// GDN_CONV_CHAIN with C channels and H_k heads of 32, every view in a buffer of its own.
+    fn chain(c: usize, h_k: usize) -> GdnConvChain {
+        let t = |id: usize, dtype: DType, ne: [usize; 4]| Tensor::new(BufferId(id), Layout::contiguous(dtype, ne));
+        GdnConvChain {
+            conv_cache: t(1, DType::F32, [3 * c, 1, 1, 1]),
+            source_row: t(0, DType::I32, [1, 1, 1, 1]),
+            qkv: t(2, DType::F32, [c, 1, 1, 1]),
+            // A broadcast weight: the same taps for every channel (an input may repeat).
+            weight: Tensor::new(BufferId(3), Layout { nb: [4, 0, 0, 0], ..Layout::contiguous(DType::F32, [4, c, 1, 1]) }),
+            snapshots: vec![SnapshotWrite { row: 0, offset: 1 }],
+            conv_out: t(4, DType::F32, [c, 1, 1, 1]),
+            q_norm: t(5, DType::F32, [32, h_k, 1, 1]),
+            k_norm: t(6, DType::F32, [32, h_k, 1, 1]),
+            head_dim: 32,
+            n_k_heads: h_k,
+            eps: 1e-6,
+        }
+    }
+
+    /// The kernel takes H_k as u32: 2^32 heads used to be accepted and truncated to 0.
+    #[test]
+    fn gdn_conv_chain_with_more_k_heads_than_u32_is_refused() {
+        assert!(chain(128, 1).validate(&Huge).is_ok());
+        let r = chain(1 << 38, 1 << 32).validate(&Huge);
+        assert!(matches!(&r, Err(Error::Unsupported { op: "GDN_CONV_CHAIN", what }) if what.contains("k heads")), "{r:?}");
+    }
+
+    /// Grid x is C / 128 blocks, at most 2^31 − 1: 2^31 blocks used to reach the launch.
+    #[test]
+    fn gdn_conv_chain_with_more_blocks_than_grid_x_is_refused() {
+        let most = (i32::MAX as usize) * 128;
+        assert!(chain(most, 1).validate(&Huge).is_ok());
+        let r = chain(most + 128, 1).validate(&Huge);
+        assert!(matches!(&r, Err(Error::Unsupported { op: "GDN_CONV_CHAIN", what }) if what.contains("grid x")), "{r:?}");
     }
 }

@@ -6,21 +6,25 @@
 //! - `validate` never panics (proptest turns a panic into a failure);
 //! - when it accepts, every view's exact byte range is representable and inside its existing
 //!   buffer, element-aligned; no output has two elements sharing bytes (checked element by
-//!   element for small views); each output is an input's very elements or disjoint from it,
-//!   and outputs are disjoint from each other;
+//!   element for small views); each output is an input's very elements or disjoint from it
+//!   (or, for an op that declares a [`ReadWrite`] input — GDN_CONV_CHAIN's conv cache, read at
+//!   the source row and written at the snapshot rows — made of that input's elements), and
+//!   outputs are disjoint from each other;
 //! - when it refuses, `reference` refuses too (before touching memory);
 //! - small accepted cases run `reference` on the HostMemory without panicking.
 //!
-//! Adding an op is one entry in [`OPS`]: a function that builds it from a [`Gen`].
+//! Adding an op is one entry in [`OPS`]: a function that builds it from a [`Gen`] (hazards on
+//! the tape's non-zero choices, e.g. [`Gen::one_in`], so the all-zero tape stays valid).
 //! `RGDN_PROPTEST_CASES=N` runs N cases per op (default 2048, a few seconds in CI); the generator is
 //! deterministic unless `RGDN_PROPTEST_SEED=<u64>` picks another seed.
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
 use rgdn::memory::{HostMemory, Memory};
+use rgdn::ops::concat::ConcatDim0PerRow;
 use rgdn::ops::{
-    Binary, BinaryKind, ConcatDim0, Cpy, CpySnapshots, GatedDeltaNet, GetRows, L2Norm, MulMatVec, Op, Precision, Scale, SsmConv, Unary,
-    UnaryKind,
+    Binary, BinaryKind, ConcatDim0, Cpy, CpySnapshots, GatedDeltaNet, GdnConvChain, GetRows, L2Norm, MulMatVec, MulMatVecPair, Op,
+    Precision, Scale, SnapshotWrite, SsmConv, Unary, UnaryKind, UnaryMul,
 };
 use rgdn::reference::math::ExactMufu;
 use rgdn::tensor::{BufferId, DType, Layout, Tensor};
@@ -30,19 +34,35 @@ use std::collections::HashSet;
 /// Builds one op from a generator's choices.
 type BuildOp = fn(&mut Gen) -> Box<dyn Op>;
 
+/// For an op that reads a buffer and writes parts of it (GDN_CONV_CHAIN reads the conv cache
+/// at an index-known row and writes snapshot rows of it): input `input` may contain outputs
+/// `outputs_from..` — each of their elements an element of that input — instead of being
+/// disjoint from them. Every other rule still holds for them. // [hostile]
+#[derive(Clone, Copy)]
+struct ReadWrite {
+    input: usize,
+    outputs_from: usize,
+}
+
 /// Every op of `host/ops/` that implements [`Op`]: name and builder.
-const OPS: &[(&str, BuildOp)] = &[
-    ("CPY", build_cpy),
-    ("CPY_SNAPSHOTS", build_cpy_snapshots),
-    ("GET_ROWS", build_get_rows),
-    ("CONCAT", build_concat),
-    ("SCALE", build_scale),
-    ("SSM_CONV", build_ssm_conv),
-    ("L2_NORM", build_l2_norm),
-    ("UNARY", build_unary),
-    ("BINARY", build_binary),
-    ("MUL_MAT_VEC", build_mul_mat_vec),
-    ("GATED_DELTA_NET", build_gated_delta_net),
+const OPS: &[(&str, BuildOp, Option<ReadWrite>)] = &[
+    ("CPY", build_cpy, None),
+    ("CPY_SNAPSHOTS", build_cpy_snapshots, None),
+    ("GET_ROWS", build_get_rows, None),
+    ("CONCAT", build_concat, None),
+    ("SCALE", build_scale, None),
+    ("SSM_CONV", build_ssm_conv, None),
+    ("L2_NORM", build_l2_norm, None),
+    ("UNARY", build_unary, None),
+    ("BINARY", build_binary, None),
+    ("MUL_MAT_VEC", build_mul_mat_vec, None),
+    ("GATED_DELTA_NET", build_gated_delta_net, None),
+    // [hostile] the ops added since: fused chains and the per-row CONCAT launch.
+    ("CONCAT_PER_ROW", build_concat_per_row, None),
+    ("UNARY_MUL", build_unary_mul, None),
+    ("MUL_MAT_VEC_PAIR", build_mul_mat_vec_pair, None),
+    // Inputs: conv_cache, source_row, qkv, weight; outputs: conv_out, q_norm, k_norm, rows….
+    ("GDN_CONV_CHAIN", build_gdn_conv_chain, Some(ReadWrite { input: 0, outputs_from: 3 })),
 ];
 
 /// Largest element count checked element by element / run through `reference`.
@@ -84,6 +104,11 @@ impl<'a> Gen<'a> {
 
     fn below(&mut self, n: u64) -> u64 {
         self.next() % n
+    }
+
+    /// True one time in `n` (never on the benign tape). // [hostile]
+    fn one_in(&mut self, n: u64) -> bool {
+        self.below(n) == n - 1
     }
 
     /// A small size in 1..=max.
@@ -317,6 +342,207 @@ fn build_gated_delta_net(g: &mut Gen) -> Box<dyn Op> {
     Box::new(GatedDeltaNet { q, k, v, g: gate, beta, state_in, out, states })
 }
 
+// ---- [hostile] the ops added since ----
+
+fn build_concat_per_row(g: &mut Gen) -> Box<dyn Op> {
+    let ConcatParts { a, b, dst } = concat_parts(g);
+    Box::new(ConcatDim0PerRow(ConcatDim0 { a, b, dst }))
+}
+
+struct ConcatParts {
+    a: Tensor,
+    b: Tensor,
+    dst: Tensor,
+}
+
+/// CONCAT's operands, plus its own hazards: dst overlapping a or b in part, a dst whose rows
+/// overlap (stride below the row), more planes than grid y takes.
+fn concat_parts(g: &mut Gen) -> ConcatParts {
+    let (na, nb, n1, n2) = (g.small(4), g.small(4), g.small(5), g.small(2));
+    let n2 = if g.one_in(32) { 65536 } else { n2 };
+    let a = g.f32([na, n1, n2, 1]);
+    let b = if g.below(2) == 0 { g.f32([n1, nb, n2, 1]).transpose() } else { g.f32([nb, n1, n2, 1]) };
+    let mut dst = g.f32([sat_add(na, nb), n1, n2, 1]);
+    match g.below(16) {
+        // dst's own rows overlapping (row stride = na·4 < (na + nb)·4).
+        15 => dst.layout.nb[1] = 4 * na,
+        // a inside dst (a's rows are dst's first columns): a partial overlap.
+        14 => return ConcatParts { a: Tensor::new(dst.buffer, Layout { ne: [na, n1, n2, 1], ..dst.layout }), b, dst },
+        _ => {}
+    }
+    ConcatParts { a, b, dst }
+}
+
+fn build_unary_mul(g: &mut Gen) -> Box<dyn Op> {
+    let kind = if g.one_in(8) { UnaryKind::ALL[g.below(4) as usize] } else { UnaryKind::Softplus };
+    let ne = [g.small(8), g.small(3), g.small(2), 1];
+    let src = g.f32(ne);
+    // mul: src's shape, a leading block (MUL's modulo broadcast), or a block that is not
+    // leading ([1, ne1, …]: refused).
+    let mul_ne = match g.below(8) {
+        1 => [ne[0], 1, 1, 1],
+        2 => [1, 1, 1, 1],
+        3 => [ne[0], ne[1], 1, 1],
+        4 => [1, ne[1], ne[2], 1],
+        _ => ne,
+    };
+    let mul = g.f32(mul_ne);
+    let dst = match g.below(8) {
+        1 => src,
+        2 => mul,
+        // Partially over src: the same buffer one element on (in bounds when src is a view
+        // of a longer allocation, else out of bounds: refused either way).
+        3 => {
+            let n = ne.iter().product::<usize>();
+            let big = g.f32([n + 1, 1, 1, 1]);
+            let (lo, hi) = (Tensor::new(big.buffer, Layout { offset: big.layout.offset, ..Layout::contiguous(DType::F32, ne) }), big);
+            let hi = Tensor::new(hi.buffer, Layout { offset: hi.layout.offset.wrapping_add(4), ..Layout::contiguous(DType::F32, ne) });
+            return Box::new(UnaryMul { kind, src: lo, mul, dst: hi });
+        }
+        // In place over src while mul is a block of src (refused unless mul is src itself:
+        // other threads would read mul where dst is written).
+        4 => {
+            let mul = Tensor::new(src.buffer, Layout { offset: src.layout.offset, ..Layout::contiguous(DType::F32, mul_ne) });
+            return Box::new(UnaryMul { kind, src, mul, dst: src });
+        }
+        // dst over mul one element on.
+        5 => Tensor::new(mul.buffer, Layout { offset: mul.layout.offset.wrapping_add(4), ..Layout::contiguous(DType::F32, ne) }),
+        _ => g.f32(ne),
+    };
+    Box::new(UnaryMul { kind, src, mul, dst })
+}
+
+fn build_mul_mat_vec_pair(g: &mut Gen) -> Box<dyn Op> {
+    const DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
+    let dtype = DTYPES[g.below(3) as usize];
+    // ncols up to 9 (9: refused by the pair's own column rule); now and then an odd E.
+    let (e, rows, ncols) = (2 * g.small(40) - usize::from(g.one_in(16)), g.small(6), g.small(9));
+    let precision = |g: &mut Gen| if g.below(2) == 0 { Precision::Default } else { Precision::F32 };
+    let input = g.f32([e, ncols, 1, 1]);
+    let w0 = g.tensor(dtype, [e, rows, 1, 1]);
+    let d0 = g.f32([rows, ncols, 1, 1]);
+    let p0 = precision(g);
+    // The second product: mostly the pair's rules, sometimes another input, type or shape.
+    let input1 = match g.below(16) {
+        15 => g.f32([e, ncols, 1, 1]),
+        14 => Tensor::new(input.buffer, Layout { offset: input.layout.offset.wrapping_add(8), ..input.layout }),
+        _ => input,
+    };
+    let dtype1 = if g.one_in(16) { DTYPES[g.below(3) as usize] } else { dtype };
+    let rows1 = if g.one_in(16) { rows + 1 } else { rows };
+    let w1 = g.tensor(dtype1, [e, rows1, 1, 1]);
+    let p1 = if g.one_in(4) { precision(g) } else { p0 };
+    let d1 = match g.below(16) {
+        // The dsts on one another: the same view, or shifted by one element.
+        15 => d0,
+        14 => Tensor::new(d0.buffer, Layout { offset: d0.layout.offset.wrapping_add(4), ..d0.layout }),
+        // A dst over the other product's weight (refused as an overlap or as out of bounds).
+        13 => Tensor::new(w0.buffer, Layout { offset: w0.layout.offset, ..Layout::contiguous(DType::F32, [rows1, ncols, 1, 1]) }),
+        _ => g.f32([rows1, ncols, 1, 1]),
+    };
+    let (d0, w1) = if g.one_in(16) {
+        // The first dst over the second weight.
+        let w1 = g.tensor(DType::F32, [e, rows1, 1, 1]);
+        (Tensor::new(w1.buffer, Layout { offset: w1.layout.offset, ..d0.layout }), w1)
+    } else {
+        (d0, w1)
+    };
+    Box::new(MulMatVecPair {
+        first: MulMatVec { weight: w0, input, dst: d0, precision: p0 },
+        second: MulMatVec { weight: w1, input: input1, dst: d1, precision: p1 },
+    })
+}
+
+fn build_gdn_conv_chain(g: &mut Gen) -> Box<dyn Op> {
+    let d_conv: usize = if g.one_in(32) { [2, 6, 0][g.below(3) as usize] } else { [4, 3, 5][g.below(3) as usize] };
+    // C: 128 or 256 channels (hostile sizes through `size`: 0, 129, 255, near 2^64, 2^32+…).
+    let c = 128 * g.small(2);
+    let c = g.size(c);
+    let head_dim = if g.one_in(32) { [0, 16, 96, 256, usize::MAX][g.below(5) as usize] } else { [32, 64, 128][g.below(3) as usize] };
+    let max_heads = (c / 2 / head_dim.max(1)).max(1);
+    let n_k_heads = match g.below(32) {
+        31 => 0,
+        30 => max_heads + 1,
+        29 => usize::MAX / 2,
+        _ => g.small(max_heads.min(4)),
+    };
+    let n_t = if g.one_in(32) { 17 } else { g.small(16) };
+    let n_rows = if g.one_in(8) { 17 + g.below(4) as usize } else { g.small(20) };
+    let state_len = d_conv.saturating_sub(1);
+    let weight = g.f32([d_conv, c, 1, 1]);
+    // qkv, sometimes a view of a longer buffer (so that a conv_out one token on stays in bounds).
+    let long = g.one_in(4);
+    let qkv_full = g.f32([c, if long { n_t + 1 } else { n_t }, 1, 1]);
+    let qkv = if long { Tensor::new(qkv_full.buffer, Layout { ne: [c, n_t, 1, 1], ..qkv_full.layout }) } else { qkv_full };
+    let conv_cache = g.f32([sat_mul(state_len, c), n_rows, 1, 1]);
+    // The source row: an index buffer of one value (sometimes out of range or negative), a
+    // data tensor, or an index view of two values.
+    let value = match g.below(64) {
+        63 => -1,
+        62 => n_rows as i32,
+        61 => i32::MAX,
+        60 => i32::MIN,
+        _ => g.below(n_rows as u64) as i32,
+    };
+    let source_row = match g.below(64) {
+        63 => g.tensor(DType::I32, [1, 1, 1, 1]),
+        62 => g.mem.alloc_indices(&[value, 0]),
+        61 => {
+            let t = g.mem.alloc_indices(&[0, value]);
+            Tensor::new(t.buffer, Layout { offset: 4, ..Layout::contiguous(DType::I32, [1, 1, 1, 1]) })
+        }
+        _ => g.mem.alloc_indices(&[value]),
+    };
+    g.made.push(source_row);
+    // 0 ..= 17 rows: mostly distinct and in range with offsets ≤ n_t; hazards: a duplicate,
+    // the row count, usize::MAX, an offset past n_t (or usize::MAX).
+    let count = match g.below(64) {
+        63 => 0,
+        62 => 17,
+        _ => g.small(n_rows.min(16)),
+    };
+    let mut rows: Vec<usize> = (0..n_rows).collect();
+    for i in (1..rows.len()).rev() {
+        rows.swap(i, g.below(i as u64 + 1) as usize);
+    }
+    let mut snapshots: Vec<SnapshotWrite> =
+        (0..count).map(|i| SnapshotWrite { row: rows.get(i).copied().unwrap_or(i), offset: g.below(n_t as u64 + 1) as usize }).collect();
+    if !snapshots.is_empty() && g.one_in(8) {
+        let i = g.below(snapshots.len() as u64) as usize;
+        match g.below(5) {
+            0 => snapshots[i].row = snapshots[g.below(snapshots.len() as u64) as usize].row,
+            1 => snapshots[i].row = n_rows,
+            2 => snapshots[i].row = usize::MAX,
+            3 => snapshots[i].offset = n_t + 1,
+            _ => snapshots[i].offset = usize::MAX,
+        }
+    }
+    let conv_out = match g.below(16) {
+        // In place over qkv (allowed), or over qkv one token on (a partial overlap).
+        1..=4 => qkv,
+        15 => Tensor::new(qkv.buffer, Layout { offset: qkv.layout.offset.wrapping_add(qkv.layout.nb[1]), ..qkv.layout }),
+        _ => g.f32([c, n_t, 1, 1]),
+    };
+    let norm_ne = [head_dim, n_k_heads, n_t, 1];
+    let norm = |g: &mut Gen| match g.below(48) {
+        // Over the conv cache: at its start, or at a row.
+        15 => Tensor::new(conv_cache.buffer, Layout { offset: conv_cache.layout.offset, ..Layout::contiguous(DType::F32, norm_ne) }),
+        14 => {
+            let row = g.below(n_rows as u64) as usize;
+            let offset = conv_cache.layout.offset.wrapping_add(row.wrapping_mul(conv_cache.layout.nb[1]));
+            Tensor::new(conv_cache.buffer, Layout { offset, ..Layout::contiguous(DType::F32, norm_ne) })
+        }
+        // Over qkv, or over conv_out.
+        13 => Tensor::new(qkv.buffer, Layout { offset: qkv.layout.offset, ..Layout::contiguous(DType::F32, norm_ne) }),
+        12 => Tensor::new(conv_out.buffer, Layout { offset: conv_out.layout.offset, ..Layout::contiguous(DType::F32, norm_ne) }),
+        _ => g.f32(norm_ne),
+    };
+    let q_norm = norm(g);
+    let k_norm = if g.one_in(32) { q_norm } else { norm(g) };
+    let eps = [1e-6, 0.0, f32::NAN, -1.0, f32::INFINITY][(g.below(32) as usize).saturating_sub(27).min(4)];
+    Box::new(GdnConvChain { conv_cache, source_row, qkv, weight, snapshots, conv_out, q_norm, k_norm, head_dim, n_k_heads, eps })
+}
+
 /// Byte offsets of every element of a small view.
 fn element_offsets(t: &Tensor) -> Vec<usize> {
     t.layout.indices().map(|i| t.layout.checked_byte_offset(i).expect("an accepted view's offsets fit")).collect()
@@ -326,8 +552,13 @@ fn fail(op: &dyn Op, what: String) -> TestCaseError {
     TestCaseError::fail(format!("{} accepted {op:?}, but {what}", op.name()))
 }
 
+/// Whether output `o` (number `i`) may lie inside input `j` (see [`ReadWrite`]).
+fn read_write(rw: Option<ReadWrite>, i: usize, j: usize) -> bool {
+    rw.is_some_and(|rw| rw.input == j && i >= rw.outputs_from)
+}
+
 /// What acceptance must guarantee.
-fn check_accepted(op: &dyn Op, mem: &HostMemory) -> Result<(), TestCaseError> {
+fn check_accepted(op: &dyn Op, mem: &HostMemory, rw: Option<ReadWrite>) -> Result<(), TestCaseError> {
     let (inputs, outputs) = (op.inputs(), op.outputs());
     for t in inputs.iter().chain(&outputs) {
         let range = match t.layout.checked_byte_range() {
@@ -356,8 +587,16 @@ fn check_accepted(op: &dyn Op, mem: &HostMemory) -> Result<(), TestCaseError> {
             if let Some(w) = offsets.windows(2).find(|w| w[1] - w[0] < o.dtype().size()) {
                 return Err(fail(op, format!("output {o:?} has two elements at bytes {} and {}", w[0], w[1])));
             }
-            for t in &inputs {
+            for (j, t) in inputs.iter().enumerate() {
                 if o.same_elements(t) || t.buffer != o.buffer || t.layout.n_elements() > SMALL_ELEMENTS {
+                    continue;
+                }
+                if read_write(rw, i, j) {
+                    // Written in place: every element of o is an element of t (same type).
+                    let elements: HashSet<usize> = element_offsets(t).into_iter().collect();
+                    if o.dtype() != t.dtype() || offsets.iter().any(|b| !elements.contains(b)) {
+                        return Err(fail(op, format!("output {o:?} is not made of elements of input {t:?}")));
+                    }
                     continue;
                 }
                 let written: HashSet<usize> = offsets.iter().flat_map(|&b| b..b + o.dtype().size()).collect();
@@ -367,7 +606,14 @@ fn check_accepted(op: &dyn Op, mem: &HostMemory) -> Result<(), TestCaseError> {
                 }
             }
         }
-        for t in &inputs {
+        for (j, t) in inputs.iter().enumerate() {
+            if read_write(rw, i, j) {
+                let (ro, rt) = (o.layout.byte_range(), t.layout.byte_range());
+                if o.buffer != t.buffer || !matches!((ro, rt), (Some(ro), Some(rt)) if rt.start <= ro.start && ro.end <= rt.end) {
+                    return Err(fail(op, format!("output {o:?} is not inside input {t:?}")));
+                }
+                continue;
+            }
             if !o.same_elements(t) && o.overlaps(t) {
                 return Err(fail(op, format!("output {o:?} partially overlaps input {t:?}")));
             }
@@ -390,13 +636,13 @@ struct Tally {
     refused: usize,
 }
 
-fn run_one(build: BuildOp, tape: &[u64], tally: &RefCell<Tally>) -> Result<(), TestCaseError> {
+fn run_one(build: BuildOp, rw: Option<ReadWrite>, tape: &[u64], tally: &RefCell<Tally>) -> Result<(), TestCaseError> {
     let mut g = Gen::new(tape);
     let op = build(&mut g);
     let mut mem = g.mem;
     match op.validate(&mem) {
         Ok(()) => {
-            check_accepted(op.as_ref(), &mem)?;
+            check_accepted(op.as_ref(), &mem, rw)?;
             let work: usize = op.inputs().iter().chain(&op.outputs()).map(|t| t.layout.n_elements()).fold(0, usize::saturating_add);
             if work <= 4 * SMALL_ELEMENTS {
                 op.reference(&mut mem, &mut ExactMufu).map_err(|e| fail(op.as_ref(), format!("its reference refused: {e}")))?;
@@ -427,7 +673,7 @@ fn cases() -> u32 {
 #[test]
 fn hostile_views_never_get_past_validation() {
     let seed: Option<u64> = std::env::var("RGDN_PROPTEST_SEED").ok().and_then(|v| v.parse().ok());
-    for &(name, build) in OPS {
+    for &(name, build, rw) in OPS {
         let config = Config { cases: cases(), failure_persistence: None, ..Config::default() };
         let rng = match seed {
             Some(seed) => TestRng::from_seed(RngAlgorithm::ChaCha, &[seed.to_le_bytes(), [0; 8], [0; 8], [0; 8]].concat()),
@@ -436,7 +682,7 @@ fn hostile_views_never_get_past_validation() {
         let mut runner = TestRunner::new_with_rng(config, rng);
         let tape = proptest::collection::vec(any::<u64>(), 256);
         let tally = RefCell::new(Tally::default());
-        if let Err(e) = runner.run(&tape, |tape| run_one(build, &tape, &tally)) {
+        if let Err(e) = runner.run(&tape, |tape| run_one(build, rw, &tape, &tally)) {
             panic!("{name}: {e}");
         }
         let t = tally.into_inner();
@@ -455,7 +701,7 @@ fn hostile_views_never_get_past_validation() {
 /// The generator does reach acceptance for every op (else the properties above say little).
 #[test]
 fn the_benign_tape_builds_valid_ops() {
-    for &(name, build) in OPS {
+    for &(name, build, _) in OPS {
         let tape = [0u64; 64];
         let mut g = Gen::new(&tape);
         let op = build(&mut g);

@@ -194,6 +194,11 @@ impl GdnConvChain {
 
         check::fits_u32(OP, "conv-cache rows", n_cache_rows)?;
         check::fits_u32(OP, "channel blocks", n_channels / block)?;
+        // [hostile] the kernel takes H_k as u32 and C / 128 blocks as grid x (≤ 2^31 − 1).
+        check::fits_u32(OP, "k heads", h_k)?;
+        if n_channels / block > i32::MAX as usize {
+            return Err(Error::Unsupported { op: OP, what: format!("C = {n_channels} channels (grid x holds at most 2^31 − 1 blocks)") });
+        }
         Ok(ChainShape { d_conv, n_channels, n_tokens, n_cache_rows, source_row: index as usize })
     }
 

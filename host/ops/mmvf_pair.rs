@@ -61,6 +61,8 @@ fn in_pair(first: bool, e: Error) -> Error {
         }
         Error::Unsupported { what, .. } => Error::Unsupported { op: OP, what: format!("{}: {what}", product_arg(first, "")) },
         Error::Invalid { what, .. } => Error::Invalid { op: OP, what: format!("{}: {what}", product_arg(first, "")) },
+        // [hostile] an overflowing view was reported as the unfused MUL_MAT_VEC's, unnamed.
+        Error::Overflow { arg: a, what, .. } => Error::Overflow { op: OP, arg: arg(a), what },
         other => other,
     }
 }
