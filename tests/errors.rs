@@ -401,7 +401,14 @@ mod cli {
     #[test]
     fn extra_and_unknown_arguments_are_refused() {
         // (No arguments at all is the main job, not a usage error.)
-        for args in [&["check", "a", "b"][..], &["info", "extra"], &["layer", "9b", "4b"], &["layer", "--bogus"], &["bench", "--bogus"], &["frobnicate"]] {
+        for args in [
+            &["check", "a", "b"][..],
+            &["info", "extra"],
+            &["layer", "9b", "4b"],
+            &["layer", "--bogus"],
+            &["bench", "--bogus"],
+            &["frobnicate"],
+        ] {
             let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_ref()).collect();
             let o = rgdn(&args);
             no_panic(&o);

@@ -65,7 +65,7 @@ fn case(shape: GdnShape, step: Step) -> Case {
     let mut mem = HostMemory::new();
     let t = tensors(&mut mem, &shape, &step);
     let spec = LayerSpec { gdn_tail: false, ..LayerSpec::new(shape, step) };
-    let nodes = ggml_layer_ops(&t, &spec).into_iter().map(|op| Node::new(op, Some(0))).collect();
+    let nodes = ggml_layer_ops(&t, &spec).unwrap().into_iter().map(|op| Node::new(op, Some(0))).collect();
     Case { mem, t, nodes, k: step.slots() }
 }
 
@@ -276,11 +276,11 @@ fn the_reference_prs_aliasing_layout_is_accepted() {
     let b = layer::build(&spec, 3).unwrap();
     // The ssm-state GET_ROWS sits between the first and last node of the chain and writes into
     // the bytes the chain reads as the projection (the older check refused this).
-    let m = match_conv_chain(&b.fresh_nodes(), 0).unwrap();
+    let m = match_conv_chain(&b.fresh_nodes().unwrap(), 0).unwrap();
     let (first, last) = (m.nodes[0], *m.nodes.last().unwrap());
     let qkv = Access::of(&b.layers[0].t.qkv_mixed).unwrap();
     let between: Vec<usize> = (first + 1..last).filter(|x| !m.nodes.contains(x)).collect();
-    let nodes = b.fresh_nodes();
+    let nodes = b.fresh_nodes().unwrap();
     assert!(between.iter().any(|&x| nodes[x].op.name() == "GET_ROWS" && nodes[x].writes().iter().any(|w| w.overlaps(&qkv))));
     // And the fused graph equals the unfused one on the CPU reference.
     let r = off_on_cpu(&spec, 3, &mut ExactMufu).unwrap();
@@ -483,7 +483,7 @@ proptest! {
         let layout = if pr_layout { LayerLayout::PrAliasing } else { LayerLayout::Ggml };
         let spec = StackSpec { layers: vec![LayerSpec { layout, ..LayerSpec::new(TINY, Step::new(n_t, r)) }], outputs: Outputs::Products };
         let mut b = layer::build(&spec, seed).unwrap();
-        let mut nodes = b.fresh_nodes();
+        let mut nodes = b.fresh_nodes().unwrap();
         for (m, at) in &muts {
             apply(&mut b, &mut nodes, *m, *at);
         }
@@ -521,7 +521,7 @@ fn the_unperturbed_property_graphs_fuse() {
         for r in 0..=4 {
             let spec = StackSpec { layers: vec![LayerSpec::new(TINY, Step::new(n_t, r))], outputs: Outputs::Products };
             let b = layer::build(&spec, 1).unwrap();
-            let (_, report) = fuse(b.fresh_nodes(), Options::ON);
+            let (_, report) = fuse(b.fresh_nodes().unwrap(), Options::ON);
             assert_eq!(report.fused_counts(), (1, usize::from(n_t <= 8)), "n_t {n_t} R {r}: {report}");
         }
     }

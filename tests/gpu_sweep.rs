@@ -66,11 +66,7 @@ fn main() -> ExitCode {
                     off_chain as f64 / layers as f64,
                     on_chain as f64 / layers as f64,
                     t.elapsed().as_secs_f64(),
-                    if launches_ok {
-                        String::new()
-                    } else {
-                        format!(" — fused nodes made {k_chain}+{k_pair} launches (want 1 + 1)")
-                    }
+                    if launches_ok { String::new() } else { format!(" — fused nodes made {k_chain}+{k_pair} launches (want 1 + 1)") }
                 );
                 if !f.identical() {
                     println!("  differing values: {:?}", f.mismatches.iter().take(8).collect::<Vec<_>>());

@@ -157,8 +157,8 @@ fn compare(b: &Built, off: &HostMemory, on: &HostMemory) -> (Vec<String>, usize,
 /// upload of the same memory) and compares.
 pub fn off_on_gpu(gpu: &Gpu, spec: &StackSpec, seed: u64) -> Result<OffOn> {
     let b = layer::build(spec, seed)?;
-    let (off_nodes, _) = compile(b.fresh_nodes(), Options::OFF);
-    let (on_nodes, report) = compile(b.fresh_nodes(), Options::ON);
+    let (off_nodes, _) = compile(b.fresh_nodes()?, Options::OFF);
+    let (on_nodes, report) = compile(b.fresh_nodes()?, Options::ON);
     let run = |nodes| -> Result<(HostMemory, Launches)> {
         let dev = DeviceMemory::upload(gpu, &b.mem)?;
         let launches = exec::run_gpu(gpu, nodes, &dev)?;
@@ -173,8 +173,8 @@ pub fn off_on_gpu(gpu: &Gpu, spec: &StackSpec, seed: u64) -> Result<OffOn> {
 /// The same on the CPU reference, with one MUFU for both runs.
 pub fn off_on_cpu(spec: &StackSpec, seed: u64, mufu: &mut dyn Mufu) -> Result<OffOn> {
     let b = layer::build(spec, seed)?;
-    let (off_nodes, _) = compile(b.fresh_nodes(), Options::OFF);
-    let (on_nodes, report) = compile(b.fresh_nodes(), Options::ON);
+    let (off_nodes, _) = compile(b.fresh_nodes()?, Options::OFF);
+    let (on_nodes, report) = compile(b.fresh_nodes()?, Options::ON);
     let mut off_mem = b.mem.clone();
     exec::run_cpu(&off_nodes, &mut off_mem, mufu)?;
     let mut on_mem = b.mem.clone();

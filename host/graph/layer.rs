@@ -121,47 +121,68 @@ pub fn window(conv_input: &Tensor, state_len: usize, offset: usize) -> Tensor {
 }
 
 /// The nodes of one layer in llama.cpp's build order, separate snapshot CPYs (ggml's graph,
-/// before the backend's passes). `t` holds the layer's tensors wherever they live.
-pub fn ggml_layer_ops(t: &LayerTensors, spec: &LayerSpec) -> Vec<Box<dyn Op>> {
+/// before the backend's passes). `t` holds the layer's tensors wherever they live; with the GDN
+/// tail it must conform to the spec's shape and step ([`LayerTensors::conforms`]); every view is built
+/// with checked arithmetic: anything else is a typed error, never a panic. This is the one
+/// builder of the chain: `layer::unfused_ops` is [`layer_ops`] over it.
+pub fn ggml_layer_ops(t: &LayerTensors, spec: &LayerSpec) -> Result<Vec<Box<dyn Op>>> {
+    use crate::layer::unfused::{checked_view, product, reshape};
     let (shape, step) = (&spec.shape, &spec.step);
-    let (c, n_t, kc, hv) = (shape.channels(), step.n_tokens, shape.d_conv, shape.n_v_heads);
+    if spec.gdn_tail {
+        t.conforms(shape, step)?;
+    } else {
+        // Conv-chain-only graphs (the fusion sweep) also take head dims GATED_DELTA_NET does
+        // not, which `conforms` refuses; their tensors come from the planner, and every view
+        // below is still built with checked arithmetic and validated by its op.
+        spec.validate()?;
+    }
+    let (c, n_t, kc, hv) = (shape.try_channels()?, step.n_tokens, shape.d_conv, shape.n_v_heads);
     let mut ops: Vec<Box<dyn Op>> = Vec::new();
-    let zero = |ops: &mut Vec<Box<dyn Op>>, cache: &Tensor| {
+    // SCALE zeroing of a fresh cell (C1), in place, before the row is read.
+    let zero = |ops: &mut Vec<Box<dyn Op>>, arg: &'static str, cache: &Tensor| -> Result<()> {
         if let Some(z) = step.zero_cell {
-            let row = LayerTensors::cache_row(cache, z);
+            let row = LayerTensors::try_cache_row(arg, cache, z)?;
             ops.push(Box::new(Scale { src: row, dst: row, scale: 0.0, bias: 0.0 }));
         }
+        Ok(())
     };
-    let ssm_read = |ops: &mut Vec<Box<dyn Op>>| {
-        zero(ops, &t.ssm_cache);
+    let ssm_read = |ops: &mut Vec<Box<dyn Op>>| -> Result<()> {
+        zero(ops, "ssm_cache", &t.ssm_cache)?;
         ops.push(Box::new(GetRows { src: t.ssm_cache, rows: t.source_rows, dst: t.ssm_state }));
+        Ok(())
     };
-    zero(&mut ops, &t.conv_cache);
+    zero(&mut ops, "conv_cache", &t.conv_cache)?;
     ops.push(Box::new(GetRows { src: t.conv_cache, rows: t.source_rows, dst: t.conv_states }));
-    let states = t.conv_states.reshape([kc - 1, c, 1, 1]).expect("conv_states is contiguous");
+    let states = reshape("conv_states", &t.conv_states, [kc - 1, c, 1, 1])?;
     ops.push(Box::new(ConcatDim0 { a: states, b: t.qkv_mixed.transpose(), dst: t.conv_input }));
     // W1/W2: for t' = 1 … K, window(max(0, n_t − K + t')) → row (K − t')·M + kv_head.
     let k = step.slots();
     for tp in 1..=k {
         let slot = k - tp;
-        let dst = LayerTensors::cache_row(&t.conv_cache, slot * step.cells + step.kv_head);
-        ops.push(Box::new(Cpy { src: t.window(shape, (n_t + tp).saturating_sub(k)), dst }));
+        let row = product("conv_cache", "snapshot row slot·M", &[slot, step.cells])?
+            .checked_add(step.kv_head)
+            .ok_or_else(|| crate::Error::Overflow { op: "GDN_LAYER", arg: "conv_cache", what: "snapshot row slot·M + kv_head".into() })?;
+        let dst = LayerTensors::try_cache_row("conv_cache", &t.conv_cache, row)?;
+        ops.push(Box::new(Cpy { src: t.try_window(shape, (n_t + tp).saturating_sub(k))?, dst }));
     }
     ops.push(Box::new(SsmConv { conv_input: t.conv_input, weight: t.conv_weight, bias: None, dst: t.conv_out, apply_silu: true }));
     if spec.layout == LayerLayout::PrAliasing {
-        ssm_read(&mut ops);
+        ssm_read(&mut ops)?;
     }
-    ops.push(Box::new(L2Norm { src: t.head_view(shape, 0), dst: t.q_norm, eps: shape.eps }));
-    ops.push(Box::new(L2Norm { src: t.head_view(shape, 1), dst: t.k_norm, eps: shape.eps }));
+    ops.push(Box::new(L2Norm { src: t.try_head_view(shape, 0)?, dst: t.q_norm, eps: shape.eps }));
+    ops.push(Box::new(L2Norm { src: t.try_head_view(shape, 1)?, dst: t.k_norm, eps: shape.eps }));
     if spec.layout == LayerLayout::Ggml {
-        ssm_read(&mut ops);
+        ssm_read(&mut ops)?;
     }
-    for (weight, dst) in [(t.alpha_weight, t.alpha), (t.beta_weight, t.beta_raw)] {
+    // alpha/beta: at most 8 columns per mul_mat_vec_f launch.
+    for (arg, weight, dst) in [("alpha", t.alpha_weight, t.alpha), ("beta_raw", t.beta_weight, t.beta_raw)] {
         let mut first = 0;
         while first < n_t {
             let cols = MAT_VEC_MAX_COLS.min(n_t - first);
-            let input = t.cur.view([shape.n_embd, cols, 1, 1], t.cur.layout.nb, first * t.cur.layout.nb[1]);
-            let dst = dst.view([hv, cols, 1, 1], dst.layout.nb, first * dst.layout.nb[1]);
+            let offset = product("cur", "column offset", &[first, t.cur.layout.nb[1]])?;
+            let input = checked_view("cur", &t.cur, [shape.n_embd, cols, 1, 1], t.cur.layout.nb, offset)?;
+            let offset = product(arg, "column offset", &[first, dst.layout.nb[1]])?;
+            let dst = checked_view(arg, &dst, [hv, cols, 1, 1], dst.layout.nb, offset)?;
             ops.push(Box::new(MulMatVec { weight, input, dst, precision: spec.precision }));
             first += cols;
         }
@@ -171,25 +192,29 @@ pub fn ggml_layer_ops(t: &LayerTensors, spec: &LayerSpec) -> Vec<Box<dyn Op>> {
     ops.push(Box::new(Unary { kind: UnaryKind::Softplus, src: t.alpha_biased, dst: t.softplus }));
     ops.push(Box::new(Binary { kind: BinaryKind::Mul, a: t.softplus, b: t.ssm_a, dst: t.gate }));
     if spec.gdn_tail {
+        // GATED_DELTA_NET writing its state slots straight into the ssm cache rows (slot k →
+        // row k·M + kv_head; the CPY ggml fuses into the kernel).
         let row_bytes = t.ssm_cache.layout.nb[1];
-        let states = t.ssm_cache.view(
-            [shape.ssm_row(), 1, step.slots(), 1],
-            [4, row_bytes, step.cells * row_bytes, step.slots() * step.cells * row_bytes],
-            step.kv_head * row_bytes,
-        );
-        let per_token = |x: &Tensor| x.reshape([1, hv, n_t, 1]).expect("contiguous");
+        let group = product("ssm_cache", "group stride M·row bytes", &[step.cells, row_bytes])?;
+        let states = checked_view(
+            "ssm_cache",
+            &t.ssm_cache,
+            [shape.try_ssm_row()?, 1, step.slots(), 1],
+            [4, row_bytes, group, product("ssm_cache", "slots·group stride", &[step.slots(), group])?],
+            product("ssm_cache", "row offset kv_head·row bytes", &[step.kv_head, row_bytes])?,
+        )?;
         ops.push(Box::new(GatedDeltaNet {
             q: t.q_norm,
             k: t.k_norm,
-            v: t.head_view(shape, 2),
-            g: per_token(&t.gate),
-            beta: per_token(&t.beta),
-            state_in: t.ssm_state.reshape([shape.head_dim, shape.head_dim, hv, 1]).expect("contiguous"),
+            v: t.try_head_view(shape, 2)?,
+            g: reshape("gate", &t.gate, [1, hv, n_t, 1])?,
+            beta: reshape("beta", &t.beta, [1, hv, n_t, 1])?,
+            state_in: reshape("ssm_state", &t.ssm_state, [shape.head_dim, shape.head_dim, hv, 1])?,
             out: t.attn_out,
             states,
         }));
     }
-    ops
+    Ok(ops)
 }
 
 /// The latest node before `before` that writes any byte of `t`, with its index.
@@ -273,7 +298,7 @@ pub fn layer_ops(t: &LayerTensors, shape: &GdnShape, step: &Step, precision: Pre
     shape.validate()?;
     step.validate()?;
     let spec = LayerSpec { precision, gdn_tail: true, ..LayerSpec::new(*shape, *step) };
-    let nodes = ggml_layer_ops(t, &spec).into_iter().map(|op| Node::new(op, Some(0))).collect();
+    let nodes = ggml_layer_ops(t, &spec)?.into_iter().map(|op| Node::new(op, Some(0))).collect();
     Ok(batch_snapshot_copies(nodes).into_iter().map(|n| n.op).collect())
 }
 
@@ -388,10 +413,10 @@ fn layer_values(ids: &[usize; FIELDS], tensor: impl Fn(usize) -> Tensor) -> Laye
 }
 
 /// A layer's nodes: the two STAGE nodes of its inputs, then ggml's graph of the layer.
-fn layer_nodes(v: &LayerValues, spec: &LayerSpec, layer: usize) -> Vec<Node> {
+fn layer_nodes(v: &LayerValues, spec: &LayerSpec, layer: usize) -> Result<Vec<Node>> {
     let staged: [Box<dyn Op>; 2] =
         [Box::new(Stage { src: v.qkv_src, dst: v.t.qkv_mixed }), Box::new(Stage { src: v.cur_src, dst: v.t.cur })];
-    staged.into_iter().chain(ggml_layer_ops(&v.t, spec)).map(|op| Node::new(op, Some(layer))).collect()
+    Ok(staged.into_iter().chain(ggml_layer_ops(&v.t, spec)?).map(|op| Node::new(op, Some(layer))).collect())
 }
 
 /// Builds the graph of `spec`: values declared per layer, planned across the stack, placed in
@@ -412,7 +437,7 @@ pub fn build(spec: &StackSpec, seed: u64) -> Result<Built> {
     let symbolic = |v: usize| Tensor::new(BufferId(v), Layout::contiguous(defs[v].dtype, defs[v].ne));
     let mut nodes = Vec::new();
     for (l, ls) in spec.layers.iter().enumerate() {
-        nodes.extend(layer_nodes(&layer_values(&ids[l], symbolic), ls, l));
+        nodes.extend(layer_nodes(&layer_values(&ids[l], symbolic), ls, l)?);
     }
     let pins: Vec<Pin> = spec
         .layers
@@ -446,7 +471,7 @@ pub fn build(spec: &StackSpec, seed: u64) -> Result<Built> {
     for (l, ls) in spec.layers.iter().enumerate() {
         let lv = layer_values(&ids[l], |v| value_tensors[v]);
         fill(&mut mem, &lv, ls, &mut rng);
-        real_nodes.extend(layer_nodes(&lv, ls, l));
+        real_nodes.extend(layer_nodes(&lv, ls, l)?);
         layers.push(lv);
     }
     debug_assert_eq!(real_nodes.len(), nodes.len());
@@ -498,8 +523,12 @@ fn fill(mem: &mut HostMemory, v: &LayerValues, spec: &LayerSpec, rng: &mut StdRn
 impl Built {
     /// The graph's nodes again (ggml's order, separate CPYs), for another compile of the same
     /// memory.
-    pub fn fresh_nodes(&self) -> Vec<Node> {
-        self.spec.layers.iter().enumerate().flat_map(|(l, ls)| layer_nodes(&self.layers[l], ls, l)).collect()
+    pub fn fresh_nodes(&self) -> Result<Vec<Node>> {
+        let mut nodes = Vec::with_capacity(self.nodes.len());
+        for (l, ls) in self.spec.layers.iter().enumerate() {
+            nodes.extend(layer_nodes(&self.layers[l], ls, l)?);
+        }
+        Ok(nodes)
     }
 
     /// Values whose final bytes are meaningful after a run: every value that is not planned
@@ -531,8 +560,11 @@ mod tests {
 
     const SMALL: GdnShape = GdnShape { n_embd: 64, n_k_heads: 1, n_v_heads: 2, head_dim: 128, d_conv: 4, eps: 1e-6 };
 
+    /// `layer::unfused_ops` is this builder plus the #379 batching: the launch sequence of spec
+    /// §1.4 with one CPY (R = 0) or one CPY_SNAPSHOTS for the K = R + 1 slots, with the
+    /// snapshot rows of the step's cell.
     #[test]
-    fn layer_ops_equals_todays_unfused_ops_op_for_op() {
+    fn layer_ops_is_the_unfused_launch_sequence() {
         for (n_t, r, cells, kv, src, depth, zero) in [
             (1, 0, 1, 0, 0, 0, None),
             (4, 3, 1, 0, 0, 0, None),
@@ -542,13 +574,18 @@ mod tests {
             (3, 7, 2, 0, 1, 5, None),
         ] {
             let step = Step { n_tokens: n_t, n_rollback: r, cells, kv_head: kv, src_cell: src, rollback_depth: depth, zero_cell: zero };
-            for precision in [Precision::Default, Precision::F32] {
-                let mut mem = HostMemory::new();
-                let t = LayerTensors::alloc(&mut mem, &SMALL, &step, &LayerInit::default()).unwrap();
-                let want = unfused_ops(&t, &SMALL, &step, precision).unwrap();
-                let got = layer_ops(&t, &SMALL, &step, precision).unwrap();
-                let show = |ops: &[Box<dyn Op>]| ops.iter().map(|o| format!("{o:?}")).collect::<Vec<_>>();
-                assert_eq!(show(&got), show(&want), "{step:?}");
+            let mut mem = HostMemory::new();
+            let t = LayerTensors::alloc(&mut mem, &SMALL, &step, &LayerInit::default()).unwrap();
+            let ops = unfused_ops(&t, &SMALL, &step, Precision::Default).unwrap();
+            let scale: &[&str] = if zero.is_some() { &["SCALE"] } else { &[] };
+            let copy = if r == 0 { "CPY" } else { "CPY_SNAPSHOTS" };
+            let mut want: Vec<&str> =
+                [scale, &["GET_ROWS", "CONCAT", copy, "SSM_CONV", "L2_NORM", "L2_NORM"], scale, &["GET_ROWS"]].concat();
+            want.extend(std::iter::repeat_n("MUL_MAT_VEC", 2 * n_t.div_ceil(MAT_VEC_MAX_COLS)));
+            want.extend(["SIGMOID", "ADD", "SOFTPLUS", "MUL", "GATED_DELTA_NET"]);
+            assert_eq!(ops.iter().map(|o| o.name()).collect::<Vec<_>>(), want, "{step:?}");
+            if let Some(c) = ops.iter().find_map(|o| o.as_ref().downcast_ref::<CpySnapshots>()) {
+                assert_eq!((c.first_row, c.group_stride, c.n_slots, c.d_conv), (kv, cells, r + 1, SMALL.d_conv), "{step:?}");
             }
         }
     }
@@ -559,7 +596,7 @@ mod tests {
         let step = Step::new(4, 3);
         let t = LayerTensors::alloc(&mut mem, &SMALL, &step, &LayerInit::default()).unwrap();
         let spec = LayerSpec::new(SMALL, step);
-        let mut nodes: Vec<Node> = ggml_layer_ops(&t, &spec).into_iter().map(|op| Node::new(op, Some(0))).collect();
+        let mut nodes: Vec<Node> = ggml_layer_ops(&t, &spec).unwrap().into_iter().map(|op| Node::new(op, Some(0))).collect();
         // Swap two copies: rows no longer descend by the group stride.
         nodes.swap(3, 4);
         let names: Vec<_> = batch_snapshot_copies(nodes).iter().map(|n| n.op.name()).collect();

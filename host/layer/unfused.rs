@@ -3,12 +3,9 @@
 
 use super::shape::{GdnShape, Step};
 use crate::error::{Error, Result};
+use crate::inputs::{self, Values};
 use crate::memory::HostMemory;
-use crate::ops::{
-    Binary, BinaryKind, ConcatDim0, Cpy, CpySnapshots, GatedDeltaNet, GetRows, L2Norm, MulMatVec, Op, Precision, Scale, SsmConv, Unary,
-    UnaryKind,
-};
-use crate::suite::inputs::{self, Values};
+use crate::ops::{Op, Precision};
 use crate::tensor::{BufferId, DType, Layout, Tensor, checked_product};
 use rand::Rng;
 use rand::rngs::StdRng;
@@ -352,11 +349,11 @@ impl LayerTensors {
     }
 }
 
-fn product(arg: &'static str, what: &str, factors: &[usize]) -> Result<usize> {
+pub(crate) fn product(arg: &'static str, what: &str, factors: &[usize]) -> Result<usize> {
     crate::ops::check::product(OP, arg, what, factors)
 }
 
-fn checked_view(arg: &'static str, t: &Tensor, ne: [usize; 4], nb: [usize; 4], offset: usize) -> Result<Tensor> {
+pub(crate) fn checked_view(arg: &'static str, t: &Tensor, ne: [usize; 4], nb: [usize; 4], offset: usize) -> Result<Tensor> {
     t.checked_view(ne, nb, offset).ok_or_else(|| Error::Overflow {
         op: OP,
         arg,
@@ -364,7 +361,7 @@ fn checked_view(arg: &'static str, t: &Tensor, ne: [usize; 4], nb: [usize; 4], o
     })
 }
 
-fn reshape(arg: &'static str, t: &Tensor, ne: [usize; 4]) -> Result<Tensor> {
+pub(crate) fn reshape(arg: &'static str, t: &Tensor, ne: [usize; 4]) -> Result<Tensor> {
     t.reshape(ne).ok_or_else(|| Error::Stride {
         op: OP,
         arg,
@@ -383,84 +380,9 @@ fn reshape(arg: &'static str, t: &Tensor, ne: [usize; 4]) -> Result<Tensor> {
 /// The tensors must conform to the shape and step ([`LayerTensors::conforms`]); anything else
 /// is a typed error, never a panic, and every view is built with checked arithmetic.
 pub fn unfused_ops(t: &LayerTensors, shape: &GdnShape, step: &Step, precision: Precision) -> Result<Vec<Box<dyn Op>>> {
-    t.conforms(shape, step)?;
-    let (c, n_t, kc, hv) = (shape.try_channels()?, step.n_tokens, shape.d_conv, shape.n_v_heads);
-    let mut ops: Vec<Box<dyn Op>> = Vec::new();
-
-    // 1. Zero a fresh cell's conv state in place (SCALE by 0 with bias 0).
-    if let Some(z) = step.zero_cell {
-        let row = LayerTensors::try_cache_row("conv_cache", &t.conv_cache, z)?;
-        ops.push(Box::new(Scale { src: row, dst: row, scale: 0.0, bias: 0.0 }));
-    }
-    // 2. GET_ROWS of the sequence's conv state.
-    ops.push(Box::new(GetRows { src: t.conv_cache, rows: t.source_rows, dst: t.conv_states }));
-    // 3. CONCAT (dim 0) of the old state [K_c−1, C] and the transposed projection [n_t, C].
-    let states = reshape("conv_states", &t.conv_states, [kc - 1, c, 1, 1])?;
-    ops.push(Box::new(ConcatDim0 { a: states, b: t.qkv_mixed.transpose(), dst: t.conv_input }));
-    // 4. Conv-state write-back: slot j ← window(max(0, n_t − j)) into row j·M + kv_head.
-    if step.n_rollback == 0 {
-        let dst = LayerTensors::try_cache_row("conv_cache", &t.conv_cache, step.kv_head)?;
-        ops.push(Box::new(Cpy { src: t.try_window(shape, n_t)?, dst }));
-    } else {
-        ops.push(Box::new(CpySnapshots {
-            conv_input: t.conv_input,
-            cache: t.conv_cache,
-            d_conv: kc,
-            first_row: step.kv_head,
-            group_stride: step.cells,
-            n_slots: step.slots(),
-        }));
-    }
-    // 5. SSM_CONV + SiLU (fused by ggml's backend; no conv bias in Qwen3.5).
-    ops.push(Box::new(SsmConv { conv_input: t.conv_input, weight: t.conv_weight, bias: None, dst: t.conv_out, apply_silu: true }));
-    // 6. L2_NORM of the q and k heads (strided views of the conv output).
-    ops.push(Box::new(L2Norm { src: t.try_head_view(shape, 0)?, dst: t.q_norm, eps: shape.eps }));
-    ops.push(Box::new(L2Norm { src: t.try_head_view(shape, 1)?, dst: t.k_norm, eps: shape.eps }));
-    // 7. The ssm state: zeroing, then GET_ROWS.
-    if let Some(z) = step.zero_cell {
-        let row = LayerTensors::try_cache_row("ssm_cache", &t.ssm_cache, z)?;
-        ops.push(Box::new(Scale { src: row, dst: row, scale: 0.0, bias: 0.0 }));
-    }
-    ops.push(Box::new(GetRows { src: t.ssm_cache, rows: t.source_rows, dst: t.ssm_state }));
-    // 8. alpha/beta: mat-vecs, sigmoid(beta), softplus(alpha + dt_bias) · ssm_a.
-    for (weight, dst) in [(t.alpha_weight, t.alpha), (t.beta_weight, t.beta_raw)] {
-        let mut first = 0;
-        while first < n_t {
-            let cols = MAT_VEC_MAX_COLS.min(n_t - first);
-            let offset = product("cur", "column offset", &[first, t.cur.layout.nb[1]])?;
-            let input = checked_view("cur", &t.cur, [shape.n_embd, cols, 1, 1], t.cur.layout.nb, offset)?;
-            let offset = product("alpha", "column offset", &[first, dst.layout.nb[1]])?;
-            let dst = checked_view("alpha", &dst, [hv, cols, 1, 1], dst.layout.nb, offset)?;
-            ops.push(Box::new(MulMatVec { weight, input, dst, precision }));
-            first += cols;
-        }
-    }
-    ops.push(Box::new(Unary { kind: UnaryKind::Sigmoid, src: t.beta_raw, dst: t.beta }));
-    ops.push(Box::new(Binary { kind: BinaryKind::Add, a: t.alpha, b: t.dt_bias, dst: t.alpha_biased }));
-    ops.push(Box::new(Unary { kind: UnaryKind::Softplus, src: t.alpha_biased, dst: t.softplus }));
-    ops.push(Box::new(Binary { kind: BinaryKind::Mul, a: t.softplus, b: t.ssm_a, dst: t.gate }));
-    // 9. GATED_DELTA_NET, writing its state slots straight into the ssm cache rows
-    //    (slot k → row k·M + kv_head; the CPY ggml fuses into the kernel).
-    let row_bytes = t.ssm_cache.layout.nb[1];
-    let group = product("ssm_cache", "group stride M·row bytes", &[step.cells, row_bytes])?;
-    let states = checked_view(
-        "ssm_cache",
-        &t.ssm_cache,
-        [shape.try_ssm_row()?, 1, step.slots(), 1],
-        [4, row_bytes, group, product("ssm_cache", "slots·group stride", &[step.slots(), group])?],
-        product("ssm_cache", "row offset kv_head·row bytes", &[step.kv_head, row_bytes])?,
-    )?;
-    ops.push(Box::new(GatedDeltaNet {
-        q: t.q_norm,
-        k: t.k_norm,
-        v: t.try_head_view(shape, 2)?,
-        g: reshape("gate", &t.gate, [1, hv, n_t, 1])?,
-        beta: reshape("beta", &t.beta, [1, hv, n_t, 1])?,
-        state_in: reshape("ssm_state", &t.ssm_state, [shape.head_dim, shape.head_dim, hv, 1])?,
-        out: t.attn_out,
-        states,
-    }));
-    Ok(ops)
+    // One builder: ggml's graph of the layer (crate::graph::layer::ggml_layer_ops) after the
+    // backend's snapshot batching pass.
+    crate::graph::layer::layer_ops(t, shape, step, precision)
 }
 
 #[cfg(test)]
