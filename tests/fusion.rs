@@ -510,7 +510,7 @@ fn clone_op(op: &(dyn Op + 'static)) -> Box<dyn Op> {
         ($($t:ty),*) => { $( if let Some(x) = op.downcast_ref::<$t>() { return Box::new(x.clone()); } )* };
     }
     use rgdn::ops::*;
-    try_clone!(Stage, Scale, GetRows, ConcatDim0, Cpy, CpySnapshots, SsmConv, L2Norm, MulMatVec, Unary, Binary, GatedDeltaNet);
+    try_clone!(Stage, Scale, GetRows, ConcatDim0, Cpy, CpySnapshots, SsmConv, L2Norm, MulMatVec, Unary, UnaryMul, Binary, GatedDeltaNet);
     panic!("clone_op: unknown op {}", op.name())
 }
 

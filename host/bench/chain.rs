@@ -1,7 +1,7 @@
 //! What the bench and the main command run: one layer's chain "off" (unfused) and "on" (fused)
-//! over the same tensors. [`ChainBuilder`] is the plug-in point for the fusion pass:
-//! [`default_builder`] returns [`UnfusedOnly`] until the fused chain lands, and every output
-//! then says "fusion not available" — the "on" columns are the unfused chain run again.
+//! over the same tensors. [`ChainBuilder`] is the plug-in point: [`default_builder`] returns
+//! [`Fused`] (ggml's graph of the layer through the fusion pass, `crate::fusion`);
+//! [`UnfusedOnly`] runs the unfused chain in both arms (its outputs say "fusion not available").
 
 use crate::error::Result;
 use crate::layer::{GdnShape, LayerInit, LayerTensors, Step, unfused_ops};
@@ -49,10 +49,38 @@ impl ChainBuilder for UnfusedOnly {
     }
 }
 
+/// "off": the unfused chain; "on": ggml's graph of the layer through the fusion pass (the GDN
+/// conv chain and the alpha/beta pair wherever the matcher accepts them; each refusal leaves
+/// those nodes unfused), then the backend's snapshot batching.
+pub struct Fused;
+
+impl ChainBuilder for Fused {
+    fn fusion_available(&self) -> bool {
+        true
+    }
+
+    fn label(&self, fusion: bool) -> String {
+        if fusion { "fused (GDN_CONV_CHAIN + MUL_MAT_VEC_PAIR where the matcher accepts)".into() } else { "unfused".into() }
+    }
+
+    fn layer_ops(&self, _mem: &mut HostMemory, t: &LayerTensors, cfg: &ChainConfig, fusion: bool) -> Result<Vec<Box<dyn Op>>> {
+        if !fusion {
+            return unfused_ops(t, &cfg.shape, &cfg.step, cfg.init.precision);
+        }
+        let spec = crate::graph::layer::LayerSpec {
+            weights: cfg.init.mat_vec_weights,
+            precision: cfg.init.precision,
+            ..crate::graph::layer::LayerSpec::new(cfg.shape, cfg.step)
+        };
+        let nodes = crate::graph::layer::ggml_layer_ops(t, &spec)?.into_iter().map(|op| crate::graph::Node::new(op, Some(0))).collect();
+        let (nodes, _report) = crate::fusion::compile(nodes, crate::fusion::Options::ON);
+        Ok(nodes.into_iter().map(|n| n.op).collect())
+    }
+}
+
 /// THE plug-in point: the builder `rgdn bench`, `cargo bench` and the main command use.
-/// When the fusion pass lands, return it here (its `fusion_available()` is true).
 pub fn default_builder() -> &'static dyn ChainBuilder {
-    &UnfusedOnly
+    &Fused
 }
 
 /// One layer's memory (random caches, inputs and weights, seeded) and both chains over it.
@@ -147,7 +175,7 @@ mod tests {
 
     #[test]
     fn the_stand_in_says_fusion_is_not_available() {
-        let b = default_builder();
+        let b: &dyn ChainBuilder = &UnfusedOnly;
         assert!(!b.fusion_available());
         assert!(b.label(true).contains("fusion not available"));
         let built = Built::new(b, &cfg(4, 3), 1).unwrap();
@@ -155,6 +183,22 @@ mod tests {
         assert_eq!(names(&built.off), names(&built.on));
         assert!(eliminated_buffers(&built.off, &built.on).is_empty());
         assert!(built.footprint_bytes() > 4 * SMALL.ssm_row() * 4);
+    }
+
+    /// The default builder runs the fusion pass: at T = 4 the conv chain (GET_ROWS, CONCAT,
+    /// CPY_SNAPSHOTS, SSM_CONV, L2_NORM ×2) and the two mat-vecs become one launch each.
+    #[test]
+    fn the_default_builder_fuses_the_conv_chain_and_the_pair() {
+        let b = default_builder();
+        assert!(b.fusion_available());
+        let built = Built::new(b, &cfg(4, 3), 1).unwrap();
+        let names = |ops: &[Box<dyn Op>]| ops.iter().map(|o| o.name()).collect::<Vec<_>>();
+        let on = names(&built.on);
+        assert_eq!(on.iter().filter(|n| **n == "GDN_CONV_CHAIN").count(), 1, "{on:?}");
+        assert_eq!(on.iter().filter(|n| **n == "MUL_MAT_VEC_PAIR").count(), 1, "{on:?}");
+        assert_eq!(built.off.len() - built.on.len(), 5 + 1, "{on:?}");
+        // The fused chain no longer writes the CONCAT's inputs and output.
+        assert_eq!(eliminated_buffers(&built.off, &built.on).len(), 2);
     }
 
     #[test]
