@@ -49,7 +49,7 @@ pub fn all_entries() -> Vec<&'static str> {
     }
 
     // [speed]
-    entries.extend([abi::CONCAT_FLAT_ENTRY, abi::UNARY_SOFTPLUS_MUL_ENTRY, abi::GATED_DELTA_NET_PAIRED_ENTRY]);
+    entries.extend([abi::CONCAT_FLAT_ENTRY, abi::UNARY_SOFTPLUS_MUL_ENTRY]);
 
     entries
 }

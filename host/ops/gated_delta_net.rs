@@ -207,12 +207,11 @@ impl Op for GatedDeltaNet {
     }
 }
 
-/// [speed] The kernel entry: [`abi::GATED_DELTA_NET_ENTRY`], or its paired-butterfly variant
-/// [`abi::GATED_DELTA_NET_PAIRED_ENTRY`] (same parameters, same bits) when the environment sets
-/// `RGDN_GDN_PAIRED=1` — an A/B switch until the H200 says which is faster
-/// (`tools/twins/ncu-gdn.sh` times both and runs the GDN suite cases with each).
+/// The kernel entry. (A paired-butterfly variant — token t+1's KV sum interleaved with token
+/// t's attention sum — was measured on the H200 at 2.2–2.7× this kernel's time and removed;
+/// NOTES.md, GATED_DELTA_NET speed.)
 pub fn entry() -> &'static str {
-    if std::env::var("RGDN_GDN_PAIRED").is_ok_and(|v| v == "1") { abi::GATED_DELTA_NET_PAIRED_ENTRY } else { abi::GATED_DELTA_NET_ENTRY }
+    abi::GATED_DELTA_NET_ENTRY
 }
 
 /// A valid op with every tensor contiguous in a buffer of its own: inputs zero, `out` and

@@ -439,8 +439,3 @@ pub struct UnaryMulParams {
     pub n: u32,
     pub n_mul: u32,
 }
-
-/// GATED_DELTA_NET with token t+1's KV warp sum interleaved with token t's attention sum (same
-/// parameters, same bits). Experimental: the host launches it instead of
-/// [`GATED_DELTA_NET_ENTRY`] only when the environment sets `RGDN_GDN_PAIRED=1`.
-pub const GATED_DELTA_NET_PAIRED_ENTRY: &str = "gated_delta_net_f32_d128_paired";

@@ -307,7 +307,7 @@ pub unsafe fn token_step(
 /// rules of the module docs.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn run<const PAIRED: bool>(
+unsafe fn run(
     q: *const f32,
     q_head: usize,
     q_token: usize,
@@ -420,52 +420,22 @@ unsafe fn run<const PAIRED: bool>(
     // SAFETY (loads): token t + 1 < n_tokens of the validated input views, written by nobody.
     let mut cur = unsafe { src.load() };
     let mut t = 0;
-    if !PAIRED {
-        while t + 1 < n_tokens {
-            src.advance();
-            let next = unsafe { src.load() };
-            // SAFETY: every lane of the warp runs the same trip count with no early exit.
-            let a = unsafe { token_step(&mut s, &cur.k, &cur.q, cur.v, cur.g, cur.beta) };
-            finish(&s, a, t);
-            cur = next;
-            t += 1;
-        }
-        // SAFETY: as above.
+    while t + 1 < n_tokens {
+        src.advance();
+        let next = unsafe { src.load() };
+        // SAFETY: every lane of the warp runs the same trip count with no early exit.
         let a = unsafe { token_step(&mut s, &cur.k, &cur.q, cur.v, cur.g, cur.beta) };
         finish(&s, a, t);
-    } else {
-        // Token t+1's KV needs only the state after token t's update: its warp sum runs
-        // interleaved with token t's attention sum (two independent butterflies, each in
-        // ggml's order). Token t+2's lines are prefetched into L1 meanwhile, so that token
-        // t+1's loads, issued at the top of token t, return before the KV dot needs them.
-        // SAFETY: the whole warp is here.
-        let mut kv = unsafe { warp_sum(lane_dot(&s, &cur.k)) };
-        while t + 1 < n_tokens {
-            src.advance();
-            let next = unsafe { src.load() };
-            if t + 2 < n_tokens {
-                // SAFETY: token t + 2 < n_tokens (hints only).
-                unsafe { src.prefetch_l1_next() };
-            }
-            let gamma = decay(cur.g);
-            update(&mut s, &cur.k, gamma, delta(kv, gamma, cur.v, cur.beta));
-            // SAFETY: the whole warp is here.
-            let (a, kv_next) = unsafe { warp_sum_pair(lane_dot(&s, &cur.q), lane_dot(&s, &next.k)) };
-            finish(&s, a, t);
-            kv = kv_next;
-            cur = next;
-            t += 1;
-        }
-        let gamma = decay(cur.g);
-        update(&mut s, &cur.k, gamma, delta(kv, gamma, cur.v, cur.beta));
-        // SAFETY: the whole warp is here.
-        let a = unsafe { warp_sum(lane_dot(&s, &cur.q)) };
-        finish(&s, a, t);
+        cur = next;
+        t += 1;
     }
+    // SAFETY: as above.
+    let a = unsafe { token_step(&mut s, &cur.k, &cur.q, cur.v, cur.g, cur.beta) };
+    finish(&s, a, t);
 }
 
 macro_rules! gdn_entries {
-    ($($(#[$doc:meta])* $name:ident = $paired:expr;)*) => {$(
+    ($($(#[$doc:meta])* $name:ident;)*) => {$(
         $(#[$doc])*
         ///
         /// # Safety
@@ -513,16 +483,12 @@ macro_rules! gdn_entries {
             scale: f32,
         ) {
             // SAFETY: forwarded from the launch contract.
-            unsafe { run::<{ $paired }>(q, q_head, q_token, q_seq, k, k_head, k_token, k_seq, v, v_head, v_token, v_seq, g, g_head, g_token, g_seq, beta, beta_head, beta_token, beta_seq, state_in, in_col, in_head, in_seq, out, out_head, out_token, out_seq, states, states_seq, states_slot, n_tokens, n_key_heads, n_slots, scale) }
+            unsafe { run(q, q_head, q_token, q_seq, k, k_head, k_token, k_seq, v, v_head, v_token, v_seq, g, g_head, g_token, g_seq, beta, beta_head, beta_token, beta_seq, state_in, in_col, in_head, in_seq, out, out_head, out_token, out_seq, states, states_seq, states_slot, n_tokens, n_key_heads, n_slots, scale) }
         }
     )*};
 }
 
 gdn_entries! {
     /// Entry point; see the module docs for the layouts.
-    gated_delta_net_f32_d128 = false;
-    /// [speed] The same recurrence with token t+1's KV warp sum interleaved with token t's
-    /// attention sum (and an L1 prefetch two tokens ahead): the same bits, a shorter chain per
-    /// token. Selected by the host with `RGDN_GDN_PAIRED=1` until the H200 says which is faster.
-    gated_delta_net_f32_d128_paired = true;
+    gated_delta_net_f32_d128;
 }
