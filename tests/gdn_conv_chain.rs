@@ -136,7 +136,16 @@ fn typed_refusals() {
 /// uneven ones.
 fn knob_sweep() -> Vec<ChainKnobs> {
     let k = |tokens_per_block, tokens_per_group, row_hint| ChainKnobs { tokens_per_block, tokens_per_group, row_hint };
-    vec![ChainKnobs::ORIGINAL, ChainKnobs::DEFAULT, k(8, 4, true), k(2, 1, false), k(3, 1, true), k(16, 2, true), k(5, 3, false), k(1, 1, true)]
+    vec![
+        ChainKnobs::ORIGINAL,
+        ChainKnobs::DEFAULT,
+        k(8, 4, true),
+        k(2, 1, false),
+        k(3, 1, true),
+        k(16, 2, true),
+        k(5, 3, false),
+        k(1, 1, true),
+    ]
 }
 
 /// The kernel's index arithmetic, emulated thread by thread on the CPU (same phases, same
@@ -264,7 +273,8 @@ fn an_emulation_of_the_kernels_mapping_equals_the_reference() {
                                 let (row, offset) = (rows[i] as usize, (offsets[i] & 0xff) as usize);
                                 for k in 0..s {
                                     let f = k * block + tx;
-                                    let v = smem[(f / s) * stride + f % s + offset].unwrap_or_else(|| panic!("{name}: tile read before written"));
+                                    let v = smem[(f / s) * stride + f % s + offset]
+                                        .unwrap_or_else(|| panic!("{name}: tile read before written"));
                                     write(&mut mem, el(&op.conv_cache, row * e(&op.conv_cache, 1) + c0 * s + f), v, blk);
                                 }
                             }

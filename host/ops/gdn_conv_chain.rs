@@ -341,7 +341,11 @@ impl GdnConvChain {
 
     /// The kernel's row tables: the rows sorted by owning token group ([`row_owners`]),
     /// `offsets[i] = offset | owner << 8`; unused entries 0 (row 0, window 0: valid loads).
-    pub fn row_tables(&self, shape: &ChainShape, m: &ChainMapping) -> ([u32; abi::GDN_CONV_CHAIN_MAX_ROWS], [u32; abi::GDN_CONV_CHAIN_MAX_ROWS]) {
+    pub fn row_tables(
+        &self,
+        shape: &ChainShape,
+        m: &ChainMapping,
+    ) -> ([u32; abi::GDN_CONV_CHAIN_MAX_ROWS], [u32; abi::GDN_CONV_CHAIN_MAX_ROWS]) {
         let owners = row_owners(&self.snapshots, shape.source_row, shape.d_conv - 1, shape.n_tokens, m);
         let mut order: Vec<usize> = (0..self.snapshots.len()).collect();
         order.sort_by_key(|&i| (owners[i], i));
@@ -358,10 +362,20 @@ impl GdnConvChain {
     /// The launch under explicit knobs (the suite runs several; [`Op::launch`] uses
     /// [`ChainKnobs::from_env`]).
     pub fn launch_with(&self, gpu: &Gpu, mem: &DeviceMemory, knobs: ChainKnobs) -> Result<()> {
+        self.launch_impl(gpu, mem, knobs, false)
+    }
+
+    /// `stale_hint`: hint a wrong (valid) row, so that the kernel's check of the hint fails and
+    /// it reloads the state from the index's row (the path a stale hint would take).
+    fn launch_impl(&self, gpu: &Gpu, mem: &DeviceMemory, knobs: ChainKnobs, stale_hint: bool) -> Result<()> {
         let shape = self.check(mem)?;
         let entry = abi::gdn_conv_chain_entry(shape.d_conv).expect("checked: d_conv has an entry");
         let m = ChainMapping::new(shape.n_tokens, shape.d_conv - 1, shape.in_place, knobs);
-        let params = self.params(&shape, &m, knobs, mem);
+        let mut params = self.params(&shape, &m, knobs, mem);
+        if stale_hint {
+            // Another row of the cache (or the only one: then the hint is right after all).
+            params.source_hint = ((shape.source_row + 1) % shape.n_cache_rows) as u32;
+        }
         let blocks = (shape.n_channels / abi::GDN_CONV_CHAIN_BLOCK as usize) as u32;
         // At most 16 token blocks and 4 groups of 128 threads (ChainMapping::new).
         let dims = LaunchDims::new((blocks, m.token_blocks as u32, 1), (abi::GDN_CONV_CHAIN_BLOCK, m.groups_per_block as u32, 1))
@@ -419,5 +433,41 @@ impl Op for GdnConvChain {
         let mut out = vec![self.conv_out, self.q_norm, self.k_norm];
         out.extend(self.snapshots.iter().map(|s| self.cache_row(s.row)));
         out
+    }
+}
+
+/// [`GdnConvChain`] launched under explicit [`ChainKnobs`] (the GPU suite's cases for the launch
+/// mappings); `stale_hint` makes the speculative state-row load miss. Validation, reference,
+/// inputs and outputs are the op's own.
+#[derive(Clone, Debug)]
+pub struct GdnConvChainWith {
+    pub op: GdnConvChain,
+    pub knobs: ChainKnobs,
+    pub stale_hint: bool,
+}
+
+impl Op for GdnConvChainWith {
+    fn name(&self) -> &'static str {
+        OP
+    }
+
+    fn validate(&self, mem: &dyn Memory) -> Result<()> {
+        self.op.validate(mem)
+    }
+
+    fn launch(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<()> {
+        self.op.launch_impl(gpu, mem, self.knobs, self.stale_hint)
+    }
+
+    fn reference(&self, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()> {
+        self.op.reference(mem, mufu)
+    }
+
+    fn inputs(&self) -> Vec<Tensor> {
+        self.op.inputs()
+    }
+
+    fn outputs(&self) -> Vec<Tensor> {
+        self.op.outputs()
     }
 }

@@ -5,39 +5,48 @@
 //! [`ssm_conv`](crate::ssm_conv) + SiLU, and [`l2_norm`](crate::l2_norm) of the q and k heads
 //! (spec §1.3 C2–C5, W1/W2, V1–V2, N1).
 //!
-//! # Thread mapping
-//! Block of [`GDN_CONV_CHAIN_BLOCK`](crate::abi::GDN_CONV_CHAIN_BLOCK) = 128 threads, grid
-//! (C/128, 1, 1). Block `by` owns channels `c0 = by·128 … c0+127`; thread `tid` owns channel
-//! `c0 + tid` for the conv. Phases:
-//! 1. **Read everything** (GET_ROWS + CONCAT): the block's slice of the source cache row —
-//!    channels c0 … c0+127 are the 128·(d_conv−1) contiguous floats at `c0·(d_conv−1)` — is read
-//!    coalesced (thread `tid` reads floats `tid, tid+128, …`) and each float is put at its
-//!    CONCAT place in a shared-memory `conv_input` tile `[128 channels][stride]`
-//!    (column jj < d_conv−1: old state slot jj). Each thread reads its channel's n_t tokens from
-//!    qkv (contiguous across threads per token) into columns d_conv−1+t of its tile row, and its
-//!    d_conv weights into registers. Barrier.
-//! 2. **Snapshot rows** (CPY / CPY_SNAPSHOTS): for every row i, window(`offsets[i]`) of the
-//!    tile goes to the block's slice of cache row `rows[i]`: float `f = cl·(d_conv−1) + jj` of
-//!    the slice ← tile[cl][offset + jj] — `cpy::copy_window` for every channel cl, with threads
-//!    mapped over the slice's floats instead of over channels so that the stores coalesce. Rows
-//!    go in groups of 4 (all shared loads of a group, then its stores); done before the conv so
-//!    that the stores drain while it computes.
-//! 3. **Conv + SiLU** (SSM_CONV): each thread convolves its channel's row of the tile (old state
-//!    from the tile, tokens from its registers) and calls the same [`conv_output`] per token as
-//!    `ssm_conv` (fma from +0 over columns t … t+d_conv−1, `+ 0` for the absent bias, SiLU),
-//!    four tokens at a time; writes `conv_out` and stages the outputs in shared memory.
-//! 4. Barrier; **L2_NORM** of the q/k heads inside the block (blocks of v channels stop before
-//!    the barrier): one warp per (token, head), the same [`lane_sum_sq_with`] partials (lane l:
-//!    fma over columns l, l+32, … from +0), the same butterfly and scale ([`row_scale`]) and the
-//!    same `scale · x` ([`scale_row_with`]) as `l2_norm_f32`, reading the staged outputs.
+//! # Thread mapping  // [tune]
+//! Token groups of [`GDN_CONV_CHAIN_BLOCK`](crate::abi::GDN_CONV_CHAIN_BLOCK) = 128 threads:
+//! block (128, groups, 1), grid (C/128, token blocks, 1) (the host's `ChainMapping`; one group
+//! of n_t tokens and one token block is the original launch). Block (bx, by) owns channels
+//! `c0 = bx·128 … c0+127`; thread (tx, ty) owns channel `c0 + tx` in token group
+//! `g = by·groups + ty`, which convolves and normalises tokens `g·tpg … (g+1)·tpg − 1`
+//! (`tpg` = `tokens_per_group`). Phases:
+//! 1. **Read everything** (GET_ROWS + CONCAT): in token block 0 only, the index, then the
+//!    block's slice of the source cache row — channels c0 … c0+127 are the 128·(d_conv−1)
+//!    contiguous floats at `c0·(d_conv−1)` — read coalesced over the block's threads (float
+//!    `k·threads + tid`; speculatively from the host's hint row while the index loads, then
+//!    again from the index's row if it differs) and put at its CONCAT place in a shared-memory
+//!    `conv_input` tile `[128 channels][stride]` (column jj < d_conv−1: old state slot jj).
+//!    Every block reads all n_t tokens (thread (tx, ty): tokens ty, ty+groups, …) into columns
+//!    d_conv−1+t of row tx, and each thread its d_conv weights. Barrier.
+//! 2. **Snapshot rows** (CPY / CPY_SNAPSHOTS): each row is written by one token group (the host
+//!    sorted the table by owner, `offsets[i] >> 8`): window(offset) of the tile goes to the
+//!    block's slice of cache row `rows[i]`: float `f = cl·(d_conv−1) + jj` of the slice ←
+//!    tile[cl][offset + jj] — `cpy::copy_window` for every channel cl, with the group's threads
+//!    mapped over the slice's floats so that the stores coalesce. Rows go in batches of 4
+//!    (all shared loads of a batch, then its stores); before the conv so that the stores drain
+//!    while it computes.
+//! 3. **Conv + SiLU** (SSM_CONV): each thread convolves its group's tokens of its channel from
+//!    the tile and calls the same [`conv_output`] per token as `ssm_conv` (fma from +0 over
+//!    columns t … t+d_conv−1, `+ 0` for the absent bias, SiLU), four tokens at a time; writes
+//!    `conv_out` and stages the outputs in shared memory.
+//! 4. Barrier; **L2_NORM** of the q/k heads inside the block for the block's tokens (blocks of v
+//!    channels stop before the barrier): one warp per (token, head) over all the block's warps,
+//!    the same [`lane_sum_sq_with`] partials (lane l: fma over columns l, l+32, … from +0), the
+//!    same butterfly and scale ([`row_scale`]) and the same `scale · x` ([`scale_row_with`]) as
+//!    `l2_norm_f32`, reading the staged outputs.
 //!
 //! # Aliasing
-//! A snapshot row may be the source row, and `conv_out` may be `qkv` element for element. Both
-//! are safe because every global read of a block happens in phase 1, every global write after
-//! the barrier that ends it, and a block reads and writes only its own channels: its slice of
-//! the cache rows (floats c0·(d_conv−1) … (c0+128)·(d_conv−1)), its qkv/conv_out channels, and
-//! its q/k heads. The host refuses every other overlap (outputs with each other, with the
-//! weights, the cache with qkv and conv_out, rows written twice).
+//! A snapshot row may be the source row, and `conv_out` may be `qkv` element for element.
+//! Inside a block both are safe because every global read of a block happens in phase 1, every
+//! global write after the barrier that ends it, and a block reads and writes only its own
+//! channels. Across the token blocks of one channel group, no block reads what another writes
+//! (the host's `ChainMapping` and `row_owners`): only block 0 reads the index and the cache;
+//! blocks ≥ 1 start at token `groups·tpg ≥ d_conv − 1` (their windows hold tokens only); rows
+//! whose window touches the old state, and the source row if written, belong to block 0; and
+//! `conv_out = qkv` gets one token block. The host refuses every other overlap (outputs with
+//! each other, with the weights, the cache with qkv and conv_out, rows written twice).
 //!
 //! # Bits
 //! Copies move f32 bit patterns through loads and stores only (no arithmetic: NaN payloads and
