@@ -210,14 +210,23 @@ unsafe fn gdn_conv_chain<const D_CONV: usize>(p: &GdnConvChainParams) {
         load_state(hint as usize, &mut old);
     }
     // Tokens: qkv (c, t) for t = ty + k·groups, contiguous across the group's threads per t.
-    let qkv = p.qkv as *const f32;
+    // The address steps by groups·qkv_token (a 64-bit add per token instead of a 64-bit
+    // multiply: these loads are the critical path of token blocks ≥ 1); wrapping, since the
+    // steps past the last token leave the view unread.
+    let qkv_token = p.qkv_token as usize;
+    let mut tok_ptr = (p.qkv as *const f32).wrapping_add(c + ty * qkv_token);
+    let tok_step = groups * qkv_token;
     let mut x = [0.0f32; GDN_CONV_CHAIN_MAX_TOKENS];
+    let (n_t32, groups32) = (n_t as u32, groups as u32);
+    let mut t = ty as u32;
     let mut k = 0;
     while k < GDN_CONV_CHAIN_MAX_TOKENS {
-        let t = ty + k * groups;
-        if t < n_t {
-            x[k] = unsafe { *qkv.add(c + t * p.qkv_token as usize) };
+        if t < n_t32 {
+            // SAFETY: tok_ptr = qkv (c, t) with t < n_t: inside the validated view.
+            x[k] = unsafe { *tok_ptr };
         }
+        tok_ptr = tok_ptr.wrapping_add(tok_step);
+        t += groups32;
         k += 1;
     }
     let w_row = unsafe { (p.weight as *const f32).add(c * p.w_channel as usize) };
