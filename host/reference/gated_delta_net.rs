@@ -296,5 +296,4 @@ mod tests {
         rec.0.sort();
         assert_eq!(rec.0, want);
     }
-
 }

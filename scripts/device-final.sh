@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The whole GPU evidence of one commit, in two device calls (each under 10 minutes). Build the
+# bundle here first (scripts/gpu-bundle.sh), then on the H200, from the repository root:
+#   bash scripts/device-final.sh suite    # every test executable (GPU suite, fusion sweep,
+#                                         # 24-layer forwards, CPU tests) + compute-sanitizer
+#   bash scripts/device-final.sh speed    # ncu per-kernel table/CSV, conv-chain A/B, rgdn bench
+# Everything goes under $OUT/<stage>/, archived as $OUT/<stage>.tgz. ncu always runs with
+# --clock-control none: the card's clocks and settings are never touched.
+set -uo pipefail
+stage=${1:?suite or speed}
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+export PATH="$PATH:/usr/local/cuda/bin"
+o=${OUT:-$root/bundle/out}/$stage
+mkdir -p "$o"
+rgdn=bundle/rgdn
+case $stage in
+suite)
+  OUT="$o/tests" timeout 300 bash bundle/run-all.sh > "$o/run-all.txt" 2>&1
+  echo "run-all exit $?" >> "$o/run-all.txt"
+  cp "$o/tests/summary.txt" "$o/summary.txt" 2>/dev/null
+  # compute-sanitizer: memcheck on every 4th sweep case and the fused ops' suite cases,
+  # racecheck (shared memory) on every 8th sweep case.
+  export RGDN_REQUIRE_GPU=1 RGDN_SKIP_PARITY=1 RGDN_SWEEP_FORWARDS=0
+  RGDN_SWEEP_STRIDE=4 timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 bundle/tests/gpu_sweep > "$o/memcheck-sweep.log" 2>&1
+  echo "memcheck gpu_sweep (every 4th case): exit $?" >> "$o/summary.txt"
+  timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 bundle/tests/gpu_ops GDN_CONV_CHAIN,MUL_MAT_VEC_PAIR > "$o/memcheck-fused-ops.log" 2>&1
+  echo "memcheck gpu_ops GDN_CONV_CHAIN,MUL_MAT_VEC_PAIR: exit $?" >> "$o/summary.txt"
+  RGDN_SWEEP_STRIDE=8 timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 bundle/tests/gpu_sweep > "$o/racecheck-sweep.log" 2>&1
+  echo "racecheck gpu_sweep (every 8th case): exit $?" >> "$o/summary.txt"
+  for f in memcheck-sweep memcheck-fused-ops racecheck-sweep; do
+    echo "$f: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|SWEEP:|GPU suite:' "$o/$f.log" | tr '\n' ' ')" >> "$o/summary.txt"
+  done
+  ;;
+speed)
+  RGDN_BIN=$rgdn timeout 240 bash scripts/ncu-kernels.sh "$o/ncu" > "$o/ncu-kernels.txt" 2>&1
+  echo "ncu-kernels exit $?" >> "$o/summary.txt"
+  # The fused conv chain: default launch vs the single-block launch vs no row hint (9B cases).
+  for knobs in "default" "RGDN_CONV_CHAIN_TOKENS_PER_BLOCK=16 RGDN_CONV_CHAIN_TOKENS_PER_GROUP=16 RGDN_CONV_CHAIN_ROW_HINT=0" "RGDN_CONV_CHAIN_ROW_HINT=0"; do
+    tag=$(echo "$knobs" | tr ' =' '_-' | cut -c1-60)
+    for i in 1 2 3; do
+      env ${knobs/default/} RGDN_SKIP_PARITY=1 RGDN_REQUIRE_GPU=1 timeout 60 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+        -k regex:gdn_conv_chain bundle/tests/gpu_ops H_K=16 2>/dev/null | grep '^"' >> "$o/conv-chain-$tag.csv"
+    done
+  done
+  python3 - "$o" <<'PY' | tee "$o/conv-chain-ab.txt"
+import csv, glob, os, statistics, sys
+for path in sorted(glob.glob(os.path.join(sys.argv[1], "conv-chain-*.csv"))):
+    rows = [r for r in csv.reader(open(path)) if r and r[0] != "ID"]
+    by = {}
+    for r in rows:
+        v = float(r[-1].replace(",", "")) / (1000 if r[-2] in ("ns", "nsecond") else 1)
+        by.setdefault((r[9], r[8]), []).append(v)
+    print(os.path.basename(path))
+    for (grid, block), vs in sorted(by.items()):
+        print(f"  grid {grid:14} block {block:12} n={len(vs):3} median {statistics.median(vs):6.2f} us  min {min(vs):6.2f}")
+PY
+  timeout 240 $rgdn bench --no-progress --out "$o/bench" > "$o/bench.txt" 2>&1
+  echo "bench exit $?" >> "$o/summary.txt"
+  timeout 60 $rgdn > "$o/main-job.txt" 2>&1
+  echo "main job exit $?" >> "$o/summary.txt"
+  ;;
+esac
+tar czf "${OUT:-$root/bundle/out}/$stage.tgz" -C "$(dirname "$o")" "$stage" 2>/dev/null
+cat "$o/summary.txt" 2>/dev/null
