@@ -121,7 +121,7 @@ fn every_kernel_assembles_with_ptxas_without_spills() {
 }
 
 /// [convchain] The fused conv chain indexes its parameter tables only with literal indices: a
-/// runtime index would copy the 280-byte parameter block to local memory (stack) in every thread.
+/// runtime index would copy the 272-byte parameter block to local memory (stack) in every thread.
 #[test]
 fn gdn_conv_chain_entries_use_no_local_memory() {
     let ptx = rgdn::kernels::PTX;

@@ -230,8 +230,7 @@ pub const GDN_MAX_SLOTS: usize = 17;
 pub const GATED_DELTA_NET_ENTRY: &str = "gated_delta_net_f32_d128";
 
 // ---- [convchain] GDN_CONV_CHAIN ----
-/// GDN_CONV_CHAIN: threads per thread group, one channel per thread; block (128, groups, 1),
-/// grid (C / 128, token blocks, 1).
+/// GDN_CONV_CHAIN: threads per block, one channel per thread; grid (C / 128, 1, 1).
 pub const GDN_CONV_CHAIN_BLOCK: u32 = 128;
 /// GDN_CONV_CHAIN: most tokens one launch takes (a verify batch of one sequence).
 pub const GDN_CONV_CHAIN_MAX_TOKENS: usize = 16;
@@ -268,7 +267,7 @@ pub const fn gdn_conv_chain_shared_bytes(d_conv: usize, n_tokens: usize) -> u32 
 }
 
 /// GDN_CONV_CHAIN's whole parameter list, passed by value. Device addresses and element strides
-/// first (u64), then the u32/f32 scalars and the row tables; 280 bytes, no padding.
+/// first (u64), then the u32/f32 scalars and the row tables; 272 bytes, no padding.
 ///
 /// Layouts (element strides): cache row r at `r·cache_row`, channel c's slot jj at
 /// `c·(d_conv−1) + jj` in it; qkv/conv_out (c, t) at `c + t·*_token`; weight (j, c) at
@@ -300,25 +299,12 @@ pub struct GdnConvChainParams {
     /// H_k: channels 0 … H_k·D are q heads, H_k·D … 2·H_k·D k heads.
     pub n_k_heads: u32,
     pub eps: f32,
-    /// Rows to write, 1 ..= [`GDN_CONV_CHAIN_MAX_ROWS`]: row `rows[i]` ← window(`offsets[i] & 0xff`),
-    /// written by token group `offsets[i] >> 8` (the host sorts the rows by group).
+    /// Rows to write, 1 ..= [`GDN_CONV_CHAIN_MAX_ROWS`]: row `rows[i]` ← window(`offsets[i]`).
     pub n_rows: u32,
-    /// Tokens per token group (a thread group of 128 threads, `threadIdx.y`), 1 ..= 16. Token
-    /// group g = blockIdx.y·blockDim.y + threadIdx.y convolves and normalises tokens
-    /// g·tokens_per_group … (g+1)·tokens_per_group − 1.
-    pub tokens_per_group: u32,
-    /// The source row the host validated (the value of `source_row` at launch), loaded
-    /// speculatively while the index itself loads; `u32::MAX`: no speculation.
-    pub source_hint: u32,
     pub _pad: u32,
     pub rows: [u32; GDN_CONV_CHAIN_MAX_ROWS],
     pub offsets: [u32; GDN_CONV_CHAIN_MAX_ROWS],
 }
-/// GDN_CONV_CHAIN: `offsets[i] >> GDN_CONV_CHAIN_OWNER_SHIFT` is the token group writing row i.
-pub const GDN_CONV_CHAIN_OWNER_SHIFT: u32 = 8;
-/// GDN_CONV_CHAIN: most thread groups per block (blockDim = (128, groups)): 512 threads (the
-/// entries use up to 68 registers, too many for 1024 threads).
-pub const GDN_CONV_CHAIN_MAX_GROUPS: usize = 4;
 
 // [mmvf-pair] MUL_MAT_VEC_PAIR
 /// Parameters of a MUL_MAT_VEC_PAIR entry, passed by value. Grid (rows, 2, 1): block y = 0

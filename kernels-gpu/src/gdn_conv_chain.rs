@@ -5,64 +5,54 @@
 //! [`ssm_conv`](crate::ssm_conv) + SiLU, and [`l2_norm`](crate::l2_norm) of the q and k heads
 //! (spec §1.3 C2–C5, W1/W2, V1–V2, N1).
 //!
-//! # Thread mapping  // [tune]
-//! Token groups of [`GDN_CONV_CHAIN_BLOCK`](crate::abi::GDN_CONV_CHAIN_BLOCK) = 128 threads:
-//! block (128, groups, 1), grid (C/128, token blocks, 1) (the host's `ChainMapping`; one group
-//! of n_t tokens and one token block is the original launch). Block (bx, by) owns channels
-//! `c0 = bx·128 … c0+127`; thread (tx, ty) owns channel `c0 + tx` in token group
-//! `g = by·groups + ty`, which convolves and normalises tokens `g·tpg … (g+1)·tpg − 1`
-//! (`tpg` = `tokens_per_group`). Phases:
-//! 1. **Read everything** (GET_ROWS + CONCAT): in token block 0 only, the index, then the
-//!    block's slice of the source cache row — channels c0 … c0+127 are the 128·(d_conv−1)
-//!    contiguous floats at `c0·(d_conv−1)` — read coalesced over the block's threads (float
-//!    `k·threads + tid`; speculatively from the host's hint row while the index loads, then
-//!    again from the index's row if it differs) and put at its CONCAT place in a shared-memory
-//!    `conv_input` tile `[128 channels][stride]` (column jj < d_conv−1: old state slot jj).
-//!    Every block reads all n_t tokens (thread (tx, ty): tokens ty, ty+groups, …) into columns
-//!    d_conv−1+t of row tx, and each thread its d_conv weights. Barrier.
-//! 2. **Snapshot rows** (CPY / CPY_SNAPSHOTS): each row is written by one token group (the host
-//!    sorted the table by owner, `offsets[i] >> 8`): window(offset) of the tile goes to the
-//!    block's slice of cache row `rows[i]`: float `f = cl·(d_conv−1) + jj` of the slice ←
-//!    tile[cl][offset + jj] — `cpy::copy_window` for every channel cl, with the group's threads
-//!    mapped over the slice's floats so that the stores coalesce. Rows go in batches of 4
-//!    (all shared loads of a batch, then its stores); before the conv so that the stores drain
-//!    while it computes.
-//! 3. **Conv + SiLU** (SSM_CONV): each thread convolves its group's tokens of its channel from
-//!    the tile and calls the same [`conv_output`] per token as `ssm_conv` (fma from +0 over
-//!    columns t … t+d_conv−1, `+ 0` for the absent bias, SiLU), four tokens at a time; writes
-//!    `conv_out` and stages the outputs in shared memory.
-//! 4. Barrier; **L2_NORM** of the q/k heads inside the block for the block's tokens (blocks of v
-//!    channels stop before the barrier): one warp per (token, head) over all the block's warps,
-//!    the same [`lane_sum_sq_with`] partials (lane l: fma over columns l, l+32, … from +0), the
-//!    same butterfly and scale ([`row_scale`]) and the same `scale · x` ([`scale_row_with`]) as
-//!    `l2_norm_f32`, reading the staged outputs.
+//! # Thread mapping
+//! Block of [`GDN_CONV_CHAIN_BLOCK`](crate::abi::GDN_CONV_CHAIN_BLOCK) = 128 threads, grid
+//! (C/128, 1, 1). Block `by` owns channels `c0 = by·128 … c0+127`; thread `tid` owns channel
+//! `c0 + tid` for the conv. Phases:
+//! 1. **Read everything** (GET_ROWS + CONCAT): the block's slice of the source cache row —
+//!    channels c0 … c0+127 are the 128·(d_conv−1) contiguous floats at `c0·(d_conv−1)` — is read
+//!    coalesced (thread `tid` reads floats `tid, tid+128, …`) and each float is put at its
+//!    CONCAT place in a shared-memory `conv_input` tile `[128 channels][stride]`
+//!    (column jj < d_conv−1: old state slot jj). Each thread reads its channel's n_t tokens from
+//!    qkv (contiguous across threads per token) into columns d_conv−1+t of its tile row, and its
+//!    d_conv weights into registers. Barrier.
+//! 2. **Snapshot rows** (CPY / CPY_SNAPSHOTS): for every row i, window(`offsets[i]`) of the
+//!    tile goes to the block's slice of cache row `rows[i]`: float `f = cl·(d_conv−1) + jj` of
+//!    the slice ← tile[cl][offset + jj] — `cpy::copy_window` for every channel cl, with threads
+//!    mapped over the slice's floats instead of over channels so that the stores coalesce. Rows
+//!    go in groups of 4 (all shared loads of a group, then its stores); done before the conv so
+//!    that the stores drain while it computes.
+//! 3. **Conv + SiLU** (SSM_CONV): each thread convolves its channel's row of the tile (old state
+//!    from the tile, tokens from its registers) and calls the same [`conv_output`] per token as
+//!    `ssm_conv` (fma from +0 over columns t … t+d_conv−1, `+ 0` for the absent bias, SiLU),
+//!    four tokens at a time; writes `conv_out` and stages the outputs in shared memory.
+//! 4. Barrier; **L2_NORM** of the q/k heads inside the block (blocks of v channels stop before
+//!    the barrier): one warp per (token, head), the same [`lane_sum_sq_with`] partials (lane l:
+//!    fma over columns l, l+32, … from +0), the same butterfly and scale ([`row_scale`]) and the
+//!    same `scale · x` ([`scale_row_with`]) as `l2_norm_f32`, reading the staged outputs.
 //!
 //! # Aliasing
-//! A snapshot row may be the source row, and `conv_out` may be `qkv` element for element.
-//! Inside a block both are safe because every global read of a block happens in phase 1, every
-//! global write after the barrier that ends it, and a block reads and writes only its own
-//! channels. Across the token blocks of one channel group, no block reads what another writes
-//! (the host's `ChainMapping` and `row_owners`): only block 0 reads the index and the cache;
-//! blocks ≥ 1 start at token `groups·tpg ≥ d_conv − 1` (their windows hold tokens only); rows
-//! whose window touches the old state, and the source row if written, belong to block 0; and
-//! `conv_out = qkv` gets one token block. The host refuses every other overlap (outputs with
-//! each other, with the weights, the cache with qkv and conv_out, rows written twice).
+//! A snapshot row may be the source row, and `conv_out` may be `qkv` element for element. Both
+//! are safe because every global read of a block happens in phase 1, every global write after
+//! the barrier that ends it, and a block reads and writes only its own channels: its slice of
+//! the cache rows (floats c0·(d_conv−1) … (c0+128)·(d_conv−1)), its qkv/conv_out channels, and
+//! its q/k heads. The host refuses every other overlap (outputs with each other, with the
+//! weights, the cache with qkv and conv_out, rows written twice).
 //!
 //! # Bits
 //! Copies move f32 bit patterns through loads and stores only (no arithmetic: NaN payloads and
 //! subnormals survive). The arithmetic is the unfused kernels' own `#[inline(always)]` bodies.
 
 use crate::abi::{
-    GDN_CONV_CHAIN_BLOCK, GDN_CONV_CHAIN_MAX_ROWS, GDN_CONV_CHAIN_MAX_TOKENS, GDN_CONV_CHAIN_OWNER_SHIFT, GdnConvChainParams,
-    gdn_conv_chain_tile_stride,
+    GDN_CONV_CHAIN_BLOCK, GDN_CONV_CHAIN_MAX_ROWS, GDN_CONV_CHAIN_MAX_TOKENS, GdnConvChainParams, gdn_conv_chain_tile_stride,
 };
 use crate::device::shared;
-use crate::device::thread::{block_dim_y, block_idx_x, block_idx_y, sync_threads, thread_idx_x, thread_idx_y};
+use crate::device::thread::{block_idx_x, sync_threads, thread_idx_x};
 use crate::l2_norm::{lane_sum_sq_with, row_scale, scale_row_with};
 use crate::ssm_conv::conv_output;
 
 const BLOCK: usize = GDN_CONV_CHAIN_BLOCK as usize;
-const GROUP_WARPS: u32 = GDN_CONV_CHAIN_BLOCK / 32;
+const WARPS: u32 = GDN_CONV_CHAIN_BLOCK / 32;
 
 /// Shared-window address of f32 number `i` from `base`.
 #[inline(always)]
@@ -70,7 +60,7 @@ fn at(base: u32, i: usize) -> u32 {
     base + 4 * i as u32
 }
 
-/// Rows written per batch: the batch's shared loads are all issued before its global stores
+/// Rows written per group: the group's shared loads are all issued before its global stores
 /// (a generic store may not be overtaken by a later shared load).
 const ROW_GROUP: usize = 4;
 
@@ -80,42 +70,39 @@ struct RowWriter {
     cache_row: usize,
     slice_off: usize,
     tile: u32,
-    /// Tile position (in floats) of slice float k·128 + tx, before adding the window offset.
+    /// Tile position (in floats) of slice float k·128 + tid, before adding the window offset.
     tile_at: [usize; 4],
     state_len: usize,
-    tx: usize,
+    tid: usize,
 }
 
 impl RowWriter {
-    /// Writes the rows `(row, offset, live)` of a batch whose `live` is set (the others only
-    /// load, from a valid window, so that the batch stays branch-free up to its stores).
+    /// Writes a group of rows `(row, offset)`.
     ///
     /// # Safety
-    /// Every live row must be a cache row the host validated and given to this thread's token
-    /// group, every offset ≤ n_t, and the tile complete (after phase 1's barrier).
+    /// Every row must be a cache row the host validated, every offset ≤ n_t, and the tile
+    /// complete (after phase 1's barrier).
     #[inline(always)]
-    unsafe fn write(&self, batch: [(usize, usize, bool); ROW_GROUP]) {
+    unsafe fn write(&self, group: [(usize, usize); ROW_GROUP]) {
         let mut v = [[0.0f32; 4]; ROW_GROUP];
         let mut r = 0;
         while r < ROW_GROUP {
             let mut k = 0;
             while k < self.state_len {
                 // SAFETY: tile_at[k] + offset ≤ 127·stride + (d_conv − 2) + n_t < 128·stride.
-                v[r][k] = unsafe { shared::load_f32(at(self.tile, self.tile_at[k] + batch[r].1)) };
+                v[r][k] = unsafe { shared::load_f32(at(self.tile, self.tile_at[k] + group[r].1)) };
                 k += 1;
             }
             r += 1;
         }
         let mut r = 0;
         while r < ROW_GROUP {
-            if batch[r].2 {
-                // SAFETY: forwarded to the caller; the slice lies inside the row (channels < C).
-                let dst = unsafe { self.cache.add(batch[r].0 * self.cache_row + self.slice_off) };
-                let mut k = 0;
-                while k < self.state_len {
-                    unsafe { *dst.add(k * BLOCK + self.tx) = v[r][k] };
-                    k += 1;
-                }
+            // SAFETY: forwarded to the caller; the slice lies inside the row (channels < C).
+            let dst = unsafe { self.cache.add(group[r].0 * self.cache_row + self.slice_off) };
+            let mut k = 0;
+            while k < self.state_len {
+                unsafe { *dst.add(k * BLOCK + self.tid) = v[r][k] };
+                k += 1;
             }
             r += 1;
         }
@@ -125,10 +112,9 @@ impl RowWriter {
 /// Tokens per conv chunk (phase 3).
 const CHUNK: usize = 4;
 
-/// The conv outputs of tokens `t0 … t0+3` from a channel's columns (`cols[col]`: conv_input
-/// columns from the token group's first token on): [`conv_output`] over columns
-/// `t … t+d_conv−1` for each token t, exactly as `ssm_conv` computes token t. Independent
-/// chains, so they overlap.
+/// The conv outputs of tokens `t0 … t0+3` from a channel's columns (`cols[col]`: the old state,
+/// then the tokens): [`conv_output`] over columns `t … t+d_conv−1` for each token t, exactly as
+/// `ssm_conv` computes token t. Independent chains, so they overlap.
 #[inline(always)]
 fn conv_chunk<const D_CONV: usize>(cols: &[f32; 4 + GDN_CONV_CHAIN_MAX_TOKENS], t0: usize, w: &[f32; D_CONV]) -> [f32; CHUNK] {
     let mut y = [0.0f32; CHUNK];
@@ -147,36 +133,20 @@ fn conv_chunk<const D_CONV: usize>(cols: &[f32; 4 + GDN_CONV_CHAIN_MAX_TOKENS], 
 }
 
 /// # Safety
-/// See the module docs: the host validated every view and index for the grid
-/// (C/128, token blocks), the block (128, groups), the row owners and the token groups, and
-/// the launch's dynamic shared memory is `gdn_conv_chain_shared_bytes(D_CONV, n_tokens)`.
+/// See the module docs: the host validated every view and index for the grid (C/128) and the
+/// launch's dynamic shared memory is `gdn_conv_chain_shared_bytes(D_CONV, n_tokens)`.
 #[inline(always)]
 unsafe fn gdn_conv_chain<const D_CONV: usize>(p: &GdnConvChainParams) {
     const { assert!(D_CONV >= 2 && D_CONV <= 5, "the state arrays hold up to 4 columns") };
     let state_len = D_CONV - 1;
     let n_t = p.n_tokens as usize;
-    let tx = thread_idx_x() as usize;
-    let ty = thread_idx_y() as usize;
-    let groups = block_dim_y() as usize;
-    let by = block_idx_y() as usize;
-    let tid = ty * BLOCK + tx;
-    let n_threads = groups * BLOCK;
+    let tid = thread_idx_x() as usize;
     let c0 = block_idx_x() as usize * BLOCK;
-    let c = c0 + tx;
-    let tg = p.tokens_per_group as usize;
-    // This thread's token group and tokens, and the block's tokens.
-    let g = by * groups + ty;
-    let t_begin = (g * tg).min(n_t);
-    let t_end = (t_begin + tg).min(n_t);
-    let block_t0 = (by * groups * tg).min(n_t);
-    let block_t1 = (block_t0 + groups * tg).min(n_t);
-    // Only the first token block reads the conv state (the host gives every row whose window
-    // touches the old state, and the source row if it is written, to that block's groups).
-    let reads_state = by == 0;
+    let c = c0 + tid;
     let stride = gdn_conv_chain_tile_stride(D_CONV, n_t);
     let tile = shared::base();
     let staged = at(tile, BLOCK * stride);
-    let my_row = at(tile, tx * stride);
+    let my_row = at(tile, tid * stride);
     // SAFETY (all global accesses): the host validated the source index, every row in
     // rows[..n_rows], and every view for channels < C = gridDim.x·128, n_t tokens and
     // 2·H_k·D ≤ C q/k channels. Shared accesses stay inside the tile (128·stride floats) and
@@ -185,49 +155,16 @@ unsafe fn gdn_conv_chain<const D_CONV: usize>(p: &GdnConvChainParams) {
     // ---- Phase 1: every global read of this block, all issued before the first shared store
     // (a generic load may not move above a shared store, so the order is kept by hand). ----
     let cache = p.cache as *mut f32;
-    let slice_off = c0 * state_len;
-    let cache_row = p.cache_row as usize;
-    // The index first, then (speculatively) the hinted row, so that both DRAM trips overlap.
-    let hint = p.source_hint;
-    let speculate = reads_state && hint != u32::MAX;
-    let src_row = if reads_state { unsafe { *(p.source_row as *const i32) as usize } } else { 0 };
-    // GET_ROWS of the block's slice of the source row, coalesced over the block's threads:
-    // slice float f = k·n_threads + tid.
-    let mut old = [0.0f32; 4];
-    let load_state = |row: usize, old: &mut [f32; 4]| {
-        let src = unsafe { cache.add(row * cache_row + slice_off) };
-        let mut k = 0;
-        while k < 4 {
-            let f = k * n_threads + tid;
-            if f < BLOCK * state_len {
-                old[k] = unsafe { *src.add(f) };
-            }
-            k += 1;
-        }
-    };
-    if speculate {
-        // SAFETY: the hint is the index value the host validated (a cache row).
-        load_state(hint as usize, &mut old);
-    }
-    // Tokens: qkv (c, t) for t = ty + k·groups, contiguous across the group's threads per t.
-    // The address steps by groups·qkv_token (a 64-bit add per token instead of a 64-bit
-    // multiply: these loads are the critical path of token blocks ≥ 1); wrapping, since the
-    // steps past the last token leave the view unread.
-    let qkv_token = p.qkv_token as usize;
-    let mut tok_ptr = (p.qkv as *const f32).wrapping_add(c + ty * qkv_token);
-    let tok_step = groups * qkv_token;
+    let src_row = unsafe { *(p.source_row as *const i32) } as usize;
+    // Tokens: qkv (c, t), contiguous across the block's threads for each t.
+    let qkv = p.qkv as *const f32;
     let mut x = [0.0f32; GDN_CONV_CHAIN_MAX_TOKENS];
-    let (n_t32, groups32) = (n_t as u32, groups as u32);
-    let mut t = ty as u32;
-    let mut k = 0;
-    while k < GDN_CONV_CHAIN_MAX_TOKENS {
-        if t < n_t32 {
-            // SAFETY: tok_ptr = qkv (c, t) with t < n_t: inside the validated view.
-            x[k] = unsafe { *tok_ptr };
+    let mut t = 0;
+    while t < GDN_CONV_CHAIN_MAX_TOKENS {
+        if t < n_t {
+            x[t] = unsafe { *qkv.add(c + t * p.qkv_token as usize) };
         }
-        tok_ptr = tok_ptr.wrapping_add(tok_step);
-        t += groups32;
-        k += 1;
+        t += 1;
     }
     let w_row = unsafe { (p.weight as *const f32).add(c * p.w_channel as usize) };
     let mut w = [0.0f32; D_CONV];
@@ -236,119 +173,107 @@ unsafe fn gdn_conv_chain<const D_CONV: usize>(p: &GdnConvChainParams) {
         w[j] = unsafe { *w_row.add(j) };
         j += 1;
     }
-    if reads_state && (!speculate || src_row != hint as usize) {
-        load_state(src_row, &mut old);
+    // GET_ROWS of the block's slice of the source row, coalesced: slice float k·128 + tid.
+    let slice_off = c0 * state_len;
+    let src = unsafe { cache.add(src_row * p.cache_row as usize + slice_off) };
+    let mut old = [0.0f32; 4];
+    let mut k = 0;
+    while k < state_len {
+        old[k] = unsafe { *src.add(k * BLOCK + tid) };
+        k += 1;
     }
     // CONCAT into the tile: slice float f = cl·state_len + jj → tile[cl][jj]; token t of this
-    // thread's channel → tile[tx][state_len + t].
-    if reads_state {
-        let mut k = 0;
-        while k < 4 {
-            let f = k * n_threads + tid;
-            if f < BLOCK * state_len {
-                unsafe { shared::store_f32(at(tile, (f / state_len) * stride + f % state_len), old[k]) };
-            }
-            k += 1;
-        }
-    }
+    // thread's channel → tile[tid][state_len + t].
     let mut k = 0;
-    while k < GDN_CONV_CHAIN_MAX_TOKENS {
-        let t = ty + k * groups;
-        if t < n_t {
-            unsafe { shared::store_f32(at(my_row, state_len + t), x[k]) };
-        }
+    while k < state_len {
+        let f = k * BLOCK + tid;
+        unsafe { shared::store_f32(at(tile, (f / state_len) * stride + f % state_len), old[k]) };
         k += 1;
+    }
+    let mut t = 0;
+    while t < GDN_CONV_CHAIN_MAX_TOKENS {
+        if t < n_t {
+            unsafe { shared::store_f32(at(my_row, state_len + t), x[t]) };
+        }
+        t += 1;
     }
     // SAFETY: every thread of the block reaches this barrier (no early exit above).
     unsafe { sync_threads() };
 
-    // ---- Phase 2: the snapshot rows of this token group, window(offset) of the tile → the
-    // block's row slices (first, so that the stores drain while the conv computes). ----
-    // Thread tx stores slice floats f = k·128 + tx: channel cl = f / state_len, slot jj.
+    // ---- Phase 2: the snapshot rows, window(offset) of the tile → the block's row slices (first,
+    // so that the stores drain while the conv computes). ----
+    // Thread tid stores slice floats f = k·128 + tid: channel cl = f / state_len, slot jj.
     let mut tile_at = [0usize; 4];
     let mut k = 0;
     while k < state_len {
-        let f = k * BLOCK + tx;
+        let f = k * BLOCK + tid;
         tile_at[k] = (f / state_len) * stride + f % state_len;
         k += 1;
     }
-    let rows = RowWriter { cache, cache_row, slice_off, tile, tile_at, state_len, tx };
+    let rows = RowWriter { cache, cache_row: p.cache_row as usize, slice_off, tile, tile_at, state_len, tid };
     // Literal indices into the parameter tables (a runtime index would copy the parameter block
-    // to local memory); `tests/ptx.rs` checks that these entries use no local memory. The host
-    // sorted the rows by owner: this group's rows are rows[first .. last].
+    // to local memory); `tests/ptx.rs` checks that these entries use no local memory. In a group
+    // that reaches past n_rows, the missing rows repeat row 0 — the same values to the same
+    // addresses by the same thread, so the cache ends identical — to keep the group branch-free.
     let n_rows = p.n_rows as usize;
-    let owner = |o: u32| (o >> GDN_CONV_CHAIN_OWNER_SHIFT) as usize;
-    let (mut first, mut last) = (0usize, 0usize);
-    macro_rules! count_rows {
-        ($($i:literal)*) => {$(
-            if $i < n_rows {
-                let o = owner(p.offsets[$i]);
-                first += (o < g) as usize;
-                last += (o <= g) as usize;
-            }
-        )*};
-    }
-    count_rows!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
-    // Rows outside [first, last) load a valid window (offsets ≤ n_t; unused table entries hold
-    // 0) and store nothing.
     macro_rules! row {
         ($i:literal) => {
-            (p.rows[$i] as usize, (p.offsets[$i] & ((1 << GDN_CONV_CHAIN_OWNER_SHIFT) - 1)) as usize, first <= $i && $i < last)
+            if $i < n_rows { (p.rows[$i] as usize, p.offsets[$i] as usize) } else { (p.rows[0] as usize, p.offsets[0] as usize) }
         };
     }
     macro_rules! write_rows {
         ($($first:literal: [$($i:literal)*])*) => {$(
-            if $first < last && first < $first + ROW_GROUP {
-                // SAFETY: every live (row, offset) is rows[i], offsets[i] for an i < n_rows of
-                // this group: a validated row and an offset ≤ n_t.
+            if $first < n_rows {
+                // SAFETY: every (row, offset) is rows[i], offsets[i] for some i < n_rows: a
+                // validated row and an offset ≤ n_t.
                 unsafe { rows.write([$(row!($i)),*]) };
             }
         )*};
     }
     write_rows!(0: [0 1 2 3] 4: [4 5 6 7] 8: [8 9 10 11] 12: [12 13 14 15]);
-    const _: () = assert!(GDN_CONV_CHAIN_MAX_ROWS == 16 && ROW_GROUP == 4, "write_rows! lists 4 batches of 4 rows");
+    const _: () = assert!(GDN_CONV_CHAIN_MAX_ROWS == 16 && ROW_GROUP == 4, "write_rows! lists 4 groups of 4 rows");
 
-    // ---- Phase 3: SSM_CONV + SiLU of this thread's channel for its group's tokens, token by
-    // token as `ssm_conv` walks a conv_input row. The columns t_begin … come from the tile
-    // (columns past the last token hold +0, their outputs are dropped); tokens run in chunks of
-    // 4, each chunk computed whole so that four conv/SiLU chains overlap, then stored. ----
-    let cnt = t_end - t_begin;
-    if cnt > 0 {
-        let mut cols = [0.0f32; 4 + GDN_CONV_CHAIN_MAX_TOKENS];
-        let n_cols = (cnt + state_len).min(4 + GDN_CONV_CHAIN_MAX_TOKENS);
-        let mut j = 0;
-        while j < 4 + GDN_CONV_CHAIN_MAX_TOKENS {
-            if j < n_cols {
-                cols[j] = unsafe { shared::load_f32(at(my_row, t_begin + j)) };
-            }
-            j += 1;
-        }
-        let out = unsafe { (p.conv_out as *mut f32).add(c) };
-        // Literal chunk starts (a runtime index into `cols` would put it in local memory).
-        macro_rules! conv_chunks {
-            ($($r0:literal)*) => {$(
-                if $r0 < cnt {
-                    let y = conv_chunk::<D_CONV>(&cols, $r0, &w);
-                    let mut i = 0;
-                    while i < CHUNK {
-                        if $r0 + i < cnt {
-                            let t = t_begin + $r0 + i;
-                            // SAFETY: t < n_t: inside conv_out and the staging area.
-                            unsafe {
-                                *out.add(t * p.conv_out_token as usize) = y[i];
-                                shared::store_f32(at(staged, t * BLOCK + tx), y[i]);
-                            }
-                        }
-                        i += 1;
-                    }
-                }
-            )*};
-        }
-        conv_chunks!(0 4 8 12);
-        const _: () = assert!(GDN_CONV_CHAIN_MAX_TOKENS == 16 && CHUNK == 4, "conv_chunks! lists 4 chunks of 4 tokens");
+    // ---- Phase 3: SSM_CONV + SiLU of this thread's tile row, token by token as `ssm_conv`
+    // walks a conv_input row. The row's columns come from registers (the old state from the
+    // tile, the tokens still held from phase 1); tokens run in chunks of 4, each chunk computed
+    // whole (columns past n_t hold +0, their outputs are dropped) so that four conv/SiLU
+    // chains overlap, then stored. ----
+    let mut cols = [0.0f32; 4 + GDN_CONV_CHAIN_MAX_TOKENS];
+    let mut j = 0;
+    while j < state_len {
+        cols[j] = unsafe { shared::load_f32(at(my_row, j)) };
+        j += 1;
     }
+    let mut t = 0;
+    while t < GDN_CONV_CHAIN_MAX_TOKENS {
+        cols[state_len + t] = x[t];
+        t += 1;
+    }
+    let out = unsafe { (p.conv_out as *mut f32).add(c) };
+    // Literal chunk starts (a runtime index into `cols` would put it in local memory).
+    macro_rules! conv_chunks {
+        ($($t0:literal)*) => {$(
+            if $t0 < n_t {
+                let y = conv_chunk::<D_CONV>(&cols, $t0, &w);
+                let mut i = 0;
+                while i < CHUNK {
+                    let t = $t0 + i;
+                    if t < n_t {
+                        // SAFETY: t < n_t: inside conv_out and the staging area.
+                        unsafe {
+                            *out.add(t * p.conv_out_token as usize) = y[i];
+                            shared::store_f32(at(staged, t * BLOCK + tid), y[i]);
+                        }
+                    }
+                    i += 1;
+                }
+            }
+        )*};
+    }
+    conv_chunks!(0 4 8 12);
+    const _: () = assert!(GDN_CONV_CHAIN_MAX_TOKENS == 16 && CHUNK == 4, "conv_chunks! lists 4 chunks of 4 tokens");
 
-    // ---- Phase 4: L2_NORM of the q/k heads of this block, for the block's tokens. ----
+    // ---- Phase 4: L2_NORM of the q/k heads of this block. ----
     let (d, h_k) = (p.head_dim as usize, p.n_k_heads as usize);
     if c0 >= 2 * h_k * d {
         return; // v channels only (block-uniform: the whole block leaves, no barrier follows).
@@ -359,12 +284,11 @@ unsafe fn gdn_conv_chain<const D_CONV: usize>(p: &GdnConvChainParams) {
     let d_log2 = p.head_dim.trailing_zeros();
     let heads_log2 = BLOCK.trailing_zeros().wrapping_sub(d_log2);
     let (lane, warp) = (tid as u32 % 32, tid as u32 / 32);
-    let warps = GROUP_WARPS * groups as u32;
-    let items = ((block_t1 - block_t0) << heads_log2) as u32;
+    let items = (n_t << heads_log2) as u32;
     let d32 = d as u32;
     // Item → (staged row address, head of the block's first head + hl, token).
     let row_of = |item: u32| {
-        let (t, hl) = (block_t0 + (item >> heads_log2) as usize, (item as usize) & ((1 << heads_log2) - 1));
+        let (t, hl) = ((item >> heads_log2) as usize, (item as usize) & ((1 << heads_log2) - 1));
         (at(staged, t * BLOCK + hl * d), (c0 >> d_log2) + hl, t)
     };
     // Heads 0 … H_k are q, H_k … 2·H_k are k; a block may end in v heads, whose rows are not
@@ -379,14 +303,14 @@ unsafe fn gdn_conv_chain<const D_CONV: usize>(p: &GdnConvChainParams) {
             scale_row_with(scale, load, |col, v| unsafe { *dst.add(col as usize) = v }, lane, d32);
         }
     };
-    // Warp w takes items w, w+warps, …, two at a time (two independent butterflies overlap).
-    // `item` is warp-uniform, so all 32 lanes run the collectives in `row_scale` together.
+    // Warp w takes items w, w+4, …, two at a time (two independent butterflies overlap). `item`
+    // is warp-uniform, so all 32 lanes run the collectives in `row_scale` together.
     let mut item = warp;
     while item < items {
         let (src_a, head_a, t_a) = row_of(item);
         let load_a = |col: u32| unsafe { shared::load_f32(at(src_a, col as usize)) };
-        if item + warps < items {
-            let (src_b, head_b, t_b) = row_of(item + warps);
+        if item + WARPS < items {
+            let (src_b, head_b, t_b) = row_of(item + WARPS);
             let load_b = |col: u32| unsafe { shared::load_f32(at(src_b, col as usize)) };
             let (part_a, part_b) = (lane_sum_sq_with(load_a, lane, d32), lane_sum_sq_with(load_b, lane, d32));
             // SAFETY: the whole warp is converged here.
@@ -398,7 +322,7 @@ unsafe fn gdn_conv_chain<const D_CONV: usize>(p: &GdnConvChainParams) {
             let scale_a = unsafe { row_scale(lane_sum_sq_with(load_a, lane, d32), p.eps) };
             store(head_a, t_a, scale_a, src_a);
         }
-        item += 2 * warps;
+        item += 2 * WARPS;
     }
 }
 

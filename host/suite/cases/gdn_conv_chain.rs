@@ -9,7 +9,6 @@
 //! the whole conv cache must come out byte for byte identical.
 
 use crate::Error;
-use crate::ops::gdn_conv_chain::{ChainKnobs, GdnConvChainWith};
 use crate::ops::{ConcatDim0, Cpy, CpySnapshots, GdnConvChain, GetRows, L2Norm, Op, SnapshotWrite, SsmConv};
 use crate::suite::inputs::Values;
 use crate::suite::{Builder, Case, Equivalence, Expect, Scenario, Tolerance};
@@ -190,26 +189,6 @@ impl ChainSetup {
         Equivalence { mem: b.mem, a: vec![Box::new(op)], b: unfused, compare }
     }
 
-    /// [`ChainSetup::match_case`] under explicit launch knobs.
-    fn knob_match_case(self, knobs: ChainKnobs, stale_hint: bool) -> Case {
-        let name = format!("{}[{}]", self.name(GROUP), knob_name(knobs, stale_hint));
-        Case::seeded(GROUP, name, move |mut b| {
-            let op = GdnConvChainWith { op: self.build(&mut b), knobs, stale_hint };
-            Ok(b.finish(vec![Box::new(op)], EXACT_MATH_TOLERANCE, false))
-        })
-    }
-
-    /// [`ChainSetup::vs_unfused_case`] under explicit launch knobs.
-    fn knob_vs_unfused_case(self, knobs: ChainKnobs, stale_hint: bool) -> Case {
-        let name = format!("{}[{}]", self.name(VS_UNFUSED), knob_name(knobs, stale_hint));
-        Case::seeded(VS_UNFUSED, name, move |b| {
-            let mut eq = self.equivalence(b);
-            let op = eq.a[0].as_ref().downcast_ref::<GdnConvChain>().expect("the fused op").clone();
-            eq.a = vec![Box::new(GdnConvChainWith { op, knobs, stale_hint })];
-            Ok(Expect::Equivalent(eq))
-        })
-    }
-
     fn match_case(self) -> Case {
         Case::seeded(GROUP, self.name(GROUP), move |mut b| {
             let op = self.build(&mut b);
@@ -369,52 +348,10 @@ fn match_setups() -> Vec<ChainSetup> {
     setups
 }
 
-fn knob_name(k: ChainKnobs, stale_hint: bool) -> String {
-    let hint = if stale_hint {
-        ",stale_hint"
-    } else if k.row_hint {
-        ",hint"
-    } else {
-        ""
-    };
-    format!("tpb={},tpg={}{hint}", k.tokens_per_block, k.tokens_per_group)
-}
-
-/// The launch mappings (NOTES.md, GDN_CONV_CHAIN speed) on explicit knobs, whatever the
-/// environment says: the original launch, several token blocks, several groups per block, one
-/// token per group, uneven splits, the speculative state-row load off and missing. The plain
-/// cases run under the default (or `RGDN_CONV_CHAIN_*`) knobs.
-fn knob_setups() -> Vec<(ChainSetup, ChainKnobs, bool)> {
-    let k = |tokens_per_block, tokens_per_group, row_hint| ChainKnobs { tokens_per_block, tokens_per_group, row_hint };
-    let knobs = [ChainKnobs::ORIGINAL, k(8, 4, true), k(2, 1, true), k(16, 2, true), k(3, 1, false), k(1, 1, true), k(5, 3, true)];
-    let setups = [
-        ChainSetup::qwen(32, 4, 3, false),
-        ChainSetup::qwen(32, 8, 7, false),
-        ChainSetup::qwen(32, 16, 15, false),
-        ChainSetup::qwen(32, 16, 15, true),
-        ChainSetup { alias_out: false, ..ChainSetup::sweep_shape(0, 11, 15) },
-        ChainSetup { alias_out: false, ..ChainSetup::sweep_shape(2, 16, 3) },
-        ChainSetup { alias_out: false, pad: 8, ..ChainSetup::sweep_shape(3, 13, 7) },
-        ChainSetup { n_t: 9, n_rollback: 2, ..shape(3, 32, [3, 2], 1, 0) },
-    ];
-    let mut out: Vec<(ChainSetup, ChainKnobs, bool)> = setups.iter().flat_map(|s| knobs.iter().map(move |k| (*s, *k, false))).collect();
-    // The hint missing: the live row read and rewritten, and another row read.
-    out.extend([
-        (ChainSetup::qwen(32, 8, 7, false), ChainKnobs::DEFAULT, true),
-        (ChainSetup { alias_out: false, ..ChainSetup::sweep_shape(0, 16, 15) }, ChainKnobs::DEFAULT, true),
-        (ChainSetup { alias_out: false, ..ChainSetup::sweep_shape(3, 7, 7) }, k(2, 1, true), true),
-        (ChainSetup { alias_out: true, ..ChainSetup::sweep_shape(1, 4, 3) }, ChainKnobs::DEFAULT, true),
-    ]);
-    out
-}
-
 pub fn cases() -> Vec<Case> {
     let setups = match_setups();
     let mut cases: Vec<Case> = setups.iter().map(|s| s.match_case()).collect();
     cases.extend(refusals().into_iter().map(Refusal::case));
     cases.extend(setups.iter().map(|s| s.vs_unfused_case()));
-    let knobs = knob_setups();
-    cases.extend(knobs.iter().map(|&(s, k, stale)| s.knob_match_case(k, stale)));
-    cases.extend(knobs.iter().map(|&(s, k, stale)| s.knob_vs_unfused_case(k, stale)));
     cases
 }
