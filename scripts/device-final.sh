@@ -3,7 +3,7 @@
 # bundle here first (scripts/gpu-bundle.sh), then on the H200, from the repository root:
 #   bash scripts/device-final.sh suite    # every test executable (GPU suite, fusion sweep,
 #                                         # 24-layer forwards, CPU tests) + compute-sanitizer
-#   bash scripts/device-final.sh speed    # ncu per-kernel table/CSV, conv-chain A/B, rgdn bench
+#   bash scripts/device-final.sh speed    # ncu per-kernel table/CSV, fused conv chain vs unfused, rgdn bench
 # Everything goes under $OUT/<stage>/, archived as $OUT/<stage>.tgz. ncu always runs with
 # --clock-control none: the card's clocks and settings are never touched.
 set -uo pipefail
@@ -35,25 +35,22 @@ suite)
 speed)
   RGDN_BIN=$rgdn timeout 240 bash scripts/ncu-kernels.sh "$o/ncu" > "$o/ncu-kernels.txt" 2>&1
   echo "ncu-kernels exit $?" >> "$o/summary.txt"
-  # The fused conv chain: default launch vs the single-block launch vs no row hint (9B cases).
-  for knobs in "default" "RGDN_CONV_CHAIN_TOKENS_PER_BLOCK=16 RGDN_CONV_CHAIN_TOKENS_PER_GROUP=16 RGDN_CONV_CHAIN_ROW_HINT=0" "RGDN_CONV_CHAIN_ROW_HINT=0"; do
-    tag=$(echo "$knobs" | tr ' =' '_-' | cut -c1-60)
-    for i in 1 2 3; do
-      env ${knobs/default/} RGDN_SKIP_PARITY=1 RGDN_REQUIRE_GPU=1 timeout 60 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
-        -k regex:gdn_conv_chain bundle/tests/gpu_ops H_K=16 2>/dev/null | grep '^"' >> "$o/conv-chain-$tag.csv"
-    done
+  # The fused conv chain beside the five kernels it replaces, on the suite's 9B/27B cases
+  # (each GDN_CONV_CHAIN_VS_UNFUSED case launches the fused kernel, then the unfused chain).
+  for i in 1 2 3; do
+    RGDN_SKIP_PARITY=1 RGDN_REQUIRE_GPU=1 timeout 60 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+      -k regex:'gdn_conv_chain|get_rows|concat|cpy|ssm_conv|l2_norm' bundle/tests/gpu_ops H_K=16 2>/dev/null | grep '^"' >> "$o/conv-chain.csv"
   done
-  python3 - "$o" <<'PY' | tee "$o/conv-chain-ab.txt"
-import csv, glob, os, statistics, sys
-for path in sorted(glob.glob(os.path.join(sys.argv[1], "conv-chain-*.csv"))):
-    rows = [r for r in csv.reader(open(path)) if r and r[0] != "ID"]
-    by = {}
-    for r in rows:
-        v = float(r[-1].replace(",", "")) / (1000 if r[-2] in ("ns", "nsecond") else 1)
-        by.setdefault((r[9], r[8]), []).append(v)
-    print(os.path.basename(path))
-    for (grid, block), vs in sorted(by.items()):
-        print(f"  grid {grid:14} block {block:12} n={len(vs):3} median {statistics.median(vs):6.2f} us  min {min(vs):6.2f}")
+  python3 - "$o/conv-chain.csv" <<'PY' | tee "$o/conv-chain.txt"
+import csv, statistics, sys
+rows = [r for r in csv.reader(open(sys.argv[1])) if r and r[0] != "ID"]
+by = {}
+for r in rows:  # ID, PID, process, host, kernel, context, stream, block, grid, ..., unit, value
+    v = float(r[-1].replace(",", "")) / (1000 if r[-2] in ("ns", "nsecond") else 1)
+    by.setdefault((int(r[0]), r[4].split("(")[0], r[8]), []).append(v)
+# Launch index within the process (the same across the 3 runs), in the suite's case order.
+for (i, k, grid), vs in sorted(by.items()):
+    print(f"#{i:<4} {k:28} grid {grid:14} n={len(vs):2} median {statistics.median(vs):6.2f} us  min {min(vs):6.2f}  max {max(vs):6.2f}")
 PY
   timeout 240 $rgdn bench --no-progress --out "$o/bench" > "$o/bench.txt" 2>&1
   echo "bench exit $?" >> "$o/summary.txt"
