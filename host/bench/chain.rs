@@ -139,6 +139,8 @@ pub fn op_keys(ops: &[Box<dyn Op>]) -> Vec<(String, Option<&'static str>)> {
 /// [`op_keys`] on names alone.
 pub fn keys_for_names(names: &[&'static str]) -> Vec<(String, Option<&'static str>)> {
     let count = |n: &str| names.iter().filter(|x| **x == n).count();
+    // The fused conv chain reads the conv state itself: the only GET_ROWS left is the ssm state's.
+    let conv_state_fused = names.contains(&"GDN_CONV_CHAIN");
     let mut seen = std::collections::HashMap::<&str, usize>::new();
     names
         .iter()
@@ -146,6 +148,7 @@ pub fn keys_for_names(names: &[&'static str]) -> Vec<(String, Option<&'static st
             let i = *seen.entry(n).and_modify(|i| *i += 1).or_insert(0);
             let total = count(n);
             let role = match (n, i) {
+                ("GET_ROWS", 0) if conv_state_fused => Some("ssm state"),
                 ("GET_ROWS", 0) => Some("conv state"),
                 ("GET_ROWS", 1) => Some("ssm state"),
                 ("L2_NORM", 0) => Some("q"),
@@ -199,6 +202,8 @@ mod tests {
         assert_eq!(built.off.len() - built.on.len(), 5 + 1, "{on:?}");
         // The fused chain no longer writes the CONCAT's inputs and output.
         assert_eq!(eliminated_buffers(&built.off, &built.on).len(), 2);
+        // Its only GET_ROWS is the ssm state's.
+        assert!(op_keys(&built.on).contains(&("GET_ROWS#0".to_string(), Some("ssm state"))));
     }
 
     #[test]
