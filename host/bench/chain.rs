@@ -145,10 +145,14 @@ pub fn keys_for_names(names: &[&'static str]) -> Vec<(String, Option<&'static st
     names
         .iter()
         .map(|&n| {
-            let i = *seen.entry(n).and_modify(|i| *i += 1).or_insert(0);
+            let mut i = *seen.entry(n).and_modify(|i| *i += 1).or_insert(0);
+            // Keys pair the same op across the unfused and fused chains: the fused chain's
+            // GET_ROWS is the unfused chain's second one (the ssm state's), and keeps its key.
+            if conv_state_fused && n == "GET_ROWS" {
+                i += 1;
+            }
             let total = count(n);
             let role = match (n, i) {
-                ("GET_ROWS", 0) if conv_state_fused => Some("ssm state"),
                 ("GET_ROWS", 0) => Some("conv state"),
                 ("GET_ROWS", 1) => Some("ssm state"),
                 ("L2_NORM", 0) => Some("q"),
@@ -202,8 +206,9 @@ mod tests {
         assert_eq!(built.off.len() - built.on.len(), 5 + 1, "{on:?}");
         // The fused chain no longer writes the CONCAT's inputs and output.
         assert_eq!(eliminated_buffers(&built.off, &built.on).len(), 2);
-        // Its only GET_ROWS is the ssm state's.
-        assert!(op_keys(&built.on).contains(&("GET_ROWS#0".to_string(), Some("ssm state"))));
+        // Its only GET_ROWS is the ssm state's, keyed as in the unfused chain.
+        assert!(op_keys(&built.on).contains(&("GET_ROWS#1".to_string(), Some("ssm state"))));
+        assert!(op_keys(&built.off).contains(&("GET_ROWS#1".to_string(), Some("ssm state"))));
     }
 
     #[test]
