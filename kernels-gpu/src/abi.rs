@@ -162,7 +162,6 @@ pub const fn mul_mat_vec_block_size(row_len: usize) -> u32 {
 
 /// The MUL_MAT_VEC entry for a [`mul_mat_vec_kind`] and 1 ≤ `ncols` ≤ 8 input columns.
 pub const fn mul_mat_vec_entry(kind: u32, ncols: usize) -> Option<&'static str> {
-    use mul_mat_vec_kind::{BF16, F16_F32, F16_HALF, F32};
     const NAMES: [[&str; MUL_MAT_VEC_MAX_COLS]; 4] = [
         [
             "mul_mat_vec_f32_c1",
@@ -205,17 +204,24 @@ pub const fn mul_mat_vec_entry(kind: u32, ncols: usize) -> Option<&'static str> 
             "mul_mat_vec_f16_f32acc_c8",
         ],
     ];
-    let names = match kind {
-        F32 => &NAMES[0],
-        BF16 => &NAMES[1],
-        F16_HALF => &NAMES[2],
-        F16_F32 => &NAMES[3],
+    pick_mul_mat_vec_entry(&NAMES, kind, ncols)
+}
+
+/// The entry of `kind` and `ncols` in a [kind][ncols − 1] name table (F32, BF16, F16 half,
+/// F16 f32-acc), shared by MUL_MAT_VEC and MUL_MAT_VEC_PAIR.
+const fn pick_mul_mat_vec_entry(names: &[[&'static str; MUL_MAT_VEC_MAX_COLS]; 4], kind: u32, ncols: usize) -> Option<&'static str> {
+    use mul_mat_vec_kind::*;
+    let row = match kind {
+        F32 => 0,
+        BF16 => 1,
+        F16_HALF => 2,
+        F16_F32 => 3,
         _ => return None,
     };
     if ncols == 0 || ncols > MUL_MAT_VEC_MAX_COLS {
         return None;
     }
-    Some(names[ncols - 1])
+    Some(names[row][ncols - 1])
 }
 
 // ---- [gdn] GATED_DELTA_NET ----
@@ -342,7 +348,6 @@ pub const PTX_LAUNCH_BOUNDS: &[(&str, u32, u32)] = &[("mul_mat_vec_", 32 * MUL_M
 
 /// The MUL_MAT_VEC_PAIR entry for a [`mul_mat_vec_kind`] and 1 ≤ `ncols` ≤ 8 input columns.
 pub const fn mul_mat_vec_pair_entry(kind: u32, ncols: usize) -> Option<&'static str> {
-    use mul_mat_vec_kind::{BF16, F16_F32, F16_HALF, F32};
     const NAMES: [[&str; MUL_MAT_VEC_MAX_COLS]; 4] = [
         [
             "mul_mat_vec_pair_f32_c1",
@@ -385,17 +390,7 @@ pub const fn mul_mat_vec_pair_entry(kind: u32, ncols: usize) -> Option<&'static 
             "mul_mat_vec_pair_f16_f32acc_c8",
         ],
     ];
-    let names = match kind {
-        F32 => &NAMES[0],
-        BF16 => &NAMES[1],
-        F16_HALF => &NAMES[2],
-        F16_F32 => &NAMES[3],
-        _ => return None,
-    };
-    if ncols == 0 || ncols > MUL_MAT_VEC_MAX_COLS {
-        return None;
-    }
-    Some(names[ncols - 1])
+    pick_mul_mat_vec_entry(&NAMES, kind, ncols)
 }
 
 // ---- [speed] CONCAT flat kernel, fused SOFTPLUS·MUL ----
