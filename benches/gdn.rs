@@ -19,5 +19,14 @@ fn main() -> ExitCode {
     let args = std::env::args().filter(|a| a != "--bench");
     // Help and version exit 0, bad options 2 (clap's own exit).
     let cli = Cli::parse_from(args);
-    rgdn::bench::run_cli(&cli.bench)
+    let stdout = std::io::stdout();
+    match rgdn::bench::run_cli(&cli.bench, &mut stdout.lock()) {
+        Ok(code) => code,
+        // A closed pipe ends the run quietly; another write failure is reported.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("cargo bench: cannot write the output: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -11,6 +11,10 @@ pub enum Error {
     #[error("no GPU: {reason}")]
     NoGpu { reason: String },
 
+    /// Writing a report or the program's output failed (a closed pipe, a full disk).
+    #[error("writing the output: {0}")]
+    Io(#[from] std::io::Error),
+
     /// The CUDA driver refused a call.
     #[error("CUDA driver error: {0}")]
     Driver(#[from] cudarc::driver::DriverError),

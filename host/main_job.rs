@@ -127,47 +127,50 @@ pub fn describe(o: &Outcome) -> String {
 
 /// The main job. `Ok(true)` when every comparison held (and, on a GPU, the time table was
 /// printed); `Ok(false)` when a buffer differed.
-pub fn run() -> Result<bool> {
+pub fn run(out: &mut dyn std::io::Write) -> Result<bool> {
     let cfg = config();
     let builder = default_builder();
-    println!(
+    writeln!(
+        out,
         "rgdn main job: Qwen3.5-9B GDN layer, verify step T = {} tokens, R = {} snapshots; unfused = {}; fused = {}",
         cfg.step.n_tokens,
         cfg.step.n_rollback,
         builder.label(false),
         builder.label(true)
-    );
+    )?;
     let gpu = match Gpu::new() {
         Ok(gpu) => {
-            println!("GPU: {}", gpu.info());
+            writeln!(out, "GPU: {}", gpu.info())?;
             Some(gpu)
         }
         Err(Error::NoGpu { reason }) => {
-            println!("no GPU ({reason}): running the CPU side of the comparison only; no times");
+            writeln!(out, "no GPU ({reason}): running the CPU side of the comparison only; no times")?;
             None
         }
         Err(e) => return Err(e),
     };
     let outcome = compare(builder, &cfg, gpu.as_ref(), 1)?;
-    println!("{}", describe(&outcome));
+    writeln!(out, "{}", describe(&outcome))?;
     let Some(gpu) = gpu else {
         return Ok(outcome.passed());
     };
     drop(gpu); // the bench makes its own context user (CUPTI first)
-    println!();
+    writeln!(out)?;
     let args = BenchArgs { modes: vec!["mtp3".into()], quick: true, out: "bench-out/main".into(), ..BenchArgs::default() };
-    bench::run_with(&args, builder)?;
+    bench::run_with(&args, builder, out)?;
     Ok(outcome.passed())
 }
 
-/// For a command line: [`run`] as an exit code (0 when every comparison held).
-pub fn run_cli() -> std::process::ExitCode {
-    match run() {
-        Ok(true) => std::process::ExitCode::SUCCESS,
-        Ok(false) => std::process::ExitCode::FAILURE,
+/// For a command line: [`run`] as an exit code (0 when every comparison held). A failed write
+/// to `out` (a closed pipe) comes back as the error, for the caller to end quietly.
+pub fn run_cli(out: &mut dyn std::io::Write) -> std::io::Result<std::process::ExitCode> {
+    match run(out) {
+        Ok(true) => Ok(std::process::ExitCode::SUCCESS),
+        Ok(false) => Ok(std::process::ExitCode::FAILURE),
+        Err(Error::Io(e)) => Err(e),
         Err(e) => {
             eprintln!("rgdn: {e}");
-            std::process::ExitCode::FAILURE
+            Ok(std::process::ExitCode::FAILURE)
         }
     }
 }
@@ -231,7 +234,7 @@ mod tests {
         if crate::gpu::probe().is_ok() {
             return; // on a GPU machine the job also runs the bench: exercised by `rgdn` itself
         }
-        assert!(run().unwrap());
+        assert!(run(&mut std::io::sink()).unwrap());
     }
 
     #[test]

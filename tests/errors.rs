@@ -445,6 +445,17 @@ mod cli {
         assert!(o.stderr.is_empty(), "{}", text(&o.stderr));
     }
 
+    /// The main job (no subcommand) writes through the same path: a closed pipe ends it quietly.
+    #[test]
+    fn the_main_job_ends_quietly_on_a_closed_stdout() {
+        let mut child = command().stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("the rgdn binary runs");
+        drop(child.stdout.take());
+        let o = child.wait_with_output().unwrap();
+        no_panic(&o);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        assert!(o.stderr.is_empty(), "{}", text(&o.stderr));
+    }
+
     #[test]
     fn a_full_stdout_is_an_error_message() {
         let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else { return };

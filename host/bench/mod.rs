@@ -331,13 +331,13 @@ fn progress(total: u64, hidden: bool) -> indicatif::ProgressBar {
 }
 
 /// Runs the benchmark with the default chain builder.
-pub fn run(args: &BenchArgs) -> Result<Report> {
-    run_with(args, chain::default_builder())
+pub fn run(args: &BenchArgs, out: &mut dyn std::io::Write) -> Result<Report> {
+    run_with(args, chain::default_builder(), out)
 }
 
 /// Runs the benchmark with `builder`; writes the report files under `args.out` and prints the
 /// table. `Err(Error::NoGpu)` without a GPU.
-pub fn run_with(args: &BenchArgs, builder: &dyn ChainBuilder) -> Result<Report> {
+pub fn run_with(args: &BenchArgs, builder: &dyn ChainBuilder, out: &mut dyn std::io::Write) -> Result<Report> {
     let (preset, shape) = args.shape()?;
     let weights = args.weights()?;
     let modes = args.mode_list()?;
@@ -432,12 +432,12 @@ pub fn run_with(args: &BenchArgs, builder: &dyn ChainBuilder) -> Result<Report> 
     };
     let report = Report::new(meta, reports);
     let text = report::render_text(&report);
-    println!("{text}");
-    write_outputs(&args.out, &report, &text)?;
+    writeln!(out, "{text}")?;
+    write_outputs(&args.out, &report, &text, out)?;
     if let Some(path) = &args.manifest {
         std::fs::write(path, manifest.to_csv())
             .map_err(|e| Error::Invalid { op: OP, what: format!("writing the manifest {}: {e}", path.display()) })?;
-        println!("wrote {} ({} launches)", path.display(), manifest.len());
+        writeln!(out, "wrote {} ({} launches)", path.display(), manifest.len())?;
     }
     Ok(report)
 }
@@ -534,7 +534,7 @@ fn measure_mode(
 }
 
 /// Writes report.json, report.txt, bench.png and bench.svg under `dir`.
-pub fn write_outputs(dir: &std::path::Path, report: &Report, text: &str) -> Result<()> {
+pub fn write_outputs(dir: &std::path::Path, report: &Report, text: &str, out: &mut dyn std::io::Write) -> Result<()> {
     let io = |what: &str, e: &dyn std::fmt::Display| Error::Invalid { op: OP, what: format!("{what}: {e}") };
     std::fs::create_dir_all(dir).map_err(|e| io(&format!("creating {}", dir.display()), &e))?;
     let json = serde_json::to_string_pretty(report).map_err(|e| io("serialising the report", &e))?;
@@ -542,22 +542,24 @@ pub fn write_outputs(dir: &std::path::Path, report: &Report, text: &str) -> Resu
     std::fs::write(dir.join("report.txt"), text).map_err(|e| io("writing report.txt", &e))?;
     plot::write_png(&dir.join("bench.png"), report).map_err(|e| io("drawing bench.png", &e))?;
     plot::write_svg(&dir.join("bench.svg"), report).map_err(|e| io("drawing bench.svg", &e))?;
-    println!("wrote {0}/report.json, {0}/report.txt, {0}/bench.png, {0}/bench.svg", dir.display());
+    writeln!(out, "wrote {0}/report.json, {0}/report.txt, {0}/bench.png, {0}/bench.svg", dir.display())?;
     Ok(())
 }
 
-/// For a command line: runs, and maps the outcome to an exit code (no GPU: a message and 2;
-/// another error: the message and 1). Never panics on a machine without a GPU.
-pub fn run_cli(args: &BenchArgs) -> std::process::ExitCode {
-    match run(args) {
-        Ok(_) => std::process::ExitCode::SUCCESS,
+/// For a command line: runs, writing to `out`, and maps the outcome to an exit code (no GPU: a
+/// message and 2; another error: the message and 1). Never panics on a machine without a GPU.
+/// A failed write to `out` (a closed pipe) comes back as the error, for the caller to end quietly.
+pub fn run_cli(args: &BenchArgs, out: &mut dyn std::io::Write) -> std::io::Result<std::process::ExitCode> {
+    match run(args, out) {
+        Ok(_) => Ok(std::process::ExitCode::SUCCESS),
+        Err(Error::Io(e)) => Err(e),
         Err(Error::NoGpu { reason }) => {
             eprintln!("rgdn bench: no GPU ({reason}): nothing was measured");
-            std::process::ExitCode::from(2)
+            Ok(std::process::ExitCode::from(2))
         }
         Err(e) => {
             eprintln!("rgdn bench: {e}");
-            std::process::ExitCode::FAILURE
+            Ok(std::process::ExitCode::FAILURE)
         }
     }
 }
@@ -618,8 +620,8 @@ mod tests {
             return; // a GPU machine: the GPU path is exercised by `rgdn bench --quick`
         }
         let a = parse(&["--quick", "--modes", "decode", "--out", std::env::temp_dir().join("rgdn-nogpu").to_str().unwrap()]);
-        assert!(matches!(run(&a), Err(Error::NoGpu { .. })));
-        assert_eq!(run_cli(&a), std::process::ExitCode::from(2));
+        assert!(matches!(run(&a, &mut std::io::sink()), Err(Error::NoGpu { .. })));
+        assert_eq!(run_cli(&a, &mut std::io::sink()).unwrap(), std::process::ExitCode::from(2));
     }
 
     #[test]

@@ -160,11 +160,11 @@ fn main() -> ExitCode {
 
 fn run(command: Option<Command>, out: &mut dyn Write) -> Result<ExitCode, CliError> {
     match command {
-        None => Ok(rgdn::main_job::run_cli()),
+        None => Ok(rgdn::main_job::run_cli(out)?),
         Some(Command::Check(a)) => check(a.filter.as_deref().unwrap_or(""), out),
         Some(Command::Info) => info(out),
         Some(Command::Layer(a)) => layer(&a, out),
-        Some(Command::Bench(a)) => Ok(rgdn::bench::run_cli(&a)),
+        Some(Command::Bench(a)) => Ok(rgdn::bench::run_cli(&a, out)?),
     }
 }
 
