@@ -434,26 +434,25 @@ mod cli {
         assert!(text(&o.stderr).contains("unknown preset"));
     }
 
-    #[test]
-    fn a_closed_stdout_ends_quietly() {
-        let mut child =
-            command().args(["check", "scale"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("the rgdn binary runs");
+    /// Runs rgdn with `args` and its stdout closed: it must end quietly (exit 0, nothing on stderr).
+    fn assert_quiet_on_closed_stdout(args: &[&str]) {
+        let mut child = command().args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("the rgdn binary runs");
         drop(child.stdout.take());
         let o = child.wait_with_output().unwrap();
         no_panic(&o);
-        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-        assert!(o.stderr.is_empty(), "{}", text(&o.stderr));
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", text(&o.stderr));
+        assert!(o.stderr.is_empty(), "{args:?}: {}", text(&o.stderr));
+    }
+
+    #[test]
+    fn a_closed_stdout_ends_quietly() {
+        assert_quiet_on_closed_stdout(&["check", "scale"]);
     }
 
     /// The main job (no subcommand) writes through the same path: a closed pipe ends it quietly.
     #[test]
     fn the_main_job_ends_quietly_on_a_closed_stdout() {
-        let mut child = command().stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("the rgdn binary runs");
-        drop(child.stdout.take());
-        let o = child.wait_with_output().unwrap();
-        no_panic(&o);
-        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-        assert!(o.stderr.is_empty(), "{}", text(&o.stderr));
+        assert_quiet_on_closed_stdout(&[]);
     }
 
     #[test]
