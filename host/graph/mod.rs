@@ -149,4 +149,8 @@ impl Op for Stage {
     fn outputs(&self) -> Vec<Tensor> {
         vec![self.dst]
     }
+
+    fn must_write(&self) -> Vec<Tensor> {
+        self.outputs()
+    }
 }

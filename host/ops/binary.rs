@@ -106,4 +106,8 @@ impl Op for Binary {
     fn outputs(&self) -> Vec<Tensor> {
         vec![self.dst]
     }
+
+    fn must_write(&self) -> Vec<Tensor> {
+        self.outputs()
+    }
 }

@@ -122,6 +122,10 @@ impl Op for ConcatDim0 {
     fn outputs(&self) -> Vec<Tensor> {
         vec![self.dst]
     }
+
+    fn must_write(&self) -> Vec<Tensor> {
+        self.outputs()
+    }
 }
 
 impl ConcatDim0 {
@@ -186,6 +190,10 @@ impl Op for ConcatDim0PerRow {
 
     fn outputs(&self) -> Vec<Tensor> {
         self.0.outputs()
+    }
+
+    fn must_write(&self) -> Vec<Tensor> {
+        self.0.must_write()
     }
 }
 

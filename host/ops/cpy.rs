@@ -100,6 +100,10 @@ impl Op for Cpy {
     fn outputs(&self) -> Vec<Tensor> {
         vec![self.dst]
     }
+
+    fn must_write(&self) -> Vec<Tensor> {
+        self.outputs()
+    }
 }
 
 /// All 1+R conv-state snapshot rows in ONE launch. conv_input F32 ne [d_conv−1+n_t, C, n_s, 1];
@@ -260,6 +264,20 @@ impl Op for CpySnapshots {
 
     fn outputs(&self) -> Vec<Tensor> {
         vec![self.cache]
+    }
+
+    /// Only the (slot, sequence) rows: the rest of the cache keeps its bytes.
+    fn must_write(&self) -> Vec<Tensor> {
+        let n_seqs = self.conv_input.ne()[2];
+        let mut rows = Vec::new();
+        for slot in 0..self.n_slots {
+            for seq in 0..n_seqs {
+                let nb = self.cache.layout.nb;
+                let offset = self.row(slot, seq).saturating_mul(nb[1]);
+                rows.push(self.cache.view([self.cache.ne()[0], 1, 1, 1], [nb[0], nb[1], nb[1], nb[1]], offset));
+            }
+        }
+        rows
     }
 }
 

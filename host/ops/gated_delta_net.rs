@@ -205,6 +205,13 @@ impl Op for GatedDeltaNet {
     fn outputs(&self) -> Vec<Tensor> {
         vec![self.out, self.states]
     }
+
+    /// `out`, and only the slots k < min(n_t, K) of `states` (the others keep their bytes).
+    fn must_write(&self) -> Vec<Tensor> {
+        let s = &self.states;
+        let written = s.ne()[2].min(self.q.ne()[2]);
+        vec![self.out, s.view([s.ne()[0], s.ne()[1], written, s.ne()[3]], s.layout.nb, s.layout.offset)]
+    }
 }
 
 /// The kernel entry. (A paired-butterfly variant — token t+1's KV sum interleaved with token

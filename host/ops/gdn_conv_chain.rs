@@ -298,4 +298,8 @@ impl Op for GdnConvChain {
         out.extend(self.snapshots.iter().map(|s| self.cache_row(s.row)));
         out
     }
+
+    fn must_write(&self) -> Vec<Tensor> {
+        self.outputs()
+    }
 }

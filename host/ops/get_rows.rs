@@ -107,6 +107,10 @@ impl Op for GetRows {
     fn outputs(&self) -> Vec<Tensor> {
         vec![self.dst]
     }
+
+    fn must_write(&self) -> Vec<Tensor> {
+        self.outputs()
+    }
 }
 
 #[cfg(test)]

@@ -201,6 +201,10 @@ impl Op for MulMatVec {
     fn outputs(&self) -> Vec<Tensor> {
         vec![self.dst]
     }
+
+    fn must_write(&self) -> Vec<Tensor> {
+        self.outputs()
+    }
 }
 
 #[cfg(test)]

@@ -169,6 +169,10 @@ impl Op for MulMatVecPair {
     fn outputs(&self) -> Vec<Tensor> {
         vec![self.first.dst, self.second.dst]
     }
+
+    fn must_write(&self) -> Vec<Tensor> {
+        self.outputs()
+    }
 }
 
 #[cfg(test)]

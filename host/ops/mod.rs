@@ -73,8 +73,15 @@ pub trait Op: std::fmt::Debug + AsAny {
     fn reference(&self, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()>;
     /// The tensors the op reads (views as the op addresses them; index tensors included).
     fn inputs(&self) -> Vec<Tensor>;
-    /// The tensors the op writes.
+    /// The tensors the op *may* write: every byte it can change lies in one of them (graph
+    /// passes treat each view's whole byte span as possibly written).
     fn outputs(&self) -> Vec<Tensor>;
+    /// The tensors the op *always* writes, every element of each (a subset of what
+    /// [`Op::outputs`] covers). A graph pass may take these bytes as overwritten — ending the
+    /// life of whatever they held — and only these: an op that writes part of an output (a
+    /// cache of which it fills some rows, state slots beyond n_t) lists just that part here.
+    /// Required, with no default, so that no op claims to overwrite what it leaves alone.
+    fn must_write(&self) -> Vec<Tensor>;
 }
 
 impl dyn Op {

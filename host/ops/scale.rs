@@ -76,6 +76,10 @@ impl Op for Scale {
     fn outputs(&self) -> Vec<Tensor> {
         vec![self.dst]
     }
+
+    fn must_write(&self) -> Vec<Tensor> {
+        self.outputs()
+    }
 }
 
 #[cfg(test)]

@@ -127,4 +127,8 @@ impl Op for SsmConv {
     fn outputs(&self) -> Vec<Tensor> {
         vec![self.dst]
     }
+
+    fn must_write(&self) -> Vec<Tensor> {
+        self.outputs()
+    }
 }

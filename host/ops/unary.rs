@@ -105,6 +105,10 @@ impl Op for Unary {
     fn outputs(&self) -> Vec<Tensor> {
         vec![self.dst]
     }
+
+    fn must_write(&self) -> Vec<Tensor> {
+        self.outputs()
+    }
 }
 
 // ---- [speed] fused UNARY→MUL ----
@@ -226,6 +230,10 @@ impl Op for UnaryMul {
 
     fn outputs(&self) -> Vec<Tensor> {
         vec![self.dst]
+    }
+
+    fn must_write(&self) -> Vec<Tensor> {
+        self.outputs()
     }
 }
 
