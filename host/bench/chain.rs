@@ -73,7 +73,11 @@ impl ChainBuilder for Fused {
             ..crate::graph::layer::LayerSpec::new(cfg.shape, cfg.step)
         };
         let nodes = crate::graph::layer::ggml_layer_ops(t, &spec)?.into_iter().map(|op| crate::graph::Node::new(op, Some(0))).collect();
-        let (nodes, _report) = crate::fusion::compile(nodes, crate::fusion::Options::ON);
+        // What the step hands on: both caches, its products and the attention output (the
+        // intermediates in between may be eliminated).
+        let observed = [t.conv_cache, t.ssm_cache, t.conv_out, t.q_norm, t.k_norm, t.alpha, t.beta_raw, t.beta, t.gate, t.attn_out];
+        let live_out = crate::graph::ByteSet::of_all(&observed, crate::graph::Bound::Over);
+        let (nodes, _report) = crate::fusion::compile(nodes, &live_out, crate::fusion::Options::ON);
         Ok(nodes.into_iter().map(|n| n.op).collect())
     }
 }

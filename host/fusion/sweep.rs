@@ -8,7 +8,8 @@
 //!   output and both caches off vs on, and the kernels per forward;
 //! - [`off_on_cpu`]: the same comparison on the CPU reference (for CI).
 
-use super::{Options, Outcome, Refusal, Report, compile};
+use super::{Options, Outcome, REGISTRY, Report, compile};
+use crate::graph::ByteSet;
 use crate::error::Result;
 use crate::gpu::Gpu;
 use crate::graph::exec::{self, Launches};
@@ -136,12 +137,13 @@ impl OffOn {
     }
 }
 
-/// Compares the comparable values of `b` in two memories.
-fn compare(b: &Built, off: &HostMemory, on: &HostMemory) -> (Vec<String>, usize, Vec<(String, usize)>) {
+/// Compares the comparable values of `b` in two memories (`stale`: bytes a rewrite left
+/// unwritten).
+fn compare(b: &Built, stale: &ByteSet, off: &HostMemory, on: &HostMemory) -> (Vec<String>, usize, Vec<(String, usize)>) {
     let mut names = Vec::new();
     let mut bytes = 0;
     let mut mismatches = Vec::new();
-    for (name, t) in b.comparable() {
+    for (name, t) in b.comparable(stale) {
         let Some(r) = t.layout.byte_range() else { continue };
         let (x, y) = (&off.bytes(t.buffer)[r.clone()], &on.bytes(t.buffer)[r.clone()]);
         if let Some(i) = x.iter().zip(y).position(|(p, q)| p != q) {
@@ -150,15 +152,30 @@ fn compare(b: &Built, off: &HostMemory, on: &HostMemory) -> (Vec<String>, usize,
         bytes += r.len();
         names.push(name);
     }
+    // Every observed value (caches, graph outputs) must be comparable: a rewrite that left one
+    // stale would be a legality-check failure.
+    for (v, info) in b.values.iter().enumerate() {
+        let observed = b.plan.offsets[v].is_none() || info.role == crate::graph::plan::Role::Output;
+        if observed && !names.contains(&info.name) {
+            mismatches.push((format!("{} (observed, not comparable)", info.name), 0));
+        }
+    }
     (names, bytes, mismatches)
+}
+
+/// The graph of `b` compiled with fusion off and with `options`.
+pub fn compile_off_on(b: &Built, options: Options) -> Result<(Vec<crate::graph::Node>, Vec<crate::graph::Node>, Report)> {
+    let live_out = b.live_out();
+    let (off, _) = compile(b.fresh_nodes()?, &live_out, Options::OFF);
+    let (on, report) = compile(b.fresh_nodes()?, &live_out, options);
+    Ok((off, on, report))
 }
 
 /// Builds `spec` from `seed`, runs it on the GPU with fusion off and on (each from a fresh
 /// upload of the same memory) and compares.
 pub fn off_on_gpu(gpu: &Gpu, spec: &StackSpec, seed: u64) -> Result<OffOn> {
     let b = layer::build(spec, seed)?;
-    let (off_nodes, _) = compile(b.fresh_nodes()?, Options::OFF);
-    let (on_nodes, report) = compile(b.fresh_nodes()?, Options::ON);
+    let (off_nodes, on_nodes, report) = compile_off_on(&b, Options::ON)?;
     let run = |nodes| -> Result<(HostMemory, Launches)> {
         let dev = DeviceMemory::upload(gpu, &b.mem)?;
         let launches = exec::run_gpu(gpu, nodes, &dev)?;
@@ -166,52 +183,51 @@ pub fn off_on_gpu(gpu: &Gpu, spec: &StackSpec, seed: u64) -> Result<OffOn> {
     };
     let (off_mem, off) = run(&off_nodes)?;
     let (on_mem, on) = run(&on_nodes)?;
-    let (values, bytes, mismatches) = compare(&b, &off_mem, &on_mem);
+    let (values, bytes, mismatches) = compare(&b, &report.eliminated(), &off_mem, &on_mem);
     Ok(OffOn { report, off, on, values, bytes, mismatches })
 }
 
 /// The same on the CPU reference, with one MUFU for both runs.
 pub fn off_on_cpu(spec: &StackSpec, seed: u64, mufu: &mut dyn Mufu) -> Result<OffOn> {
     let b = layer::build(spec, seed)?;
-    let (off_nodes, _) = compile(b.fresh_nodes()?, Options::OFF);
-    let (on_nodes, report) = compile(b.fresh_nodes()?, Options::ON);
+    let (off_nodes, on_nodes, report) = compile_off_on(&b, Options::ON)?;
     let mut off_mem = b.mem.clone();
     exec::run_cpu(&off_nodes, &mut off_mem, mufu)?;
     let mut on_mem = b.mem.clone();
     exec::run_cpu(&on_nodes, &mut on_mem, mufu)?;
-    let (values, bytes, mismatches) = compare(&b, &off_mem, &on_mem);
+    let (values, bytes, mismatches) = compare(&b, &report.eliminated(), &off_mem, &on_mem);
     Ok(OffOn { report, off: Launches::default(), on: Launches::default(), values, bytes, mismatches })
 }
 
-/// What every sweep case must show besides identical bytes: the values the PR compares were
-/// compared, the conv chain fused and ran as one kernel, the pair fused (n_t ≤ 8, one kernel)
-/// or was refused as too wide (n_t > 8).
+/// What every sweep case must show besides identical bytes, derived from the registry: every
+/// observed value (caches, graph outputs) was compared; every registered fusion whose
+/// `fires_on` holds for the layer fired, and each fused node ran as one kernel; the others
+/// were refused.
 pub fn check_case(spec: &StackSpec, r: &OffOn) -> std::result::Result<String, String> {
     if !r.identical() {
         return Err(format!("differs: {:?}", r.mismatches));
     }
-    for want in ["conv_cache", "conv_out", "q_norm", "k_norm", "alpha", "beta_raw"] {
-        if !r.values.iter().any(|v| v.ends_with(&format!(".{want}"))) {
-            return Err(format!("`{want}` was not compared (overwritten by the plan)"));
+    for (l, layer) in spec.layers.iter().enumerate() {
+        let report = r.report.layers.iter().find(|x| x.layer == l).ok_or(format!("layer {l} not in the report"))?;
+        for f in REGISTRY {
+            let outcome = report.outcome(f.name).ok_or(format!("{} not in the report", f.name))?;
+            match (outcome, (f.fires_on)(layer)) {
+                (Outcome::Fused(_), true) | (Outcome::Refused(_), false) => {}
+                (o, want) => return Err(format!("layer {l}: {} {o} (expected to {})", f.name, if want { "fire" } else { "be refused" })),
+            }
         }
     }
-    let n_t = spec.layers[0].step.n_tokens;
-    let l = &r.report.layers[0];
-    if !matches!(l.conv_chain, Outcome::Fused { .. }) {
-        return Err(format!("conv chain not fused: {}", l.conv_chain));
-    }
-    let (chain_kernels, chain_nodes) = r.on.of("GDN_CONV_CHAIN");
-    if (chain_kernels, chain_nodes) != (1, 1) {
-        return Err(format!("GDN_CONV_CHAIN: {chain_nodes} node(s) made {chain_kernels} launches (want 1 kernel)"));
-    }
-    let (pair_kernels, pair_nodes) = r.on.of("MUL_MAT_VEC_PAIR");
-    let pair_ok = if n_t <= super::PAIR_MAX_COLS {
-        matches!(l.pair, Outcome::Fused { .. }) && (pair_kernels, pair_nodes) == (1, 1)
-    } else {
-        l.pair == Outcome::Refused(Refusal::PairTooWide { ncols: n_t }) && pair_nodes == 0
-    };
-    if !pair_ok {
-        return Err(format!("pair: {} ({pair_nodes} node(s), {pair_kernels} launches)", l.pair));
+    let mut fused_ops: Vec<&str> = r.report.layers.iter().flat_map(|l| l.outcomes.iter()).filter_map(|(_, o)| match o {
+        Outcome::Fused(w) => Some(w.fused_op),
+        Outcome::Refused(_) => None,
+    }).collect();
+    fused_ops.sort_unstable();
+    fused_ops.dedup();
+    for op in fused_ops {
+        let (kernels, nodes) = r.on.of(op);
+        if r.on.total() > 0 && kernels != nodes {
+            return Err(format!("{op}: {nodes} node(s) made {kernels} launches (want one kernel each)"));
+        }
     }
     Ok(format!("{} values, {} bytes identical; kernels {} → {}", r.values.len(), r.bytes, r.off.total(), r.on.total()))
 }

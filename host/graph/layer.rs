@@ -14,7 +14,7 @@
 //! ([`super::plan`]).
 
 use super::plan::{self, Pin, Plan, Role, ValueInfo};
-use super::{Node, Stage};
+use super::{Bound, ByteSet, Node, Stage};
 use crate::error::{Error, Result};
 use crate::inputs::{self, Values};
 use crate::kernels::abi;
@@ -538,18 +538,24 @@ impl Built {
         Ok(nodes)
     }
 
-    /// Values whose final bytes are meaningful after a run: every value that is not planned
-    /// (inputs, weights, caches) and every planned value no later block overwrites, except the
-    /// conv chain's internal intermediates (GET_ROWS and CONCAT outputs), which a fused graph
-    /// never writes.
-    pub fn comparable(&self) -> Vec<(String, Tensor)> {
+    /// What a caller observes after a run of this graph: every value that is not planned
+    /// (inputs, weights, caches) and every graph output. The fusion pass may leave no stale
+    /// byte there.
+    pub fn live_out(&self) -> ByteSet {
+        let observed = |v: usize| self.plan.offsets[v].is_none() || self.values[v].role == Role::Output;
+        ByteSet::of_all((0..self.values.len()).filter(|&v| observed(v)).map(|v| &self.value_tensors[v]), Bound::Over)
+    }
+
+    /// Values whose final bytes can be compared between two runs that executed different
+    /// rewrites of this graph: every value that is not planned (inputs, weights, caches) and
+    /// every planned value no later block overwrites, except those holding bytes one of the
+    /// rewrites left unwritten (`stale`: [`crate::fusion::Report::eliminated`]).
+    pub fn comparable(&self, stale: &ByteSet) -> Vec<(String, Tensor)> {
         self.values
             .iter()
             .enumerate()
-            .filter(|(v, info)| {
-                let internal = info.name.ends_with(".conv_states") || info.name.ends_with(".conv_input");
-                !internal && (self.plan.offsets[*v].is_none() || self.plan.intact_at_end[*v])
-            })
+            .filter(|(v, _)| self.plan.offsets[*v].is_none() || self.plan.intact_at_end[*v])
+            .filter(|(v, _)| !ByteSet::of(&self.value_tensors[*v], Bound::Over).intersects(stale))
             .map(|(v, info)| (info.name.clone(), self.value_tensors[v]))
             .collect()
     }

@@ -11,9 +11,12 @@
 //!   order), with pins for the reference PR's aliasing layout;
 //! - [`exec`]: runs a node list on the GPU or on the CPU reference.
 
+pub mod bytes;
 pub mod exec;
 pub mod layer;
 pub mod plan;
+
+pub use bytes::{Bound, ByteSet};
 
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
@@ -73,9 +76,34 @@ impl Node {
         self.op.outputs().iter().filter_map(Access::of).collect()
     }
 
+    /// What the node touches, byte for byte: what it may read, may write and always writes.
+    pub fn effects(&self) -> Effects {
+        Effects::of(self.op.as_ref())
+    }
+
     /// The concrete op, if it is a `T`.
     pub fn get<T: Op + 'static>(&self) -> Option<&T> {
         self.op.as_ref().downcast_ref::<T>()
+    }
+}
+
+/// The exact bytes an op touches ([`bytes`]): reads and may-writes err on the side of more,
+/// must-writes on the side of less.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Effects {
+    pub reads: ByteSet,
+    pub may_write: ByteSet,
+    pub must_write: ByteSet,
+}
+
+impl Effects {
+    pub fn of(op: &dyn Op) -> Effects {
+        Effects {
+            reads: ByteSet::of_all(&op.inputs(), Bound::Over),
+            may_write: ByteSet::of_all(&op.outputs(), Bound::Over),
+            // What is certainly written is certainly also possibly written.
+            must_write: ByteSet::of_all(&op.must_write(), Bound::Under).intersection(&ByteSet::of_all(&op.outputs(), Bound::Over)),
+        }
     }
 }
 

@@ -244,7 +244,7 @@ impl GdnConvChain {
     }
 
     /// Row `row` of the conv cache as a [(d_conv−1)·C, 1, 1, 1] view.
-    fn cache_row(&self, row: usize) -> Tensor {
+    pub fn cache_row(&self, row: usize) -> Tensor {
         let nb = self.conv_cache.layout.nb;
         self.conv_cache.view([self.conv_cache.ne()[0], 1, 1, 1], [nb[0], nb[1], nb[1], nb[1]], row * nb[1])
     }

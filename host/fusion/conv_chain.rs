@@ -1,0 +1,207 @@
+//! Fusion `conv_chain` (the reference PR's conv chain, 5 ops / 6–9 kernels → 1): the
+//! conv-state GET_ROWS, the CONCAT, the 1 + R snapshot CPYs, SSM_CONV+SiLU and the two
+//! L2_NORMs become one [`GdnConvChain`] (rows and window offsets taken from the CPY nodes).
+//! Scope: one sequence, n_t ≤ 16, 1–16 snapshot rows, d_conv 3–5, head dim 32/64/128, C a
+//! multiple of 128 (the fused kernel's contract).
+//!
+//! The fused node takes the CONCAT's place: the projection (qkv) is read there in both graphs,
+//! which is what lets the reference PR's layout fuse (its ssm-state GET_ROWS writes the dead
+//! qkv block between SSM_CONV and the L2 norms). Eliminated: the GET_ROWS and CONCAT outputs.
+//! Supported overlaps: the SiLU output on qkv element for element, a snapshot row on the row
+//! read (each thread reads its channel's inputs before its writes; the kernel's docs).
+
+use super::legality::Candidate;
+use super::{Fusion, Refusal, users, writer_of};
+use crate::graph::layer::{LayerSpec, window};
+use crate::graph::{Bound, ByteSet, Node};
+use crate::layer::LayerTensors;
+use crate::ops::{ConcatDim0, Cpy, GdnConvChain, GetRows, L2Norm, SnapshotWrite, SsmConv};
+use crate::tensor::{DType, Tensor};
+
+/// Scope limits of the fused conv chain.
+pub const MAX_TOKENS: usize = 16;
+pub const MAX_SNAPSHOT_ROWS: usize = 16;
+pub const D_CONV: std::ops::RangeInclusive<usize> = 3..=5;
+pub const HEAD_DIMS: [usize; 3] = [32, 64, 128];
+/// The fused kernel's channel block: C must be a multiple of it.
+pub const CHANNEL_BLOCK: usize = 128;
+
+pub const FUSION: Fusion = Fusion {
+    name: "conv_chain",
+    summary: "GET_ROWS + CONCAT + snapshot CPYs + SSM_CONV·SiLU + L2_NORM q/k → GDN_CONV_CHAIN",
+    find,
+    fires_on,
+};
+
+fn fires_on(spec: &LayerSpec) -> bool {
+    let (s, step) = (&spec.shape, &spec.step);
+    step.n_tokens <= MAX_TOKENS
+        && step.slots() <= MAX_SNAPSHOT_ROWS
+        && D_CONV.contains(&s.d_conv)
+        && HEAD_DIMS.contains(&s.head_dim)
+        && s.try_channels().is_ok_and(|c| c.is_multiple_of(CHANNEL_BLOCK))
+}
+
+fn bytes(t: &Tensor) -> ByteSet {
+    ByteSet::of(t, Bound::Over)
+}
+
+/// True when a view's elements are densely packed (its span is exactly what it covers).
+fn dense(t: &Tensor) -> bool {
+    ByteSet::of(t, Bound::Under).runs().count() == 1 && t.layout.byte_range().is_some_and(|r| ByteSet::of(t, Bound::Under).len() == r.len())
+}
+
+/// The structural match of the conv chain in `layer`.
+pub fn find(nodes: &[Node], layer: usize) -> Result<Candidate, Refusal> {
+    use Refusal::*;
+    let c = (0..nodes.len())
+        .find(|&i| nodes[i].layer == Some(layer) && nodes[i].get::<ConcatDim0>().is_some())
+        .ok_or(NoPattern("no CONCAT in the layer"))?;
+    let concat = nodes[c].get::<ConcatDim0>().expect("found");
+    let g = writer_of(nodes, c, &concat.a).ok_or(NoPattern("nothing writes the CONCAT's first source"))?;
+    let gather = nodes[g].get::<GetRows>().ok_or(NoPattern("the CONCAT's first source is not a GET_ROWS output"))?;
+    let sequences = gather.rows.layout.n_elements();
+    if sequences != 1 || concat.dst.ne()[2] != 1 || concat.dst.ne()[3] != 1 {
+        return Err(MultiSequence { sequences: sequences.max(concat.dst.ne()[2]) });
+    }
+    let state_len = concat.a.ne()[0];
+    let channels = concat.a.ne()[1];
+    let n_tokens = concat.b.ne()[0];
+    if gather.dst.reshape([state_len, channels, 1, 1]) != Some(concat.a) {
+        return Err(Layout("the CONCAT's first source is not the GET_ROWS output reshaped [d_conv−1, C]"));
+    }
+    let qkv = concat.b.transpose();
+    if !qkv.layout.is_contiguous() || qkv.dtype() != DType::F32 {
+        return Err(Layout("the projection is not a contiguous F32 [C, n_t]"));
+    }
+    let cache = gather.src;
+    if cache.ne()[0] != state_len.saturating_mul(channels) || !dense(&cache.view([cache.ne()[0], 1, 1, 1], cache.layout.nb, 0)) {
+        return Err(Layout("the conv cache rows are not contiguous (d_conv−1)·C floats"));
+    }
+
+    // Users of the GET_ROWS output: exactly the CONCAT.
+    let g_users = users(nodes, g, &bytes(&gather.dst));
+    if g_users != [c] {
+        return Err(ConvStatesUsers { users: g_users.len() });
+    }
+    // Users of the CONCAT output: the copies and SSM_CONV.
+    let conv_input = concat.dst;
+    let c_users = users(nodes, c, &bytes(&conv_input));
+    let copies: Vec<usize> = c_users.iter().copied().filter(|&x| nodes[x].get::<Cpy>().is_some()).collect();
+    let convs: Vec<usize> = c_users.iter().copied().filter(|&x| nodes[x].get::<SsmConv>().is_some()).collect();
+    if c_users.len() != copies.len() + 1 || convs.len() != 1 {
+        return Err(ConcatUsers { users: c_users.len(), copies: copies.len() });
+    }
+    let conv_at = convs[0];
+    let conv = nodes[conv_at].get::<SsmConv>().expect("found");
+    if conv.conv_input != conv_input || conv.bias.is_some() || !conv.apply_silu {
+        return Err(NoPattern("the SSM_CONV does not read the whole CONCAT output with SiLU and no bias"));
+    }
+    let d_conv = conv.weight.ne()[0];
+    if d_conv != state_len + 1 {
+        return Err(Layout("the conv weight's width is not d_conv"));
+    }
+    // The copies: window(o) of the CONCAT output into one whole cache row, each row once.
+    let mut snapshots: Vec<SnapshotWrite> = Vec::new();
+    for &x in &copies {
+        let cpy = nodes[x].get::<Cpy>().expect("found");
+        let rel = cpy.src.layout.offset.wrapping_sub(conv_input.layout.offset);
+        let offset = rel / 4;
+        if cpy.src.buffer != conv_input.buffer
+            || cpy.src.layout.offset < conv_input.layout.offset
+            || !rel.is_multiple_of(4)
+            || offset > n_tokens
+            || cpy.src != window(&conv_input, state_len, offset)
+        {
+            return Err(CopyNotWindow { node: x });
+        }
+        let row_bytes = cache.layout.nb[1];
+        let rel = cpy.dst.layout.offset.wrapping_sub(cache.layout.offset);
+        let row = rel.checked_div(row_bytes).unwrap_or(usize::MAX);
+        if cpy.dst.buffer != cache.buffer
+            || cpy.dst.layout.offset < cache.layout.offset
+            || row_bytes == 0
+            || rel % row_bytes != 0
+            || row >= cache.ne()[1]
+            || cpy.dst != LayerTensors::cache_row(&cache, row)
+        {
+            return Err(CopyNotCacheRow { node: x });
+        }
+        if snapshots.iter().any(|s| s.row == row) {
+            return Err(RowWrittenTwice { row });
+        }
+        snapshots.push(SnapshotWrite { row, offset });
+    }
+    // The L2 norms of the q and k heads of the SiLU output.
+    let conv_out = conv.dst;
+    let out_users = users(nodes, conv_at, &bytes(&conv_out));
+    let l2s: Vec<(usize, &L2Norm)> = out_users.iter().filter_map(|&x| nodes[x].get::<L2Norm>().map(|l| (x, l))).collect();
+    let head = |offset_heads: usize, l: &L2Norm| {
+        let [d, hk, ..] = l.src.ne();
+        let nb = conv_out.layout.nb;
+        l.src == conv_out.view([d, hk, n_tokens, 1], [4, 4 * d, nb[1], nb[2]], 4 * offset_heads * hk * d)
+    };
+    let (q_at, q) = *l2s.iter().find(|(_, l)| head(0, l)).ok_or(L2NotFound)?;
+    let (k_at, k) = *l2s.iter().find(|(_, l)| head(1, l) && l.src.ne() == q.src.ne()).ok_or(L2NotFound)?;
+    if q.eps.to_bits() != k.eps.to_bits() {
+        return Err(L2NotFound);
+    }
+    let [head_dim, n_k_heads, ..] = q.src.ne();
+
+    // Scope.
+    if n_tokens > MAX_TOKENS {
+        return Err(TooManyTokens { n_tokens });
+    }
+    if snapshots.is_empty() || snapshots.len() > MAX_SNAPSHOT_ROWS {
+        return Err(SnapshotRows { rows: snapshots.len() });
+    }
+    if !D_CONV.contains(&d_conv) {
+        return Err(ConvWidth { d_conv });
+    }
+    if !HEAD_DIMS.contains(&head_dim) {
+        return Err(HeadDim { head_dim });
+    }
+    if !channels.is_multiple_of(CHANNEL_BLOCK) {
+        return Err(Channels { channels });
+    }
+    // Layouts the fused kernel reads and writes.
+    if !conv.weight.layout.is_contiguous() {
+        return Err(Layout("the conv weight is not contiguous [d_conv, C]"));
+    }
+    if !conv_out.layout.is_contiguous() || conv_out.ne() != [channels, n_tokens, 1, 1] {
+        return Err(Layout("the SiLU output is not contiguous [C, n_t]"));
+    }
+    for t in [&q.dst, &k.dst] {
+        if !t.layout.is_contiguous() || t.ne() != [head_dim, n_k_heads, n_tokens, 1] {
+            return Err(Layout("an L2 output is not contiguous [D, H_k, n_t]"));
+        }
+    }
+    if 2 * n_k_heads * head_dim > channels {
+        return Err(Layout("the q and k heads exceed the channels"));
+    }
+
+    let op = GdnConvChain {
+        conv_cache: cache,
+        source_row: gather.rows,
+        qkv,
+        weight: conv.weight,
+        snapshots,
+        conv_out,
+        q_norm: q.dst,
+        k_norm: k.dst,
+        head_dim,
+        n_k_heads,
+        eps: q.eps,
+    };
+    // The overlaps the kernel supports: the SiLU output on qkv element for element, and the
+    // snapshot rows on the cache (read at the source row).
+    let mut overlaps: Vec<(Tensor, Tensor)> = op.snapshots.iter().map(|s| (cache, op.cache_row(s.row))).collect();
+    if conv_out.same_elements(&qkv) {
+        overlaps.push((qkv, conv_out));
+    }
+    let mut edges = vec![(g, c), (c, conv_at), (conv_at, q_at), (conv_at, k_at)];
+    edges.extend(copies.iter().map(|&x| (c, x)));
+    let mut pattern: Vec<usize> = [g, c, conv_at, q_at, k_at].into_iter().chain(copies.iter().copied()).collect();
+    pattern.sort_unstable();
+    Ok(Candidate { nodes: pattern, at: c, fused: Box::new(op), edges, eliminated: vec![g, c], overlaps })
+}
