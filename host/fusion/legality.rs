@@ -132,6 +132,25 @@ pub fn check(nodes: &[Node], effects: &[Effects], live_out: &ByteSet, c: &Candid
         return Err(Refusal::FusedWrites("the fused node may write bytes the pattern never writes"));
     }
 
+    // F's own operands share bytes only where its kernel allows it: an output with an input
+    // only as a declared (read, write) pair, two outputs never (different threads write them).
+    let (inputs, outputs) = (c.fused.inputs(), c.fused.outputs());
+    let mut allowed = ByteSet::new();
+    for (r, w) in &c.overlaps {
+        allowed.union_with(&ByteSet::of(r, Bound::Over).intersection(&ByteSet::of(w, Bound::Over)));
+    }
+    for (k, o) in outputs.iter().enumerate() {
+        let written = ByteSet::of(o, Bound::Over);
+        if outputs[k + 1..].iter().any(|p| ByteSet::of(p, Bound::Over).intersects(&written)) {
+            return Err(Refusal::FusedOverlap);
+        }
+        for i in &inputs {
+            if ByteSet::of(i, Bound::Over).intersects(&written) && !c.overlaps.contains(&(*i, *o)) {
+                return Err(Refusal::FusedOverlap);
+            }
+        }
+    }
+
     // The pattern's own dataflow, and its inputs from outside.
     let mut written_before = ByteSet::new();
     for (jj, &j) in pattern.iter().enumerate() {
@@ -146,7 +165,9 @@ pub fn check(nodes: &[Node], effects: &[Effects], live_out: &ByteSet, c: &Candid
             if !value.is_subset(&e(i).must_write) {
                 return Err(Refusal::PartialValue { producer: i, consumer: j });
             }
-            if value.intersects(&fused.reads) {
+            // F may read such bytes only where its kernel reads them before it writes them (a
+            // supported overlap): it then reads what the pattern read before its write.
+            if !value.intersection(&fused.reads).is_subset(&allowed) {
                 return Err(Refusal::FusedReadsInternal { producer: i, consumer: j });
             }
             if let Some(&h) = pattern[ii + 1..jj].iter().find(|&&h| e(h).may_write.intersects(&value)) {
@@ -166,14 +187,6 @@ pub fn check(nodes: &[Node], effects: &[Effects], live_out: &ByteSet, c: &Candid
         written_before.union_with(&e(j).may_write);
     }
 
-    // F's own reads and writes share bytes only where its kernel allows it.
-    let mut allowed = ByteSet::new();
-    for (r, w) in &c.overlaps {
-        allowed.union_with(&ByteSet::of(r, Bound::Over).intersection(&ByteSet::of(w, Bound::Over)));
-    }
-    if !fused.reads.intersection(&fused.may_write).is_subset(&allowed) {
-        return Err(Refusal::FusedOverlap);
-    }
 
     // Step 1: every node in between trades places with the pattern nodes across `at`.
     let (first, last) = (pattern[0], *pattern.last().expect("non-empty"));

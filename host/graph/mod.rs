@@ -55,7 +55,7 @@ pub fn any_overlap(a: &[Access], b: &[Access]) -> bool {
 }
 
 /// One node: an op, and the layer it belongs to (for reports; `None` outside any layer).
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Node {
     pub op: Box<dyn Op>,
     pub layer: Option<usize>,

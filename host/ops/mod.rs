@@ -60,8 +60,25 @@ impl<T: std::any::Any> AsAny for T {
     }
 }
 
+/// Lets a graph be copied: every op is a plain `Clone` value.
+pub trait CloneOp {
+    fn clone_op(&self) -> Box<dyn Op>;
+}
+
+impl<T: Op + Clone + 'static> CloneOp for T {
+    fn clone_op(&self) -> Box<dyn Op> {
+        Box::new(self.clone())
+    }
+}
+
+impl Clone for Box<dyn Op> {
+    fn clone(&self) -> Self {
+        self.as_ref().clone_op()
+    }
+}
+
 /// What the GPU suite, the layer runner and the graph executor need of every op.
-pub trait Op: std::fmt::Debug + AsAny {
+pub trait Op: std::fmt::Debug + AsAny + CloneOp {
     /// ggml's name for the op ("SSM_CONV").
     fn name(&self) -> &'static str;
     /// Checks every tensor and parameter; the same checks guard [`Op::launch`] and

@@ -1,0 +1,380 @@
+//! The differential fuzzer of the fusion pass: random layer graphs from the builder, randomly
+//! perturbed the way an adversarial user (or planner) would, executed on the CPU reference
+//! unfused and after `fusion::compile(Options::ON)`; every byte compared, except the bytes the
+//! report says a rewrite left unwritten (and that nobody observes). Any difference after an
+//! accepted rewrite fails.
+//!
+//! Perturbations: readers and writers (CPY, SCALE, an over-declaring test op) of dense,
+//! strided, partial and single-element views of any value, at any position; operands of the
+//! pattern's ops relocated onto other values' bytes; pattern nodes moved, duplicated or
+//! removed; values added to what the caller observes. Both buffer layouts, 1–2 layers, with
+//! and without the GDN tail.
+//!
+//! `RGDN_FUZZ_CASES` (default 3000, ≈ 20 s here) sets the number of cases, `RGDN_FUZZ_SEED`
+//! the first seed. It prints how often each fusion fired and the refusals by reason: a fuzzer
+//! that never fuses proves nothing, so the test also fails when a fusion fires in under 5 % of
+//! the cases.
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use rgdn::error::Result;
+use rgdn::fusion::{Options, Outcome, REGISTRY, compile};
+use rgdn::graph::layer::{self, Built, LayerLayout, LayerSpec, Outputs, StackSpec};
+use rgdn::graph::{Bound, ByteSet, Node, exec};
+use rgdn::layer::{GdnShape, Step};
+use rgdn::memory::{DeviceMemory, HostMemory, Memory};
+use rgdn::ops::{ConcatDim0, Cpy, GatedDeltaNet, GetRows, L2Norm, MulMatVec, Op, Scale, SsmConv};
+use rgdn::reference::math::{ExactMufu, Mufu};
+use rgdn::tensor::{DType, Layout, Tensor};
+use std::collections::BTreeMap;
+
+/// A test op that declares more than it writes: it may write `declared` but writes only
+/// `written` (a sub-view), from `src`. What CPY_SNAPSHOTS and GATED_DELTA_NET do to their caches.
+#[derive(Clone, Debug)]
+struct OverDeclared {
+    src: Tensor,
+    written: Tensor,
+    declared: Tensor,
+}
+
+impl Op for OverDeclared {
+    fn name(&self) -> &'static str {
+        "OVER_DECLARED"
+    }
+    fn validate(&self, mem: &dyn Memory) -> Result<()> {
+        Cpy { src: self.src, dst: self.written }.validate(mem)
+    }
+    fn launch(&self, _: &rgdn::gpu::Gpu, _: &DeviceMemory) -> Result<()> {
+        unreachable!("CPU only")
+    }
+    fn reference(&self, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()> {
+        Cpy { src: self.src, dst: self.written }.reference(mem, mufu)
+    }
+    fn inputs(&self) -> Vec<Tensor> {
+        vec![self.src]
+    }
+    fn outputs(&self) -> Vec<Tensor> {
+        vec![self.declared]
+    }
+    fn must_write(&self) -> Vec<Tensor> {
+        vec![self.written]
+    }
+}
+
+fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// A random layer spec in the fused kernels' scope most of the time.
+fn random_spec(rng: &mut StdRng) -> StackSpec {
+    let tail = rng.random_bool(0.3);
+    let d_conv = [3, 4, 5, 4][rng.random_range(0..4)];
+    let shape = if tail {
+        GdnShape { n_embd: 64, n_k_heads: 1, n_v_heads: rng.random_range(1..=2), head_dim: 128, d_conv, eps: 1e-6 }
+    } else {
+        let (hk, hv) = [(1, 2), (2, 4), (1, 6)][rng.random_range(0..3)];
+        GdnShape { n_embd: 32 * rng.random_range(1..=3), n_k_heads: hk, n_v_heads: hv, head_dim: 32, d_conv, eps: 1e-6 }
+    };
+    let n_t = if tail { rng.random_range(1..=4) } else { [1, 2, 3, 4, 5, 8, 9, 16][rng.random_range(0..8)] };
+    let r = rng.random_range(0..=4);
+    let cells = rng.random_range(1..=3);
+    let step = Step {
+        n_tokens: n_t,
+        n_rollback: r,
+        cells,
+        kv_head: rng.random_range(0..cells),
+        src_cell: rng.random_range(0..cells),
+        rollback_depth: rng.random_range(0..=r),
+        zero_cell: if rng.random_bool(0.2) { Some(rng.random_range(0..cells)) } else { None },
+    };
+    let weights = [DType::F32, DType::F16, DType::BF16][rng.random_range(0..3)];
+    let layers = rng.random_range(1..=2);
+    let layers = (0..layers)
+        .map(|_| {
+            let layout = if rng.random_bool(0.5) { LayerLayout::PrAliasing } else { LayerLayout::Ggml };
+            LayerSpec { weights, layout, gdn_tail: tail, ..LayerSpec::new(shape, step) }
+        })
+        .collect();
+    StackSpec { layers, outputs: if rng.random_bool(0.5) { Outputs::Products } else { Outputs::Forward } }
+}
+
+/// A fresh F32 buffer of `n` random floats.
+fn fresh(mem: &mut HostMemory, rng: &mut StdRng, n: usize) -> Tensor {
+    let t = mem.alloc_tensor(DType::F32, [n, 1, 1, 1]);
+    let bytes: Vec<u8> = (0..4 * n).map(|_| rng.random()).collect();
+    mem.bytes_mut(t.buffer).copy_from_slice(&bytes);
+    t
+}
+
+/// A random view of the F32 value `t` (contiguous): all of it, a contiguous part, a strided
+/// part or one element.
+fn sub_view(rng: &mut StdRng, t: &Tensor) -> Tensor {
+    let n = t.layout.n_elements();
+    let base = Tensor::new(t.buffer, Layout::contiguous(DType::F32, [n, 1, 1, 1]).view([n, 1, 1, 1], [4, 4 * n, 4 * n, 4 * n], t.layout.offset));
+    match rng.random_range(0..4) {
+        0 => *t,
+        1 => {
+            let start = rng.random_range(0..n);
+            let len = rng.random_range(1..=n - start);
+            base.view([len, 1, 1, 1], [4, 4 * len, 4 * len, 4 * len], 4 * start)
+        }
+        2 => {
+            let stride = rng.random_range(2..=4);
+            let start = rng.random_range(0..n);
+            let len = (n - start).div_ceil(stride).max(1);
+            let len = rng.random_range(1..=len);
+            base.view([len, 1, 1, 1], [4 * stride, 4 * stride * len, 4 * stride * len, 4 * stride * len], 4 * start)
+        }
+        _ => base.view([1, 1, 1, 1], [4, 4, 4, 4], 4 * rng.random_range(0..n)),
+    }
+}
+
+/// `t` moved onto the bytes of `onto` (same shape and strides), when it fits.
+fn relocate(rng: &mut StdRng, t: &Tensor, onto: &Tensor) -> Option<Tensor> {
+    let span = t.layout.byte_range()?.len();
+    let room = onto.layout.byte_range()?.len().checked_sub(span)?;
+    let offset = onto.layout.offset + t.dtype().size() * rng.random_range(0..=room / t.dtype().size());
+    Some(Tensor::new(onto.buffer, Layout { offset, ..t.layout }))
+}
+
+/// One perturbation of `nodes`.
+fn perturb(rng: &mut StdRng, b: &mut Built, nodes: &mut Vec<Node>, live_out: &mut ByteSet) -> &'static str {
+    let f32_values: Vec<Tensor> = b.value_tensors.iter().copied().filter(|t| t.dtype() == DType::F32).collect();
+    let pick = |rng: &mut StdRng| f32_values[rng.random_range(0..f32_values.len())];
+    let at = rng.random_range(0..=nodes.len());
+    let layer = nodes.get(at.min(nodes.len() - 1)).and_then(|n| n.layer);
+    match rng.random_range(0..10) {
+        0 | 1 => {
+            let view = { let v = pick(rng); sub_view(rng, &v) };
+            let src = fresh(&mut b.mem, rng, view.layout.n_elements());
+            nodes.insert(at, Node::new(Box::new(Cpy { src, dst: view }), layer));
+            "writer"
+        }
+        2 | 3 => {
+            let view = { let v = pick(rng); sub_view(rng, &v) };
+            let dst = fresh(&mut b.mem, rng, view.layout.n_elements());
+            nodes.insert(at, Node::new(Box::new(Cpy { src: view, dst }), layer));
+            "reader"
+        }
+        4 => {
+            let view = { let v = pick(rng); sub_view(rng, &v) };
+            let view = if view.layout.is_contiguous() { view } else { pick(rng) };
+            nodes.insert(at, Node::new(Box::new(Scale { src: view, dst: view, scale: 1.5, bias: 0.25 }), layer));
+            "read-modify-write"
+        }
+        5 => {
+            let declared = pick(rng);
+            let written = sub_view(rng, &declared);
+            let src = fresh(&mut b.mem, rng, written.layout.n_elements());
+            nodes.insert(at, Node::new(Box::new(OverDeclared { src, written, declared }), layer));
+            "over-declared writer"
+        }
+        6 | 7 => {
+            // An operand of a pattern op onto another value's bytes.
+            let i = rng.random_range(0..nodes.len());
+            let onto = pick(rng);
+            let op = nodes[i].op.as_ref();
+            let moved: Option<Box<dyn Op>> = if let Some(x) = op.downcast_ref::<SsmConv>() {
+                let mut x = x.clone();
+                if rng.random_bool(0.5) { relocate(rng, &x.weight, &onto).map(|t| x.weight = t) } else { relocate(rng, &x.dst, &onto).map(|t| x.dst = t) }
+                    .map(|_| Box::new(x) as Box<dyn Op>)
+            } else if let Some(x) = op.downcast_ref::<ConcatDim0>() {
+                let mut x = x.clone();
+                match rng.random_range(0..3) {
+                    0 => relocate(rng, &x.a, &onto).map(|t| x.a = t),
+                    1 => relocate(rng, &x.b, &onto).map(|t| x.b = t),
+                    _ => relocate(rng, &x.dst, &onto).map(|t| x.dst = t),
+                }
+                .map(|_| Box::new(x) as Box<dyn Op>)
+            } else if let Some(x) = op.downcast_ref::<L2Norm>() {
+                let mut x = x.clone();
+                if rng.random_bool(0.5) { relocate(rng, &x.src, &onto).map(|t| x.src = t) } else { relocate(rng, &x.dst, &onto).map(|t| x.dst = t) }
+                    .map(|_| Box::new(x) as Box<dyn Op>)
+            } else if let Some(x) = op.downcast_ref::<GetRows>() {
+                let mut x = x.clone();
+                relocate(rng, &x.dst, &onto).map(|t| x.dst = t).map(|_| Box::new(x) as Box<dyn Op>)
+            } else if let Some(x) = op.downcast_ref::<Cpy>() {
+                let mut x = x.clone();
+                if rng.random_bool(0.5) { relocate(rng, &x.src, &onto).map(|t| x.src = t) } else { relocate(rng, &x.dst, &onto).map(|t| x.dst = t) }
+                    .map(|_| Box::new(x) as Box<dyn Op>)
+            } else if let Some(x) = op.downcast_ref::<MulMatVec>() {
+                let mut x = x.clone();
+                if rng.random_bool(0.5) { relocate(rng, &x.input, &onto).map(|t| x.input = t) } else { relocate(rng, &x.dst, &onto).map(|t| x.dst = t) }
+                    .map(|_| Box::new(x) as Box<dyn Op>)
+            } else if let Some(x) = op.downcast_ref::<GatedDeltaNet>() {
+                let mut x = x.clone();
+                match rng.random_range(0..3) {
+                    0 => relocate(rng, &x.state_in, &onto).map(|t| x.state_in = t),
+                    1 => relocate(rng, &x.q, &onto).map(|t| x.q = t),
+                    _ => relocate(rng, &x.out, &onto).map(|t| x.out = t),
+                }
+                .map(|_| Box::new(x) as Box<dyn Op>)
+            } else {
+                None
+            };
+            if let Some(op) = moved {
+                nodes[i].op = op;
+            }
+            "relocated operand"
+        }
+        8 => {
+            let i = rng.random_range(0..nodes.len());
+            match rng.random_range(0..3) {
+                0 => {
+                    let n = nodes.remove(i);
+                    nodes.insert(rng.random_range(0..=nodes.len()), n);
+                    "moved node"
+                }
+                1 => {
+                    let n = nodes[i].clone();
+                    nodes.insert(rng.random_range(0..=nodes.len()), n);
+                    "duplicated node"
+                }
+                _ => {
+                    nodes.remove(i);
+                    "removed node"
+                }
+            }
+        }
+        _ => {
+            live_out.union_with(&ByteSet::of(&{ let v = pick(rng); sub_view(rng, &v) }, Bound::Over));
+            "observed value"
+        }
+    }
+}
+
+/// Runs `nodes` on the CPU reference; `None` when the graph does not validate.
+fn run(mem: &HostMemory, nodes: &[Node]) -> Option<HostMemory> {
+    let mut mem = mem.clone();
+    exec::run_cpu(nodes, &mut mem, &mut ExactMufu).ok().map(|_| mem)
+}
+
+/// The first byte where `x` and `y` differ outside `skip`, as (buffer, offset).
+fn first_difference(x: &HostMemory, y: &HostMemory, skip: &ByteSet) -> Option<(usize, usize)> {
+    for id in (0..x.n_buffers()).map(rgdn::tensor::BufferId) {
+        let (a, b) = (x.bytes(id), y.bytes(id));
+        let mut pos = 0;
+        while let Some(i) = a[pos..].iter().zip(&b[pos..]).position(|(p, q)| p != q).map(|i| i + pos) {
+            let mut byte = ByteSet::new();
+            byte.insert(id, i..i + 1);
+            if !byte.is_subset(skip) {
+                return Some((id.0, i));
+            }
+            pos = i + 1;
+        }
+    }
+    None
+}
+
+#[derive(Default)]
+struct Stats {
+    cases: usize,
+    invalid: usize,
+    fused_cases: usize,
+    fired: BTreeMap<&'static str, usize>,
+    refusals: BTreeMap<String, usize>,
+    perturbations: BTreeMap<&'static str, usize>,
+    runtime_refused: usize,
+    layer_cases: usize,
+}
+
+fn refusal_kind(r: &rgdn::fusion::Refusal) -> String {
+    let s = format!("{r:?}");
+    s.split(['(', ' ', '{']).next().unwrap_or(&s).to_string()
+}
+
+/// One fuzz case; `Err` describes an unsafe accept.
+fn case(seed: u64, stats: &mut Stats) -> std::result::Result<(), String> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let spec = random_spec(&mut rng);
+    let Ok(mut b) = layer::build(&spec, seed) else {
+        stats.invalid += 1;
+        return Ok(());
+    };
+    let mut nodes = b.fresh_nodes().map_err(|e| e.to_string())?;
+    let mut live_out = b.live_out();
+    let n_perturb = [0, 1, 1, 2, 2, 3, 4][rng.random_range(0..7)];
+    let mut applied = Vec::new();
+    for _ in 0..n_perturb {
+        let what = perturb(&mut rng, &mut b, &mut nodes, &mut live_out);
+        *stats.perturbations.entry(what).or_default() += 1;
+        applied.push(what);
+    }
+    stats.cases += 1;
+    stats.layer_cases += spec.layers.len();
+    let (off_nodes, _) = compile(nodes.clone(), &live_out, Options::OFF);
+    let Some(off) = run(&b.mem, &off_nodes) else {
+        stats.invalid += 1;
+        return Ok(());
+    };
+    let (on_nodes, report) = compile(nodes, &live_out, Options::ON);
+    let mut any = false;
+    for l in &report.layers {
+        for (name, o) in &l.outcomes {
+            match o {
+                Outcome::Fused(_) => {
+                    any = true;
+                    *stats.fired.entry(name).or_default() += 1;
+                }
+                Outcome::Refused(r) => *stats.refusals.entry(format!("{name}: {}", refusal_kind(r))).or_default() += 1,
+            }
+        }
+    }
+    if !any {
+        return Ok(());
+    }
+    stats.fused_cases += 1;
+    let mut on = b.mem.clone();
+    if let Err(e) = exec::run_cpu(&on_nodes, &mut on, &mut ExactMufu) {
+        stats.runtime_refused += 1;
+        eprintln!("seed {seed}: the fused graph was refused at run time: {e}\nperturbations {applied:?}\n{report}");
+        return Ok(());
+    }
+    // Bytes a rewrite left unwritten and nobody observes may differ; nothing else.
+    let skip = report.eliminated().minus(&live_out);
+    match first_difference(&off, &on, &skip) {
+        None => Ok(()),
+        Some((buffer, byte)) => Err(format!(
+            "seed {seed}: accepted an unsafe rewrite — buffer {buffer} byte {byte} differs\nperturbations {applied:?}\n{report}"
+        )),
+    }
+}
+
+#[test]
+fn fusion_never_changes_an_observed_byte() {
+    let cases = env("RGDN_FUZZ_CASES", 3000);
+    let first = env("RGDN_FUZZ_SEED", 0x00f0_5e00);
+    let mut stats = Stats::default();
+    let mut failures = Vec::new();
+    for seed in first..first + cases {
+        if let Err(e) = case(seed, &mut stats) {
+            failures.push(e);
+            if failures.len() >= 5 {
+                break;
+            }
+        }
+    }
+    let valid = stats.layer_cases;
+    eprintln!(
+        "fusion fuzzer: {} cases ({} did not validate unfused), {} with a rewrite; fused graphs refused at run time: {}",
+        stats.cases, stats.invalid, stats.fused_cases, stats.runtime_refused
+    );
+    for f in REGISTRY {
+        let fired = stats.fired.get(f.name).copied().unwrap_or(0);
+        eprintln!("  {:<12} fired in {:>6} layer-cases ({:.1} % of layer-cases)", f.name, fired, 100.0 * fired as f64 / valid.max(1) as f64);
+    }
+    eprintln!("  perturbations: {:?}", stats.perturbations);
+    let mut refusals: Vec<_> = stats.refusals.iter().collect();
+    refusals.sort_by(|a, b| b.1.cmp(a.1));
+    for (r, n) in refusals {
+        eprintln!("  refused {n:>6}× {r}");
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    for f in REGISTRY {
+        let fired = stats.fired.get(f.name).copied().unwrap_or(0);
+        assert!(fired * 20 >= valid, "{} fired in only {fired} of {valid} layer-cases: the fuzzer proves nothing about it", f.name);
+    }
+    // The fused graphs the fuzzer accepts run: a rewrite never turns a running graph into one
+    // its own validation refuses.
+    assert_eq!(stats.runtime_refused, 0, "fused graphs refused at run time");
+}
