@@ -170,9 +170,25 @@ fn perturb(rng: &mut StdRng, b: &mut Built, nodes: &mut Vec<Node>, live_out: &mu
             "over-declared writer"
         }
         6 | 7 => {
-            // An operand of a pattern op onto another value's bytes.
-            let i = rng.random_range(0..nodes.len());
-            let onto = pick(rng);
+            // An operand of a pattern op onto another value's bytes (mostly a planned one).
+            let movable: Vec<usize> = (0..nodes.len())
+                .filter(|&i| {
+                    let op = nodes[i].op.as_ref();
+                    op.downcast_ref::<SsmConv>().is_some()
+                        || op.downcast_ref::<ConcatDim0>().is_some()
+                        || op.downcast_ref::<L2Norm>().is_some()
+                        || op.downcast_ref::<GetRows>().is_some()
+                        || op.downcast_ref::<Cpy>().is_some()
+                        || op.downcast_ref::<MulMatVec>().is_some()
+                        || op.downcast_ref::<GatedDeltaNet>().is_some()
+                })
+                .collect();
+            let Some(&i) = movable.get(rng.random_range(0..movable.len().max(1))) else { return "relocated operand" };
+            let planned: Vec<Tensor> = (0..b.values.len())
+                .filter(|&v| b.plan.offsets[v].is_some() && b.value_tensors[v].dtype() == DType::F32)
+                .map(|v| b.value_tensors[v])
+                .collect();
+            let onto = if rng.random_bool(0.7) && !planned.is_empty() { planned[rng.random_range(0..planned.len())] } else { pick(rng) };
             let op = nodes[i].op.as_ref();
             let moved: Option<Box<dyn Op>> = if let Some(x) = op.downcast_ref::<SsmConv>() {
                 let mut x = x.clone();
