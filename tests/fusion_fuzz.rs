@@ -110,7 +110,8 @@ fn fresh(mem: &mut HostMemory, rng: &mut StdRng, n: usize) -> Tensor {
 /// part or one element.
 fn sub_view(rng: &mut StdRng, t: &Tensor) -> Tensor {
     let n = t.layout.n_elements();
-    let base = Tensor::new(t.buffer, Layout::contiguous(DType::F32, [n, 1, 1, 1]).view([n, 1, 1, 1], [4, 4 * n, 4 * n, 4 * n], t.layout.offset));
+    let base =
+        Tensor::new(t.buffer, Layout::contiguous(DType::F32, [n, 1, 1, 1]).view([n, 1, 1, 1], [4, 4 * n, 4 * n, 4 * n], t.layout.offset));
     match rng.random_range(0..4) {
         0 => *t,
         1 => {
@@ -145,19 +146,28 @@ fn perturb(rng: &mut StdRng, b: &mut Built, nodes: &mut Vec<Node>, live_out: &mu
     let layer = nodes.get(at.min(nodes.len() - 1)).and_then(|n| n.layer);
     match rng.random_range(0..10) {
         0 | 1 => {
-            let view = { let v = pick(rng); sub_view(rng, &v) };
+            let view = {
+                let v = pick(rng);
+                sub_view(rng, &v)
+            };
             let src = fresh(&mut b.mem, rng, view.layout.n_elements());
             nodes.insert(at, Node::new(Box::new(Cpy { src, dst: view }), layer));
             "writer"
         }
         2 | 3 => {
-            let view = { let v = pick(rng); sub_view(rng, &v) };
+            let view = {
+                let v = pick(rng);
+                sub_view(rng, &v)
+            };
             let dst = fresh(&mut b.mem, rng, view.layout.n_elements());
             nodes.insert(at, Node::new(Box::new(Cpy { src: view, dst }), layer));
             "reader"
         }
         4 => {
-            let view = { let v = pick(rng); sub_view(rng, &v) };
+            let view = {
+                let v = pick(rng);
+                sub_view(rng, &v)
+            };
             let view = if view.layout.is_contiguous() { view } else { pick(rng) };
             nodes.insert(at, Node::new(Box::new(Scale { src: view, dst: view, scale: 1.5, bias: 0.25 }), layer));
             "read-modify-write"
@@ -192,8 +202,12 @@ fn perturb(rng: &mut StdRng, b: &mut Built, nodes: &mut Vec<Node>, live_out: &mu
             let op = nodes[i].op.as_ref();
             let moved: Option<Box<dyn Op>> = if let Some(x) = op.downcast_ref::<SsmConv>() {
                 let mut x = x.clone();
-                if rng.random_bool(0.5) { relocate(rng, &x.weight, &onto).map(|t| x.weight = t) } else { relocate(rng, &x.dst, &onto).map(|t| x.dst = t) }
-                    .map(|_| Box::new(x) as Box<dyn Op>)
+                if rng.random_bool(0.5) {
+                    relocate(rng, &x.weight, &onto).map(|t| x.weight = t)
+                } else {
+                    relocate(rng, &x.dst, &onto).map(|t| x.dst = t)
+                }
+                .map(|_| Box::new(x) as Box<dyn Op>)
             } else if let Some(x) = op.downcast_ref::<ConcatDim0>() {
                 let mut x = x.clone();
                 match rng.random_range(0..3) {
@@ -204,19 +218,31 @@ fn perturb(rng: &mut StdRng, b: &mut Built, nodes: &mut Vec<Node>, live_out: &mu
                 .map(|_| Box::new(x) as Box<dyn Op>)
             } else if let Some(x) = op.downcast_ref::<L2Norm>() {
                 let mut x = x.clone();
-                if rng.random_bool(0.5) { relocate(rng, &x.src, &onto).map(|t| x.src = t) } else { relocate(rng, &x.dst, &onto).map(|t| x.dst = t) }
-                    .map(|_| Box::new(x) as Box<dyn Op>)
+                if rng.random_bool(0.5) {
+                    relocate(rng, &x.src, &onto).map(|t| x.src = t)
+                } else {
+                    relocate(rng, &x.dst, &onto).map(|t| x.dst = t)
+                }
+                .map(|_| Box::new(x) as Box<dyn Op>)
             } else if let Some(x) = op.downcast_ref::<GetRows>() {
                 let mut x = x.clone();
                 relocate(rng, &x.dst, &onto).map(|t| x.dst = t).map(|_| Box::new(x) as Box<dyn Op>)
             } else if let Some(x) = op.downcast_ref::<Cpy>() {
                 let mut x = x.clone();
-                if rng.random_bool(0.5) { relocate(rng, &x.src, &onto).map(|t| x.src = t) } else { relocate(rng, &x.dst, &onto).map(|t| x.dst = t) }
-                    .map(|_| Box::new(x) as Box<dyn Op>)
+                if rng.random_bool(0.5) {
+                    relocate(rng, &x.src, &onto).map(|t| x.src = t)
+                } else {
+                    relocate(rng, &x.dst, &onto).map(|t| x.dst = t)
+                }
+                .map(|_| Box::new(x) as Box<dyn Op>)
             } else if let Some(x) = op.downcast_ref::<MulMatVec>() {
                 let mut x = x.clone();
-                if rng.random_bool(0.5) { relocate(rng, &x.input, &onto).map(|t| x.input = t) } else { relocate(rng, &x.dst, &onto).map(|t| x.dst = t) }
-                    .map(|_| Box::new(x) as Box<dyn Op>)
+                if rng.random_bool(0.5) {
+                    relocate(rng, &x.input, &onto).map(|t| x.input = t)
+                } else {
+                    relocate(rng, &x.dst, &onto).map(|t| x.dst = t)
+                }
+                .map(|_| Box::new(x) as Box<dyn Op>)
             } else if let Some(x) = op.downcast_ref::<GatedDeltaNet>() {
                 let mut x = x.clone();
                 match rng.random_range(0..3) {
@@ -253,7 +279,13 @@ fn perturb(rng: &mut StdRng, b: &mut Built, nodes: &mut Vec<Node>, live_out: &mu
             }
         }
         _ => {
-            live_out.union_with(&ByteSet::of(&{ let v = pick(rng); sub_view(rng, &v) }, Bound::Over));
+            live_out.union_with(&ByteSet::of(
+                &{
+                    let v = pick(rng);
+                    sub_view(rng, &v)
+                },
+                Bound::Over,
+            ));
             "observed value"
         }
     }
@@ -377,7 +409,12 @@ fn fusion_never_changes_an_observed_byte() {
     );
     for f in REGISTRY {
         let fired = stats.fired.get(f.name).copied().unwrap_or(0);
-        eprintln!("  {:<12} fired in {:>6} layer-cases ({:.1} % of layer-cases)", f.name, fired, 100.0 * fired as f64 / valid.max(1) as f64);
+        eprintln!(
+            "  {:<12} fired in {:>6} layer-cases ({:.1} % of layer-cases)",
+            f.name,
+            fired,
+            100.0 * fired as f64 / valid.max(1) as f64
+        );
     }
     eprintln!("  perturbations: {:?}", stats.perturbations);
     let mut refusals: Vec<_> = stats.refusals.iter().collect();

@@ -23,11 +23,11 @@
 //! 2. **Replace the contiguous pattern by F.** F's kernel is the unfused kernels' bodies run
 //!    together, so it computes what the pattern computes *when the pattern's values flow as
 //!    the pattern intends* — checked byte for byte:
-//!    - a pattern node reads bytes an earlier pattern node may have written only along a
-//!      declared edge, only bytes that producer certainly wrote, with no pattern node in
-//!      between writing them, and F does not read those bytes from memory (it has the value
-//!      inside) — [`Refusal::UndeclaredDataflow`], [`Refusal::PartialValue`],
-//!      [`Refusal::ValueClobbered`], [`Refusal::FusedReadsInternal`];
+//!    - each byte a pattern node reads holds the value of the last pattern node before it that
+//!      may write it; that must be a declared edge, a byte the producer always writes, and
+//!      one F does not read from memory (it has the value inside) unless its kernel reads it
+//!      before writing it (a supported overlap) — [`Refusal::UndeclaredDataflow`],
+//!      [`Refusal::PartialValue`], [`Refusal::FusedReadsInternal`];
 //!    - every other byte the pattern reads (its inputs from outside) F reads too
 //!      ([`Refusal::FusedMissesInput`]), and since no pattern node wrote it before it was
 //!      read, F sees the same bytes;
@@ -92,7 +92,8 @@ impl fmt::Display for Hazard {
     }
 }
 
-/// An accepted rewrite: the bytes the fused graph leaves stale (see the module docs).
+/// An accepted rewrite: the bytes the fused graph leaves stale at the end of the run (see the
+/// module docs; none of them is observed).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Accepted {
     pub eliminated: ByteSet,
@@ -111,7 +112,9 @@ pub fn check(nodes: &[Node], effects: &[Effects], live_out: &ByteSet, c: &Candid
     if !pattern.contains(&c.at) {
         return malformed("the fused node must take the place of a pattern node");
     }
-    if c.eliminated.iter().any(|e| !pattern.contains(e)) || c.edges.iter().any(|(a, b)| !(pattern.contains(a) && pattern.contains(b) && a < b)) {
+    if c.eliminated.iter().any(|e| !pattern.contains(e))
+        || c.edges.iter().any(|(a, b)| !(pattern.contains(a) && pattern.contains(b) && a < b))
+    {
         return malformed("edges and eliminated nodes must be pattern nodes, edges forward");
     }
     let fused = Effects::of(c.fused.as_ref());
@@ -151,11 +154,13 @@ pub fn check(nodes: &[Node], effects: &[Effects], live_out: &ByteSet, c: &Candid
         }
     }
 
-    // The pattern's own dataflow, and its inputs from outside.
-    let mut written_before = ByteSet::new();
+    // The pattern's own dataflow, and its inputs from outside: each byte a pattern node reads
+    // holds the value of the last pattern node before it that may write it (walking back), or
+    // what it held before the pattern.
     for (jj, &j) in pattern.iter().enumerate() {
-        for (ii, &i) in pattern[..jj].iter().enumerate() {
-            let value = e(j).reads.intersection(&e(i).may_write);
+        let mut unexplained = e(j).reads.clone();
+        for &i in pattern[..jj].iter().rev() {
+            let value = unexplained.intersection(&e(i).may_write);
             if value.is_empty() {
                 continue;
             }
@@ -170,9 +175,7 @@ pub fn check(nodes: &[Node], effects: &[Effects], live_out: &ByteSet, c: &Candid
             if !value.intersection(&fused.reads).is_subset(&allowed) {
                 return Err(Refusal::FusedReadsInternal { producer: i, consumer: j });
             }
-            if let Some(&h) = pattern[ii + 1..jj].iter().find(|&&h| e(h).may_write.intersects(&value)) {
-                return Err(Refusal::ValueClobbered { producer: i, consumer: j, by: h });
-            }
+            unexplained.subtract(&value);
         }
         for &i in &pattern[..jj] {
             let both = e(i).may_write.intersection(&e(j).may_write);
@@ -180,13 +183,10 @@ pub fn check(nodes: &[Node], effects: &[Effects], live_out: &ByteSet, c: &Candid
                 return Err(Refusal::WrittenTwice { first: i, second: j });
             }
         }
-        let outside = e(j).reads.minus(&written_before);
-        if !outside.is_subset(&fused.reads) {
+        if !unexplained.is_subset(&fused.reads) {
             return Err(Refusal::FusedMissesInput { node: j });
         }
-        written_before.union_with(&e(j).may_write);
     }
-
 
     // Step 1: every node in between trades places with the pattern nodes across `at`.
     let (first, last) = (pattern[0], *pattern.last().expect("non-empty"));
@@ -221,7 +221,6 @@ pub fn check(nodes: &[Node], effects: &[Effects], live_out: &ByteSet, c: &Candid
         }
     }
     stale.union_with(&kept_may.minus(&fused.may_write));
-    let eliminated = stale.clone();
     for x in c.at + 1..nodes.len() {
         if pattern.binary_search(&x).is_ok() {
             continue;
@@ -234,5 +233,5 @@ pub fn check(nodes: &[Node], effects: &[Effects], live_out: &ByteSet, c: &Candid
     if stale.intersects(live_out) {
         return Err(Refusal::EliminatedLive);
     }
-    Ok(Accepted { eliminated })
+    Ok(Accepted { eliminated: stale })
 }

@@ -154,8 +154,6 @@ pub enum Refusal {
     UndeclaredDataflow { producer: usize, consumer: usize },
     /// … reads bytes of the producer's output that the producer does not always write.
     PartialValue { producer: usize, consumer: usize },
-    /// … reads a value pattern node `by` overwrote first.
-    ValueClobbered { producer: usize, consumer: usize, by: usize },
     /// The fused node reads from memory bytes the pattern passes from `producer` to
     /// `consumer` (an operand placed on an internal value's bytes).
     FusedReadsInternal { producer: usize, consumer: usize },
@@ -208,14 +206,13 @@ impl fmt::Display for Refusal {
             PartialValue { producer, consumer } => {
                 write!(f, "pattern node {consumer} reads bytes of node {producer}'s output that it does not always write")
             }
-            ValueClobbered { producer, consumer, by } => {
-                write!(f, "pattern node {consumer} reads node {producer}'s value after node {by} overwrote it")
-            }
             FusedReadsInternal { producer, consumer } => {
                 write!(f, "the fused node would read from memory the value node {producer} passes to node {consumer}")
             }
             FusedMissesInput { node } => write!(f, "the fused node does not read every input of pattern node {node}"),
-            WrittenTwice { first, second } => write!(f, "pattern nodes {first} and {second} write the same bytes, the second not all of them"),
+            WrittenTwice { first, second } => {
+                write!(f, "pattern nodes {first} and {second} write the same bytes, the second not all of them")
+            }
             FusedWrites(what) => write!(f, "{what}"),
             FusedOverlap => write!(f, "the fused node's operands share bytes its kernel does not support"),
             EliminatedRead { node } => write!(f, "node {node} reads bytes the fused graph no longer writes"),
@@ -233,7 +230,7 @@ pub struct Rewrite {
     /// The fused node's op and its index in the graph after the rewrite.
     pub fused_op: &'static str,
     pub at: usize,
-    /// Bytes the fused graph no longer writes.
+    /// Bytes the rewrite left unwritten that nothing overwrites later (none observed).
     pub eliminated: ByteSet,
 }
 

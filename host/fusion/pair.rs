@@ -13,12 +13,7 @@ use crate::tensor::Tensor;
 /// The pair's column limit (mul_mat_vec_f's).
 pub const MAX_COLS: usize = 8;
 
-pub const FUSION: Fusion = Fusion {
-    name: "pair",
-    summary: "the alpha and beta MUL_MAT_VECs → MUL_MAT_VEC_PAIR",
-    find,
-    fires_on,
-};
+pub const FUSION: Fusion = Fusion { name: "pair", summary: "the alpha and beta MUL_MAT_VECs → MUL_MAT_VEC_PAIR", find, fires_on };
 
 fn fires_on(spec: &LayerSpec) -> bool {
     spec.step.n_tokens <= MAX_COLS

@@ -9,9 +9,9 @@
 //! - [`off_on_cpu`]: the same comparison on the CPU reference (for CI).
 
 use super::{Options, Outcome, REGISTRY, Report, compile};
-use crate::graph::ByteSet;
 use crate::error::Result;
 use crate::gpu::Gpu;
+use crate::graph::ByteSet;
 use crate::graph::exec::{self, Launches};
 use crate::graph::layer::{self, Built, LayerLayout, LayerSpec, Outputs, StackSpec};
 use crate::layer::{GdnShape, Step};
@@ -217,10 +217,16 @@ pub fn check_case(spec: &StackSpec, r: &OffOn) -> std::result::Result<String, St
             }
         }
     }
-    let mut fused_ops: Vec<&str> = r.report.layers.iter().flat_map(|l| l.outcomes.iter()).filter_map(|(_, o)| match o {
-        Outcome::Fused(w) => Some(w.fused_op),
-        Outcome::Refused(_) => None,
-    }).collect();
+    let mut fused_ops: Vec<&str> = r
+        .report
+        .layers
+        .iter()
+        .flat_map(|l| l.outcomes.iter())
+        .filter_map(|(_, o)| match o {
+            Outcome::Fused(w) => Some(w.fused_op),
+            Outcome::Refused(_) => None,
+        })
+        .collect();
     fused_ops.sort_unstable();
     fused_ops.dedup();
     for op in fused_ops {
