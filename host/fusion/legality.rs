@@ -235,3 +235,187 @@ pub fn check(nodes: &[Node], effects: &[Effects], live_out: &ByteSet, c: &Candid
     }
     Ok(Accepted { eliminated: stale })
 }
+
+#[cfg(test)]
+mod tests {
+    //! Each rule on a hand-made graph of copies (STAGE nodes), bypassing every matcher: the
+    //! pattern `x → y → z` (two copies) fused into one copy `x → z` that drops `y`.
+    use super::*;
+    use crate::graph::Stage;
+    use crate::tensor::{BufferId, DType, Layout};
+
+    /// Floats `at .. at + n` of buffer `b`.
+    fn t(b: usize, at: usize, n: usize) -> Tensor {
+        let l = Layout::contiguous(DType::F32, [n, 1, 1, 1]);
+        Tensor::new(BufferId(b), l.view(l.ne, l.nb, 4 * at))
+    }
+    fn copy(src: Tensor, dst: Tensor) -> Node {
+        Node::new(Box::new(Stage { src, dst }), Some(0))
+    }
+    /// A copy into `written` that declares it may write all of `declared`.
+    #[derive(Clone, Debug)]
+    struct Partial {
+        src: Tensor,
+        written: Tensor,
+        declared: Tensor,
+    }
+    impl Op for Partial {
+        fn name(&self) -> &'static str {
+            "PARTIAL"
+        }
+        fn validate(&self, _: &dyn crate::memory::Memory) -> crate::Result<()> {
+            Ok(())
+        }
+        fn launch(&self, _: &crate::gpu::Gpu, _: &crate::memory::DeviceMemory) -> crate::Result<()> {
+            Ok(())
+        }
+        fn reference(&self, _: &mut crate::memory::HostMemory, _: &mut dyn crate::reference::math::Mufu) -> crate::Result<()> {
+            Ok(())
+        }
+        fn inputs(&self) -> Vec<Tensor> {
+            vec![self.src]
+        }
+        fn outputs(&self) -> Vec<Tensor> {
+            vec![self.declared]
+        }
+        fn must_write(&self) -> Vec<Tensor> {
+            vec![self.written]
+        }
+    }
+    const X: usize = 1;
+    const Y: usize = 2;
+    const Z: usize = 3;
+    const W: usize = 4;
+
+    /// nodes: [extra before…] x→y, [between…], y→z, [after…]
+    fn graph(between: Vec<Node>, after: Vec<Node>) -> (Vec<Node>, usize, usize) {
+        let mut nodes = vec![copy(t(X, 0, 8), t(Y, 0, 8))];
+        nodes.extend(between);
+        let second = nodes.len();
+        nodes.push(copy(t(Y, 0, 8), t(Z, 0, 8)));
+        nodes.extend(after);
+        (nodes, 0, second)
+    }
+    fn candidate(first: usize, second: usize) -> Candidate {
+        Candidate {
+            nodes: vec![first, second],
+            at: first,
+            fused: Box::new(Stage { src: t(X, 0, 8), dst: t(Z, 0, 8) }),
+            edges: vec![(first, second)],
+            eliminated: vec![first],
+            overlaps: vec![],
+        }
+    }
+    fn run(nodes: &[Node], live_out: &ByteSet, c: &Candidate) -> Result<Accepted, Refusal> {
+        let effects: Vec<Effects> = nodes.iter().map(Node::effects).collect();
+        check(nodes, &effects, live_out, c)
+    }
+    fn live(ts: &[Tensor]) -> ByteSet {
+        ByteSet::of_all(ts, Bound::Over)
+    }
+
+    #[test]
+    fn the_plain_pattern_is_accepted_and_reports_its_stale_bytes() {
+        let (nodes, a, b) = graph(vec![], vec![]);
+        let ok = run(&nodes, &live(&[t(Z, 0, 8)]), &candidate(a, b)).unwrap();
+        assert_eq!(ok.eliminated, live(&[t(Y, 0, 8)]));
+        // Stale bytes a later node overwrites whole are not reported.
+        let (nodes, a, b) = graph(vec![], vec![copy(t(W, 0, 8), t(Y, 0, 8))]);
+        assert!(run(&nodes, &live(&[t(Y, 0, 8)]), &candidate(a, b)).unwrap().eliminated.is_empty());
+    }
+
+    #[test]
+    fn stale_bytes_may_not_be_read_or_observed() {
+        let (nodes, a, b) = graph(vec![], vec![copy(t(Y, 3, 1), t(W, 0, 1))]);
+        assert_eq!(run(&nodes, &ByteSet::new(), &candidate(a, b)), Err(Refusal::EliminatedRead { node: 2 }));
+        // A partial overwrite leaves the rest stale: a reader of it is refused, and so is
+        // observing it after the run.
+        let (nodes, a, b) = graph(vec![], vec![copy(t(W, 0, 4), t(Y, 0, 4)), copy(t(Y, 0, 8), t(W, 8, 8))]);
+        assert_eq!(run(&nodes, &ByteSet::new(), &candidate(a, b)), Err(Refusal::EliminatedRead { node: 3 }));
+        let (nodes, a, b) = graph(vec![], vec![copy(t(W, 0, 4), t(Y, 0, 4))]);
+        assert_eq!(run(&nodes, &live(&[t(Y, 6, 1)]), &candidate(a, b)), Err(Refusal::EliminatedLive));
+        assert!(run(&nodes, &live(&[t(Y, 0, 4)]), &candidate(a, b)).is_ok());
+    }
+
+    #[test]
+    fn nodes_in_between_must_trade_places() {
+        // at = the first copy: the second moves up past the node in between.
+        let hazards = [
+            (copy(t(W, 0, 8), t(Y, 2, 1)), Hazard::WritesPatternInput),
+            (copy(t(Z, 5, 1), t(W, 0, 1)), Hazard::ReadsPatternOutput),
+            (copy(t(W, 0, 1), t(Z, 7, 1)), Hazard::BothWrite),
+        ];
+        for (x, hazard) in hazards {
+            let (nodes, a, b) = graph(vec![x], vec![]);
+            assert_eq!(run(&nodes, &ByteSet::new(), &candidate(a, b)), Err(Refusal::Reorder { node: 1, pattern_node: 2, hazard }));
+        }
+        // Unrelated nodes are fine; with the fused node at the second copy, a writer of the
+        // first copy's source in between is the hazard instead.
+        let (nodes, a, b) = graph(vec![copy(t(W, 0, 8), t(W, 8, 8))], vec![]);
+        assert!(run(&nodes, &ByteSet::new(), &candidate(a, b)).is_ok());
+        let (nodes, a, b) = graph(vec![copy(t(W, 0, 1), t(X, 4, 1))], vec![]);
+        let c = Candidate { at: b, ..candidate(a, b) };
+        assert_eq!(
+            run(&nodes, &ByteSet::new(), &c),
+            Err(Refusal::Reorder { node: 1, pattern_node: 0, hazard: Hazard::WritesPatternInput })
+        );
+    }
+
+    #[test]
+    fn the_patterns_dataflow_must_be_declared_complete_and_internal() {
+        let (nodes, a, b) = graph(vec![], vec![]);
+        let c = Candidate { edges: vec![], ..candidate(a, b) };
+        assert_eq!(run(&nodes, &ByteSet::new(), &c), Err(Refusal::UndeclaredDataflow { producer: 0, consumer: 1 }));
+        // The consumer reads bytes of y the producer may leave as they were.
+        let partial = Partial { src: t(X, 0, 4), written: t(Y, 0, 4), declared: t(Y, 0, 8) };
+        let nodes = vec![Node::new(Box::new(partial), Some(0)), copy(t(Y, 0, 8), t(Z, 0, 8))];
+        let c = Candidate { fused: Box::new(Stage { src: t(X, 0, 8), dst: t(Z, 0, 8) }), ..candidate(0, 1) };
+        assert_eq!(run(&nodes, &ByteSet::new(), &c), Err(Refusal::PartialValue { producer: 0, consumer: 1 }));
+        // The fused op reads the internal value from memory.
+        let (nodes, a, b) = graph(vec![], vec![]);
+        let reads_y = crate::ops::Binary { kind: crate::ops::BinaryKind::Add, a: t(X, 0, 8), b: t(Y, 0, 8), dst: t(Z, 0, 8) };
+        let c = Candidate { fused: Box::new(reads_y), ..candidate(a, b) };
+        assert_eq!(run(&nodes, &ByteSet::new(), &c), Err(Refusal::FusedReadsInternal { producer: 0, consumer: 1 }));
+        // … or misses an input from outside.
+        let c = Candidate { fused: Box::new(Stage { src: t(W, 0, 8), dst: t(Z, 0, 8) }), ..candidate(a, b) };
+        assert_eq!(run(&nodes, &ByteSet::new(), &c), Err(Refusal::FusedMissesInput { node: 0 }));
+    }
+
+    #[test]
+    fn the_fused_writes_must_be_the_kept_writes() {
+        let (nodes, a, b) = graph(vec![], vec![]);
+        let c = Candidate { fused: Box::new(Stage { src: t(X, 0, 4), dst: t(Z, 0, 4) }), ..candidate(a, b) };
+        assert!(matches!(run(&nodes, &ByteSet::new(), &c), Err(Refusal::FusedWrites(_))));
+        let c = Candidate { fused: Box::new(Stage { src: t(X, 0, 8), dst: t(W, 0, 8) }), ..candidate(a, b) };
+        assert!(matches!(run(&nodes, &ByteSet::new(), &c), Err(Refusal::FusedWrites(_))));
+        // Two pattern writes of the same bytes: the later must write them all.
+        let partial = Partial { src: t(X, 0, 4), written: t(Z, 0, 4), declared: t(Z, 0, 8) };
+        let nodes = vec![copy(t(X, 0, 8), t(Z, 0, 8)), Node::new(Box::new(partial), Some(0))];
+        let c = Candidate { edges: vec![], eliminated: vec![], ..candidate(0, 1) };
+        assert_eq!(run(&nodes, &ByteSet::new(), &c), Err(Refusal::WrittenTwice { first: 0, second: 1 }));
+    }
+
+    #[test]
+    fn the_fused_op_may_overlap_itself_only_where_declared() {
+        // Pattern: x → y, then y → x (the second writes x, which the first read).
+        let nodes = vec![copy(t(X, 0, 8), t(Y, 0, 8)), copy(t(Y, 0, 8), t(X, 0, 8))];
+        let fused = || -> Box<dyn Op> { Box::new(crate::ops::Scale { src: t(X, 0, 8), dst: t(X, 0, 8), scale: 1.0, bias: 0.0 }) };
+        let c = Candidate { fused: fused(), ..candidate(0, 1) };
+        assert_eq!(run(&nodes, &ByteSet::new(), &c), Err(Refusal::FusedOverlap));
+        let c = Candidate { fused: fused(), overlaps: vec![(t(X, 0, 8), t(X, 0, 8))], ..candidate(0, 1) };
+        assert!(run(&nodes, &ByteSet::new(), &c).is_ok());
+    }
+
+    #[test]
+    fn malformed_candidates_are_refused() {
+        let (nodes, a, b) = graph(vec![], vec![]);
+        for c in [
+            Candidate { at: 7, ..candidate(a, b) },
+            Candidate { nodes: vec![a, a], ..candidate(a, b) },
+            Candidate { edges: vec![(b, a)], ..candidate(a, b) },
+            Candidate { eliminated: vec![9], ..candidate(a, b) },
+        ] {
+            assert!(matches!(run(&nodes, &ByteSet::new(), &c), Err(Refusal::Malformed(_))));
+        }
+    }
+}
