@@ -454,8 +454,14 @@ fn layer_nodes(v: &LayerValues, spec: &LayerSpec, layer: usize) -> Result<Vec<No
 /// Builds the graph of `spec`: values declared per layer, planned across the stack, placed in
 /// one [`HostMemory`] (an arena buffer for planned values, one buffer for each other value)
 /// and filled from `seed` (caches, inputs and weights in realistic ranges, the arena with
-/// random bits).
+/// random bits). The memory has the [`crate::memory::default_host_budget`].
 pub fn build(spec: &StackSpec, seed: u64) -> Result<Built> {
+    build_with_budget(spec, seed, crate::memory::default_host_budget())
+}
+
+/// [`build`] into a memory of `budget` bytes: a graph that does not fit is an
+/// [`Error::OutOfMemory`] before anything is allocated.
+pub fn build_with_budget(spec: &StackSpec, seed: u64, budget: usize) -> Result<Built> {
     if spec.layers.is_empty() {
         return Err(Error::Invalid { op: OP, what: "no layers".into() });
     }
@@ -484,7 +490,7 @@ pub fn build(spec: &StackSpec, seed: u64) -> Result<Built> {
     // Everything through the budgeted allocators: the whole graph's bytes are summed
     // (checked) and compared with the budget before anything is allocated, so a spec whose
     // buffers cannot exist is an OutOfMemory or Overflow error, never an abort or a panic.
-    let mut mem = HostMemory::new();
+    let mut mem = HostMemory::with_budget(budget);
     let mut total = plan.arena_bytes;
     for (v, d) in defs.iter().enumerate() {
         if plan.offsets[v].is_none() {
