@@ -325,7 +325,7 @@ fn repair(n: usize, roles: &[u8], raw: &[(usize, usize, Option<usize>)]) -> (Vec
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: cases(48), failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(256), failure_persistence: None, ..ProptestConfig::default() })]
 
     /// Random lifetimes, writes after the last read included (ops write any value again):
     /// the planned graph computes exactly what the unplanned one does.
@@ -458,7 +458,7 @@ fn wild_step() -> impl Strategy<Value = Step> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: cases(64), failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(256), failure_persistence: None, ..ProptestConfig::default() })]
 
     /// build: Ok or a typed error, never a panic; an Ok graph validates node by node, and
     /// what LayerSpec::validate refuses is never built.
