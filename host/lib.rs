@@ -34,3 +34,12 @@ pub mod main_job;
 // [graph] the layer graph, buffer planner and executor; the fusion pass
 pub mod fusion;
 pub mod graph;
+
+/// A unit test that cannot run here says so loudly, straight to the process's stderr (the
+/// test harness captures `eprintln!` of passing tests), with the reason — never a silent pass.
+#[cfg(test)]
+pub(crate) fn report_skipped(test: &str, why: &str) {
+    use std::io::Write;
+    let banner = "=".repeat(78);
+    let _ = writeln!(std::io::stderr(), "{banner}\nSKIPPED {test}: {why}\n{banner}");
+}

@@ -636,9 +636,19 @@ struct Tally {
     refused: usize,
 }
 
+/// What graph passes and the planner ask of any op, validated or not (issue 13): the views
+/// it reads, may write and always writes, and their byte spans — never a panic, and bounded.
+fn accesses_never_panic(op: &dyn Op) {
+    let views = [op.inputs(), op.outputs(), op.must_write()];
+    for t in views.iter().flatten() {
+        let _ = rgdn::graph::Access::of(t);
+    }
+}
+
 fn run_one(build: BuildOp, rw: Option<ReadWrite>, tape: &[u64], tally: &RefCell<Tally>) -> Result<(), TestCaseError> {
     let mut g = Gen::new(tape);
     let op = build(&mut g);
+    accesses_never_panic(op.as_ref());
     let mut mem = g.mem;
     match op.validate(&mem) {
         Ok(()) => {

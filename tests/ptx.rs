@@ -135,3 +135,135 @@ fn gdn_conv_chain_entries_use_no_local_memory() {
         }
     }
 }
+
+// ---- [exactness] every float instruction is a form the spec allows ---------------------------
+
+/// The float-typed PTX instructions the spec allows (`/work/shared/spec/ggml-gdn-chain.md`
+/// §0.1–0.2 and the per-operation table): the `.ftz` arithmetic ggml's fast-math build runs,
+/// with an explicit `.rn` on every add/sub/mul/fma so that ptxas cannot contract them; the
+/// MUFU approximations in their `.approx.ftz` forms; `max.ftz`; ordered `.ftz` compares; the
+/// half2 accumulation `fma.rn.f16x2` (no ftz, as ggml's HFMA2); and exact conversions. Loads,
+/// stores and moves of float values are exact and allowed through [`is_exact_float_move`].
+const ALLOWED_FLOAT_FORMS: &[&str] = &[
+    "add.rn.ftz.f32",
+    "sub.rn.ftz.f32",
+    "mul.rn.ftz.f32",
+    "fma.rn.ftz.f32",
+    "max.ftz.f32",
+    "ex2.approx.ftz.f32",
+    "lg2.approx.ftz.f32",
+    "rcp.approx.ftz.f32",
+    "rsqrt.approx.ftz.f32",
+    "div.approx.ftz.f32",
+    "setp.eq.ftz.f32",
+    "setp.ne.ftz.f32",
+    "setp.lt.ftz.f32",
+    "setp.le.ftz.f32",
+    "setp.gt.ftz.f32",
+    "setp.ge.ftz.f32",
+    "fma.rn.f16x2",
+    "cvt.rn.f16.f32",
+    "cvt.f32.f16",
+    "cvt.f32.bf16",
+];
+
+/// Float types that make an instruction a float instruction.
+const FLOAT_TYPES: &[&str] = &["f32", "f16", "bf16", "f16x2", "bf16x2", "f64"];
+
+/// A load, store or move of float data: the bits travel unchanged.
+fn is_exact_float_move(opcode: &str) -> bool {
+    let parts: Vec<&str> = opcode.split('.').collect();
+    let Some((&ty, rest)) = parts.split_last() else { return false };
+    if !FLOAT_TYPES.contains(&ty) || ty == "f64" {
+        return false;
+    }
+    match rest {
+        ["mov"] => true,
+        [op, space, qualifiers @ ..] if (*op == "ld" || *op == "st") && ["global", "shared", "param", "local", "const"].contains(space) => {
+            qualifiers.iter().all(|q| ["nc", "v2", "v4"].contains(q))
+        }
+        _ => false,
+    }
+}
+
+/// Every instruction of `ptx` whose opcode names a float type and is neither an allowed form
+/// nor an exact move, as "entry: line N: instruction".
+fn disallowed_float_instructions(ptx: &str) -> Vec<String> {
+    let mut entry = "<module>";
+    let mut bad = Vec::new();
+    for (n, line) in ptx.lines().enumerate() {
+        let code = line.split("//").next().unwrap_or("").trim();
+        if let Some(rest) =
+            code.strip_prefix(".visible .entry ").or_else(|| code.strip_prefix(".entry ")).or_else(|| code.split(".func ").nth(1))
+        {
+            entry = rest.split(['(', ' ']).find(|s| !s.is_empty()).unwrap_or(rest);
+            continue;
+        }
+        // An optional predicate guard (`@%p1`, `@!%p1`), then the opcode.
+        let code = if code.starts_with('@') { code.split_once(char::is_whitespace).map_or("", |(_, r)| r.trim_start()) } else { code };
+        let opcode = code.split(|c: char| c.is_whitespace() || c == ';').next().unwrap_or("");
+        if opcode.is_empty() || opcode.starts_with('.') || opcode.ends_with(':') || opcode.starts_with('{') || opcode.starts_with('}') {
+            continue;
+        }
+        if !opcode.split('.').skip(1).any(|p| FLOAT_TYPES.contains(&p)) {
+            continue;
+        }
+        if !ALLOWED_FLOAT_FORMS.contains(&opcode) && !is_exact_float_move(opcode) {
+            bad.push(format!("{entry}: line {}: {code}", n + 1));
+        }
+    }
+    bad
+}
+
+#[test]
+fn every_float_instruction_is_a_form_the_spec_allows() {
+    let bad = disallowed_float_instructions(rgdn::kernels::PTX);
+    assert!(bad.is_empty(), "{} float instructions in forms the spec does not allow:\n{}", bad.len(), bad.join("\n"));
+}
+
+#[test]
+fn the_float_form_check_refuses_what_the_spec_does_not_allow() {
+    let ptx = "\
+.visible .entry k_one(
+\t.param .u64 p
+)
+{
+\tadd.rn.ftz.f32 \t%f1, %f2, %f3;
+\tld.global.nc.f32 \t%f4, [%rd1];
+\t@%p1 bra \tLBB0_2;
+\tsub.f32 \t%f5, %f1, %f4;
+\tmin.f32 \t%f6, %f1, %f4;
+\tdiv.rn.f32 \t%f7, %f1, %f4;
+\tsqrt.approx.f32 \t%f8, %f1;
+\tex2.approx.f32 \t%f9, %f1;
+\t@!%p2 add.rn.f32 \t%f1, %f2, %f3;
+\tsetp.gtu.ftz.f32 \t%p3, %f1, %f2;
+\tcvt.rzi.f32.f32 \t%f1, %f2;
+}
+.visible .entry k_two(
+)
+{
+\tmax.f32 \t%f1, %f2, %f3;
+\tmax.ftz.f32 \t%f1, %f2, %f3;
+}
+";
+    let bad = disallowed_float_instructions(ptx);
+    let lines: Vec<&str> = bad.iter().map(|b| b.split(": ").nth(2).unwrap_or("").split_whitespace().next().unwrap_or("")).collect();
+    assert_eq!(
+        lines,
+        [
+            "sub.f32",
+            "min.f32",
+            "div.rn.f32",
+            "sqrt.approx.f32",
+            "ex2.approx.f32",
+            "add.rn.f32",
+            "setp.gtu.ftz.f32",
+            "cvt.rzi.f32.f32",
+            "max.f32"
+        ],
+        "{bad:#?}"
+    );
+    assert!(bad[0].starts_with("k_one: line 8: "), "{}", bad[0]);
+    assert!(bad[8].starts_with("k_two: line 20: "), "{}", bad[8]);
+}

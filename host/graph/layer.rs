@@ -99,6 +99,7 @@ impl LayerSpec {
             if s.n_embd == 0 || !s.n_embd.is_multiple_of(2) {
                 return bad(format!("n_embd = {}", s.n_embd));
             }
+            s.validate_sizes()?;
         }
         if !matches!(self.weights, DType::F32 | DType::F16 | DType::BF16) {
             return bad(format!("{:?} mat-vec weights", self.weights));
@@ -114,10 +115,11 @@ pub struct StackSpec {
     pub outputs: Outputs,
 }
 
-/// `window(o)` of a conv input (spec §1.3): columns o … o+state_len−1 of every channel.
+/// `window(o)` of a conv input (spec §1.3): columns o … o+state_len−1 of every channel (the
+/// offset saturates for an `o` whose byte offset does not fit: a view no op accepts).
 pub fn window(conv_input: &Tensor, state_len: usize, offset: usize) -> Tensor {
     let nb = conv_input.layout.nb;
-    conv_input.view([state_len, conv_input.ne()[1], 1, 1], [4, nb[1], nb[2], nb[3]], 4 * offset)
+    conv_input.view([state_len, conv_input.ne()[1], 1, 1], [4, nb[1], nb[2], nb[3]], offset.saturating_mul(4))
 }
 
 /// The nodes of one layer in llama.cpp's build order, separate snapshot CPYs (ggml's graph,
@@ -128,6 +130,10 @@ pub fn window(conv_input: &Tensor, state_len: usize, offset: usize) -> Tensor {
 pub fn ggml_layer_ops(t: &LayerTensors, spec: &LayerSpec) -> Result<Vec<Box<dyn Op>>> {
     use crate::layer::unfused::{checked_view, product, reshape};
     let (shape, step) = (&spec.shape, &spec.step);
+    // The spec first, with or without the GDN tail: the step's token count bounds the
+    // mat-vec loop below (n_t ≤ 16), d_conv ≥ 3 makes d_conv − 1 exact, and every size the
+    // layer derives is representable.
+    spec.validate()?;
     // Conv-chain-only graphs (the fusion sweep and matcher tests) also take head dims and
     // widths the layer presets do not, which `conforms` refuses; every view below is still
     // built with checked arithmetic and validated by its op before anything runs.
@@ -233,8 +239,10 @@ fn writer_of(nodes: &[Node], before: usize, t: &Tensor) -> Option<usize> {
 /// ggml's #379 backend pass: a maximal run of K ≥ 2 consecutive CPY nodes that is exactly the
 /// W2 pattern — copy t' (1 … K) writes `window(max(0, n_t − K + t'))` of a CONCAT output into
 /// the whole row `(K − t')·M + h` (M ≥ 1) of the cache the CONCAT's GET_ROWS read — becomes one
-/// CPY_SNAPSHOTS node (bit-identical: the same bytes land in the same rows). Anything else is
-/// left alone.
+/// CPY_SNAPSHOTS node (bit-identical: the same bytes land in the same rows) — when the batched
+/// op's own structural rules ([`CpySnapshots::check_structure`]: distinct, non-overlapping
+/// rows, cache disjoint from the conv input, …) accept it, so the pass never turns a running
+/// graph into a refused one. Anything else is left alone.
 pub fn batch_snapshot_copies(nodes: Vec<Node>) -> Vec<Node> {
     let mut out: Vec<Node> = Vec::with_capacity(nodes.len());
     let mut i = 0;
@@ -291,11 +299,16 @@ fn snapshot_run(nodes: &[Node], start: usize, end: usize) -> Option<CpySnapshots
     }
     for (idx, cpy) in copies.iter().enumerate() {
         let tp = idx + 1;
-        if cpy.src != window(&conv_input, state_len, (n_t + tp).saturating_sub(k)) || row_of(&cpy.dst)? != (k - tp) * m + h {
+        let want_row = (k - tp).checked_mul(m)?.checked_add(h)?;
+        if cpy.src != window(&conv_input, state_len, n_t.saturating_add(tp).saturating_sub(k)) || row_of(&cpy.dst)? != want_row {
             return None;
         }
     }
-    Some(CpySnapshots { conv_input, cache, d_conv: state_len + 1, first_row: h, group_stride: m, n_slots: k })
+    let op = CpySnapshots { conv_input, cache, d_conv: state_len.checked_add(1)?, first_row: h, group_stride: m, n_slots: k };
+    // Only what the batched op accepts: the separate CPYs may run where it would be refused
+    // (rows that share bytes, say), and then they stay.
+    op.check_structure().ok()?;
+    Some(op)
 }
 
 /// Today's unfused launch sequence of one layer (what `layer::unfused_ops` returns): ggml's
@@ -346,14 +359,19 @@ pub struct Built {
     pub arena: BufferId,
 }
 
-fn declare(defs: &mut Vec<ValueDef>, spec: &LayerSpec, layer: usize, outputs: Outputs) -> [usize; FIELDS] {
+/// Declares one layer's values (sizes checked: a value whose bytes do not fit is an
+/// [`Error::Overflow`]); `spec` is validated.
+fn declare(defs: &mut Vec<ValueDef>, spec: &LayerSpec, layer: usize, outputs: Outputs) -> Result<[usize; FIELDS]> {
     let (shape, step) = (&spec.shape, &spec.step);
-    let (c, n_t, e) = (shape.channels(), step.n_tokens, shape.n_embd);
+    let (c, n_t, e) = (shape.try_channels()?, step.n_tokens, shape.n_embd);
     let (d, hk, hv, kc) = (shape.head_dim, shape.n_k_heads, shape.n_v_heads, shape.d_conv);
+    let (conv_row, ssm_row, rows) = (shape.try_conv_row()?, shape.try_ssm_row()?, step.try_cache_rows()?);
+    // d_conv ≥ 3 and n_t ≤ 16 (validated).
+    let conv_cols = kc - 1 + n_t;
     let product = if outputs == Outputs::Products { Role::Output } else { Role::Intermediate };
     let list: [(&str, Role, DType, [usize; 4]); FIELDS] = [
-        ("conv_cache", Role::Cache, DType::F32, [shape.conv_row(), step.cache_rows(), 1, 1]),
-        ("ssm_cache", Role::Cache, DType::F32, [shape.ssm_row(), step.cache_rows(), 1, 1]),
+        ("conv_cache", Role::Cache, DType::F32, [conv_row, rows, 1, 1]),
+        ("ssm_cache", Role::Cache, DType::F32, [ssm_row, rows, 1, 1]),
         ("source_rows", Role::Index, DType::I32, [1, 1, 1, 1]),
         ("qkv_mixed", Role::Staged, DType::F32, [c, n_t, 1, 1]),
         ("cur", Role::Staged, DType::F32, [e, n_t, 1, 1]),
@@ -362,12 +380,12 @@ fn declare(defs: &mut Vec<ValueDef>, spec: &LayerSpec, layer: usize, outputs: Ou
         ("beta_weight", Role::Weight, spec.weights, [e, hv, 1, 1]),
         ("dt_bias", Role::Weight, DType::F32, [hv, 1, 1, 1]),
         ("ssm_a", Role::Weight, DType::F32, [hv, 1, 1, 1]),
-        ("conv_states", Role::Intermediate, DType::F32, [shape.conv_row(), 1, 1, 1]),
-        ("conv_input", Role::Intermediate, DType::F32, [kc - 1 + n_t, c, 1, 1]),
+        ("conv_states", Role::Intermediate, DType::F32, [conv_row, 1, 1, 1]),
+        ("conv_input", Role::Intermediate, DType::F32, [conv_cols, c, 1, 1]),
         ("conv_out", product, DType::F32, [c, n_t, 1, 1]),
         ("q_norm", product, DType::F32, [d, hk, n_t, 1]),
         ("k_norm", product, DType::F32, [d, hk, n_t, 1]),
-        ("ssm_state", Role::Intermediate, DType::F32, [shape.ssm_row(), 1, 1, 1]),
+        ("ssm_state", Role::Intermediate, DType::F32, [ssm_row, 1, 1, 1]),
         ("alpha", product, DType::F32, [hv, n_t, 1, 1]),
         ("beta_raw", product, DType::F32, [hv, n_t, 1, 1]),
         ("beta", product, DType::F32, [hv, n_t, 1, 1]),
@@ -378,12 +396,19 @@ fn declare(defs: &mut Vec<ValueDef>, spec: &LayerSpec, layer: usize, outputs: Ou
         ("qkv_src", Role::Input, DType::F32, [c, n_t, 1, 1]),
         ("cur_src", Role::Input, DType::F32, [e, n_t, 1, 1]),
     ];
-    list.map(|(name, role, dtype, ne)| {
-        let bytes = ne.iter().product::<usize>() * dtype.size();
+    let mut ids = [0; FIELDS];
+    for (id, (name, role, dtype, ne)) in ids.iter_mut().zip(list) {
+        let bytes = Layout::contiguous_bytes(dtype, ne).ok_or_else(|| Error::Overflow {
+            op: OP,
+            arg: name,
+            what: format!("bytes of layer {layer}'s {dtype:?} {ne:?}"),
+        })?;
+        // source_row < cache rows ≤ 2^31 − 1 (validated).
         let index = (name == "source_rows").then_some(step.source_row() as i32);
         defs.push(ValueDef { info: ValueInfo { name: format!("L{layer}.{name}"), role, bytes, layer: Some(layer) }, dtype, ne, index });
-        defs.len() - 1
-    })
+        *id = defs.len() - 1;
+    }
+    Ok(ids)
 }
 
 fn layer_values(ids: &[usize; FIELDS], tensor: impl Fn(usize) -> Tensor) -> LayerValues {
@@ -429,8 +454,14 @@ fn layer_nodes(v: &LayerValues, spec: &LayerSpec, layer: usize) -> Result<Vec<No
 /// Builds the graph of `spec`: values declared per layer, planned across the stack, placed in
 /// one [`HostMemory`] (an arena buffer for planned values, one buffer for each other value)
 /// and filled from `seed` (caches, inputs and weights in realistic ranges, the arena with
-/// random bits).
+/// random bits). The memory has the [`crate::memory::default_host_budget`].
 pub fn build(spec: &StackSpec, seed: u64) -> Result<Built> {
+    build_with_budget(spec, seed, crate::memory::default_host_budget())
+}
+
+/// [`build`] into a memory of `budget` bytes: a graph that does not fit is an
+/// [`Error::OutOfMemory`] before anything is allocated.
+pub fn build_with_budget(spec: &StackSpec, seed: u64, budget: usize) -> Result<Built> {
     if spec.layers.is_empty() {
         return Err(Error::Invalid { op: OP, what: "no layers".into() });
     }
@@ -438,7 +469,7 @@ pub fn build(spec: &StackSpec, seed: u64) -> Result<Built> {
     let mut ids = Vec::new();
     for (l, ls) in spec.layers.iter().enumerate() {
         ls.validate()?;
-        ids.push(declare(&mut defs, ls, l, spec.outputs));
+        ids.push(declare(&mut defs, ls, l, spec.outputs)?);
     }
     // The symbolic graph: value v is BufferId(v), contiguous at offset 0.
     let symbolic = |v: usize| Tensor::new(BufferId(v), Layout::contiguous(defs[v].dtype, defs[v].ne));
@@ -456,23 +487,44 @@ pub fn build(spec: &StackSpec, seed: u64) -> Result<Built> {
     let values: Vec<ValueInfo> = defs.iter().map(|d| d.info.clone()).collect();
     let plan = plan::plan(&values, &nodes, &pins)?;
 
-    let mut mem = HostMemory::new();
-    let arena = mem.alloc(plan.arena_bytes);
+    // Everything through the budgeted allocators: the whole graph's bytes are summed
+    // (checked) and compared with the budget before anything is allocated, so a spec whose
+    // buffers cannot exist is an OutOfMemory or Overflow error, never an abort or a panic.
+    let mut mem = HostMemory::with_budget(budget);
+    let mut total = plan.arena_bytes;
+    for (v, d) in defs.iter().enumerate() {
+        if plan.offsets[v].is_none() {
+            total = total.checked_add(d.info.bytes).ok_or_else(|| Error::Overflow {
+                op: OP,
+                arg: "spec",
+                what: "bytes of the whole graph".into(),
+            })?;
+        }
+    }
+    mem.reserve_check(total)?;
+    let arena = mem.try_alloc(plan.arena_bytes)?;
     let mut value_tensors = Vec::with_capacity(defs.len());
     for (v, d) in defs.iter().enumerate() {
         let t = match (plan.offsets[v], d.index) {
             (Some(offset), _) => {
-                let l = Layout::contiguous(d.dtype, d.ne);
+                // The planner placed the block inside the arena, whose size fits usize.
+                let l = Layout::try_contiguous(d.dtype, d.ne).ok_or_else(|| Error::Overflow {
+                    op: OP,
+                    arg: "spec",
+                    what: format!("strides of `{}`", d.info.name),
+                })?;
                 Tensor::new(arena, l.view(d.ne, l.nb, offset))
             }
-            (None, Some(row)) => mem.alloc_indices(&[row]),
-            (None, None) => mem.alloc_tensor(d.dtype, d.ne),
+            (None, Some(row)) => mem.try_alloc_indices(&[row])?,
+            (None, None) => mem.try_alloc_tensor(d.dtype, d.ne)?,
         };
         value_tensors.push(t);
     }
     let mut rng = StdRng::seed_from_u64(seed);
-    let poison = inputs::poison(&mut rng, plan.arena_bytes);
-    mem.bytes_mut(arena).copy_from_slice(&poison);
+    // The arena's random bits, drawn in place (as `inputs::poison` draws them).
+    for b in mem.bytes_mut(arena) {
+        *b = rng.random();
+    }
     let mut layers = Vec::new();
     let mut real_nodes = Vec::new();
     for (l, ls) in spec.layers.iter().enumerate() {

@@ -1,6 +1,8 @@
 //! Buffer planning as ggml's graph allocator (`ggml_gallocr` over a dynamic tensor allocator)
 //! does it: walking the nodes in execution order, a planned value gets a block of one arena
-//! when it is first written and gives it back after its last reader has run; a returned block
+//! when it is first written and gives it back after the last node that accesses it (reads
+//! *or writes* it) has run — a value written again after its last read still owns its bytes
+//! until that write, so no other value can have taken them; a returned block
 //! merges with free neighbours and the next request takes the best fit (the smallest free block
 //! that holds it; ties go to the lowest offset), else the end of the arena. Inputs, index
 //! tensors, weights and caches live in their own buffers and are never reused; graph outputs
@@ -31,9 +33,9 @@ pub enum Role {
     /// Recurrent cache (persists across steps).
     Cache,
     /// A layer input that arrives in the arena through a [`super::Stage`] node; its block is
-    /// reused after its last reader, like the output of the out-of-scope node it stands for.
+    /// reused after its last access, like the output of the out-of-scope node it stands for.
     Staged,
-    /// Planned, reused after its last reader.
+    /// Planned, reused after its last access (read or write).
     Intermediate,
     /// Planned, never given back (a graph output).
     Output,
@@ -45,7 +47,7 @@ impl Role {
         matches!(self, Role::Staged | Role::Intermediate | Role::Output)
     }
 
-    /// Given back after its last reader.
+    /// Given back after its last access.
     pub fn freed(self) -> bool {
         matches!(self, Role::Staged | Role::Intermediate)
     }
@@ -77,9 +79,11 @@ pub struct Plan {
     pub block_bytes: Vec<usize>,
     /// Total arena size.
     pub arena_bytes: usize,
-    /// Node that first writes / last reads each value.
+    /// Node that first writes / last reads / last accesses (reads or writes) each value; a
+    /// freed value's block is given back after `last_access`.
     pub first_write: Vec<Option<usize>>,
     pub last_read: Vec<Option<usize>>,
+    pub last_access: Vec<Option<usize>>,
     /// Planned values whose bytes no later block overwrites: their final contents can be
     /// compared after a run.
     pub intact_at_end: Vec<bool>,
@@ -88,8 +92,9 @@ pub struct Plan {
 impl Plan {
     /// True when the blocks of values `a` and `b` overlap.
     pub fn shares_bytes(&self, a: usize, b: usize) -> bool {
-        match (self.offsets[a], self.offsets[b]) {
-            (Some(x), Some(y)) => x < y + self.block_bytes[b] && y < x + self.block_bytes[a],
+        match (self.offsets.get(a).copied().flatten(), self.offsets.get(b).copied().flatten()) {
+            // Every block ends inside the arena (checked when planned): no sum overflows.
+            (Some(x), Some(y)) => x < y.saturating_add(self.block_bytes[b]) && y < x.saturating_add(self.block_bytes[a]),
             _ => false,
         }
     }
@@ -103,7 +108,9 @@ struct Arena {
 }
 
 impl Arena {
-    fn alloc(&mut self, size: usize) -> usize {
+    /// The start of a block of `size` bytes, or `None` when the arena would end past
+    /// `usize::MAX` (every block then lies inside `0..top`, so no sum below overflows).
+    fn alloc(&mut self, size: usize) -> Option<usize> {
         // Best fit among the free blocks, the one ending at the top excepted: as ggml's last
         // block, that one is unbounded and only the last resort.
         let top = self.top;
@@ -116,23 +123,24 @@ impl Arena {
             } else {
                 self.free[i] = (start + size, len - size);
             }
-            return start;
+            return Some(start);
         }
         // The last free block, when it ends at the top, serves (and grows if needed).
         if let Some(&(start, len)) = self.free.last()
             && start + len == self.top
         {
+            let end = start.checked_add(size)?;
             self.free.pop();
             if len > size {
-                self.free.push((start + size, len - size));
+                self.free.push((end, len - size));
             } else {
-                self.top = start + size;
+                self.top = end;
             }
-            return start;
+            return Some(start);
         }
         let start = self.top;
-        self.top += size;
-        start
+        self.top = start.checked_add(size)?;
+        Some(start)
     }
 
     fn release(&mut self, start: usize, size: usize) {
@@ -153,12 +161,20 @@ fn bad(what: String) -> Error {
     Error::Invalid { op: "GRAPH_PLAN", what }
 }
 
+/// Block size of a planned value: its bytes rounded up to [`ALIGN`] (at least one unit), or
+/// `None` when that does not fit.
+fn aligned(bytes: usize) -> Option<usize> {
+    bytes.max(1).div_ceil(ALIGN).checked_mul(ALIGN)
+}
+
 /// Plans `values` over `nodes`, whose tensors name values by buffer id (`BufferId(v)` is
-/// value `v`: the symbolic graph).
+/// value `v`: the symbolic graph). Every size is checked: a value or an arena that does not
+/// fit `usize` is an [`Error::Overflow`], never a wrapped offset.
 pub fn plan(values: &[ValueInfo], nodes: &[Node], pins: &[Pin]) -> Result<Plan> {
     let n = values.len();
     let mut first_write = vec![None; n];
     let mut last_read = vec![None; n];
+    let mut last_access = vec![None; n];
     for (i, node) in nodes.iter().enumerate() {
         for t in node.op.inputs() {
             let v = t.buffer.0;
@@ -169,6 +185,7 @@ pub fn plan(values: &[ValueInfo], nodes: &[Node], pins: &[Pin]) -> Result<Plan> 
                 return Err(bad(format!("node {i} ({}) reads `{}` before anything writes it", node.op.name(), values[v].name)));
             }
             last_read[v] = Some(i);
+            last_access[v] = Some(i);
         }
         for t in node.op.outputs() {
             let v = t.buffer.0;
@@ -176,6 +193,7 @@ pub fn plan(values: &[ValueInfo], nodes: &[Node], pins: &[Pin]) -> Result<Plan> 
                 return Err(bad(format!("node {i} writes value {v} of {n}")));
             }
             first_write[v].get_or_insert(i);
+            last_access[v] = Some(i);
         }
     }
     let mut pin_of = vec![None; n];
@@ -187,8 +205,15 @@ pub fn plan(values: &[ValueInfo], nodes: &[Node], pins: &[Pin]) -> Result<Plan> 
         pin_of[p.value] = Some(p.onto);
         pinned_by[p.onto] = Some(p.value);
     }
-    let aligned = |b: usize| b.max(1).div_ceil(ALIGN) * ALIGN;
-    let mut block_bytes: Vec<usize> = values.iter().map(|v| if v.role.planned() { aligned(v.bytes) } else { 0 }).collect();
+    let mut block_bytes = Vec::with_capacity(n);
+    for v in values {
+        let bytes = if v.role.planned() {
+            aligned(v.bytes).ok_or_else(|| overflow(&v.name, format!("block of {} bytes aligned to {ALIGN}", v.bytes)))?
+        } else {
+            0
+        };
+        block_bytes.push(bytes);
+    }
     for p in pins {
         block_bytes[p.onto] = block_bytes[p.onto].max(block_bytes[p.value]);
         block_bytes[p.value] = block_bytes[p.onto];
@@ -200,7 +225,8 @@ pub fn plan(values: &[ValueInfo], nodes: &[Node], pins: &[Pin]) -> Result<Plan> 
     let mut allocs: Vec<(usize, usize, usize, usize)> = Vec::new(); // (node, value, start, size)
     let mut freed_at = vec![None; n];
     for (i, node) in nodes.iter().enumerate() {
-        for t in node.op.outputs() {
+        let outputs = node.op.outputs();
+        for t in &outputs {
             let v = t.buffer.0;
             if !values[v].role.planned() || offsets[v].is_some() {
                 continue;
@@ -212,17 +238,23 @@ pub fn plan(values: &[ValueInfo], nodes: &[Node], pins: &[Pin]) -> Result<Plan> 
                         values[v].name, values[u].name, values[v].name
                     ))
                 })?,
-                None => arena.alloc(block_bytes[v]),
+                None => arena.alloc(block_bytes[v]).ok_or_else(|| {
+                    overflow(&values[v].name, format!("arena of {} bytes grown by a block of {}", arena.top, block_bytes[v]))
+                })?,
             };
             offsets[v] = Some(start);
             allocs.push((i, v, start, block_bytes[v]));
         }
-        let mut dying: Vec<usize> = node.op.inputs().iter().map(|t| t.buffer.0).collect();
+        // Values this node accesses for the last time (a read or a write) die after it.
+        let mut dying: Vec<usize> = node.op.inputs().iter().chain(&outputs).map(|t| t.buffer.0).collect();
+        dying.sort_unstable();
         dying.dedup();
         for v in dying {
-            if values[v].role.freed() && last_read[v] == Some(i) && freed_at[v].is_none() {
+            if values[v].role.freed() && last_access[v] == Some(i) && freed_at[v].is_none() {
                 freed_at[v] = Some(i);
-                let start = offsets[v].expect("a read value was written first");
+                let Some(start) = offsets[v] else {
+                    return Err(bad(format!("`{}` dies at node {i} but was never placed", values[v].name)));
+                };
                 match pinned_by[v] {
                     Some(w) if offsets[w].is_none() => held[w] = Some(start),
                     _ => arena.release(start, block_bytes[v]),
@@ -233,13 +265,18 @@ pub fn plan(values: &[ValueInfo], nodes: &[Node], pins: &[Pin]) -> Result<Plan> 
     let intact_at_end = (0..n)
         .map(|v| match (offsets[v], freed_at[v]) {
             (Some(start), Some(f)) => {
+                // Blocks lie inside the arena, whose end fits usize: the sums cannot overflow.
                 !allocs.iter().any(|&(i, w, s, len)| w != v && i > f && s < start + block_bytes[v] && start < s + len)
             }
             (Some(_), None) => true,
             _ => false,
         })
         .collect();
-    Ok(Plan { offsets, block_bytes, arena_bytes: arena.top, first_write, last_read, intact_at_end })
+    Ok(Plan { offsets, block_bytes, arena_bytes: arena.top, first_write, last_read, last_access, intact_at_end })
+}
+
+fn overflow(value: &str, what: String) -> Error {
+    Error::Overflow { op: "GRAPH_PLAN", arg: "value", what: format!("`{value}`: {what}") }
 }
 
 #[cfg(test)]
@@ -299,12 +336,12 @@ mod tests {
     #[test]
     fn freed_neighbours_merge() {
         let mut a = Arena::default();
-        let (x, y, z) = (a.alloc(256), a.alloc(256), a.alloc(256));
+        let (x, y, z) = (a.alloc(256).unwrap(), a.alloc(256).unwrap(), a.alloc(256).unwrap());
         a.release(x, 256);
         a.release(z, 256);
         a.release(y, 256);
         assert_eq!(a.free, vec![(0, 768)]);
-        assert_eq!(a.alloc(1024), 0);
+        assert_eq!(a.alloc(1024), Some(0));
         assert_eq!(a.top, 1024);
     }
 }

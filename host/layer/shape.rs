@@ -90,11 +90,18 @@ impl GdnShape {
         if self.n_embd == 0 || !self.n_embd.is_multiple_of(2) {
             return bad(format!("n_embd = {} (the mat-vecs read rows in pairs)", self.n_embd));
         }
-        if !self.eps.is_finite() || self.eps < 0.0 {
-            return Err(Error::Invalid { op: OP, what: format!("eps = {}", self.eps) });
+        self.validate_sizes()
+    }
+
+    /// What every layer graph needs of a shape, whatever its kernels: a positive, finite eps
+    /// (the L2 norms' epsilon; 0 would make an all-zero head NaN) and every size the layer
+    /// derives representable (bytes of the largest rows and weights included; the step's
+    /// cache sizes are checked by the allocation). [`GdnShape::validate`] adds the kernel
+    /// limits; the graph builder without the GDN tail adds its own.
+    pub fn validate_sizes(&self) -> Result<()> {
+        if !self.eps.is_finite() || self.eps <= 0.0 {
+            return Err(Error::Invalid { op: OP, what: format!("eps = {} (must be finite and > 0)", self.eps) });
         }
-        // [validation] every size the layer derives must exist (bytes of the largest rows and
-        // weights included); the step's cache sizes are checked by the allocation.
         for (arg, what, factors) in [
             ("n_v_heads", "ssm-state row bytes D·D·H_v·4", vec![self.try_ssm_row()?, 4]),
             ("d_conv", "conv-state row bytes (K_c − 1)·C·4", vec![self.try_conv_row()?, 4]),

@@ -58,11 +58,15 @@ impl ConcatDim0 {
     /// strides) — ggml's contiguous path where ggml takes it (n_t = 1 in the layer), and in place
     /// of ggml's per-row kernel elsewhere: the same bits, moved by fewer, fuller blocks.
     pub fn takes_flat_path(&self, shape: &ConcatShape) -> bool {
-        let total = (shape.na + shape.nb) * shape.n1 * shape.n2;
-        u32::try_from(total).is_ok() && total.div_ceil(abi::CONCAT_FLAT_BLOCK as usize) <= i32::MAX as usize
+        // A public struct: the sizes may be anything, so the total is checked (a total that
+        // does not fit usize does not fit u32 either).
+        let total =
+            crate::tensor::checked_sum(&[shape.na, shape.nb]).and_then(|cols| crate::tensor::checked_product(&[cols, shape.n1, shape.n2]));
+        total.is_some_and(|total| u32::try_from(total).is_ok() && total.div_ceil(abi::CONCAT_FLAT_BLOCK as usize) <= i32::MAX as usize)
     }
 
     fn launch_flat(&self, gpu: &Gpu, mem: &DeviceMemory, shape: &ConcatShape) -> Result<()> {
+        // `takes_flat_path` proved the total fits u32.
         let total = (shape.na + shape.nb) * shape.n1 * shape.n2;
         let strides = |t: &Tensor| {
             let s = check::elem_strides(t);

@@ -142,11 +142,33 @@ impl CpySnapshots {
         slot.saturating_mul(self.group_stride).saturating_add(self.first_row).saturating_add(seq)
     }
 
-    /// Validates the op and returns its sizes.
+    /// Validates the op and returns its sizes: the buffers (existence, bounds, no index
+    /// buffer written), then [`CpySnapshots::check_structure`].
     pub fn check(&self, mem: &dyn Memory) -> Result<SnapshotShape> {
         const OP: &str = OP_SNAPSHOTS;
         check::tensor(OP, "conv_input", &self.conv_input, DType::F32, mem)?;
         check::output(OP, "cache", &self.cache, DType::F32, mem)?;
+        self.check_structure()
+    }
+
+    /// Every rule of [`CpySnapshots::check`] that does not depend on the memory: types,
+    /// shapes, strides, rows in range and pairwise distinct, the cache's rows not sharing
+    /// bytes, cache and conv_input disjoint, the launch sizes. A graph pass that wants to
+    /// rewrite CPYs into this op asks this (on symbolic or real views) and leaves the CPYs
+    /// alone when it refuses.
+    pub fn check_structure(&self) -> Result<SnapshotShape> {
+        const OP: &str = OP_SNAPSHOTS;
+        for (arg, t) in [("conv_input", &self.conv_input), ("cache", &self.cache)] {
+            if t.dtype() != DType::F32 {
+                return Err(Error::DType { op: OP, arg, expected: "F32".into(), got: t.dtype() });
+            }
+        }
+        for (arg, t) in [("conv_input", &self.conv_input), ("cache", &self.cache)] {
+            if t.layout.is_empty() {
+                return Err(Error::Empty { op: OP, arg, ne: t.ne() });
+            }
+        }
+        check::distinct_elements(OP, "cache", &self.cache)?;
         if self.d_conv < 2 {
             return Err(Error::Invalid {
                 op: OP, what: format!("d_conv = {} (a conv state holds d_conv − 1 ≥ 1 columns)", self.d_conv)
@@ -266,8 +288,13 @@ impl Op for CpySnapshots {
         vec![self.cache]
     }
 
-    /// Only the (slot, sequence) rows: the rest of the cache keeps its bytes.
+    /// Only the (slot, sequence) rows: the rest of the cache keeps its bytes. An op whose
+    /// structure is refused writes nothing (it never runs), so it lists nothing — which also
+    /// keeps this bounded (at most 17 · 65535 rows) and panic-free for any field values.
     fn must_write(&self) -> Vec<Tensor> {
+        if self.check_structure().is_err() {
+            return Vec::new();
+        }
         let n_seqs = self.conv_input.ne()[2];
         let mut rows = Vec::new();
         for slot in 0..self.n_slots {

@@ -243,10 +243,12 @@ impl GdnConvChain {
         }
     }
 
-    /// Row `row` of the conv cache as a [(d_conv−1)·C, 1, 1, 1] view.
+    /// Row `row` of the conv cache as a [(d_conv−1)·C, 1, 1, 1] view. Never panics: on an
+    /// unvalidated op whose `row · nb[1]` does not fit, the offset saturates (the view then
+    /// reaches the end of the address space and overlaps conservatively).
     pub fn cache_row(&self, row: usize) -> Tensor {
         let nb = self.conv_cache.layout.nb;
-        self.conv_cache.view([self.conv_cache.ne()[0], 1, 1, 1], [nb[0], nb[1], nb[1], nb[1]], row * nb[1])
+        self.conv_cache.view([self.conv_cache.ne()[0], 1, 1, 1], [nb[0], nb[1], nb[1], nb[1]], row.saturating_mul(nb[1]))
     }
 }
 

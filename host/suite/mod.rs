@@ -6,7 +6,8 @@
 //! 1. **bits**: every buffer after the GPU run equals, byte for byte, the CPU reference run with
 //!    the MUFU results the GPU's own instructions give ([`mufu_gpu`]) — inputs untouched, the
 //!    poisoned padding around outputs untouched, every output element written. Any two NaNs
-//!    count as equal for arithmetic outputs; copies must keep NaN payloads too.
+//!    count as equal only in the elements an arithmetic op writes ([`Op::must_write`]); guard
+//!    bytes, padding, inputs and copies compare every bit, NaN payloads included.
 //! 2. **bound**: the op outputs are within the case's [`Tolerance`] of the reference computed
 //!    with exact math in place of MUFU approximations ([`crate::reference::math::ExactMufu`]).
 //! 3. **hardware**: every MUFU result met is within its documented bound of the exact function.
@@ -59,6 +60,26 @@ pub struct Equivalence {
     /// (tensor after chain `a`, tensor after chain `b`): equal element counts, compared element
     /// by element in logical order, every bit (NaN payloads included).
     pub compare: Vec<(Tensor, Tensor)>,
+    /// Buffers only one chain uses (the unfused chain's intermediates): every other buffer —
+    /// inputs, outputs, caches, guard bytes and padding — must also come out byte for byte
+    /// identical after both chains.
+    pub private: Vec<crate::tensor::BufferId>,
+}
+
+impl Equivalence {
+    /// Two chains over `mem`; the buffers that one chain writes and the other never touches
+    /// are its private intermediates ([`Equivalence::private`]), every other buffer is
+    /// compared whole.
+    pub fn new(mem: HostMemory, a: Vec<Box<dyn Op>>, b: Vec<Box<dyn Op>>, compare: Vec<(Tensor, Tensor)>) -> Self {
+        use std::collections::BTreeSet;
+        let touched = |ops: &[Box<dyn Op>]| -> BTreeSet<_> {
+            ops.iter().flat_map(|op| op.inputs().into_iter().chain(op.outputs())).map(|t| t.buffer).collect()
+        };
+        let written = |ops: &[Box<dyn Op>]| -> BTreeSet<_> { ops.iter().flat_map(|op| op.outputs()).map(|t| t.buffer).collect() };
+        let (ta, tb) = (touched(&a), touched(&b));
+        let private = written(&a).difference(&tb).chain(written(&b).difference(&ta)).copied().collect();
+        Equivalence { mem, a, b, compare, private }
+    }
 }
 
 /// What a case expects.
@@ -191,7 +212,7 @@ pub fn run_case_cpu(case: &Case) -> CaseReport {
             };
             run(&eq.a)
                 .and_then(|a| Ok((a, run(&eq.b)?)))
-                .and_then(|(a, b)| compare_pairs(&a, &b, &eq.compare))
+                .and_then(|(a, b)| Ok(format!("{}; {}", compare_pairs(&a, &b, &eq.compare)?, compare_shared_buffers(&a, &b, &eq.private)?)))
                 .map(|d| format!("references agree: {d}"))
         }
         Err(e) => Err(format!("the case did not build: {e}")),
@@ -214,7 +235,7 @@ fn run_match(gpu: &Gpu, s: &Scenario, table: &mut MufuTable) -> Verdict {
     gpu.synchronize().map_err(e)?;
     let got = dev.download(gpu).map_err(e)?;
     let want = mufu_gpu::reference_with_hardware_mufu(gpu, &s.mem, &s.ops, table).map_err(e)?;
-    compare_all_bytes(&got, &want, s.exact_nan_payloads)?;
+    compare_all_bytes(&got, &want, &nan_lenient_words(&want, &s.ops, s.exact_nan_payloads))?;
     let mut exact = s.mem.clone();
     for op in &s.ops {
         op.reference(&mut exact, &mut ExactMufu).map_err(e)?;
@@ -235,7 +256,31 @@ fn run_equivalent(gpu: &Gpu, eq: &Equivalence) -> Verdict {
         dev.download(gpu).map_err(e)
     };
     let (a, b) = (run(&eq.a)?, run(&eq.b)?);
-    compare_pairs(&a, &b, &eq.compare).map(|d| format!("GPU runs agree: {d}"))
+    let pairs = compare_pairs(&a, &b, &eq.compare)?;
+    let whole = compare_shared_buffers(&a, &b, &eq.private)?;
+    Ok(format!("GPU runs agree: {pairs}; {whole}"))
+}
+
+/// Every buffer but the `private` ones, byte for byte (every bit: guard bytes, padding and
+/// inputs included).
+fn compare_shared_buffers(a: &HostMemory, b: &HostMemory, private: &[crate::tensor::BufferId]) -> Verdict {
+    if a.n_buffers() != b.n_buffers() {
+        return Err(format!("{} buffers after chain a, {} after chain b", a.n_buffers(), b.n_buffers()));
+    }
+    let (mut buffers, mut bytes) = (0usize, 0usize);
+    for id in (0..a.n_buffers()).map(crate::tensor::BufferId).filter(|id| !private.contains(id)) {
+        let (x, y) = (a.bytes(id), b.bytes(id));
+        if x.len() != y.len() {
+            return Err(format!("buffer {}: {} vs {} bytes", id.0, x.len(), y.len()));
+        }
+        if let Some(i) = x.iter().zip(y).position(|(p, q)| p != q) {
+            let differ = x.iter().zip(y).filter(|(p, q)| p != q).count();
+            return Err(format!("buffer {}: {differ} byte(s) differ, first at byte {i}: {:#04x} vs {:#04x}", id.0, x[i], y[i]));
+        }
+        buffers += 1;
+        bytes += x.len();
+    }
+    Ok(format!("{buffers} whole buffer(s), {bytes} bytes identical"))
 }
 
 /// Compares each (tensor in `a`, tensor in `b`) pair element by element, every bit.
@@ -284,8 +329,28 @@ fn run_refusal(gpu: &Gpu, s: &Scenario, predicate: fn(&Error) -> bool, expected:
     }
 }
 
-/// Check 1: every byte of every buffer.
-fn compare_all_bytes(got: &HostMemory, want: &HostMemory, exact_nan_payloads: bool) -> Verdict {
+/// Per buffer, the 4-byte words in which any NaN matches any NaN: the F32 elements the ops
+/// always write (arithmetic yields the GPU's canonical NaN where the CPU keeps a payload) —
+/// none when the case keeps NaN payloads. Guard bytes, padding and every word no op writes
+/// stay bit for bit.
+fn nan_lenient_words(mem: &HostMemory, ops: &[Box<dyn Op>], exact_nan_payloads: bool) -> Vec<Vec<bool>> {
+    let mut lenient: Vec<Vec<bool>> = (0..mem.n_buffers()).map(|b| vec![false; mem.bytes(crate::tensor::BufferId(b)).len() / 4]).collect();
+    if exact_nan_payloads {
+        return lenient;
+    }
+    for t in ops.iter().flat_map(|op| op.must_write()).filter(|t| t.dtype() == DType::F32) {
+        let Some(words) = lenient.get_mut(t.buffer.0) else { continue };
+        for i in t.layout.indices() {
+            if let Some(w) = t.layout.checked_byte_offset(i).filter(|o| o % 4 == 0).and_then(|o| words.get_mut(o / 4)) {
+                *w = true;
+            }
+        }
+    }
+    lenient
+}
+
+/// Check 1: every byte of every buffer (NaN = NaN only in the `lenient` words).
+fn compare_all_bytes(got: &HostMemory, want: &HostMemory, lenient: &[Vec<bool>]) -> Verdict {
     const SHOW: usize = 4;
     let mut shown = Vec::new();
     let mut total = 0usize;
@@ -299,7 +364,7 @@ fn compare_all_bytes(got: &HostMemory, want: &HostMemory, exact_nan_payloads: bo
             if gw == ww {
                 continue;
             }
-            if gw.len() == 4 && !exact_nan_payloads {
+            if gw.len() == 4 && lenient.get(b).and_then(|l| l.get(i)).copied().unwrap_or(false) {
                 let (x, y) = (f32::from_le_bytes(gw.try_into().unwrap()), f32::from_le_bytes(ww.try_into().unwrap()));
                 if x.is_nan() && y.is_nan() {
                     continue;
@@ -408,4 +473,62 @@ pub fn summarize(reports: &[CaseReport], out: &mut dyn std::io::Write) -> std::i
     let (n, p) = groups.iter().fold((0, 0), |acc, g| (acc.0 + g.1, acc.1 + g.2));
     writeln!(out, "{:<24} {:>6} {:>7}", "total", n, p)?;
     Ok(n == p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::Scale;
+    use crate::tensor::BufferId;
+
+    /// A Scale writing a 4-float output inside guard bytes, and two memories that differ by
+    /// NaN payloads in one output element and, optionally, one guard word.
+    fn nan_case(guard_nan: bool) -> (HostMemory, HostMemory, Vec<Box<dyn Op>>) {
+        let mut b = Builder::new(1);
+        let src = b.input([4, 1, 1, 1], Values::Uniform(1.0));
+        let dst = b.output([4, 1, 1, 1]);
+        let ops: Vec<Box<dyn Op>> = vec![Box::new(Scale { src, dst, scale: 1.0, bias: 0.0 })];
+        let (mut got, mut want) = (b.mem.clone(), b.mem);
+        let element = dst.layout.offset;
+        got.bytes_mut(dst.buffer)[element..element + 4].copy_from_slice(&0x7fc0_0001u32.to_le_bytes());
+        want.bytes_mut(dst.buffer)[element..element + 4].copy_from_slice(&0x7fff_ffffu32.to_le_bytes());
+        if guard_nan {
+            got.bytes_mut(dst.buffer)[..4].copy_from_slice(&0x7fc0_0002u32.to_le_bytes());
+            want.bytes_mut(dst.buffer)[..4].copy_from_slice(&0x7fc0_0003u32.to_le_bytes());
+        }
+        (got, want, ops)
+    }
+
+    #[test]
+    fn nans_match_only_in_written_elements() {
+        let (got, want, ops) = nan_case(false);
+        compare_all_bytes(&got, &want, &nan_lenient_words(&want, &ops, false)).unwrap();
+        assert!(compare_all_bytes(&got, &want, &nan_lenient_words(&want, &ops, true)).is_err());
+        // Two different NaNs in a guard word are a difference, payloads or not.
+        let (got, want, ops) = nan_case(true);
+        let e = compare_all_bytes(&got, &want, &nan_lenient_words(&want, &ops, false)).unwrap_err();
+        assert!(e.contains("byte 0"), "{e}");
+    }
+
+    #[test]
+    fn an_equivalence_compares_every_shared_buffer() {
+        let setup = cases::gdn_conv_chain::ChainSetup::sweep_shape(0, 4, 3);
+        let eq = setup.equivalence(Builder::new(3));
+        // The unfused chain's GET_ROWS and CONCAT outputs are its own.
+        assert_eq!(eq.private.len(), 2, "{:?}", eq.private);
+        let run = |ops: &[Box<dyn Op>]| {
+            let mut mem = eq.mem.clone();
+            ops.iter().for_each(|op| op.reference(&mut mem, &mut ExactMufu).unwrap());
+            mem
+        };
+        let (a, mut b) = (run(&eq.a), run(&eq.b));
+        compare_shared_buffers(&a, &b, &eq.private).unwrap();
+        // A stray write into the guard bytes of the cache, or into an input, is caught.
+        for id in [eq.compare[3].0.buffer, BufferId(2)] {
+            let saved = b.bytes(id)[0];
+            b.bytes_mut(id)[0] ^= 1;
+            assert!(compare_shared_buffers(&a, &b, &eq.private).is_err(), "buffer {}", id.0);
+            b.bytes_mut(id)[0] = saved;
+        }
+    }
 }

@@ -6,7 +6,8 @@
 //! Every match case has a twin in [`VS_UNFUSED`]: the fused op and the unfused chain it replaces
 //! (GET_ROWS, CONCAT, CPY or CPY_SNAPSHOTS, SSM_CONV+SiLU, L2_NORM ×2 — as
 //! `layer::unfused_ops` builds them) run from the same memory, and conv_out, q_norm, k_norm and
-//! the whole conv cache must come out byte for byte identical.
+//! the whole conv cache must come out byte for byte identical — and so must every other buffer
+//! (inputs, guard bytes, padding) but the unfused chain's own intermediates.
 
 use crate::Error;
 use crate::ops::{ConcatDim0, Cpy, CpySnapshots, GdnConvChain, GetRows, L2Norm, Op, SnapshotWrite, SsmConv};
@@ -181,12 +182,13 @@ impl ChainSetup {
         ops
     }
 
-    /// Fused vs unfused from the same memory: conv_out, q_norm, k_norm and the whole cache.
+    /// Fused vs unfused from the same memory: conv_out, q_norm, k_norm and the whole cache
+    /// element by element, then every buffer but the unfused intermediates byte for byte.
     pub fn equivalence(&self, mut b: Builder) -> Equivalence {
         let op = self.build(&mut b);
         let unfused = self.unfused(&mut b, &op);
         let compare = [op.conv_out, op.q_norm, op.k_norm, op.conv_cache].map(|t| (t, t)).to_vec();
-        Equivalence { mem: b.mem, a: vec![Box::new(op)], b: unfused, compare }
+        Equivalence::new(b.mem, vec![Box::new(op)], unfused, compare)
     }
 
     fn match_case(self) -> Case {
