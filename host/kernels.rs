@@ -10,49 +10,45 @@ pub const PTX: &str = include_str!(env!("RGDN_PTX_PATH"));
 /// The GPU architecture the PTX targets (`RGDN_CUDA_ARCH` at build time, default sm_90).
 pub const PTX_ARCH: &str = env!("RGDN_PTX_ARCH");
 
-/// Every entry point the host may launch; `tests/ptx.rs` checks each is in [`PTX`].
+/// Every entry point the host may launch; `tests/ptx.rs` checks each is in [`PTX`]. The names
+/// come from [`abi::ENTRIES`], plus the entries that do not take a parameter struct yet.
 pub fn all_entries() -> Vec<&'static str> {
+    let mut entries: Vec<&'static str> = abi::ENTRIES.iter().map(|e| e.name).collect();
+    entries.extend(positional_entries());
+    entries
+}
+
+/// The entries still declared with a positional parameter list (not in [`abi::ENTRIES`]):
+/// MUL_MAT_VEC and GATED_DELTA_NET, until their parameter structs land.
+pub fn positional_entries() -> Vec<&'static str> {
     let mut entries = Vec::new();
-    for d in abi::SSM_CONV_WIDTHS {
-        for silu in [false, true] {
-            entries.extend(abi::ssm_conv_entry(d, silu));
-        }
-    }
-    entries.push(abi::L2_NORM_ENTRY);
-    entries.extend([abi::MATH_PROBE_ENTRY, abi::COUNT_MISMATCHES_ENTRY, abi::MUFU_EVAL_ENTRY]);
-
-    // [copies]
-    entries.extend([abi::GET_ROWS_ENTRY, abi::CONCAT_DIM0_ENTRY, abi::CPY_ENTRY, abi::CPY_SNAPSHOTS_ENTRY, abi::SCALE_ENTRY]);
-
-    // [unary]
-    entries.extend((0..4).filter_map(abi::unary_entry));
-    entries.extend((0..2).filter_map(abi::binary_entry));
-
     // [mmvf]
     for kind in [abi::mul_mat_vec_kind::F32, abi::mul_mat_vec_kind::BF16, abi::mul_mat_vec_kind::F16_HALF, abi::mul_mat_vec_kind::F16_F32] {
         for ncols in 1..=abi::MUL_MAT_VEC_MAX_COLS {
             entries.extend(abi::mul_mat_vec_entry(kind, ncols));
         }
     }
-
     // [gdn]
     entries.push(abi::GATED_DELTA_NET_ENTRY);
-
-    // [convchain]
-    entries.extend(abi::GDN_CONV_CHAIN_WIDTHS.iter().filter_map(|&d| abi::gdn_conv_chain_entry(d)));
-
-    // [mmvf-pair]
-    for kind in [abi::mul_mat_vec_kind::F32, abi::mul_mat_vec_kind::BF16, abi::mul_mat_vec_kind::F16_HALF, abi::mul_mat_vec_kind::F16_F32] {
-        for ncols in 1..=abi::MUL_MAT_VEC_MAX_COLS {
-            entries.extend(abi::mul_mat_vec_pair_entry(kind, ncols));
-        }
-    }
-
-    // [speed]
-    entries.extend([abi::CONCAT_FLAT_ENTRY, abi::UNARY_SOFTPLUS_MUL_ENTRY]);
-
     entries
 }
+
+// SAFETY (all impls): each type is declared in abi.rs with `param_struct!`, which makes it
+// `#[repr(C)]` + `Copy` and asserts at compile time that it has no padding bytes; its fields are
+// u64/u32/f32 (alignment ≤ 8); and it is the type its entries take by value (their table row in
+// `abi::ENTRIES`, checked against the PTX's parameter list by `tests/ptx.rs`).
+unsafe impl crate::gpu::KernelParams for abi::GetRowsParams {}
+unsafe impl crate::gpu::KernelParams for abi::ConcatDim0Params {}
+unsafe impl crate::gpu::KernelParams for abi::CpyParams {}
+unsafe impl crate::gpu::KernelParams for abi::CpySnapshotsParams {}
+unsafe impl crate::gpu::KernelParams for abi::ScaleParams {}
+unsafe impl crate::gpu::KernelParams for abi::SsmConvParams {}
+unsafe impl crate::gpu::KernelParams for abi::L2NormParams {}
+unsafe impl crate::gpu::KernelParams for abi::UnaryParams {}
+unsafe impl crate::gpu::KernelParams for abi::BinaryParams {}
+unsafe impl crate::gpu::KernelParams for abi::MathProbeParams {}
+unsafe impl crate::gpu::KernelParams for abi::CountMismatchesParams {}
+unsafe impl crate::gpu::KernelParams for abi::MufuEvalParams {}
 
 /// Names of the `.entry` functions in [`PTX`].
 pub fn ptx_entries() -> Vec<&'static str> {

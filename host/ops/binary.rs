@@ -3,7 +3,7 @@
 
 use super::{Op, check};
 use crate::error::{Error, Result};
-use crate::gpu::{Gpu, KernelArg, LaunchDims};
+use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock};
 use crate::kernels::abi::{self, binary_kind};
 use crate::memory::{DeviceMemory, HostMemory, Memory};
 use crate::reference::math::Mufu;
@@ -79,18 +79,22 @@ impl Op for Binary {
         let [_, a1, a2, a3] = check::elem_strides(&self.a);
         let [_, b1, b2, b3] = check::elem_strides(&self.b);
         let [_, d1, d2, d3] = check::elem_strides(&self.dst);
-        let ne_b = self.b.ne().map(|n| n as u64);
         let n = self.a.layout.n_elements();
         let dims = LaunchDims::new((n.div_ceil(abi::BINARY_BLOCK as usize) as u32, 1, 1), (abi::BINARY_BLOCK, 1, 1));
-        let mut args = vec![KernelArg::Ptr(mem.device_ptr(&self.a)), KernelArg::Usize(a1), KernelArg::Usize(a2), KernelArg::Usize(a3)];
-        args.extend([KernelArg::Ptr(mem.device_ptr(&self.b)), KernelArg::Usize(b1), KernelArg::Usize(b2), KernelArg::Usize(b3)]);
-        args.extend(ne_b.map(KernelArg::Usize));
-        args.extend([KernelArg::Ptr(mem.device_ptr(&self.dst)), KernelArg::Usize(d1), KernelArg::Usize(d2), KernelArg::Usize(d3)]);
-        args.extend(ne.map(|n| KernelArg::Usize(n as u64)));
+        let params = abi::BinaryParams {
+            a: mem.device_ptr(&self.a),
+            a_stride: [a1, a2, a3],
+            b: mem.device_ptr(&self.b),
+            b_stride: [b1, b2, b3],
+            b_ne: self.b.ne().map(|n| n as u64),
+            dst: mem.device_ptr(&self.dst),
+            dst_stride: [d1, d2, d3],
+            ne: ne.map(|n| n as u64),
+        };
         // SAFETY: `check` proved a and dst cover shape `ne`, b covers `ne_b` (which divides ne),
         // dimension 0 is contiguous in all three, dst aliases an input only element for element,
-        // and the arguments follow the entry's parameter list.
-        unsafe { gpu.launch(entry, dims, &args) }
+        // and `params` is the struct every binary entry takes.
+        unsafe { gpu.launch(entry, dims, &[KernelArg::Params(ParamBlock::of(&params)?)]) }
     }
 
     fn reference(&self, mem: &mut HostMemory, _mufu: &mut dyn Mufu) -> Result<()> {

@@ -140,27 +140,20 @@ impl ConcatDim0 {
         let [b0, b1, b2, _] = check::elem_strides(&self.b);
         let [d0, d1, d2, _] = check::elem_strides(&self.dst);
         let dims = LaunchDims::new((shape.n1 as u32, shape.n2 as u32, 1), (abi::CONCAT_BLOCK, 1, 1));
-        let args = [
-            KernelArg::Ptr(mem.device_ptr(&self.a)),
-            KernelArg::Usize(a0),
-            KernelArg::Usize(a1),
-            KernelArg::Usize(a2),
-            KernelArg::Ptr(mem.device_ptr(&self.b)),
-            KernelArg::Usize(b0),
-            KernelArg::Usize(b1),
-            KernelArg::Usize(b2),
-            KernelArg::Ptr(mem.device_ptr(&self.dst)),
-            KernelArg::Usize(d0),
-            KernelArg::Usize(d1),
-            KernelArg::Usize(d2),
-            KernelArg::Usize(shape.na as u64),
-            KernelArg::Usize(shape.nb as u64),
-        ];
+        let params = abi::ConcatDim0Params {
+            a: mem.device_ptr(&self.a),
+            b: mem.device_ptr(&self.b),
+            dst: mem.device_ptr(&self.dst),
+            a_stride: [a0, a1, a2],
+            b_stride: [b0, b1, b2],
+            dst_stride: [d0, d1, d2],
+            na: shape.na as u64,
+            nb: shape.nb as u64,
+        };
         // SAFETY: `check` proved that a, b and dst lie inside their buffers for the grid (n1,
         // n2) and their dimension-0 sizes, that dst addresses every element once and is
-        // disjoint from a and b, and the argument list matches the entry's parameters in order
-        // and type.
-        unsafe { gpu.launch(abi::CONCAT_DIM0_ENTRY, dims, &args) }
+        // disjoint from a and b, and `params` is the struct the entry takes.
+        unsafe { gpu.launch(abi::CONCAT_DIM0_ENTRY, dims, &[KernelArg::Params(ParamBlock::of(&params)?)]) }
     }
 }
 

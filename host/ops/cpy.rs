@@ -4,7 +4,7 @@
 
 use super::{Op, check};
 use crate::error::{Error, Result};
-use crate::gpu::{Gpu, KernelArg, LaunchDims};
+use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock};
 use crate::kernels::abi;
 use crate::memory::{DeviceMemory, HostMemory, Memory};
 use crate::reference::math::Mufu;
@@ -56,35 +56,24 @@ impl Op for Cpy {
 
     fn launch(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<()> {
         let n = self.check(mem)?;
-        let [s0, s1, s2, s3] = check::elem_strides(&self.src);
-        let [d0, d1, d2, d3] = check::elem_strides(&self.dst);
         let (sn, dn) = (self.src.ne(), self.dst.ne());
         let blocks = n.div_ceil(abi::CPY_BLOCK as usize) as u32;
         let dims = LaunchDims::new((blocks, 1, 1), (abi::CPY_BLOCK, 1, 1));
         // Each size is at most n ≤ 2^31 − 1, so the u32 casts are lossless.
-        let args = [
-            KernelArg::Ptr(mem.device_ptr(&self.src)),
-            KernelArg::U32(sn[0] as u32),
-            KernelArg::U32(sn[1] as u32),
-            KernelArg::U32(sn[2] as u32),
-            KernelArg::Usize(s0),
-            KernelArg::Usize(s1),
-            KernelArg::Usize(s2),
-            KernelArg::Usize(s3),
-            KernelArg::Ptr(mem.device_ptr(&self.dst)),
-            KernelArg::U32(dn[0] as u32),
-            KernelArg::U32(dn[1] as u32),
-            KernelArg::U32(dn[2] as u32),
-            KernelArg::Usize(d0),
-            KernelArg::Usize(d1),
-            KernelArg::Usize(d2),
-            KernelArg::Usize(d3),
-            KernelArg::U32(n as u32),
-        ];
+        let params = abi::CpyParams {
+            src: mem.device_ptr(&self.src),
+            src_stride: check::elem_strides(&self.src),
+            dst: mem.device_ptr(&self.dst),
+            dst_stride: check::elem_strides(&self.dst),
+            src_ne: [sn[0] as u32, sn[1] as u32, sn[2] as u32],
+            dst_ne: [dn[0] as u32, dn[1] as u32, dn[2] as u32],
+            n: n as u32,
+            _pad: 0,
+        };
         // SAFETY: `check` proved that both views hold n ≥ 1 elements (so every size is ≥ 1)
         // inside their buffers, that dst addresses each element once and is disjoint from src,
-        // and the argument list matches the entry's parameters in order and type.
-        unsafe { gpu.launch(abi::CPY_ENTRY, dims, &args) }
+        // and `params` is the struct the entry takes.
+        unsafe { gpu.launch(abi::CPY_ENTRY, dims, &[KernelArg::Params(ParamBlock::of(&params)?)]) }
     }
 
     fn reference(&self, mem: &mut HostMemory, _mufu: &mut dyn Mufu) -> Result<()> {
@@ -253,25 +242,25 @@ impl Op for CpySnapshots {
         let [_, cache_row, ..] = check::elem_strides(&self.cache);
         let channel_blocks = shape.n_channels.div_ceil(abi::CPY_SNAPSHOTS_BLOCK as usize) as u32;
         let dims = LaunchDims::new((channel_blocks, (self.n_slots * shape.n_seqs) as u32, 1), (abi::CPY_SNAPSHOTS_BLOCK, 1, 1));
-        let args = [
-            KernelArg::Ptr(mem.device_ptr(&self.conv_input)),
-            KernelArg::Usize(in_channel),
-            KernelArg::Usize(in_seq),
-            KernelArg::Ptr(mem.device_ptr(&self.cache)),
-            KernelArg::Usize(cache_row),
-            KernelArg::Usize(self.first_row as u64),
-            KernelArg::Usize(self.group_stride as u64),
-            KernelArg::U32(shape.state_len as u32),
-            KernelArg::U32(shape.n_channels as u32),
-            KernelArg::U32(shape.n_tokens as u32),
-            KernelArg::U32(shape.n_seqs as u32),
-        ];
+        let params = abi::CpySnapshotsParams {
+            conv_input: mem.device_ptr(&self.conv_input),
+            in_channel,
+            in_seq,
+            cache: mem.device_ptr(&self.cache),
+            cache_row,
+            first_row: self.first_row as u64,
+            group_stride: self.group_stride as u64,
+            state_len: shape.state_len as u32,
+            n_channels: shape.n_channels as u32,
+            n_tokens: shape.n_tokens as u32,
+            n_seqs: shape.n_seqs as u32,
+        };
         // SAFETY: `check` proved that conv_input holds state_len + n_tokens columns of every
         // (channel, sequence), that every row j·group_stride + first_row + s for j < n_slots
         // (grid y = n_slots·n_s) lies in the cache and these rows are distinct, that the cache
-        // is disjoint from conv_input, and the argument list matches the entry's parameters in
-        // order and type (the u32 sizes were checked to fit).
-        unsafe { gpu.launch(abi::CPY_SNAPSHOTS_ENTRY, dims, &args) }
+        // is disjoint from conv_input, and `params` is the struct the entry takes (the u32 sizes
+        // were checked to fit).
+        unsafe { gpu.launch(abi::CPY_SNAPSHOTS_ENTRY, dims, &[KernelArg::Params(ParamBlock::of(&params)?)]) }
     }
 
     fn reference(&self, mem: &mut HostMemory, _mufu: &mut dyn Mufu) -> Result<()> {

@@ -3,7 +3,7 @@
 
 use super::{Op, check};
 use crate::error::{Error, Result};
-use crate::gpu::{Gpu, KernelArg, LaunchDims};
+use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock};
 use crate::kernels::abi;
 use crate::memory::{DeviceMemory, HostMemory, Memory};
 use crate::reference::math::Mufu;
@@ -78,20 +78,20 @@ impl Op for GetRows {
         let [_, dst_row, ..] = check::elem_strides(&self.dst);
         let blocks_y = shape.row_len.div_ceil(abi::GET_ROWS_BLOCK as usize).min(abi::GET_ROWS_MAX_GRID_Y as usize) as u32;
         let dims = LaunchDims::new((shape.n_rows as u32, blocks_y, 1), (abi::GET_ROWS_BLOCK, 1, 1));
-        let args = [
-            KernelArg::Ptr(mem.device_ptr(&self.src)),
-            KernelArg::Usize(src_row),
-            KernelArg::Ptr(mem.device_ptr(&self.rows)),
-            KernelArg::Usize(rows_stride),
-            KernelArg::Ptr(mem.device_ptr(&self.dst)),
-            KernelArg::Usize(dst_row),
-            KernelArg::Usize(shape.row_len as u64),
-        ];
+        let params = abi::GetRowsParams {
+            src: mem.device_ptr(&self.src),
+            src_row,
+            rows: mem.device_ptr(&self.rows),
+            rows_stride,
+            dst: mem.device_ptr(&self.dst),
+            dst_row,
+            row_len: shape.row_len as u64,
+        };
         // SAFETY: `check` proved that every row index in the index buffer (whose device copy
         // holds the same values) is in 0..n_src_rows, that src, rows and dst lie inside their
         // buffers for row_len elements × the grid's n_rows rows, that dst rows are distinct and
-        // disjoint from src, and the argument list matches the entry's parameters in order and type.
-        unsafe { gpu.launch(abi::GET_ROWS_ENTRY, dims, &args) }
+        // disjoint from src, and `params` is the struct the entry takes.
+        unsafe { gpu.launch(abi::GET_ROWS_ENTRY, dims, &[KernelArg::Params(ParamBlock::of(&params)?)]) }
     }
 
     fn reference(&self, mem: &mut HostMemory, _mufu: &mut dyn Mufu) -> Result<()> {

@@ -3,7 +3,7 @@
 
 use super::{Op, check};
 use crate::error::{Error, Result};
-use crate::gpu::{Gpu, KernelArg, LaunchDims};
+use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock};
 use crate::kernels::abi;
 use crate::memory::{DeviceMemory, HostMemory, Memory};
 use crate::reference::math::Mufu;
@@ -63,22 +63,22 @@ impl Op for L2Norm {
         let [_, s1, s2, s3] = check::elem_strides(&self.src);
         let [_, d1, d2, d3] = check::elem_strides(&self.dst);
         let dims = LaunchDims::new((ne[1] as u32, ne[2] as u32, ne[3] as u32), (abi::L2_NORM_BLOCK, 1, 1));
-        let args = [
-            KernelArg::Ptr(mem.device_ptr(&self.src)),
-            KernelArg::Usize(s1),
-            KernelArg::Usize(s2),
-            KernelArg::Usize(s3),
-            KernelArg::Ptr(mem.device_ptr(&self.dst)),
-            KernelArg::Usize(d1),
-            KernelArg::Usize(d2),
-            KernelArg::Usize(d3),
-            KernelArg::U32(ne[0] as u32),
-            KernelArg::F32(self.eps),
-        ];
+        let params = abi::L2NormParams {
+            src: mem.device_ptr(&self.src),
+            src_row: s1,
+            src_channel: s2,
+            src_sample: s3,
+            dst: mem.device_ptr(&self.dst),
+            dst_row: d1,
+            dst_channel: d2,
+            dst_sample: d3,
+            n_cols: ne[0] as u32,
+            eps: self.eps,
+        };
         // SAFETY: `check` proved both views lie inside their buffers for the grid (ne1, ne2,
-        // ne3) and ne0 columns, that dst is src itself or disjoint from it, and the argument
-        // list matches the entry's parameters in order and type.
-        unsafe { gpu.launch(abi::L2_NORM_ENTRY, dims, &args) }
+        // ne3) and ne0 columns, that dst is src itself or disjoint from it, and `params` is the
+        // struct the entry takes.
+        unsafe { gpu.launch(abi::L2_NORM_ENTRY, dims, &[KernelArg::Params(ParamBlock::of(&params)?)]) }
     }
 
     fn reference(&self, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()> {

@@ -2,7 +2,7 @@
 
 use super::{Op, check};
 use crate::error::{Error, Result};
-use crate::gpu::{Gpu, KernelArg, LaunchDims};
+use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock};
 use crate::kernels::abi;
 use crate::memory::{DeviceMemory, HostMemory, Memory};
 use crate::reference::math::Mufu;
@@ -50,17 +50,17 @@ impl Op for Scale {
         let n = self.check(mem)?;
         let blocks = n.div_ceil(abi::SCALE_BLOCK as usize).min(abi::SCALE_MAX_BLOCKS as usize) as u32;
         let dims = LaunchDims::new((blocks, 1, 1), (abi::SCALE_BLOCK, 1, 1));
-        let args = [
-            KernelArg::Ptr(mem.device_ptr(&self.src)),
-            KernelArg::Ptr(mem.device_ptr(&self.dst)),
-            KernelArg::F32(self.scale),
-            KernelArg::F32(self.bias),
-            KernelArg::Usize(n as u64),
-        ];
+        let params = abi::ScaleParams {
+            src: mem.device_ptr(&self.src),
+            dst: mem.device_ptr(&self.dst),
+            n: n as u64,
+            scale: self.scale,
+            bias: self.bias,
+        };
         // SAFETY: `check` proved that src and dst are contiguous runs of n f32 inside their
-        // buffers, either the very same elements or disjoint, and the argument list matches the
-        // entry's parameters in order and type.
-        unsafe { gpu.launch(abi::SCALE_ENTRY, dims, &args) }
+        // buffers, either the very same elements or disjoint, and `params` is the struct the
+        // entry takes.
+        unsafe { gpu.launch(abi::SCALE_ENTRY, dims, &[KernelArg::Params(ParamBlock::of(&params)?)]) }
     }
 
     fn reference(&self, mem: &mut HostMemory, _mufu: &mut dyn Mufu) -> Result<()> {

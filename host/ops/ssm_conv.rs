@@ -3,7 +3,7 @@
 
 use super::{Op, check};
 use crate::error::{Error, Result};
-use crate::gpu::{Gpu, KernelArg, LaunchDims};
+use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock};
 use crate::kernels::abi;
 use crate::memory::{DeviceMemory, HostMemory, Memory};
 use crate::reference::math::Mufu;
@@ -95,23 +95,23 @@ impl Op for SsmConv {
         let channel_blocks = shape.n_channels.div_ceil(abi::SSM_CONV_BLOCK as usize);
         let dims =
             LaunchDims::new((shape.n_seqs as u32, check::fits_u32(OP, "channel blocks", channel_blocks)?, 1), (abi::SSM_CONV_BLOCK, 1, 1));
-        let args = [
-            KernelArg::Ptr(mem.device_ptr(&self.conv_input)),
-            KernelArg::Usize(in_channel),
-            KernelArg::Usize(in_seq),
-            KernelArg::Ptr(mem.device_ptr(&self.weight)),
-            KernelArg::Usize(w_channel),
-            KernelArg::Ptr(bias),
-            KernelArg::Ptr(mem.device_ptr(&self.dst)),
-            KernelArg::Usize(dst_token),
-            KernelArg::Usize(dst_seq),
-            KernelArg::U32(shape.n_channels as u32),
-            KernelArg::U32(shape.n_tokens as u32),
-        ];
+        let params = abi::SsmConvParams {
+            conv_input: mem.device_ptr(&self.conv_input),
+            in_channel,
+            in_seq,
+            weight: mem.device_ptr(&self.weight),
+            w_channel,
+            bias,
+            dst: mem.device_ptr(&self.dst),
+            dst_token,
+            dst_seq,
+            n_channels: shape.n_channels as u32,
+            n_tokens: shape.n_tokens as u32,
+        };
         // SAFETY: `check` proved every view lies inside its buffer with the shapes the kernel
         // derives from (n_channels, n_tokens, grid.x = n_seqs), that dst is disjoint from the
-        // inputs, and the argument list matches the entry's parameters in order and type.
-        unsafe { gpu.launch(entry, dims, &args) }
+        // inputs, and `params` is the struct every SSM_CONV entry takes.
+        unsafe { gpu.launch(entry, dims, &[KernelArg::Params(ParamBlock::of(&params)?)]) }
     }
 
     fn reference(&self, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()> {

@@ -86,10 +86,10 @@ impl Op for Unary {
         let n = self.check(mem)?;
         let entry = abi::unary_entry(self.kind.kernel_id()).expect("every kind has an entry");
         let dims = LaunchDims::new((n.div_ceil(abi::UNARY_BLOCK as usize) as u32, 1, 1), (abi::UNARY_BLOCK, 1, 1));
-        let args = [KernelArg::Ptr(mem.device_ptr(&self.src)), KernelArg::Ptr(mem.device_ptr(&self.dst)), KernelArg::Usize(n as u64)];
+        let params = abi::UnaryParams { src: mem.device_ptr(&self.src), dst: mem.device_ptr(&self.dst), n: n as u64 };
         // SAFETY: `check` proved both views are contiguous runs of n f32 inside their buffers and
-        // dst is src itself or disjoint; the arguments match the entry's (src, dst, n).
-        unsafe { gpu.launch(entry, dims, &args) }
+        // dst is src itself or disjoint; `params` is the struct every unary entry takes.
+        unsafe { gpu.launch(entry, dims, &[KernelArg::Params(ParamBlock::of(&params)?)]) }
     }
 
     fn reference(&self, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()> {

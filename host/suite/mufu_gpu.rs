@@ -2,7 +2,7 @@
 //! against the hardware's exact approximation bits.
 
 use crate::error::{Error, Result};
-use crate::gpu::{Gpu, KernelArg, LaunchDims};
+use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock};
 use crate::kernels::abi;
 use crate::memory::HostMemory;
 use crate::ops::Op;
@@ -21,8 +21,8 @@ pub fn fill_table(gpu: &Gpu, wanted: &BTreeSet<(MufuOp, u32)>, table: &mut MufuT
     let d_args = gpu.upload(&args)?;
     let d_out = gpu.alloc(args.len())?;
     let blocks = n.div_ceil(256).min(4096);
-    let kernel_args =
-        [KernelArg::Ptr(d_ops.device_ptr()), KernelArg::Ptr(d_args.device_ptr()), KernelArg::Ptr(d_out.device_ptr()), KernelArg::U32(n)];
+    let params = abi::MufuEvalParams { op: d_ops.device_ptr(), arg: d_args.device_ptr(), out: d_out.device_ptr(), n, _pad: 0 };
+    let kernel_args = [KernelArg::Params(ParamBlock::of(&params)?)];
     // SAFETY: the three buffers hold n u32 each; the kernel is grid-stride over i < n.
     unsafe { gpu.launch(abi::MUFU_EVAL_ENTRY, LaunchDims::new((blocks, 1, 1), (256, 1, 1)), &kernel_args)? };
     let out = gpu.download(&d_out)?;

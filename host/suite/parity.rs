@@ -3,7 +3,7 @@
 //! each, compiled with nvcc at test time (the check is skipped, and says so, when nvcc is absent).
 
 use crate::error::{Error, Result};
-use crate::gpu::{DeviceBuffer, Gpu, KernelArg, LaunchDims};
+use crate::gpu::{DeviceBuffer, Gpu, KernelArg, LaunchDims, ParamBlock};
 use crate::kernels::abi::{self, math_probe};
 use std::path::PathBuf;
 use std::process::Command;
@@ -102,13 +102,13 @@ pub fn run(gpu: &Gpu, chunk_log2: u32) -> Result<Parity> {
                 gpu.launch(
                     abi::MATH_PROBE_ENTRY,
                     dims,
-                    &[
-                        KernelArg::U32(id),
-                        KernelArg::U32(first as u32),
-                        KernelArg::U32(n),
-                        KernelArg::F32(L2_EPS),
-                        KernelArg::Ptr(ours.device_ptr()),
-                    ],
+                    &[KernelArg::Params(ParamBlock::of(&abi::MathProbeParams {
+                        out: ours.device_ptr(),
+                        function: id,
+                        first: first as u32,
+                        n,
+                        param: L2_EPS,
+                    })?)],
                 )?;
                 gpu.launch_function(
                     &oracle,
@@ -119,12 +119,13 @@ pub fn run(gpu: &Gpu, chunk_log2: u32) -> Result<Parity> {
                 gpu.launch(
                     abi::COUNT_MISMATCHES_ENTRY,
                     dims,
-                    &[
-                        KernelArg::Ptr(ours.device_ptr()),
-                        KernelArg::Ptr(theirs.device_ptr()),
-                        KernelArg::U32(n),
-                        KernelArg::Ptr(counter.device_ptr()),
-                    ],
+                    &[KernelArg::Params(ParamBlock::of(&abi::CountMismatchesParams {
+                        a: ours.device_ptr(),
+                        b: theirs.device_ptr(),
+                        count: counter.device_ptr(),
+                        n,
+                        _pad: 0,
+                    })?)],
                 )?;
             }
             first += n as u64;

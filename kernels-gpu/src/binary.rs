@@ -52,30 +52,30 @@ unsafe fn binary<const KIND: u32>(a: *const f32, a_s: Strided, b: *const f32, b_
     unsafe { *dst.add(d_s.at(i)) = apply::<KIND>(*a.add(a_s.at(i)), *b.add(b_s.at(ib))) };
 }
 
+/// Dimension 0 contiguous, then the element strides of dimensions 1, 2, 3.
+#[inline(always)]
+fn strided([s1, s2, s3]: [u64; 3]) -> Strided {
+    Strided { s: [1, s1 as usize, s2 as usize, s3 as usize] }
+}
+
 macro_rules! binary_entries {
-    ($($name:ident = $kind:path;)*) => {$(
+    ($($name:ident = $key:ident, $kind:path;)*) => {$(
         /// Entry point; see the module docs.
         ///
         /// # Safety
         /// See [`binary`]: the host validates all three views before launching.
-        #[unsafe(no_mangle)]
-        #[allow(clippy::too_many_arguments)]
-        pub unsafe extern "ptx-kernel" fn $name(
-            a: *const f32, a1: usize, a2: usize, a3: usize,
-            b: *const f32, b1: usize, b2: usize, b3: usize,
-            b_ne0: usize, b_ne1: usize, b_ne2: usize, b_ne3: usize,
-            dst: *mut f32, d1: usize, d2: usize, d3: usize,
-            ne0: usize, ne1: usize, ne2: usize, ne3: usize,
-        ) {
+        #[unsafe(export_name = crate::abi::entry_name!($key))]
+        pub unsafe extern "ptx-kernel" fn $name(p: crate::abi::BinaryParams) {
             // Dimension 0 is contiguous in all three (checked by the host).
-            let (a_s, b_s, d_s) = (Strided { s: [1, a1, a2, a3] }, Strided { s: [1, b1, b2, b3] }, Strided { s: [1, d1, d2, d3] });
+            let (a_s, b_s, d_s) = (strided(p.a_stride), strided(p.b_stride), strided(p.dst_stride));
+            let (a, b, dst) = (p.a as *const f32, p.b as *const f32, p.dst as *mut f32);
             // SAFETY: forwarded from the launch contract.
-            unsafe { binary::<{ $kind }>(a, a_s, b, b_s, [b_ne0, b_ne1, b_ne2, b_ne3], dst, d_s, [ne0, ne1, ne2, ne3]) }
+            unsafe { binary::<{ $kind }>(a, a_s, b, b_s, p.b_ne.map(|n| n as usize), dst, d_s, p.ne.map(|n| n as usize)) }
         }
     )*};
 }
 
 binary_entries! {
-    binary_add_f32 = binary_kind::ADD;
-    binary_mul_f32 = binary_kind::MUL;
+    binary_add_f32 = binary_add, binary_kind::ADD;
+    binary_mul_f32 = binary_mul, binary_kind::MUL;
 }

@@ -51,24 +51,13 @@ pub unsafe fn concat_row(
 
 /// # Safety
 /// See the module docs: the host validated all three views for grid (n1, n2), `na` and `nb`.
-#[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "ptx-kernel" fn concat_dim0_f32(
-    a: *const u32,
-    a0: usize,
-    a1: usize,
-    a2: usize,
-    b: *const u32,
-    b0: usize,
-    b1: usize,
-    b2: usize,
-    dst: *mut u32,
-    d0: usize,
-    d1: usize,
-    d2: usize,
-    na: usize,
-    nb: usize,
-) {
+#[unsafe(export_name = crate::abi::entry_name!(concat_dim0))]
+pub unsafe extern "ptx-kernel" fn concat_dim0_f32(p: crate::abi::ConcatDim0Params) {
+    let (a, b, dst) = (p.a as *const u32, p.b as *const u32, p.dst as *mut u32);
+    let [a0, a1, a2] = p.a_stride.map(|s| s as usize);
+    let [b0, b1, b2] = p.b_stride.map(|s| s as usize);
+    let [d0, d1, d2] = p.dst_stride.map(|s| s as usize);
+    let (na, nb) = (p.na as usize, p.nb as usize);
     let (i1, i2) = (block_idx_x() as usize, block_idx_y() as usize);
     // SAFETY: (i1, i2) is inside the grid (n1, n2) the host validated every view for.
     unsafe {
@@ -88,7 +77,7 @@ pub unsafe extern "ptx-kernel" fn concat_dim0_f32(
 /// Launched with ⌈total / [`CONCAT_FLAT_BLOCK`](crate::abi::CONCAT_FLAT_BLOCK)⌉ blocks of that
 /// size; the host validated the three views for (na, nb, n1, n2 = total / ((na + nb)·n1)),
 /// na, nb, n1 ≥ 1, that `dst` addresses every element once and overlaps neither source.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = crate::abi::entry_name!(concat_flat))]
 pub unsafe extern "ptx-kernel" fn concat_flat_f32(p: crate::abi::ConcatFlatParams) {
     let idx = block_idx_x() * crate::abi::CONCAT_FLAT_BLOCK + thread_idx_x();
     if idx >= p.total {

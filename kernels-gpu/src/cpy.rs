@@ -57,27 +57,11 @@ pub fn offset(i: [usize; 4], s: [usize; 4]) -> usize {
 /// # Safety
 /// See the module docs: the host validated that both views hold `n` elements inside their
 /// buffers, that `dst` addresses each element once, and that the views are disjoint.
-#[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "ptx-kernel" fn cpy_f32_f32(
-    src: *const u32,
-    src_ne0: u32,
-    src_ne1: u32,
-    src_ne2: u32,
-    s0: usize,
-    s1: usize,
-    s2: usize,
-    s3: usize,
-    dst: *mut u32,
-    dst_ne0: u32,
-    dst_ne1: u32,
-    dst_ne2: u32,
-    d0: usize,
-    d1: usize,
-    d2: usize,
-    d3: usize,
-    n: u32,
-) {
+#[unsafe(export_name = crate::abi::entry_name!(cpy))]
+pub unsafe extern "ptx-kernel" fn cpy_f32_f32(p: crate::abi::CpyParams) {
+    let (src, dst, n) = (p.src as *const u32, p.dst as *mut u32, p.n);
+    let ([src_ne0, src_ne1, src_ne2], [dst_ne0, dst_ne1, dst_ne2]) = (p.src_ne, p.dst_ne);
+    let (s, d) = (p.src_stride.map(|s| s as usize), p.dst_stride.map(|s| s as usize));
     // n ≤ i32::MAX and the grid is ⌈n/64⌉ blocks, so f cannot wrap.
     let f = block_idx_x() * crate::abi::CPY_BLOCK + thread_idx_x();
     if f >= n {
@@ -85,8 +69,8 @@ pub unsafe extern "ptx-kernel" fn cpy_f32_f32(
     }
     // SAFETY: the host refused empty views, so every size is ≥ 1.
     let (src_ne, dst_ne) = unsafe { (sizes(src_ne0, src_ne1, src_ne2), sizes(dst_ne0, dst_ne1, dst_ne2)) };
-    let from = offset(unravel(f, src_ne), [s0, s1, s2, s3]);
-    let to = offset(unravel(f, dst_ne), [d0, d1, d2, d3]);
+    let from = offset(unravel(f, src_ne), s);
+    let to = offset(unravel(f, dst_ne), d);
     // SAFETY: f < n, so both logical indices are inside their views (checked by the host).
     unsafe { *dst.add(to) = *src.add(from) };
 }
@@ -117,21 +101,12 @@ pub unsafe fn copy_window(cols: *const u32, o: usize, row: *mut u32, state_len: 
 /// See the module docs: the host validated `conv_input` for (state_len + n_tokens, n_channels,
 /// n_seqs), that every row `j·group_stride + first_row + s` (j < gridDim.y / n_seqs) lies in the
 /// cache, that those rows are distinct, and that the cache is disjoint from `conv_input`.
-#[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "ptx-kernel" fn cpy_snapshots_f32(
-    conv_input: *const u32,
-    in_channel: usize,
-    in_seq: usize,
-    cache: *mut u32,
-    cache_row: usize,
-    first_row: usize,
-    group_stride: usize,
-    state_len: u32,
-    n_channels: u32,
-    n_tokens: u32,
-    n_seqs: u32,
-) {
+#[unsafe(export_name = crate::abi::entry_name!(cpy_snapshots))]
+pub unsafe extern "ptx-kernel" fn cpy_snapshots_f32(p: crate::abi::CpySnapshotsParams) {
+    let (conv_input, cache) = (p.conv_input as *const u32, p.cache as *mut u32);
+    let (in_channel, in_seq, cache_row) = (p.in_channel as usize, p.in_seq as usize, p.cache_row as usize);
+    let (first_row, group_stride) = (p.first_row as usize, p.group_stride as usize);
+    let (state_len, n_channels, n_tokens, n_seqs) = (p.state_len, p.n_channels, p.n_tokens, p.n_seqs);
     let c = block_idx_x() * crate::abi::CPY_SNAPSHOTS_BLOCK + thread_idx_x();
     if c >= n_channels {
         return;

@@ -327,12 +327,12 @@ unsafe fn gdn_conv_chain<const D_CONV: usize>(p: &GdnConvChainParams) {
 }
 
 macro_rules! gdn_conv_chain_entries {
-    ($($name:ident = $d:literal;)*) => {$(
+    ($($name:ident = $d:tt;)*) => {$(
         /// Entry point; see the module docs.
         ///
         /// # Safety
         /// See the module docs: the host validates every view, index and row before launching.
-        #[unsafe(no_mangle)]
+        #[unsafe(export_name = crate::abi::entry_name!(gdn_conv_chain, $d))]
         pub unsafe extern "ptx-kernel" fn $name(p: GdnConvChainParams) {
             // SAFETY: forwarded from the launch contract above.
             unsafe { gdn_conv_chain::<$d>(&p) }

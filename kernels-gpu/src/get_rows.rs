@@ -15,6 +15,7 @@
 //! Aliasing: `dst` must not overlap `src` (a row written could be a row another block still
 //! reads); the host refuses overlapping views and checks every index against `src` beforehand.
 
+use crate::abi::GetRowsParams;
 use crate::device::thread::{block_idx_x, block_idx_y, grid_dim_y, thread_idx_x};
 
 /// Copies elements `start, start + step, … < len` of one row. Shared with the fused conv-chain
@@ -35,16 +36,10 @@ pub unsafe fn copy_row_strided(src: *const u32, dst: *mut u32, start: usize, ste
 /// # Safety
 /// See the module docs: the host validated that every `rows[i]` (i < gridDim.x) lies in `src`,
 /// that every row touched lies inside its view, and that `dst` is disjoint from `src`.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn get_rows_f32(
-    src: *const u32,
-    src_row: usize,
-    rows: *const i32,
-    rows_stride: usize,
-    dst: *mut u32,
-    dst_row: usize,
-    row_len: usize,
-) {
+#[unsafe(export_name = crate::abi::entry_name!(get_rows))]
+pub unsafe extern "ptx-kernel" fn get_rows_f32(p: GetRowsParams) {
+    let (src, rows, dst) = (p.src as *const u32, p.rows as *const i32, p.dst as *mut u32);
+    let (src_row, rows_stride, dst_row, row_len) = (p.src_row as usize, p.rows_stride as usize, p.dst_row as usize, p.row_len as usize);
     let i = block_idx_x() as usize;
     let block = crate::abi::GET_ROWS_BLOCK as usize;
     // SAFETY: i < gridDim.x = the number of indices; the host checked 0 ≤ rows[i] < n_src_rows,

@@ -65,20 +65,11 @@ pub unsafe fn row_scale(lane_partial: f32, eps: f32) -> f32 {
 
 /// # Safety
 /// See the module docs: the host validates every view before launching with 32 threads.
-#[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "ptx-kernel" fn l2_norm_f32(
-    src: *const f32,
-    src_row: usize,
-    src_channel: usize,
-    src_sample: usize,
-    dst: *mut f32,
-    dst_row: usize,
-    dst_channel: usize,
-    dst_sample: usize,
-    n_cols: u32,
-    eps: f32,
-) {
+#[unsafe(export_name = crate::abi::entry_name!(l2_norm))]
+pub unsafe extern "ptx-kernel" fn l2_norm_f32(p: crate::abi::L2NormParams) {
+    let (src, dst, n_cols, eps) = (p.src as *const f32, p.dst as *mut f32, p.n_cols, p.eps);
+    let (src_row, src_channel, src_sample) = (p.src_row as usize, p.src_channel as usize, p.src_sample as usize);
+    let (dst_row, dst_channel, dst_sample) = (p.dst_row as usize, p.dst_channel as usize, p.dst_sample as usize);
     let (r, ch, s) = (block_idx_x() as usize, block_idx_y() as usize, block_idx_z() as usize);
     let lane = thread_idx_x();
     // SAFETY: the host checked both views cover n_cols columns of every (r, ch, s) in the grid.

@@ -22,8 +22,9 @@ pub fn scale_bias(x: f32, scale: f32, bias: f32) -> f32 {
 /// # Safety
 /// See the module docs: the host validated that `src` and `dst` hold `n` contiguous f32 and are
 /// the same elements or disjoint.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn scale_f32(src: *const f32, dst: *mut f32, scale: f32, bias: f32, n: usize) {
+#[unsafe(export_name = crate::abi::entry_name!(scale))]
+pub unsafe extern "ptx-kernel" fn scale_f32(p: crate::abi::ScaleParams) {
+    let (src, dst, scale, bias, n) = (p.src as *const f32, p.dst as *mut f32, p.scale, p.bias, p.n as usize);
     let mut i = (block_idx_x() * block_dim_x() + thread_idx_x()) as usize;
     let stride = (grid_dim_x() * block_dim_x()) as usize;
     while i < n {

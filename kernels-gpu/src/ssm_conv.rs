@@ -15,6 +15,7 @@
 //! Aliasing: `dst` must not overlap `conv_input` (a later token re-reads columns an earlier
 //! token's output would have overwritten); the host refuses overlapping views.
 
+use crate::abi::SsmConvParams;
 use crate::device::math::{add, fma};
 use crate::device::thread::{block_idx_x, block_idx_y, thread_idx_x};
 use crate::fast_math::silu;
@@ -88,37 +89,33 @@ unsafe fn ssm_conv<const D_CONV: usize, const SILU: bool>(
 }
 
 macro_rules! ssm_conv_entries {
-    ($($name:ident = ($d:literal, $silu:literal);)*) => {$(
+    ($($name:ident = $key:ident ($d:tt, $silu:literal);)*) => {$(
         /// Entry point; see [`conv_output`] and the module docs.
         ///
         /// # Safety
         /// See the module docs: the host validates every view before launching.
-        #[unsafe(no_mangle)]
-        #[allow(clippy::too_many_arguments)]
-        pub unsafe extern "ptx-kernel" fn $name(
-            conv_input: *const f32, in_channel: usize, in_seq: usize,
-            weight: *const f32, w_channel: usize, bias: *const f32,
-            dst: *mut f32, dst_token: usize, dst_seq: usize,
-            n_channels: u32, n_tokens: u32,
-        ) {
+        #[unsafe(export_name = crate::abi::entry_name!($key, $d))]
+        pub unsafe extern "ptx-kernel" fn $name(p: SsmConvParams) {
             // SAFETY: forwarded from the launch contract above.
             unsafe {
-                ssm_conv::<$d, $silu>(conv_input, in_channel, in_seq, weight, w_channel, bias,
-                                      dst, dst_token, dst_seq, n_channels, n_tokens)
+                ssm_conv::<$d, $silu>(p.conv_input as *const f32, p.in_channel as usize, p.in_seq as usize,
+                                      p.weight as *const f32, p.w_channel as usize, p.bias as *const f32,
+                                      p.dst as *mut f32, p.dst_token as usize, p.dst_seq as usize,
+                                      p.n_channels, p.n_tokens)
             }
         }
     )*};
 }
 
 ssm_conv_entries! {
-    ssm_conv_f32_d3 = (3, false);
-    ssm_conv_f32_d4 = (4, false);
-    ssm_conv_f32_d5 = (5, false);
-    ssm_conv_f32_d9 = (9, false);
-    ssm_conv_f32_d15 = (15, false);
-    ssm_conv_f32_d3_silu = (3, true);
-    ssm_conv_f32_d4_silu = (4, true);
-    ssm_conv_f32_d5_silu = (5, true);
-    ssm_conv_f32_d9_silu = (9, true);
-    ssm_conv_f32_d15_silu = (15, true);
+    ssm_conv_f32_d3 = ssm_conv(3, false);
+    ssm_conv_f32_d4 = ssm_conv(4, false);
+    ssm_conv_f32_d5 = ssm_conv(5, false);
+    ssm_conv_f32_d9 = ssm_conv(9, false);
+    ssm_conv_f32_d15 = ssm_conv(15, false);
+    ssm_conv_f32_d3_silu = ssm_conv_silu(3, true);
+    ssm_conv_f32_d4_silu = ssm_conv_silu(4, true);
+    ssm_conv_f32_d5_silu = ssm_conv_silu(5, true);
+    ssm_conv_f32_d9_silu = ssm_conv_silu(9, true);
+    ssm_conv_f32_d15_silu = ssm_conv_silu(15, true);
 }

@@ -22,8 +22,9 @@ fn grid_stride() -> (usize, usize) {
 ///
 /// # Safety
 /// `out` must hold `n` u32.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn test_math_probe_f32(function: u32, first: u32, n: u32, param: f32, out: *mut u32) {
+#[unsafe(export_name = crate::abi::entry_name!(math_probe))]
+pub unsafe extern "ptx-kernel" fn test_math_probe_f32(p: crate::abi::MathProbeParams) {
+    let (function, first, n, param, out) = (p.function, p.first, p.n, p.param, p.out as *mut u32);
     let (mut i, stride) = grid_stride();
     while i < n as usize {
         let x = f32::from_bits(first.wrapping_add(i as u32));
@@ -46,8 +47,9 @@ pub unsafe extern "ptx-kernel" fn test_math_probe_f32(function: u32, first: u32,
 ///
 /// # Safety
 /// `a`, `b` must hold `n` u32; `count` must point to one u64 (a u32 could wrap to 0).
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn test_count_mismatches_u32(a: *const u32, b: *const u32, n: u32, count: *mut u64) {
+#[unsafe(export_name = crate::abi::entry_name!(count_mismatches))]
+pub unsafe extern "ptx-kernel" fn test_count_mismatches_u32(p: crate::abi::CountMismatchesParams) {
+    let (a, b, n, count) = (p.a as *const u32, p.b as *const u32, p.n, p.count as *mut u64);
     let (mut i, stride) = grid_stride();
     let mut local = 0u64;
     while i < n as usize {
@@ -69,8 +71,9 @@ pub unsafe extern "ptx-kernel" fn test_count_mismatches_u32(a: *const u32, b: *c
 ///
 /// # Safety
 /// `op`, `arg`, `out` must hold `n` u32.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn test_mufu_eval_f32(op: *const u32, arg: *const u32, out: *mut u32, n: u32) {
+#[unsafe(export_name = crate::abi::entry_name!(mufu_eval))]
+pub unsafe extern "ptx-kernel" fn test_mufu_eval_f32(p: crate::abi::MufuEvalParams) {
+    let (op, arg, out, n) = (p.op as *const u32, p.arg as *const u32, p.out as *mut u32, p.n);
     let (mut i, stride) = grid_stride();
     while i < n as usize {
         // SAFETY: i < n, forwarded to the caller.

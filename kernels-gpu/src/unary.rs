@@ -34,24 +34,24 @@ unsafe fn unary<const KIND: u32>(src: *const f32, dst: *mut f32, n: usize) {
 }
 
 macro_rules! unary_entries {
-    ($($name:ident = $kind:path;)*) => {$(
+    ($($name:ident = $key:ident, $kind:path;)*) => {$(
         /// Entry point; see the module docs.
         ///
         /// # Safety
         /// See [`unary`]: the host validates both views before launching.
-        #[unsafe(no_mangle)]
-        pub unsafe extern "ptx-kernel" fn $name(src: *const f32, dst: *mut f32, n: usize) {
+        #[unsafe(export_name = crate::abi::entry_name!($key))]
+        pub unsafe extern "ptx-kernel" fn $name(p: crate::abi::UnaryParams) {
             // SAFETY: forwarded from the launch contract.
-            unsafe { unary::<{ $kind }>(src, dst, n) }
+            unsafe { unary::<{ $kind }>(p.src as *const f32, p.dst as *mut f32, p.n as usize) }
         }
     )*};
 }
 
 unary_entries! {
-    unary_sigmoid_f32 = unary_kind::SIGMOID;
-    unary_softplus_f32 = unary_kind::SOFTPLUS;
-    unary_silu_f32 = unary_kind::SILU;
-    unary_exp_f32 = unary_kind::EXP;
+    unary_sigmoid_f32 = unary_sigmoid, unary_kind::SIGMOID;
+    unary_softplus_f32 = unary_softplus, unary_kind::SOFTPLUS;
+    unary_silu_f32 = unary_silu, unary_kind::SILU;
+    unary_exp_f32 = unary_exp, unary_kind::EXP;
 }
 
 /// [speed] Fused UNARY→MUL `y[i] = softplus(x[i]) · m[i mod n_mul]` (spec §2.7): the SOFTPLUS
@@ -68,7 +68,7 @@ unary_entries! {
 ///
 /// # Safety
 /// The host validated the three views for `n` and `n_mul ≥ 1` elements and the aliasing rule.
-#[unsafe(no_mangle)]
+#[unsafe(export_name = crate::abi::entry_name!(unary_softplus_mul))]
 pub unsafe extern "ptx-kernel" fn unary_softplus_mul_f32(p: crate::abi::UnaryMulParams) {
     let i = block_idx_x() * block_dim_x() + thread_idx_x();
     if i < p.n {
