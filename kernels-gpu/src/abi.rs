@@ -141,6 +141,27 @@ pub mod mul_mat_vec_kind {
     pub const F16_F32: u32 = 3;
 }
 
+/// Parameters of a MUL_MAT_VEC entry, passed by value (one product; the pair's struct is
+/// [`MulMatVecPairParams`]). Addresses are device addresses, strides are in elements (weight
+/// rows in weight elements, input and dst columns in f32).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MulMatVecParams {
+    /// Row 0 of the weight, and the elements between its rows.
+    pub weight: u64,
+    pub w_row: u64,
+    /// Column 0 of the input, and the f32 elements between its columns.
+    pub input: u64,
+    pub in_col: u64,
+    /// Column 0 of dst, and the f32 elements between its columns.
+    pub dst: u64,
+    pub dst_col: u64,
+    /// E / 2: pairs per weight row and input column.
+    pub n_pairs: u32,
+    /// Zero; makes the size a multiple of 8 (no padding bytes).
+    pub _pad: u32,
+}
+
 /// ggml's block size for rows of `row_len` elements (`launch_mul_mat_vec_f_cuda`, warp size 32,
 /// NVIDIA's limit 256): start from one warp and ⌈row_len/64⌉ pair iterations per thread; for
 /// 64, 96, …, 256 threads take the size whenever it needs strictly fewer iterations.
@@ -234,6 +255,59 @@ pub const GDN_WARPS: u32 = 4;
 pub const GDN_MAX_SLOTS: usize = 17;
 /// Scalar-gate GATED_DELTA_NET for D = 128 (spec §2.10).
 pub const GATED_DELTA_NET_ENTRY: &str = "gated_delta_net_f32_d128";
+
+/// Parameters of [`GATED_DELTA_NET_ENTRY`], passed by value: for each tensor its device address
+/// then its element strides (dimension 0 is contiguous for every tensor but `g` and `beta`,
+/// which have one element per row), then the sizes. 31 u64 and four 4-byte scalars: 264 bytes,
+/// alignment 8, no padding.
+///
+/// Layouts: `q`/`k` (i, kh, t, s) at `i + kh·*_head + t·*_token + s·*_seq`; `v` and `out`
+/// (col, h, t, s) likewise; `g`/`beta` (0, h, t, s) at `h·*_head + t·*_token + s·*_seq`;
+/// `state_in` (i, col, h, s) at `i + col·in_col + h·in_head + s·in_seq`; `states` slot k of
+/// sequence s at `s·states_seq + k·states_slot`, (i, col, h) at `(h·D + col)·D + i` in it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GatedDeltaNetParams {
+    pub q: u64,
+    pub q_head: u64,
+    pub q_token: u64,
+    pub q_seq: u64,
+    pub k: u64,
+    pub k_head: u64,
+    pub k_token: u64,
+    pub k_seq: u64,
+    pub v: u64,
+    pub v_head: u64,
+    pub v_token: u64,
+    pub v_seq: u64,
+    pub g: u64,
+    pub g_head: u64,
+    pub g_token: u64,
+    pub g_seq: u64,
+    pub beta: u64,
+    pub beta_head: u64,
+    pub beta_token: u64,
+    pub beta_seq: u64,
+    pub state_in: u64,
+    pub in_col: u64,
+    pub in_head: u64,
+    pub in_seq: u64,
+    pub out: u64,
+    pub out_head: u64,
+    pub out_token: u64,
+    pub out_seq: u64,
+    pub states: u64,
+    pub states_seq: u64,
+    pub states_slot: u64,
+    /// n_t.
+    pub n_tokens: u32,
+    /// H_k ≥ 1: value head h reads key head h mod H_k.
+    pub n_key_heads: u32,
+    /// K: slots k < min(n_t, K) of `states` are written.
+    pub n_slots: u32,
+    /// The attention scale 1/√D.
+    pub scale: f32,
+}
 
 // ---- [convchain] GDN_CONV_CHAIN ----
 /// GDN_CONV_CHAIN: threads per block, one channel per thread; grid (C / 128, 1, 1).

@@ -421,31 +421,26 @@ unsafe fn mul_mat_vec_row<A: Accumulation, const NCOLS: usize>(
     }
 }
 
-/// One block computes row `%ctaid.x` of column group `%ctaid.z`.
+/// One block computes row `%ctaid.x` of column group `%ctaid.z` of the product `p` describes.
 ///
 /// # Safety
 /// See the module docs: the host validates every view before launching one block per row and
 /// column group (gridDim.z · NCOLS columns).
 #[inline(always)]
-unsafe fn mul_mat_vec<A: Accumulation, const NCOLS: usize>(
-    weight: *const A::Elem,
-    w_row: usize,
-    input: *const f32,
-    in_col: usize,
-    dst: *mut f32,
-    dst_col: usize,
-    n_pairs: u32,
-) {
+unsafe fn mul_mat_vec<A: Accumulation, const NCOLS: usize>(p: &abi::MulMatVecParams) {
     let row = block_idx_x() as usize;
+    let weight = p.weight as usize as *const A::Elem;
     // SAFETY: the host checked that row `row` (< rows = gridDim.x) lies inside the weight view
     // and starts pair-aligned.
-    let w = unsafe { weight.add(row * w_row) } as *const A::Pair;
+    let w = unsafe { weight.add(row * p.w_row as usize) } as *const A::Pair;
+    let (in_col, dst_col) = (p.in_col as usize, p.dst_col as usize);
     let g = block_idx_z() as usize;
+    let (input, dst) = (p.input as usize as *const f32, p.dst as usize as *mut f32);
     // SAFETY: the host launches gridDim.z = ncols / NCOLS groups: columns g·NCOLS … of the
     // input and dst views exist.
     let (input, dst) = unsafe { (input.add(g * NCOLS * in_col), dst.add(g * NCOLS * dst_col)) };
     // SAFETY: forwarded from the launch contract.
-    unsafe { mul_mat_vec_row::<A, NCOLS>(w, input, in_col, dst, dst_col, row, n_pairs) }
+    unsafe { mul_mat_vec_row::<A, NCOLS>(w, input, in_col, dst, dst_col, row, p.n_pairs) }
 }
 
 /// MUL_MAT_VEC_PAIR: block (x, y, z) computes row x of product y (0: the `_0` fields of `p`, 1:
@@ -479,14 +474,9 @@ macro_rules! mul_mat_vec_entries {
         /// # Safety
         /// See the module docs: the host validates every view before launching.
         #[unsafe(no_mangle)]
-        pub unsafe extern "ptx-kernel" fn $name(
-            weight: *const <$acc as Accumulation>::Elem, w_row: usize,
-            input: *const f32, in_col: usize,
-            dst: *mut f32, dst_col: usize,
-            n_pairs: u32,
-        ) {
+        pub unsafe extern "ptx-kernel" fn $name(p: abi::MulMatVecParams) {
             // SAFETY: forwarded from the launch contract above.
-            unsafe { mul_mat_vec::<$acc, $ncols>(weight, w_row, input, in_col, dst, dst_col, n_pairs) }
+            unsafe { mul_mat_vec::<$acc, $ncols>(&p) }
         }
 
         /// MUL_MAT_VEC_PAIR entry point; see the module docs.
