@@ -48,6 +48,18 @@ pub fn all_entries() -> Vec<&'static str> {
         }
     }
 
+    // [pair-gate] MUL_MAT_VEC_PAIR_GATE runs the pair's entries with the gate epilogue: listed
+    // here too (so dropping them from the pair's block still leaves them checked), once.
+    for kind in [abi::mul_mat_vec_kind::F32, abi::mul_mat_vec_kind::BF16, abi::mul_mat_vec_kind::F16_HALF, abi::mul_mat_vec_kind::F16_F32] {
+        for ncols in 1..=abi::MUL_MAT_VEC_MAX_COLS {
+            if let Some(e) = abi::mul_mat_vec_pair_gate_entry(kind, ncols)
+                && !entries.contains(&e)
+            {
+                entries.push(e);
+            }
+        }
+    }
+
     // [speed]
     entries.extend([abi::CONCAT_FLAT_ENTRY, abi::UNARY_SOFTPLUS_MUL_ENTRY]);
 

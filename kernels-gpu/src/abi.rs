@@ -467,6 +467,48 @@ pub const fn mul_mat_vec_pair_entry(kind: u32, ncols: usize) -> Option<&'static 
     pick_mul_mat_vec_entry(&NAMES, kind, ncols)
 }
 
+// ---- [pair-gate] MUL_MAT_VEC_PAIR_GATE: the gate path as the pair's epilogue ----
+/// What the `mul_mat_vec_pair_*` entries take by value: the pair's products ([`MulMatVecPairParams`])
+/// and the gate-path epilogue. With `epilogue` = [`PAIR_EPILOGUE_NONE`] they are MUL_MAT_VEC_PAIR
+/// (the epilogue fields are ignored, zero by convention); with [`PAIR_EPILOGUE_GATE`] they are
+/// MUL_MAT_VEC_PAIR_GATE: besides writing both products as the pair does, the thread that writes
+/// element (r, j) of product 0 (alpha) also writes `gate[r + j·gate_col] =
+/// softplus(alpha + dt_bias[r]) · ssm_a[r]`, and the one that writes (r, j) of product 1 (beta_raw)
+/// writes `beta[r + j·beta_col] = sigmoid(beta_raw)` — ADD, SOFTPLUS, MUL and SIGMOID with the
+/// unfused kernels' own bodies. One set of entries serves both ops (a runtime flag, uniform per
+/// launch, read after the reduction) instead of a second set of 32 large entries (the pair
+/// entries are ~1.6 MB of the PTX, which every test binary of the GPU bundle embeds).
+///
+/// Addresses are device addresses; `dt_bias`, `ssm_a` are contiguous [H_v] f32, `beta`, `gate`
+/// [H_v, ncols] f32 with contiguous columns `beta_col`/`gate_col` f32 apart. 144 bytes, no padding.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MulMatVecPairGateParams {
+    pub pair: MulMatVecPairParams,
+    pub dt_bias: u64,
+    pub ssm_a: u64,
+    pub beta: u64,
+    pub beta_col: u64,
+    pub gate: u64,
+    pub gate_col: u64,
+    /// [`PAIR_EPILOGUE_NONE`] or [`PAIR_EPILOGUE_GATE`].
+    pub epilogue: u32,
+    /// Zero; makes the size a multiple of 8 (no padding bytes).
+    pub _pad: u32,
+}
+
+/// [`MulMatVecPairGateParams::epilogue`]: the plain pair.
+pub const PAIR_EPILOGUE_NONE: u32 = 0;
+/// [`MulMatVecPairGateParams::epilogue`]: the gate path (SIGMOID of product 1; ADD, SOFTPLUS,
+/// MUL of product 0).
+pub const PAIR_EPILOGUE_GATE: u32 = 1;
+
+/// The MUL_MAT_VEC_PAIR_GATE entry for a [`mul_mat_vec_kind`] and 1 ≤ `ncols` ≤ 8 columns: the
+/// pair's own entry, run with [`PAIR_EPILOGUE_GATE`].
+pub const fn mul_mat_vec_pair_gate_entry(kind: u32, ncols: usize) -> Option<&'static str> {
+    mul_mat_vec_pair_entry(kind, ncols)
+}
+
 // ---- [speed] CONCAT flat kernel, fused SOFTPLUS·MUL ----
 /// CONCAT dim 0 as one flat kernel (ggml takes its flat kernel when both sources are contiguous —
 /// at n_t = 1 in the layer; ours addresses each operand by its strides, so it serves strided
