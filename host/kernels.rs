@@ -10,27 +10,10 @@ pub const PTX: &str = include_str!(env!("RGDN_PTX_PATH"));
 /// The GPU architecture the PTX targets (`RGDN_CUDA_ARCH` at build time, default sm_90).
 pub const PTX_ARCH: &str = env!("RGDN_PTX_ARCH");
 
-/// Every entry point the host may launch; `tests/ptx.rs` checks each is in [`PTX`]. The names
-/// come from [`abi::ENTRIES`], plus the entries that do not take a parameter struct yet.
+/// Every entry point the host may launch ([`abi::ENTRIES`]); `tests/ptx.rs` checks each is in
+/// [`PTX`] with its parameter struct's size and alignment.
 pub fn all_entries() -> Vec<&'static str> {
-    let mut entries: Vec<&'static str> = abi::ENTRIES.iter().map(|e| e.name).collect();
-    entries.extend(positional_entries());
-    entries
-}
-
-/// The entries still declared with a positional parameter list (not in [`abi::ENTRIES`]):
-/// MUL_MAT_VEC and GATED_DELTA_NET, until their parameter structs land.
-pub fn positional_entries() -> Vec<&'static str> {
-    let mut entries = Vec::new();
-    // [mmvf]
-    for kind in [abi::mul_mat_vec_kind::F32, abi::mul_mat_vec_kind::BF16, abi::mul_mat_vec_kind::F16_HALF, abi::mul_mat_vec_kind::F16_F32] {
-        for ncols in 1..=abi::MUL_MAT_VEC_MAX_COLS {
-            entries.extend(abi::mul_mat_vec_entry(kind, ncols));
-        }
-    }
-    // [gdn]
-    entries.push(abi::GATED_DELTA_NET_ENTRY);
-    entries
+    abi::ENTRIES.iter().map(|e| e.name).collect()
 }
 
 // SAFETY (all impls): each type is declared in abi.rs with `param_struct!`, which makes it

@@ -266,14 +266,6 @@ fn the_float_form_check_refuses_what_the_spec_does_not_allow() {
     );
     assert!(bad[0].starts_with("k_one: line 8: "), "{}", bad[0]);
     assert!(bad[8].starts_with("k_two: line 20: "), "{}", bad[8]);
-/// Entries that still take a positional parameter list (MUL_MAT_VEC, GATED_DELTA_NET): a
-/// temporary, named exception until their parameter structs land in `abi.rs`.
-const POSITIONAL_ENTRY_PREFIXES: &[&str] = &["mul_mat_vec_f", "mul_mat_vec_bf16_", "gated_delta_net_"];
-
-fn is_positional_exception(entry: &str) -> bool {
-    POSITIONAL_ENTRY_PREFIXES.iter().any(|p| entry.starts_with(p))
-}
-
 /// One `.param` line of an entry's PTX signature.
 #[derive(Debug, PartialEq)]
 enum PtxParam {
@@ -323,14 +315,7 @@ fn the_entry_table_and_the_ptx_list_the_same_entries() {
         assert!(ptx.contains(name), "abi::ENTRIES lists {name}, which is not an entry of the PTX");
     }
     for name in &ptx {
-        assert!(
-            table.contains(name) || is_positional_exception(name),
-            "the PTX entry {name} is not in abi::ENTRIES: every kernel takes a parameter struct from abi.rs and is listed there"
-        );
-    }
-    for name in rgdn::kernels::positional_entries() {
-        assert!(is_positional_exception(name), "{name} is launched positionally but is not a named exception");
-        assert!(!table.contains(&name), "{name} is in abi::ENTRIES: drop it from positional_entries()");
+        assert!(table.contains(name), "the PTX entry {name} is not in abi::ENTRIES: every kernel takes a parameter struct from abi.rs and is listed there");
     }
 }
 
@@ -339,13 +324,8 @@ fn every_entry_takes_its_parameter_struct() {
     let table = rgdn::kernels::abi::ENTRIES;
     let lists = ptx_param_lists(rgdn::kernels::PTX);
     assert_eq!(lists.len(), rgdn::kernels::ptx_entries().len(), "parsed a different number of entries");
-    let mut exceptions = Vec::new();
     for (name, params) in &lists {
-        let Some(sig) = table.iter().find(|e| e.name == name) else {
-            assert!(is_positional_exception(name), "{name} is in the PTX but not in abi::ENTRIES");
-            exceptions.push(name.as_str());
-            continue;
-        };
+        let Some(sig) = table.iter().find(|e| e.name == name) else { panic!("{name} is in the PTX but not in abi::ENTRIES") };
         let [param] = params.as_slice() else {
             panic!(
                 "{name} takes {} PTX parameters ({params:?}); it must take exactly one, its {}-byte parameter struct",
@@ -359,11 +339,6 @@ fn every_entry_takes_its_parameter_struct() {
         assert_eq!(*size, sig.param_size, "{name}: the PTX parameter is {size} bytes, its struct in abi.rs {} bytes", sig.param_size);
         assert_eq!(*align, sig.param_align, "{name}: the PTX parameter is aligned to {align}, its struct in abi.rs to {}", sig.param_align);
     }
-    // The exceptions are exactly the entries the host still launches positionally.
-    let mut expected = rgdn::kernels::positional_entries();
-    expected.sort_unstable();
-    exceptions.sort_unstable();
-    assert_eq!(exceptions, expected, "the PTX entries outside abi::ENTRIES are not the named positional exceptions");
 }
 
 #[test]

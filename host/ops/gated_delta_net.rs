@@ -3,7 +3,7 @@
 
 use super::{Op, check};
 use crate::error::{Error, Result};
-use crate::gpu::{Gpu, KernelArg, LaunchDims};
+use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock};
 use crate::kernels::abi;
 use crate::memory::{DeviceMemory, HostMemory, Memory};
 use crate::reference::math::Mufu;
@@ -11,6 +11,11 @@ use crate::tensor::{DType, Tensor};
 
 const OP: &str = "GATED_DELTA_NET";
 const D: usize = abi::GDN_HEAD_DIM;
+// SAFETY: `abi::GatedDeltaNetParams` is `#[repr(C)]`: 31 u64 fields, then three u32 and one
+// f32, 264 bytes, alignment 8, no padding bytes; it is the type the GATED_DELTA_NET entry takes
+// by value (the same abi.rs is compiled into both).
+unsafe impl crate::gpu::KernelParams for abi::GatedDeltaNetParams {}
+
 /// Grid y (sequences) limit of a launch.
 const MAX_GRID_YZ: usize = 65535;
 
@@ -148,47 +153,48 @@ impl Op for GatedDeltaNet {
         let [_, states_seq, states_slot, _] = check::elem_strides(&self.states);
         let grid = (shape.n_heads as u32, shape.n_seqs as u32, D as u32 / abi::GDN_WARPS);
         let dims = LaunchDims::new(grid, (32, abi::GDN_WARPS, 1));
-        let args = [
-            KernelArg::Ptr(mem.device_ptr(&self.q)),
-            KernelArg::Usize(q_head),
-            KernelArg::Usize(q_token),
-            KernelArg::Usize(q_seq),
-            KernelArg::Ptr(mem.device_ptr(&self.k)),
-            KernelArg::Usize(k_head),
-            KernelArg::Usize(k_token),
-            KernelArg::Usize(k_seq),
-            KernelArg::Ptr(mem.device_ptr(&self.v)),
-            KernelArg::Usize(v_head),
-            KernelArg::Usize(v_token),
-            KernelArg::Usize(v_seq),
-            KernelArg::Ptr(mem.device_ptr(&self.g)),
-            KernelArg::Usize(g_head),
-            KernelArg::Usize(g_token),
-            KernelArg::Usize(g_seq),
-            KernelArg::Ptr(mem.device_ptr(&self.beta)),
-            KernelArg::Usize(beta_head),
-            KernelArg::Usize(beta_token),
-            KernelArg::Usize(beta_seq),
-            KernelArg::Ptr(mem.device_ptr(&self.state_in)),
-            KernelArg::Usize(in_col),
-            KernelArg::Usize(in_head),
-            KernelArg::Usize(in_seq),
-            KernelArg::Ptr(mem.device_ptr(&self.out)),
-            KernelArg::Usize(out_head),
-            KernelArg::Usize(out_token),
-            KernelArg::Usize(out_seq),
-            KernelArg::Ptr(mem.device_ptr(&self.states)),
-            KernelArg::Usize(states_seq),
-            KernelArg::Usize(states_slot),
-            KernelArg::U32(shape.n_tokens as u32),
-            KernelArg::U32(shape.n_key_heads as u32),
-            KernelArg::U32(shape.n_slots as u32),
-            KernelArg::F32(attention_scale()),
-        ];
+        let params = abi::GatedDeltaNetParams {
+            q: mem.device_ptr(&self.q),
+            q_head,
+            q_token,
+            q_seq,
+            k: mem.device_ptr(&self.k),
+            k_head,
+            k_token,
+            k_seq,
+            v: mem.device_ptr(&self.v),
+            v_head,
+            v_token,
+            v_seq,
+            g: mem.device_ptr(&self.g),
+            g_head,
+            g_token,
+            g_seq,
+            beta: mem.device_ptr(&self.beta),
+            beta_head,
+            beta_token,
+            beta_seq,
+            state_in: mem.device_ptr(&self.state_in),
+            in_col,
+            in_head,
+            in_seq,
+            out: mem.device_ptr(&self.out),
+            out_head,
+            out_token,
+            out_seq,
+            states: mem.device_ptr(&self.states),
+            states_seq,
+            states_slot,
+            n_tokens: shape.n_tokens as u32,
+            n_key_heads: shape.n_key_heads as u32,
+            n_slots: shape.n_slots as u32,
+            scale: attention_scale(),
+        };
+        let args = [KernelArg::Params(ParamBlock::of(&params)?)];
         // SAFETY: `check` proved every view lies inside its buffer for the grid (H_v, n_s,
         // D/4) × block (32, 4) with D = 128, key heads < H_k, n_t tokens and K slots (D·D·H_v
         // floats per slot row); that out and states overlap no input, each other, or
-        // themselves; and the argument list matches the entry's parameters in order and type.
+        // themselves; and `params` is the entry's parameter struct.
         unsafe { gpu.launch(entry(), dims, &args) }
     }
 
@@ -254,6 +260,12 @@ mod tests {
 
     fn op(mem: &mut HostMemory) -> GatedDeltaNet {
         contiguous_op(mem, 2, 3, 4, 2, 3)
+    }
+
+    #[test]
+    fn params_have_no_padding() {
+        assert_eq!(std::mem::size_of::<abi::GatedDeltaNetParams>(), 31 * 8 + 4 * 4);
+        assert_eq!(std::mem::align_of::<abi::GatedDeltaNetParams>(), 8);
     }
 
     #[test]

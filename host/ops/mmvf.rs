@@ -3,13 +3,18 @@
 
 use super::{Op, check};
 use crate::error::{Error, Result};
-use crate::gpu::{Gpu, KernelArg, LaunchDims};
+use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock};
 use crate::kernels::abi;
 use crate::memory::{DeviceMemory, HostMemory, Memory};
 use crate::reference::math::Mufu;
 use crate::tensor::{DType, Tensor};
 
 const OP: &str = "MUL_MAT_VEC";
+
+// SAFETY: `abi::MulMatVecParams` is `#[repr(C)]`: six u64 fields, then two u32 fields (n_pairs
+// and the explicit `_pad`), 56 bytes, alignment 8, no padding bytes; it is the type the
+// `mul_mat_vec_*` entries take by value (the same abi.rs is compiled into both).
+unsafe impl crate::gpu::KernelParams for abi::MulMatVecParams {}
 
 /// ggml's op precision (`ggml_mul_mat_set_prec`); it only changes F16 weights.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -168,23 +173,25 @@ impl Op for MulMatVec {
         let groups = (shape.ncols / per_block) as u32;
         let dims =
             LaunchDims::new((shape.rows as u32, 1, groups), (shape.block_size, 1, 1)).with_shared_bytes(abi::MUL_MAT_VEC_SHARED_BYTES);
-        let args = [
-            KernelArg::Ptr(mem.device_ptr(&self.weight)),
-            KernelArg::Usize(w_row),
-            KernelArg::Ptr(mem.device_ptr(&self.input)),
-            KernelArg::Usize(in_col),
-            KernelArg::Ptr(mem.device_ptr(&self.dst)),
-            KernelArg::Usize(dst_col),
-            KernelArg::U32((shape.row_len / 2) as u32),
-        ];
+        let params = abi::MulMatVecParams {
+            weight: mem.device_ptr(&self.weight),
+            w_row,
+            input: mem.device_ptr(&self.input),
+            in_col,
+            dst: mem.device_ptr(&self.dst),
+            dst_col,
+            n_pairs: (shape.row_len / 2) as u32,
+            _pad: 0,
+        };
+        let args = [KernelArg::Params(ParamBlock::of(&params)?)];
         // SAFETY: `check` proved every view lies inside its buffer for E = 2·n_pairs elements,
         // rows = grid.x weight rows and ncols = grid.z × (the entry's column count) input and
         // dst columns (`cols_per_block` divides ncols); that weight
         // rows and input columns start pair-aligned (so the kernel's pair loads are aligned);
         // that dst is disjoint from both inputs (so weight and input stay read-only, as the
         // kernel's `.nc` loads need); the block size is ggml's rule (a multiple of 32, ≤ 256,
-        // the PTX launch bound) with the MUL_MAT_VEC_SHARED_BYTES reduction buffer; and the
-        // argument list matches the entry's parameters in order and type.
+        // the PTX launch bound) with the MUL_MAT_VEC_SHARED_BYTES reduction buffer; and
+        // `params` is the entry's parameter struct.
         unsafe { gpu.launch(entry, dims, &args) }
     }
 
@@ -235,6 +242,12 @@ mod tests {
             assert_eq!(shape, MatVecShape { row_len: 4096, rows: 32, ncols: 8, kind, block_size: 256 });
             o.reference(&mut mem, &mut ExactMufu).unwrap();
         }
+    }
+
+    #[test]
+    fn params_have_no_padding() {
+        assert_eq!(std::mem::size_of::<abi::MulMatVecParams>(), 6 * 8 + 2 * 4);
+        assert_eq!(std::mem::align_of::<abi::MulMatVecParams>(), 8);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock};
 use crate::kernels::abi;
 use crate::memory::{DeviceMemory, HostMemory, Memory};
 use crate::reference::math::Mufu;
-use crate::tensor::Tensor;
+use crate::tensor::{DType, Tensor};
 
 const OP: &str = "MUL_MAT_VEC_PAIR";
 
@@ -27,10 +27,11 @@ pub struct MulMatVecPair {
     pub second: MulMatVec,
 }
 
-// SAFETY: `abi::MulMatVecPairParams` is `#[repr(C)]`: ten u64 fields, then two u32 fields
-// (n_pairs and the explicit `_pad`), 88 bytes, alignment 8, no padding bytes; it is the type
-// the `mul_mat_vec_pair_*` entries take by value (the same abi.rs is compiled into both).
-unsafe impl crate::gpu::KernelParams for abi::MulMatVecPairParams {}
+// SAFETY: `abi::MulMatVecPairGateParams` is `#[repr(C)]`: the 88-byte MulMatVecPairParams (ten
+// u64, then n_pairs and the explicit `_pad` u32: alignment 8, no padding), six u64, then two u32
+// (epilogue and the explicit `_pad`): 144 bytes, alignment 8, no padding bytes; it is the type the
+// `mul_mat_vec_pair_*` entries take by value (the same abi.rs is compiled into both).
+unsafe impl crate::gpu::KernelParams for abi::MulMatVecPairGateParams {}
 
 /// The argument name of `arg` inside product `first`/`second` (a static name for the error).
 fn product_arg(first: bool, arg: &'static str) -> &'static str {
@@ -109,6 +110,27 @@ impl MulMatVecPair {
     }
 }
 
+impl MulMatVecPair {
+    /// The products' part of the entries' parameters (`shape` from [`MulMatVecPair::check`]).
+    fn params(&self, mem: &DeviceMemory, shape: &MatVecShape) -> abi::MulMatVecPairParams {
+        let (a, b) = (&self.first, &self.second);
+        abi::MulMatVecPairParams {
+            weight_0: mem.device_ptr(&a.weight),
+            weight_1: mem.device_ptr(&b.weight),
+            w_row_0: check::elem_strides(&a.weight)[1],
+            w_row_1: check::elem_strides(&b.weight)[1],
+            input: mem.device_ptr(&a.input),
+            in_col: check::elem_strides(&a.input)[1],
+            dst_0: mem.device_ptr(&a.dst),
+            dst_1: mem.device_ptr(&b.dst),
+            dst_col_0: check::elem_strides(&a.dst)[1],
+            dst_col_1: check::elem_strides(&b.dst)[1],
+            n_pairs: (shape.row_len / 2) as u32,
+            _pad: 0,
+        }
+    }
+}
+
 impl Op for MulMatVecPair {
     fn name(&self) -> &'static str {
         OP
@@ -122,21 +144,8 @@ impl Op for MulMatVecPair {
         let shape = self.check(mem)?;
         let per_block = super::mmvf::cols_per_block(shape.ncols);
         let entry = abi::mul_mat_vec_pair_entry(shape.kind, per_block).expect("checked: kind and ncols have an entry");
-        let (a, b) = (&self.first, &self.second);
-        let params = abi::MulMatVecPairParams {
-            weight_0: mem.device_ptr(&a.weight),
-            weight_1: mem.device_ptr(&b.weight),
-            w_row_0: check::elem_strides(&a.weight)[1],
-            w_row_1: check::elem_strides(&b.weight)[1],
-            input: mem.device_ptr(&a.input),
-            in_col: check::elem_strides(&a.input)[1],
-            dst_0: mem.device_ptr(&a.dst),
-            dst_1: mem.device_ptr(&b.dst),
-            dst_col_0: check::elem_strides(&a.dst)[1],
-            dst_col_1: check::elem_strides(&b.dst)[1],
-            n_pairs: (shape.row_len / 2) as u32,
-            _pad: 0,
-        };
+        let params =
+            abi::MulMatVecPairGateParams { pair: self.params(mem, &shape), epilogue: abi::PAIR_EPILOGUE_NONE, ..Default::default() };
         let groups = (shape.ncols / per_block) as u32;
         let dims =
             LaunchDims::new((shape.rows as u32, 2, groups), (shape.block_size, 1, 1)).with_shared_bytes(abi::MUL_MAT_VEC_SHARED_BYTES);
@@ -148,7 +157,7 @@ impl Op for MulMatVecPair {
         // one precision (so one entry serves both), and that each dst is disjoint from the other
         // dst and the other weight; the block size is ggml's rule (≤ 256, the PTX launch bound)
         // with the reduction buffer of MUL_MAT_VEC_SHARED_BYTES; `params` is the entry's
-        // parameter struct.
+        // parameter struct, with the epilogue off (its addresses unused).
         unsafe { gpu.launch(entry, dims, &args) }
     }
 
@@ -168,6 +177,154 @@ impl Op for MulMatVecPair {
 
     fn outputs(&self) -> Vec<Tensor> {
         vec![self.first.dst, self.second.dst]
+    }
+
+    fn must_write(&self) -> Vec<Tensor> {
+        self.outputs()
+    }
+}
+
+// ---- [pair-gate] MUL_MAT_VEC_PAIR_GATE ----
+
+const GATE_OP: &str = "MUL_MAT_VEC_PAIR_GATE";
+
+/// MUL_MAT_VEC_PAIR with the GDN gate path as its epilogue, in one launch: the alpha and beta_raw
+/// products as [`MulMatVecPair`] computes and writes them, then per element (r, j)
+/// `beta = SIGMOID(beta_raw)` and `gate = MUL(SOFTPLUS(ADD(alpha, dt_bias[r])), ssm_a[r])` —
+/// the unfused SIGMOID, ADD (dt_bias [H_v] broadcast over the columns), SOFTPLUS and MUL (ssm_a
+/// broadcast; at n_t = 1 ggml's fused SOFTPLUS·MUL, the same two roundings), bit for bit:
+/// the kernel runs the unary and binary kernels' own bodies on the very f32 the pair stores.
+/// Kernel: the `mul_mat_vec_pair_*` entries of `kernels-gpu/src/mmvf.rs` with
+/// [`abi::PAIR_EPILOGUE_GATE`]; reference: the pair's, then the unfused element references.
+///
+/// Valid when `pair` is a valid [`MulMatVecPair`] (1 ..= 8 columns, F32/F16/BF16 weights, both F16
+/// precisions; its errors are relabelled as this op's); `dt_bias`, `ssm_a` F32 [H_v, 1, 1, 1]
+/// contiguous; `beta`, `gate` F32 [H_v, ncols, 1, 1] with contiguous columns; the four outputs
+/// (alpha = `pair.first.dst`, beta_raw = `pair.second.dst`, `beta`, `gate`) disjoint from every
+/// input and from each other.
+#[derive(Clone, Debug)]
+pub struct MulMatVecPairGate {
+    /// The alpha product (`pair.first`, writes alpha) and the beta product (`pair.second`, writes beta_raw),
+    /// computed and written exactly as MulMatVecPair computes and writes them.
+    pub pair: MulMatVecPair,
+    /// F32 [H_v, 1, 1, 1] contiguous (H_v = the products' rows): ADD's broadcast operand.
+    pub dt_bias: Tensor,
+    /// F32 [H_v, 1, 1, 1] contiguous: MUL's broadcast operand.
+    pub ssm_a: Tensor,
+    /// F32 [H_v, ncols, 1, 1]: SIGMOID(beta_raw).
+    pub beta: Tensor,
+    /// F32 [H_v, ncols, 1, 1]: softplus(alpha + dt_bias)·ssm_a.
+    pub gate: Tensor,
+}
+
+/// A pair error, relabelled as [`GATE_OP`]'s (argument names stay `first.weight`, …).
+fn as_gate_op(e: Error) -> Error {
+    const OP: &str = GATE_OP;
+    match e {
+        Error::Shape { arg, expected, got, .. } => Error::Shape { op: OP, arg, expected, got },
+        Error::Stride { arg, nb, offset, reason, .. } => Error::Stride { op: OP, arg, nb, offset, reason },
+        Error::DType { arg, expected, got, .. } => Error::DType { op: OP, arg, expected, got },
+        Error::Empty { arg, ne, .. } => Error::Empty { op: OP, arg, ne },
+        Error::OutOfBounds { arg, buffer, start, end, len, .. } => Error::OutOfBounds { op: OP, arg, buffer, start, end, len },
+        Error::Aliasing { a, b, why, .. } => Error::Aliasing { op: OP, a, b, why },
+        Error::IndexOutOfRange { arg, position, index, rows, .. } => Error::IndexOutOfRange { op: OP, arg, position, index, rows },
+        Error::Unsupported { what, .. } => Error::Unsupported { op: OP, what },
+        Error::Invalid { what, .. } => Error::Invalid { op: OP, what },
+        Error::Overflow { arg, what, .. } => Error::Overflow { op: OP, arg, what },
+        other => other,
+    }
+}
+
+impl MulMatVecPairGate {
+    /// Validates the op and returns the products' (common) sizes.
+    pub fn check(&self, mem: &dyn Memory) -> Result<MatVecShape> {
+        const OP: &str = GATE_OP;
+        let shape = self.pair.check(mem).map_err(as_gate_op)?;
+        let (rows, ncols) = (shape.rows, shape.ncols);
+        for (arg, t) in [("dt_bias", &self.dt_bias), ("ssm_a", &self.ssm_a)] {
+            check::tensor(OP, arg, t, DType::F32, mem)?;
+            check::shape(OP, arg, t, [rows, 1, 1, 1])?;
+            check::rows_contiguous(OP, arg, t)?;
+        }
+        for (arg, t) in [("beta", &self.beta), ("gate", &self.gate)] {
+            check::output(OP, arg, t, DType::F32, mem)?;
+            check::shape(OP, arg, t, [rows, ncols, 1, 1])?;
+            check::rows_contiguous(OP, arg, t)?;
+        }
+        let (first, second) = (&self.pair.first, &self.pair.second);
+        let inputs = [
+            ("first.weight", &first.weight),
+            ("second.weight", &second.weight),
+            ("input", &first.input),
+            ("dt_bias", &self.dt_bias),
+            ("ssm_a", &self.ssm_a),
+        ];
+        let outputs = [("alpha", &first.dst), ("beta_raw", &second.dst), ("beta", &self.beta), ("gate", &self.gate)];
+        for (i, (out, t_out)) in outputs.iter().enumerate() {
+            for (arg, t_in) in inputs {
+                check::disjoint(OP, out, t_out, arg, t_in)?;
+            }
+            for (other, t_other) in &outputs[i + 1..] {
+                check::disjoint(OP, out, t_out, other, t_other)?;
+            }
+        }
+        Ok(shape)
+    }
+}
+
+impl Op for MulMatVecPairGate {
+    fn name(&self) -> &'static str {
+        GATE_OP
+    }
+
+    fn validate(&self, mem: &dyn Memory) -> Result<()> {
+        self.check(mem).map(|_| ())
+    }
+
+    fn launch(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<()> {
+        let shape = self.check(mem)?;
+        let per_block = super::mmvf::cols_per_block(shape.ncols);
+        let entry = abi::mul_mat_vec_pair_gate_entry(shape.kind, per_block).expect("checked: kind and ncols have an entry");
+        let params = abi::MulMatVecPairGateParams {
+            pair: self.pair.params(mem, &shape),
+            dt_bias: mem.device_ptr(&self.dt_bias),
+            ssm_a: mem.device_ptr(&self.ssm_a),
+            beta: mem.device_ptr(&self.beta),
+            beta_col: check::elem_strides(&self.beta)[1],
+            gate: mem.device_ptr(&self.gate),
+            gate_col: check::elem_strides(&self.gate)[1],
+            epilogue: abi::PAIR_EPILOGUE_GATE,
+            _pad: 0,
+        };
+        let groups = (shape.ncols / per_block) as u32;
+        let dims =
+            LaunchDims::new((shape.rows as u32, 2, groups), (shape.block_size, 1, 1)).with_shared_bytes(abi::MUL_MAT_VEC_SHARED_BYTES);
+        let args = [KernelArg::Params(ParamBlock::of(&params)?)];
+        // SAFETY: `check` proved the pair valid (everything MulMatVecPair::launch relies on, for
+        // the same grid, block and shared memory), dt_bias and ssm_a [rows] contiguous f32
+        // inside their buffers, beta and gate [rows, ncols] f32 with contiguous columns inside
+        // theirs (element (r, j) at r + j·*_col, the strides passed), each output
+        // element-distinct and disjoint from every input (so the `.nc` loads of weights, input,
+        // dt_bias and ssm_a see no write) and from every other output; `params` is the entry's
+        // parameter struct with the gate epilogue on.
+        unsafe { gpu.launch(entry, dims, &args) }
+    }
+
+    fn reference(&self, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()> {
+        let shape = self.check(mem)?;
+        // The pair's own reference (the unfused MUL_MAT_VEC per product), then the unfused ops'
+        // element references in graph order: equal to the unfused chain by construction.
+        self.pair.reference(mem, mufu)?;
+        crate::reference::mmvf::pair_gate_epilogue(self, &shape, mem, mufu);
+        Ok(())
+    }
+
+    fn inputs(&self) -> Vec<Tensor> {
+        vec![self.pair.first.weight, self.pair.second.weight, self.pair.first.input, self.dt_bias, self.ssm_a]
+    }
+
+    fn outputs(&self) -> Vec<Tensor> {
+        vec![self.pair.first.dst, self.pair.second.dst, self.beta, self.gate]
     }
 
     fn must_write(&self) -> Vec<Tensor> {
@@ -199,6 +356,8 @@ mod tests {
     fn params_have_no_padding() {
         assert_eq!(std::mem::size_of::<abi::MulMatVecPairParams>(), 10 * 8 + 2 * 4);
         assert_eq!(std::mem::align_of::<abi::MulMatVecPairParams>(), 8);
+        assert_eq!(std::mem::size_of::<abi::MulMatVecPairGateParams>(), 10 * 8 + 2 * 4 + 6 * 8 + 2 * 4);
+        assert_eq!(std::mem::align_of::<abi::MulMatVecPairGateParams>(), 8);
     }
 
     #[test]

@@ -39,6 +39,8 @@ pub mod gdn_conv_chain;
 pub mod mmvf_pair;
 pub use gdn_conv_chain::{GdnConvChain, SnapshotWrite};
 pub use mmvf_pair::MulMatVecPair;
+// [pair-gate]
+pub use mmvf_pair::MulMatVecPairGate;
 
 // [speed] fused SOFTPLUS·MUL (its file is unary.rs)
 pub use unary::UnaryMul;

@@ -468,6 +468,27 @@ pub mod mul_mat_vec_kind {
     pub const F16_F32: u32 = 3;
 }
 
+/// Parameters of a MUL_MAT_VEC entry, passed by value (one product; the pair's struct is
+/// [`MulMatVecPairParams`]). Addresses are device addresses, strides are in elements (weight
+/// rows in weight elements, input and dst columns in f32).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MulMatVecParams {
+    /// Row 0 of the weight, and the elements between its rows.
+    pub weight: u64,
+    pub w_row: u64,
+    /// Column 0 of the input, and the f32 elements between its columns.
+    pub input: u64,
+    pub in_col: u64,
+    /// Column 0 of dst, and the f32 elements between its columns.
+    pub dst: u64,
+    pub dst_col: u64,
+    /// E / 2: pairs per weight row and input column.
+    pub n_pairs: u32,
+    /// Zero; makes the size a multiple of 8 (no padding bytes).
+    pub _pad: u32,
+}
+
 /// ggml's block size for rows of `row_len` elements (`launch_mul_mat_vec_f_cuda`, warp size 32,
 /// NVIDIA's limit 256): start from one warp and ⌈row_len/64⌉ pair iterations per thread; for
 /// 64, 96, …, 256 threads take the size whenever it needs strictly fewer iterations.
@@ -561,6 +582,59 @@ pub const GDN_WARPS: u32 = 4;
 pub const GDN_MAX_SLOTS: usize = 17;
 /// Scalar-gate GATED_DELTA_NET for D = 128 (spec §2.10).
 pub const GATED_DELTA_NET_ENTRY: &str = "gated_delta_net_f32_d128";
+
+/// Parameters of [`GATED_DELTA_NET_ENTRY`], passed by value: for each tensor its device address
+/// then its element strides (dimension 0 is contiguous for every tensor but `g` and `beta`,
+/// which have one element per row), then the sizes. 31 u64 and four 4-byte scalars: 264 bytes,
+/// alignment 8, no padding.
+///
+/// Layouts: `q`/`k` (i, kh, t, s) at `i + kh·*_head + t·*_token + s·*_seq`; `v` and `out`
+/// (col, h, t, s) likewise; `g`/`beta` (0, h, t, s) at `h·*_head + t·*_token + s·*_seq`;
+/// `state_in` (i, col, h, s) at `i + col·in_col + h·in_head + s·in_seq`; `states` slot k of
+/// sequence s at `s·states_seq + k·states_slot`, (i, col, h) at `(h·D + col)·D + i` in it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GatedDeltaNetParams {
+    pub q: u64,
+    pub q_head: u64,
+    pub q_token: u64,
+    pub q_seq: u64,
+    pub k: u64,
+    pub k_head: u64,
+    pub k_token: u64,
+    pub k_seq: u64,
+    pub v: u64,
+    pub v_head: u64,
+    pub v_token: u64,
+    pub v_seq: u64,
+    pub g: u64,
+    pub g_head: u64,
+    pub g_token: u64,
+    pub g_seq: u64,
+    pub beta: u64,
+    pub beta_head: u64,
+    pub beta_token: u64,
+    pub beta_seq: u64,
+    pub state_in: u64,
+    pub in_col: u64,
+    pub in_head: u64,
+    pub in_seq: u64,
+    pub out: u64,
+    pub out_head: u64,
+    pub out_token: u64,
+    pub out_seq: u64,
+    pub states: u64,
+    pub states_seq: u64,
+    pub states_slot: u64,
+    /// n_t.
+    pub n_tokens: u32,
+    /// H_k ≥ 1: value head h reads key head h mod H_k.
+    pub n_key_heads: u32,
+    /// K: slots k < min(n_t, K) of `states` are written.
+    pub n_slots: u32,
+    /// The attention scale 1/√D.
+    pub scale: f32,
+}
 
 // ---- [convchain] GDN_CONV_CHAIN ----
 /// GDN_CONV_CHAIN: threads per block, one channel per thread; grid (C / 128, 1, 1).
@@ -724,6 +798,48 @@ pub const fn mul_mat_vec_pair_entry(kind: u32, ncols: usize) -> Option<&'static 
     pick_mul_mat_vec_entry(&NAMES, kind, ncols)
 }
 
+// ---- [pair-gate] MUL_MAT_VEC_PAIR_GATE: the gate path as the pair's epilogue ----
+/// What the `mul_mat_vec_pair_*` entries take by value: the pair's products ([`MulMatVecPairParams`])
+/// and the gate-path epilogue. With `epilogue` = [`PAIR_EPILOGUE_NONE`] they are MUL_MAT_VEC_PAIR
+/// (the epilogue fields are ignored, zero by convention); with [`PAIR_EPILOGUE_GATE`] they are
+/// MUL_MAT_VEC_PAIR_GATE: besides writing both products as the pair does, the thread that writes
+/// element (r, j) of product 0 (alpha) also writes `gate[r + j·gate_col] =
+/// softplus(alpha + dt_bias[r]) · ssm_a[r]`, and the one that writes (r, j) of product 1 (beta_raw)
+/// writes `beta[r + j·beta_col] = sigmoid(beta_raw)` — ADD, SOFTPLUS, MUL and SIGMOID with the
+/// unfused kernels' own bodies. One set of entries serves both ops (a runtime flag, uniform per
+/// launch, read after the reduction) instead of a second set of 32 large entries (the pair
+/// entries are ~1.6 MB of the PTX, which every test binary of the GPU bundle embeds).
+///
+/// Addresses are device addresses; `dt_bias`, `ssm_a` are contiguous [H_v] f32, `beta`, `gate`
+/// [H_v, ncols] f32 with contiguous columns `beta_col`/`gate_col` f32 apart. 144 bytes, no padding.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MulMatVecPairGateParams {
+    pub pair: MulMatVecPairParams,
+    pub dt_bias: u64,
+    pub ssm_a: u64,
+    pub beta: u64,
+    pub beta_col: u64,
+    pub gate: u64,
+    pub gate_col: u64,
+    /// [`PAIR_EPILOGUE_NONE`] or [`PAIR_EPILOGUE_GATE`].
+    pub epilogue: u32,
+    /// Zero; makes the size a multiple of 8 (no padding bytes).
+    pub _pad: u32,
+}
+
+/// [`MulMatVecPairGateParams::epilogue`]: the plain pair.
+pub const PAIR_EPILOGUE_NONE: u32 = 0;
+/// [`MulMatVecPairGateParams::epilogue`]: the gate path (SIGMOID of product 1; ADD, SOFTPLUS,
+/// MUL of product 0).
+pub const PAIR_EPILOGUE_GATE: u32 = 1;
+
+/// The MUL_MAT_VEC_PAIR_GATE entry for a [`mul_mat_vec_kind`] and 1 ≤ `ncols` ≤ 8 columns: the
+/// pair's own entry, run with [`PAIR_EPILOGUE_GATE`].
+pub const fn mul_mat_vec_pair_gate_entry(kind: u32, ncols: usize) -> Option<&'static str> {
+    mul_mat_vec_pair_entry(kind, ncols)
+}
+
 // ---- [speed] CONCAT flat kernel, fused SOFTPLUS·MUL ----
 /// CONCAT dim 0 as one flat kernel (ggml takes its flat kernel when both sources are contiguous —
 /// at n_t = 1 in the layer; ours addresses each operand by its strides, so it serves strided
@@ -772,9 +888,7 @@ param_struct! {
 
 // ---- the entry table ----
 
-/// Every entry that takes its parameter struct from this file, with that struct's size and
-/// alignment. MUL_MAT_VEC and GATED_DELTA_NET are not listed yet (their positional parameter
-/// lists are being converted; `tests/ptx.rs` names them as its only exceptions).
+/// Every entry, with the size and alignment of the parameter struct it takes.
 pub const ENTRIES: &[EntrySig] = &ENTRY_TABLE;
 
 const LISTED_ENTRIES: &[EntrySig] = &[
@@ -808,13 +922,15 @@ const LISTED_ENTRIES: &[EntrySig] = &[
     EntrySig::of::<MathProbeParams>(MATH_PROBE_ENTRY),
     EntrySig::of::<CountMismatchesParams>(COUNT_MISMATCHES_ENTRY),
     EntrySig::of::<MufuEvalParams>(MUFU_EVAL_ENTRY),
+    EntrySig::of::<GatedDeltaNetParams>(GATED_DELTA_NET_ENTRY),
 ];
 
-/// The MUL_MAT_VEC_PAIR entries (names from [`mul_mat_vec_pair_entry`]): 4 kinds × 8 columns.
-const MUL_MAT_VEC_PAIR_ENTRIES: usize = 4 * MUL_MAT_VEC_MAX_COLS;
+/// The MUL_MAT_VEC and MUL_MAT_VEC_PAIR entries (names from [`mul_mat_vec_entry`] and
+/// [`mul_mat_vec_pair_entry`]): 4 kinds × 8 columns each.
+const MUL_MAT_VEC_ENTRIES: usize = 4 * MUL_MAT_VEC_MAX_COLS;
 
-const ENTRY_TABLE: [EntrySig; LISTED_ENTRIES.len() + MUL_MAT_VEC_PAIR_ENTRIES] = {
-    let mut table = [EntrySig { name: "", param_size: 0, param_align: 0 }; LISTED_ENTRIES.len() + MUL_MAT_VEC_PAIR_ENTRIES];
+const ENTRY_TABLE: [EntrySig; LISTED_ENTRIES.len() + 2 * MUL_MAT_VEC_ENTRIES] = {
+    let mut table = [EntrySig { name: "", param_size: 0, param_align: 0 }; LISTED_ENTRIES.len() + 2 * MUL_MAT_VEC_ENTRIES];
     let mut i = 0;
     while i < LISTED_ENTRIES.len() {
         table[i] = LISTED_ENTRIES[i];
@@ -826,9 +942,11 @@ const ENTRY_TABLE: [EntrySig; LISTED_ENTRIES.len() + MUL_MAT_VEC_PAIR_ENTRIES] =
     while k < kinds.len() {
         let mut ncols = 1;
         while ncols <= MUL_MAT_VEC_MAX_COLS {
+            let Some(name) = mul_mat_vec_entry(kinds[k], ncols) else { panic!("every kind and column count has an entry") };
+            table[i] = EntrySig::of::<MulMatVecParams>(name);
             let Some(name) = mul_mat_vec_pair_entry(kinds[k], ncols) else { panic!("every kind and column count has a pair entry") };
-            table[i] = EntrySig::of::<MulMatVecPairParams>(name);
-            i += 1;
+            table[i + 1] = EntrySig::of::<MulMatVecPairGateParams>(name);
+            i += 2;
             ncols += 1;
         }
         k += 1;

@@ -27,7 +27,7 @@
 //! elements may share bytes: blocks write while other blocks still read the inputs. The host
 //! refuses such views.
 
-use crate::abi::{GDN_HEAD_DIM, GDN_WARPS};
+use crate::abi::{self, GDN_HEAD_DIM, GDN_WARPS};
 use crate::device::math::add;
 use crate::device::math::{fma, mul};
 use crate::device::memory::{
@@ -298,7 +298,8 @@ pub unsafe fn token_step(
     unsafe { warp_sum(lane_dot(s, q)) }
 }
 
-/// Entry point; see the module docs for the layouts.
+/// The recurrence of one (value head, sequence, value column) per warp (see the module docs);
+/// `p` holds every view's address and strides.
 ///
 /// # Safety
 /// Launched with block (32, [`GDN_WARPS`], 1) and grid (H_v, n_s, D / [`GDN_WARPS`]); the host
@@ -306,44 +307,17 @@ pub unsafe fn token_step(
 /// < `n_key_heads`, tokens < `n_tokens`, slots < `n_slots`, sequences < n_s) and the aliasing
 /// rules of the module docs.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn run(
-    q: *const f32,
-    q_head: usize,
-    q_token: usize,
-    q_seq: usize,
-    k: *const f32,
-    k_head: usize,
-    k_token: usize,
-    k_seq: usize,
-    v: *const f32,
-    v_head: usize,
-    v_token: usize,
-    v_seq: usize,
-    g: *const f32,
-    g_head: usize,
-    g_token: usize,
-    g_seq: usize,
-    beta: *const f32,
-    beta_head: usize,
-    beta_token: usize,
-    beta_seq: usize,
-    state_in: *const f32,
-    in_col: usize,
-    in_head: usize,
-    in_seq: usize,
-    out: *mut f32,
-    out_head: usize,
-    out_token: usize,
-    out_seq: usize,
-    states: *mut f32,
-    states_seq: usize,
-    states_slot: usize,
-    n_tokens: u32,
-    n_key_heads: u32,
-    n_slots: u32,
-    scale: f32,
-) {
+unsafe fn run(p: &abi::GatedDeltaNetParams) {
+    let (q, q_head, q_token, q_seq) = (p.q as usize as *const f32, p.q_head as usize, p.q_token as usize, p.q_seq as usize);
+    let (k, k_head, k_token, k_seq) = (p.k as usize as *const f32, p.k_head as usize, p.k_token as usize, p.k_seq as usize);
+    let (v, v_head, v_token, v_seq) = (p.v as usize as *const f32, p.v_head as usize, p.v_token as usize, p.v_seq as usize);
+    let (g, g_head, g_token, g_seq) = (p.g as usize as *const f32, p.g_head as usize, p.g_token as usize, p.g_seq as usize);
+    let (beta, beta_head, beta_token, beta_seq) =
+        (p.beta as usize as *const f32, p.beta_head as usize, p.beta_token as usize, p.beta_seq as usize);
+    let (state_in, in_col, in_head, in_seq) = (p.state_in as usize as *const f32, p.in_col as usize, p.in_head as usize, p.in_seq as usize);
+    let (out, out_head, out_token, out_seq) = (p.out as usize as *mut f32, p.out_head as usize, p.out_token as usize, p.out_seq as usize);
+    let (states, states_seq, states_slot) = (p.states as usize as *mut f32, p.states_seq as usize, p.states_slot as usize);
+    let (n_tokens, n_key_heads, n_slots, scale) = (p.n_tokens, p.n_key_heads, p.n_slots, p.scale);
     let head = block_idx_x();
     // The host validated n_key_heads ≥ 1; `checked_rem` keeps core's divide-by-zero panic
     // path out of the PTX, and a violated contract aborts the launch.
@@ -434,61 +408,15 @@ unsafe fn run(
     finish(&s, a, t);
 }
 
-macro_rules! gdn_entries {
-    ($($(#[$doc:meta])* $name:ident;)*) => {$(
-        $(#[$doc])*
-        ///
-        /// # Safety
-        /// Launched with block (32, [`GDN_WARPS`], 1) and grid (H_v, n_s, D / [`GDN_WARPS`]); the
-        /// host validated that every view covers the elements the grid reaches (heads < H_v, key
-        /// heads < `n_key_heads`, tokens < `n_tokens`, slots < `n_slots`, sequences < n_s) and the
-        /// aliasing rules of the module docs.
-        #[unsafe(no_mangle)]
-        #[allow(clippy::too_many_arguments)]
-        pub unsafe extern "ptx-kernel" fn $name(
-            q: *const f32,
-            q_head: usize,
-            q_token: usize,
-            q_seq: usize,
-            k: *const f32,
-            k_head: usize,
-            k_token: usize,
-            k_seq: usize,
-            v: *const f32,
-            v_head: usize,
-            v_token: usize,
-            v_seq: usize,
-            g: *const f32,
-            g_head: usize,
-            g_token: usize,
-            g_seq: usize,
-            beta: *const f32,
-            beta_head: usize,
-            beta_token: usize,
-            beta_seq: usize,
-            state_in: *const f32,
-            in_col: usize,
-            in_head: usize,
-            in_seq: usize,
-            out: *mut f32,
-            out_head: usize,
-            out_token: usize,
-            out_seq: usize,
-            states: *mut f32,
-            states_seq: usize,
-            states_slot: usize,
-            n_tokens: u32,
-            n_key_heads: u32,
-            n_slots: u32,
-            scale: f32,
-        ) {
-            // SAFETY: forwarded from the launch contract.
-            unsafe { run(q, q_head, q_token, q_seq, k, k_head, k_token, k_seq, v, v_head, v_token, v_seq, g, g_head, g_token, g_seq, beta, beta_head, beta_token, beta_seq, state_in, in_col, in_head, in_seq, out, out_head, out_token, out_seq, states, states_seq, states_slot, n_tokens, n_key_heads, n_slots, scale) }
-        }
-    )*};
-}
-
-gdn_entries! {
-    /// Entry point; see the module docs for the layouts.
-    gated_delta_net_f32_d128;
+/// Entry point; see the module docs for the layouts.
+///
+/// # Safety
+/// Launched with block (32, [`GDN_WARPS`], 1) and grid (H_v, n_s, D / [`GDN_WARPS`]); the host
+/// validated that every view covers the elements the grid reaches (heads < H_v, key heads
+/// < `n_key_heads`, tokens < `n_tokens`, slots < `n_slots`, sequences < n_s) and the aliasing
+/// rules of the module docs.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn gated_delta_net_f32_d128(p: abi::GatedDeltaNetParams) {
+    // SAFETY: forwarded from the launch contract.
+    unsafe { run(&p) }
 }

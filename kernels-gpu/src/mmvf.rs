@@ -1,7 +1,8 @@
 //! MUL_MAT_VEC — ggml's `mul_mat_vec_f` (mmvf) for 1–8 input columns and F32, BF16 or F16
 //! weights (spec §2.9): `dst[j][r] = Σ_e weight[r][e] · input[j][e]`; and MUL_MAT_VEC_PAIR, two
 //! such products of the same input in one launch (grid y = 2 picks the product), built from the
-//! same bodies.
+//! same bodies; and MUL_MAT_VEC_PAIR_GATE, the pair with the GDN gate path as its epilogue (the
+//! pair's entries with a runtime flag, [`GateEpilogue`]).
 //!
 //! Thread mapping: one block per weight row (grid x = row r) and group of `NCOLS` columns
 //! (grid z = g: columns g·NCOLS … g·NCOLS + NCOLS − 1; the host may split a launch's columns
@@ -41,6 +42,7 @@
 use crate::abi::{self, MUL_MAT_VEC_MAX_WARPS};
 use crate::device::half::{f16_to_f32, f32_to_f16_rn, fma_f16x2, pack_f16x2};
 use crate::device::load::{nc_f32x2, nc_u32};
+use crate::device::memory::load_nc_f32;
 use crate::device::math::{add, fma};
 use crate::device::shared;
 use crate::device::thread::{block_dim_x, block_idx_x, block_idx_y, block_idx_z, sync_threads, thread_idx_x};
@@ -387,15 +389,84 @@ pub unsafe fn block_reduce<const NCOLS: usize>(partials: [f32; NCOLS], buf: u32,
     sums
 }
 
+/// What a product's writer thread does with element (row, j) of its result besides storing it
+/// in dst: nothing (MUL_MAT_VEC, MUL_MAT_VEC_PAIR), or MUL_MAT_VEC_PAIR_GATE's gate path.
+pub trait Epilogue {
+    /// Whether [`Epilogue::apply`] does anything (false: no code at all is emitted for it).
+    const ACTIVE: bool;
+
+    /// Called by thread j after it stored `sum` = dst element (row, j) (j < the block's column
+    /// count, relative to the block's column group).
+    ///
+    /// # Safety
+    /// The element (row, j) lies inside the epilogue's views (host-validated).
+    unsafe fn apply(&self, row: usize, j: usize, sum: f32);
+}
+
+/// No epilogue: the plain product (compiles to nothing).
+pub struct NoEpilogue;
+
+impl Epilogue for NoEpilogue {
+    const ACTIVE: bool = false;
+
+    #[inline(always)]
+    unsafe fn apply(&self, _row: usize, _j: usize, _sum: f32) {}
+}
+
+/// MUL_MAT_VEC_PAIR_GATE's epilogue for one block (see [`abi::MulMatVecPairGateParams`]):
+/// `out` = gate (product 0) or beta (product 1) at the block's column group, `out_col` its
+/// column stride; `mode` is [`abi::PAIR_EPILOGUE_NONE`] (nothing) or
+/// [`abi::PAIR_EPILOGUE_GATE`], uniform over the launch.
+pub struct GateEpilogue {
+    pub mode: u32,
+    /// 0: alpha → gate; 1: beta_raw → beta (the block's grid y).
+    pub product: u32,
+    pub dt_bias: *const f32,
+    pub ssm_a: *const f32,
+    pub out: *mut f32,
+    pub out_col: usize,
+}
+
+impl Epilogue for GateEpilogue {
+    const ACTIVE: bool = true;
+
+    /// Product 0: `gate = MUL(SOFTPLUS(ADD(alpha, dt_bias[row])), ssm_a[row])`; product 1:
+    /// `beta = SIGMOID(beta_raw)` — the unary and binary kernels' `apply` bodies with their
+    /// operand order (ADD: the product first; MUL: the softplus first), on the f32 the pair
+    /// just stored (the unfused ops read those very bits back), so every result has the unfused
+    /// chain's bits. dt_bias and ssm_a are read-only inputs (`ld.global.nc`).
+    #[inline(always)]
+    unsafe fn apply(&self, row: usize, j: usize, sum: f32) {
+        use crate::abi::{binary_kind, unary_kind};
+        if self.mode != abi::PAIR_EPILOGUE_GATE {
+            return;
+        }
+        let v = if self.product == 0 {
+            // SAFETY: row < H_v: inside the [H_v] dt_bias and ssm_a views, never written
+            // during the launch (host: disjoint from every output).
+            let (bias, a) = unsafe { (load_nc_f32(self.dt_bias.add(row)), load_nc_f32(self.ssm_a.add(row))) };
+            let biased = crate::binary::apply::<{ binary_kind::ADD }>(sum, bias);
+            crate::binary::apply::<{ binary_kind::MUL }>(crate::unary::apply::<{ unary_kind::SOFTPLUS }>(biased), a)
+        } else {
+            crate::unary::apply::<{ unary_kind::SIGMOID }>(sum)
+        };
+        // SAFETY: element (row, j) of the gate / beta view (host-validated), written by this
+        // thread only.
+        unsafe { *self.out.add(j * self.out_col + row) = v };
+    }
+}
+
 /// One block computes row `row` of every column of one product: `w_row_ptr` is the row's first
-/// pair, `dst` the product's dst (column j at `j·dst_col`).
+/// pair, `dst` the product's dst (column j at `j·dst_col`); the writer of each element then
+/// runs `epilogue` on it.
 ///
 /// # Safety
 /// See the module docs: the host validates every view and launches with ggml's block size and
 /// [`MUL_MAT_VEC_SHARED_BYTES`](crate::abi::MUL_MAT_VEC_SHARED_BYTES) of dynamic shared memory;
 /// every thread of the block calls it.
 #[inline(always)]
-unsafe fn mul_mat_vec_row<A: Accumulation, const NCOLS: usize>(
+#[allow(clippy::too_many_arguments)]
+unsafe fn mul_mat_vec_row<A: Accumulation, const NCOLS: usize, E: Epilogue>(
     w_row_ptr: *const A::Pair,
     input: *const f32,
     in_col: usize,
@@ -403,6 +474,7 @@ unsafe fn mul_mat_vec_row<A: Accumulation, const NCOLS: usize>(
     dst_col: usize,
     row: usize,
     n_pairs: u32,
+    epilogue: &E,
 ) {
     let (tid, block) = (thread_idx_x(), block_dim_x());
     // SAFETY: every column of the input is pair-aligned (host), so `in_col / 2` is exact, and
@@ -419,46 +491,64 @@ unsafe fn mul_mat_vec_row<A: Accumulation, const NCOLS: usize>(
         }
         j += 1;
     }
+    if E::ACTIVE {
+        // Thread j < NCOLS takes column j's sum by selects (no runtime index into `sums`, which
+        // would put it in local memory), then runs the epilogue on it.
+        let mut mine = 0.0f32;
+        let mut j = 0;
+        while j < NCOLS {
+            if tid as usize == j {
+                mine = sums[j];
+            }
+            j += 1;
+        }
+        if (tid as usize) < NCOLS {
+            // SAFETY: element (row, tid) of the epilogue's views (host-validated); thread
+            // tid < NCOLS is in warp 0 and holds column tid's sum.
+            unsafe { epilogue.apply(row, tid as usize, mine) };
+        }
+    }
 }
 
-/// One block computes row `%ctaid.x` of column group `%ctaid.z`.
+/// One block computes row `%ctaid.x` of column group `%ctaid.z` of the product `p` describes.
 ///
 /// # Safety
 /// See the module docs: the host validates every view before launching one block per row and
 /// column group (gridDim.z · NCOLS columns).
 #[inline(always)]
-unsafe fn mul_mat_vec<A: Accumulation, const NCOLS: usize>(
-    weight: *const A::Elem,
-    w_row: usize,
-    input: *const f32,
-    in_col: usize,
-    dst: *mut f32,
-    dst_col: usize,
-    n_pairs: u32,
-) {
+unsafe fn mul_mat_vec<A: Accumulation, const NCOLS: usize>(p: &abi::MulMatVecParams) {
     let row = block_idx_x() as usize;
+    let weight = p.weight as usize as *const A::Elem;
     // SAFETY: the host checked that row `row` (< rows = gridDim.x) lies inside the weight view
     // and starts pair-aligned.
-    let w = unsafe { weight.add(row * w_row) } as *const A::Pair;
+    let w = unsafe { weight.add(row * p.w_row as usize) } as *const A::Pair;
+    let (in_col, dst_col) = (p.in_col as usize, p.dst_col as usize);
     let g = block_idx_z() as usize;
+    let (input, dst) = (p.input as usize as *const f32, p.dst as usize as *mut f32);
     // SAFETY: the host launches gridDim.z = ncols / NCOLS groups: columns g·NCOLS … of the
     // input and dst views exist.
     let (input, dst) = unsafe { (input.add(g * NCOLS * in_col), dst.add(g * NCOLS * dst_col)) };
     // SAFETY: forwarded from the launch contract.
-    unsafe { mul_mat_vec_row::<A, NCOLS>(w, input, in_col, dst, dst_col, row, n_pairs) }
+    unsafe { mul_mat_vec_row::<A, NCOLS, NoEpilogue>(w, input, in_col, dst, dst_col, row, p.n_pairs, &NoEpilogue) }
 }
 
-/// MUL_MAT_VEC_PAIR: block (x, y, z) computes row x of product y (0: the `_0` fields of `p`, 1:
-/// the `_1` fields) for column group z, with the unfused kernel's body.
+/// MUL_MAT_VEC_PAIR (and MUL_MAT_VEC_PAIR_GATE): block (x, y, z) computes row x of product y
+/// (0: the `_0` fields of `p.pair`, 1: the `_1` fields) for column group z, with the unfused
+/// kernel's body; with `p.epilogue` = [`abi::PAIR_EPILOGUE_GATE`] the writer of each element
+/// also runs the gate path on it ([`GateEpilogue`]).
 ///
 /// # Safety
-/// See the module docs, for both products; grid (rows, 2, ncols / NCOLS).
+/// See the module docs, for both products; grid (rows, 2, ncols / NCOLS); with the gate
+/// epilogue, the host validated its views for rows × ncols and their disjointness from
+/// everything else.
 #[inline(always)]
-unsafe fn mul_mat_vec_pair<A: Accumulation, const NCOLS: usize>(p: &abi::MulMatVecPairParams) {
+unsafe fn mul_mat_vec_pair<A: Accumulation, const NCOLS: usize>(gp: &abi::MulMatVecPairGateParams) {
+    let p = &gp.pair;
     let row = block_idx_x() as usize;
+    let product = block_idx_y();
     // Field selects, no indexing: the parameter struct stays in the parameter space.
     let (weight, w_row, dst, dst_col) =
-        if block_idx_y() == 0 { (p.weight_0, p.w_row_0, p.dst_0, p.dst_col_0) } else { (p.weight_1, p.w_row_1, p.dst_1, p.dst_col_1) };
+        if product == 0 { (p.weight_0, p.w_row_0, p.dst_0, p.dst_col_0) } else { (p.weight_1, p.w_row_1, p.dst_1, p.dst_col_1) };
     let weight = weight as usize as *const A::Elem;
     // SAFETY: as `mul_mat_vec`, for the selected product.
     let w = unsafe { weight.add(row * w_row as usize) } as *const A::Pair;
@@ -468,8 +558,20 @@ unsafe fn mul_mat_vec_pair<A: Accumulation, const NCOLS: usize>(p: &abi::MulMatV
     // SAFETY: the host launches gridDim.z = ncols / NCOLS groups: columns g·NCOLS … of the
     // input and dst views exist.
     let (input, dst) = unsafe { (input.add(g * NCOLS * in_col), dst.add(g * NCOLS * dst_col)) };
+    let (out, out_col) = if product == 0 { (gp.gate, gp.gate_col) } else { (gp.beta, gp.beta_col) };
+    let out_col = out_col as usize;
+    let epilogue = GateEpilogue {
+        mode: gp.epilogue,
+        product,
+        dt_bias: gp.dt_bias as usize as *const f32,
+        ssm_a: gp.ssm_a as usize as *const f32,
+        // Column group g of gate / beta; dereferenced only in GATE mode, where the host
+        // validated the view (hence wrapping: a zero address in NONE mode is never used).
+        out: (out as usize as *mut f32).wrapping_add(g * NCOLS * out_col),
+        out_col,
+    };
     // SAFETY: forwarded from the launch contract.
-    unsafe { mul_mat_vec_row::<A, NCOLS>(w, input, in_col, dst, dst_col, row, p.n_pairs) }
+    unsafe { mul_mat_vec_row::<A, NCOLS, GateEpilogue>(w, input, in_col, dst, dst_col, row, p.n_pairs, &epilogue) }
 }
 
 macro_rules! mul_mat_vec_entries {
@@ -479,22 +581,19 @@ macro_rules! mul_mat_vec_entries {
         /// # Safety
         /// See the module docs: the host validates every view before launching.
         #[unsafe(no_mangle)]
-        pub unsafe extern "ptx-kernel" fn $name(
-            weight: *const <$acc as Accumulation>::Elem, w_row: usize,
-            input: *const f32, in_col: usize,
-            dst: *mut f32, dst_col: usize,
-            n_pairs: u32,
-        ) {
+        pub unsafe extern "ptx-kernel" fn $name(p: abi::MulMatVecParams) {
             // SAFETY: forwarded from the launch contract above.
-            unsafe { mul_mat_vec::<$acc, $ncols>(weight, w_row, input, in_col, dst, dst_col, n_pairs) }
+            unsafe { mul_mat_vec::<$acc, $ncols>(&p) }
         }
 
-        /// MUL_MAT_VEC_PAIR entry point; see the module docs.
+        /// MUL_MAT_VEC_PAIR / MUL_MAT_VEC_PAIR_GATE entry point (`p.epilogue` picks); see the
+        /// module docs.
         ///
         /// # Safety
-        /// See the module docs: the host validates both products before launching.
+        /// See the module docs: the host validates both products (and, with the gate
+        /// epilogue, its views) before launching.
         #[unsafe(no_mangle)]
-        pub unsafe extern "ptx-kernel" fn $pair(p: abi::MulMatVecPairParams) {
+        pub unsafe extern "ptx-kernel" fn $pair(p: abi::MulMatVecPairGateParams) {
             // SAFETY: forwarded from the launch contract above.
             unsafe { mul_mat_vec_pair::<$acc, $ncols>(&p) }
         }

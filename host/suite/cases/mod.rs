@@ -28,6 +28,9 @@ pub mod gdn_conv_chain;
 // [mmvf-pair]
 pub mod mmvf_pair;
 
+// [pair-gate]
+pub mod mmvf_pair_gate;
+
 use super::Case;
 
 /// Every case, grouped by op, in a stable order.
@@ -58,6 +61,9 @@ pub fn all() -> Vec<Case> {
 
     // [mmvf-pair]
     cases.extend(mmvf_pair::cases());
+
+    // [pair-gate]
+    cases.extend(mmvf_pair_gate::cases());
 
     cases.extend(layer::cases());
     cases
