@@ -170,7 +170,7 @@ const ALLOWED_FLOAT_FORMS: &[&str] = &[
 /// Float types that make an instruction a float instruction.
 const FLOAT_TYPES: &[&str] = &["f32", "f16", "bf16", "f16x2", "bf16x2", "f64"];
 
-/// A load, store or move of float data: the bits travel unchanged.
+/// A load, store, move or select of float data: the bits travel unchanged.
 fn is_exact_float_move(opcode: &str) -> bool {
     let parts: Vec<&str> = opcode.split('.').collect();
     let Some((&ty, rest)) = parts.split_last() else { return false };
@@ -178,7 +178,8 @@ fn is_exact_float_move(opcode: &str) -> bool {
         return false;
     }
     match rest {
-        ["mov"] => true,
+        // `selp` picks one of two registers by a predicate: no rounding, the bits unchanged.
+        ["mov"] | ["selp"] => true,
         [op, space, qualifiers @ ..] if (*op == "ld" || *op == "st") && ["global", "shared", "param", "local", "const"].contains(space) => {
             qualifiers.iter().all(|q| ["nc", "v2", "v4"].contains(q))
         }
@@ -266,6 +267,8 @@ fn the_float_form_check_refuses_what_the_spec_does_not_allow() {
     );
     assert!(bad[0].starts_with("k_one: line 8: "), "{}", bad[0]);
     assert!(bad[8].starts_with("k_two: line 20: "), "{}", bad[8]);
+}
+
 /// One `.param` line of an entry's PTX signature.
 #[derive(Debug, PartialEq)]
 enum PtxParam {

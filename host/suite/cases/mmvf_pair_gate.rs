@@ -109,7 +109,7 @@ impl GateCase {
             let op = self.build(&mut b);
             let unfused = unfused_ops(&op, &mut b, self.mv.ncols == 1);
             let compare = op.outputs().into_iter().map(|t| (t, t)).collect();
-            Ok(Expect::Equivalent(Equivalence { mem: b.mem, a: vec![Box::new(op)], b: unfused, compare }))
+            Ok(Expect::Equivalent(Equivalence::new(b.mem, vec![Box::new(op)], unfused, compare)))
         })
     }
 }
