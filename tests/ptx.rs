@@ -318,7 +318,10 @@ fn the_entry_table_and_the_ptx_list_the_same_entries() {
         assert!(ptx.contains(name), "abi::ENTRIES lists {name}, which is not an entry of the PTX");
     }
     for name in &ptx {
-        assert!(table.contains(name), "the PTX entry {name} is not in abi::ENTRIES: every kernel takes a parameter struct from abi.rs and is listed there");
+        assert!(
+            table.contains(name),
+            "the PTX entry {name} is not in abi::ENTRIES: every kernel takes a parameter struct from abi.rs and is listed there"
+        );
     }
 }
 

@@ -16,9 +16,12 @@
 //! Registered fusions, in the order they are tried on each layer:
 //! - `conv_chain` ([`conv_chain`]): conv-state GET_ROWS, CONCAT, the 1 + R snapshot CPYs,
 //!   SSM_CONV+SiLU and both L2_NORMs → one GDN_CONV_CHAIN (the reference PR);
-//! - `pair` ([`pair`]): the alpha and beta MUL_MAT_VECs → one MUL_MAT_VEC_PAIR (the PR).
+//! - `pair` ([`pair`]): the alpha and beta MUL_MAT_VECs → one MUL_MAT_VEC_PAIR (the PR);
+//! - `gate_pair` ([`gate_pair`]): that pair plus SIGMOID, ADD, SOFTPLUS, MUL (or UNARY_MUL) →
+//!   one MUL_MAT_VEC_PAIR_GATE (the gate path as the pair's epilogue).
 
 pub mod conv_chain;
+pub mod gate_pair;
 pub mod legality;
 pub mod pair;
 pub mod sweep;
@@ -51,7 +54,7 @@ impl fmt::Debug for Fusion {
 }
 
 /// Every fusion, in the order the pass tries them on a layer.
-pub static REGISTRY: &[Fusion] = &[conv_chain::FUSION, pair::FUSION];
+pub static REGISTRY: &[Fusion] = &[conv_chain::FUSION, pair::FUSION, gate_pair::FUSION];
 
 /// The registered fusion named `name`.
 pub fn fusion(name: &str) -> Option<&'static Fusion> {
@@ -232,6 +235,10 @@ pub struct Rewrite {
     pub at: usize,
     /// Bytes the rewrite left unwritten that nothing overwrites later (none observed).
     pub eliminated: ByteSet,
+    /// The nodes of the graph given to the pass that the fused node stands for, and the one
+    /// whose position it takes.
+    pub original: Vec<usize>,
+    pub anchor: usize,
 }
 
 /// What happened to one fusion of one layer.
@@ -334,6 +341,8 @@ pub fn fuse(mut nodes: Vec<Node>, live_out: &ByteSet, options: Options) -> (Vec<
             layers.push(l);
         }
     }
+    // The nodes of the input graph each current node stands for, and where it sits there.
+    let mut origin: Vec<(Vec<usize>, usize)> = (0..nodes.len()).map(|i| (vec![i], i)).collect();
     let mut report = Report::default();
     for layer in layers {
         let mut outcomes = Vec::new();
@@ -343,17 +352,18 @@ pub fn fuse(mut nodes: Vec<Node>, live_out: &ByteSet, options: Options) -> (Vec<
             } else {
                 match try_fusion(&nodes, live_out, f, layer) {
                     Ok((candidate, accepted)) => {
-                        let replaced_ops = {
-                            let mut p = candidate.nodes.clone();
-                            p.sort_unstable();
-                            p.iter().map(|&i| nodes[i].op.name()).collect()
-                        };
                         let mut replaced = candidate.nodes.clone();
                         replaced.sort_unstable();
+                        let replaced_ops = replaced.iter().map(|&i| nodes[i].op.name()).collect();
+                        let mut original: Vec<usize> = replaced.iter().flat_map(|&i| origin[i].0.iter().copied()).collect();
+                        original.sort_unstable();
+                        let anchor = origin[candidate.at].1;
                         let fused_op = candidate.fused.name();
                         let (next, at) = rewrite(nodes, &replaced, candidate.at, Node::new(candidate.fused, Some(layer)));
+                        let (next_origin, _) = rewrite(origin, &replaced, candidate.at, (original.clone(), anchor));
                         nodes = next;
-                        Outcome::Fused(Rewrite { replaced, replaced_ops, fused_op, at, eliminated: accepted.eliminated })
+                        origin = next_origin;
+                        Outcome::Fused(Rewrite { replaced, replaced_ops, fused_op, at, eliminated: accepted.eliminated, original, anchor })
                     }
                     Err(r) => Outcome::Refused(r),
                 }
@@ -365,6 +375,23 @@ pub fn fuse(mut nodes: Vec<Node>, live_out: &ByteSet, options: Options) -> (Vec<
     (nodes, report)
 }
 
+/// The groups of nodes the pass would fuse in `nodes` (a symbolic graph, typically: one
+/// buffer per value), for fusion-aware planning ([`crate::graph::plan::plan_with_groups`]).
+pub fn groups(nodes: &[Node], live_out: &ByteSet, options: Options) -> Vec<crate::graph::plan::Group> {
+    let (_, report) = fuse(nodes.to_vec(), live_out, options);
+    let mut out: Vec<crate::graph::plan::Group> = Vec::new();
+    for l in &report.layers {
+        for (_, o) in &l.outcomes {
+            if let Outcome::Fused(r) = o {
+                // A rewrite of an earlier fused node takes over its group.
+                out.retain(|g| !g.nodes.iter().all(|n| r.original.contains(n)));
+                out.push(crate::graph::plan::Group { nodes: r.original.clone(), anchor: r.anchor });
+            }
+        }
+    }
+    out
+}
+
 /// Matches `f` in `layer` and checks the candidate.
 pub fn try_fusion(nodes: &[Node], live_out: &ByteSet, f: &Fusion, layer: usize) -> std::result::Result<(Candidate, Accepted), Refusal> {
     let candidate = (f.find)(nodes, layer)?;
@@ -374,7 +401,7 @@ pub fn try_fusion(nodes: &[Node], live_out: &ByteSet, f: &Fusion, layer: usize) 
 }
 
 /// Drops the nodes `gone` and puts `fused` where node `at` was; returns the new index of it.
-fn rewrite(nodes: Vec<Node>, gone: &[usize], at: usize, fused: Node) -> (Vec<Node>, usize) {
+fn rewrite<T>(nodes: Vec<T>, gone: &[usize], at: usize, fused: T) -> (Vec<T>, usize) {
     let mut out = Vec::with_capacity(nodes.len());
     let mut fused = Some(fused);
     let mut position = 0;

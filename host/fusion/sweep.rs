@@ -174,7 +174,33 @@ pub fn compile_off_on(b: &Built, options: Options) -> Result<(Vec<crate::graph::
 /// Builds `spec` from `seed`, runs it on the GPU with fusion off and on (each from a fresh
 /// upload of the same memory) and compares.
 pub fn off_on_gpu(gpu: &Gpu, spec: &StackSpec, seed: u64) -> Result<OffOn> {
-    let b = layer::build(spec, seed)?;
+    off_on_gpu_planned(gpu, spec, seed, Planning::FusionAware)
+}
+
+/// How a sweep graph's values are placed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Planning {
+    /// ggml's allocator on the unfused graph: a fusion may then be refused where the plan put
+    /// one of its outputs on the bytes of one of its inputs (the check decides).
+    Ggml,
+    /// The same allocator with the lifetimes of what the pass will fuse widened
+    /// ([`crate::graph::plan::plan_with_groups`]): every fusion in scope fires.
+    FusionAware,
+}
+
+/// Builds `spec` from `seed` with `planning`.
+pub fn build(spec: &StackSpec, seed: u64, planning: Planning) -> Result<Built> {
+    match planning {
+        Planning::Ggml => layer::build(spec, seed),
+        Planning::FusionAware => layer::build_planned(spec, seed, crate::memory::default_host_budget(), &|nodes, live_out| {
+            super::groups(nodes, live_out, Options::ON)
+        }),
+    }
+}
+
+/// [`off_on_gpu`] with a choice of planning.
+pub fn off_on_gpu_planned(gpu: &Gpu, spec: &StackSpec, seed: u64, planning: Planning) -> Result<OffOn> {
+    let b = build(spec, seed, planning)?;
     let (off_nodes, on_nodes, report) = compile_off_on(&b, Options::ON)?;
     let run = |nodes| -> Result<(HostMemory, Launches)> {
         let dev = DeviceMemory::upload(gpu, &b.mem)?;
@@ -189,7 +215,12 @@ pub fn off_on_gpu(gpu: &Gpu, spec: &StackSpec, seed: u64) -> Result<OffOn> {
 
 /// The same on the CPU reference, with one MUFU for both runs.
 pub fn off_on_cpu(spec: &StackSpec, seed: u64, mufu: &mut dyn Mufu) -> Result<OffOn> {
-    let b = layer::build(spec, seed)?;
+    off_on_cpu_planned(spec, seed, mufu, Planning::FusionAware)
+}
+
+/// [`off_on_cpu`] with a choice of planning.
+pub fn off_on_cpu_planned(spec: &StackSpec, seed: u64, mufu: &mut dyn Mufu, planning: Planning) -> Result<OffOn> {
+    let b = build(spec, seed, planning)?;
     let (off_nodes, on_nodes, report) = compile_off_on(&b, Options::ON)?;
     let mut off_mem = b.mem.clone();
     exec::run_cpu(&off_nodes, &mut off_mem, mufu)?;

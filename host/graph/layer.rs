@@ -462,6 +462,17 @@ pub fn build(spec: &StackSpec, seed: u64) -> Result<Built> {
 /// [`build`] into a memory of `budget` bytes: a graph that does not fit is an
 /// [`Error::OutOfMemory`] before anything is allocated.
 pub fn build_with_budget(spec: &StackSpec, seed: u64, budget: usize) -> Result<Built> {
+    build_planned(spec, seed, budget, &|_, _| Vec::new())
+}
+
+/// Finds, on the symbolic graph (one buffer per value) and what the caller observes of it,
+/// the node groups a later pass will fuse (e.g. `fusion::groups`).
+pub type GroupsOf<'a> = dyn Fn(&[Node], &ByteSet) -> Vec<plan::Group> + 'a;
+
+/// [`build_with_budget`] with fusion-aware planning: the planner widens the lifetimes of the
+/// groups `groups` finds on the symbolic graph ([`plan::plan_with_groups`]), so that the fused
+/// graph's nodes never read and write one block (the plan serves the unfused graph too).
+pub fn build_planned(spec: &StackSpec, seed: u64, budget: usize, groups: &GroupsOf) -> Result<Built> {
     if spec.layers.is_empty() {
         return Err(Error::Invalid { op: OP, what: "no layers".into() });
     }
@@ -485,7 +496,15 @@ pub fn build_with_budget(spec: &StackSpec, seed: u64, budget: usize) -> Result<B
         .map(|(_, id)| Pin { value: id[15], onto: id[3] })
         .collect();
     let values: Vec<ValueInfo> = defs.iter().map(|d| d.info.clone()).collect();
-    let plan = plan::plan(&values, &nodes, &pins)?;
+    let observed = ByteSet::of_all(
+        (0..values.len())
+            .filter(|&v| !values[v].role.planned() || values[v].role == Role::Output)
+            .map(|v| symbolic(v))
+            .collect::<Vec<_>>()
+            .iter(),
+        Bound::Over,
+    );
+    let plan = plan::plan_with_groups(&values, &nodes, &pins, &groups(&nodes, &observed))?;
 
     // Everything through the budgeted allocators: the whole graph's bytes are summed
     // (checked) and compared with the budget before anything is allocated, so a spec whose

@@ -171,6 +171,22 @@ fn aligned(bytes: usize) -> Option<usize> {
 /// value `v`: the symbolic graph). Every size is checked: a value or an arena that does not
 /// fit `usize` is an [`Error::Overflow`], never a wrapped offset.
 pub fn plan(values: &[ValueInfo], nodes: &[Node], pins: &[Pin]) -> Result<Plan> {
+    plan_with_groups(values, nodes, pins, &[])
+}
+
+/// Nodes a later pass will replace by one node at the position of node `anchor` (a fusion):
+/// planning for both graphs, every value the group's nodes access is also accessed at
+/// `anchor` — written there if any of them writes it, live there if any reads it — so that the
+/// fused node's inputs and outputs never share a block, and the plan serves the unfused graph
+/// as well.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Group {
+    pub nodes: Vec<usize>,
+    pub anchor: usize,
+}
+
+/// [`plan`], with the lifetimes of `groups` widened to their anchors.
+pub fn plan_with_groups(values: &[ValueInfo], nodes: &[Node], pins: &[Pin], groups: &[Group]) -> Result<Plan> {
     let n = values.len();
     let mut first_write = vec![None; n];
     let mut last_read = vec![None; n];
@@ -195,6 +211,43 @@ pub fn plan(values: &[ValueInfo], nodes: &[Node], pins: &[Pin]) -> Result<Plan> 
             first_write[v].get_or_insert(i);
             last_access[v] = Some(i);
         }
+    }
+    for g in groups {
+        if g.anchor >= nodes.len() || g.nodes.iter().any(|&i| i >= nodes.len()) {
+            return Err(bad(format!("group {g:?} names a node outside the graph")));
+        }
+        for &i in &g.nodes {
+            for t in nodes[i].op.outputs() {
+                let v = t.buffer.0;
+                first_write[v] = first_write[v].min(Some(g.anchor)).or(Some(g.anchor));
+                last_access[v] = last_access[v].max(Some(g.anchor));
+            }
+            for t in nodes[i].op.inputs() {
+                let v = t.buffer.0;
+                last_read[v] = last_read[v].max(Some(g.anchor));
+                last_access[v] = last_access[v].max(Some(g.anchor));
+            }
+        }
+    }
+    // Where each value is placed and given back, in the order of first mention.
+    let mut placed_at: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
+    let mut dies_at: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
+    for v in 0..n {
+        if let Some(i) = first_write[v] {
+            placed_at[i].push(v);
+        }
+        if let Some(i) = last_access[v] {
+            dies_at[i].push(v);
+        }
+    }
+    let mut mention: Vec<Option<(usize, usize)>> = vec![None; n];
+    for (i, node) in nodes.iter().enumerate() {
+        for (k, t) in node.op.outputs().iter().enumerate() {
+            mention[t.buffer.0].get_or_insert((i, k));
+        }
+    }
+    for list in &mut placed_at {
+        list.sort_by_key(|&v| (mention[v], v));
     }
     let mut pin_of = vec![None; n];
     let mut pinned_by = vec![None; n];
@@ -224,10 +277,8 @@ pub fn plan(values: &[ValueInfo], nodes: &[Node], pins: &[Pin]) -> Result<Plan> 
     let mut held = vec![None; n]; // blocks held back for a pinned value
     let mut allocs: Vec<(usize, usize, usize, usize)> = Vec::new(); // (node, value, start, size)
     let mut freed_at = vec![None; n];
-    for (i, node) in nodes.iter().enumerate() {
-        let outputs = node.op.outputs();
-        for t in &outputs {
-            let v = t.buffer.0;
+    for i in 0..nodes.len() {
+        for &v in &placed_at[i] {
             if !values[v].role.planned() || offsets[v].is_some() {
                 continue;
             }
@@ -245,11 +296,8 @@ pub fn plan(values: &[ValueInfo], nodes: &[Node], pins: &[Pin]) -> Result<Plan> 
             offsets[v] = Some(start);
             allocs.push((i, v, start, block_bytes[v]));
         }
-        // Values this node accesses for the last time (a read or a write) die after it.
-        let mut dying: Vec<usize> = node.op.inputs().iter().chain(&outputs).map(|t| t.buffer.0).collect();
-        dying.sort_unstable();
-        dying.dedup();
-        for v in dying {
+        // Values accessed for the last time here (a read or a write) die after this node.
+        for &v in &dies_at[i] {
             if values[v].role.freed() && last_access[v] == Some(i) && freed_at[v].is_none() {
                 freed_at[v] = Some(i);
                 let Some(start) = offsets[v] else {
