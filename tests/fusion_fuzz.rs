@@ -7,10 +7,10 @@
 //! Perturbations: readers and writers (CPY, SCALE, an over-declaring test op) of dense,
 //! strided, partial and single-element views of any value, at any position; operands of the
 //! pattern's ops relocated onto other values' bytes; pattern nodes moved, duplicated or
-//! removed; values added to what the caller observes. Both buffer layouts, 1–2 layers, with
-//! and without the GDN tail.
+//! removed; values added to what the caller observes. Both buffer layouts, ggml's allocator
+//! and fusion-aware planning, 1–2 layers, with and without the GDN tail.
 //!
-//! `RGDN_FUZZ_CASES` (default 3000, ≈ 20 s here) sets the number of cases, `RGDN_FUZZ_SEED`
+//! `RGDN_FUZZ_CASES` (default 2000, ≈ 25 s here) sets the number of cases, `RGDN_FUZZ_SEED`
 //! the first seed. It prints how often each fusion fired and the refusals by reason: a fuzzer
 //! that never fuses proves nothing, so the test also fails when a fusion fires in under 5 % of
 //! the cases.
@@ -18,8 +18,8 @@
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rgdn::error::Result;
-use rgdn::fusion::{Options, Outcome, REGISTRY, compile};
-use rgdn::graph::layer::{self, Built, LayerLayout, LayerSpec, Outputs, StackSpec};
+use rgdn::fusion::{Options, Outcome, REGISTRY, compile, sweep};
+use rgdn::graph::layer::{Built, LayerLayout, LayerSpec, Outputs, StackSpec};
 use rgdn::graph::{Bound, ByteSet, Node, exec};
 use rgdn::layer::{GdnShape, Step};
 use rgdn::memory::{DeviceMemory, HostMemory, Memory};
@@ -324,6 +324,8 @@ struct Stats {
     perturbations: BTreeMap<&'static str, usize>,
     runtime_refused: usize,
     layer_cases: usize,
+    /// Time building, running unfused, compiling, running fused, comparing.
+    seconds: [f64; 5],
 }
 
 fn refusal_kind(r: &rgdn::fusion::Refusal) -> String {
@@ -335,7 +337,13 @@ fn refusal_kind(r: &rgdn::fusion::Refusal) -> String {
 fn case(seed: u64, stats: &mut Stats) -> std::result::Result<(), String> {
     let mut rng = StdRng::seed_from_u64(seed);
     let spec = random_spec(&mut rng);
-    let Ok(mut b) = layer::build(&spec, seed) else {
+    // ggml's allocator (adversarial placements the check must refuse) or fusion-aware
+    // planning (every fusion in scope can fire), half and half.
+    let planning = if rng.random_bool(0.5) { sweep::Planning::Ggml } else { sweep::Planning::FusionAware };
+    let t0 = std::time::Instant::now();
+    let built = sweep::build(&spec, seed, planning);
+    stats.seconds[0] += t0.elapsed().as_secs_f64();
+    let Ok(mut b) = built else {
         stats.invalid += 1;
         return Ok(());
     };
@@ -350,12 +358,17 @@ fn case(seed: u64, stats: &mut Stats) -> std::result::Result<(), String> {
     }
     stats.cases += 1;
     stats.layer_cases += spec.layers.len();
+    let t0 = std::time::Instant::now();
     let (off_nodes, _) = compile(nodes.clone(), &live_out, Options::OFF);
-    let Some(off) = run(&b.mem, &off_nodes) else {
+    let off = run(&b.mem, &off_nodes);
+    stats.seconds[1] += t0.elapsed().as_secs_f64();
+    let Some(off) = off else {
         stats.invalid += 1;
         return Ok(());
     };
+    let t0 = std::time::Instant::now();
     let (on_nodes, report) = compile(nodes, &live_out, Options::ON);
+    stats.seconds[2] += t0.elapsed().as_secs_f64();
     let mut any = false;
     for l in &report.layers {
         for (name, o) in &l.outcomes {
@@ -373,14 +386,20 @@ fn case(seed: u64, stats: &mut Stats) -> std::result::Result<(), String> {
     }
     stats.fused_cases += 1;
     let mut on = b.mem.clone();
-    if let Err(e) = exec::run_cpu(&on_nodes, &mut on, &mut ExactMufu) {
+    let t0 = std::time::Instant::now();
+    let ran = exec::run_cpu(&on_nodes, &mut on, &mut ExactMufu);
+    stats.seconds[3] += t0.elapsed().as_secs_f64();
+    if let Err(e) = ran {
         stats.runtime_refused += 1;
         eprintln!("seed {seed}: the fused graph was refused at run time: {e}\nperturbations {applied:?}\n{report}");
         return Ok(());
     }
     // Bytes a rewrite left unwritten and nobody observes may differ; nothing else.
     let skip = report.eliminated().minus(&live_out);
-    match first_difference(&off, &on, &skip) {
+    let t0 = std::time::Instant::now();
+    let diff = first_difference(&off, &on, &skip);
+    stats.seconds[4] += t0.elapsed().as_secs_f64();
+    match diff {
         None => Ok(()),
         Some((buffer, byte)) => Err(format!(
             "seed {seed}: accepted an unsafe rewrite — buffer {buffer} byte {byte} differs\nperturbations {applied:?}\n{report}"
@@ -390,7 +409,7 @@ fn case(seed: u64, stats: &mut Stats) -> std::result::Result<(), String> {
 
 #[test]
 fn fusion_never_changes_an_observed_byte() {
-    let cases = env("RGDN_FUZZ_CASES", 3000);
+    let cases = env("RGDN_FUZZ_CASES", 2000);
     let first = env("RGDN_FUZZ_SEED", 0x00f0_5e00);
     let mut stats = Stats::default();
     let mut failures = Vec::new();
@@ -417,6 +436,8 @@ fn fusion_never_changes_an_observed_byte() {
         );
     }
     eprintln!("  perturbations: {:?}", stats.perturbations);
+    let s = stats.seconds;
+    eprintln!("  seconds: build {:.1}, unfused run {:.1}, compile {:.1}, fused run {:.1}, compare {:.1}", s[0], s[1], s[2], s[3], s[4]);
     let mut refusals: Vec<_> = stats.refusals.iter().collect();
     refusals.sort_by(|a, b| b.1.cmp(a.1));
     for (r, n) in refusals {

@@ -11,9 +11,9 @@
 //! read (each thread reads its channel's inputs before its writes; the kernel's docs).
 
 use super::legality::Candidate;
-use super::{Fusion, Refusal, users, writer_of};
+use super::{Fusion, Graph, Refusal, users, writer_of};
 use crate::graph::layer::{LayerSpec, window};
-use crate::graph::{Bound, ByteSet, Node};
+use crate::graph::{Bound, ByteSet};
 use crate::layer::LayerTensors;
 use crate::ops::{ConcatDim0, Cpy, GdnConvChain, GetRows, L2Norm, SnapshotWrite, SsmConv};
 use crate::tensor::{DType, Tensor};
@@ -52,13 +52,14 @@ fn dense(t: &Tensor) -> bool {
 }
 
 /// The structural match of the conv chain in `layer`.
-pub fn find(nodes: &[Node], layer: usize) -> Result<Candidate, Refusal> {
+pub fn find(graph: &Graph, layer: usize) -> Result<Candidate, Refusal> {
+    let nodes = graph.nodes;
     use Refusal::*;
     let c = (0..nodes.len())
         .find(|&i| nodes[i].layer == Some(layer) && nodes[i].get::<ConcatDim0>().is_some())
         .ok_or(NoPattern("no CONCAT in the layer"))?;
     let concat = nodes[c].get::<ConcatDim0>().expect("found");
-    let g = writer_of(nodes, c, &concat.a).ok_or(NoPattern("nothing writes the CONCAT's first source"))?;
+    let g = writer_of(graph, c, &concat.a).ok_or(NoPattern("nothing writes the CONCAT's first source"))?;
     let gather = nodes[g].get::<GetRows>().ok_or(NoPattern("the CONCAT's first source is not a GET_ROWS output"))?;
     let sequences = gather.rows.layout.n_elements();
     if sequences != 1 || concat.dst.ne()[2] != 1 || concat.dst.ne()[3] != 1 {
@@ -80,13 +81,13 @@ pub fn find(nodes: &[Node], layer: usize) -> Result<Candidate, Refusal> {
     }
 
     // Users of the GET_ROWS output: exactly the CONCAT.
-    let g_users = users(nodes, g, &bytes(&gather.dst));
+    let g_users = users(graph, g, &bytes(&gather.dst));
     if g_users != [c] {
         return Err(ConvStatesUsers { users: g_users.len() });
     }
     // Users of the CONCAT output: the copies and SSM_CONV.
     let conv_input = concat.dst;
-    let c_users = users(nodes, c, &bytes(&conv_input));
+    let c_users = users(graph, c, &bytes(&conv_input));
     let copies: Vec<usize> = c_users.iter().copied().filter(|&x| nodes[x].get::<Cpy>().is_some()).collect();
     let convs: Vec<usize> = c_users.iter().copied().filter(|&x| nodes[x].get::<SsmConv>().is_some()).collect();
     if c_users.len() != copies.len() + 1 || convs.len() != 1 {
@@ -134,7 +135,7 @@ pub fn find(nodes: &[Node], layer: usize) -> Result<Candidate, Refusal> {
     }
     // The L2 norms of the q and k heads of the SiLU output.
     let conv_out = conv.dst;
-    let out_users = users(nodes, conv_at, &bytes(&conv_out));
+    let out_users = users(graph, conv_at, &bytes(&conv_out));
     let l2s: Vec<(usize, &L2Norm)> = out_users.iter().filter_map(|&x| nodes[x].get::<L2Norm>().map(|l| (x, l))).collect();
     let head = |offset_heads: usize, l: &L2Norm| {
         let [d, hk, ..] = l.src.ne();

@@ -6,9 +6,9 @@
 //! outputs (the products, beta and the gate are still written).
 
 use super::legality::Candidate;
-use super::{Fusion, Refusal, users};
+use super::{Fusion, Graph, Refusal, users};
 use crate::graph::layer::LayerSpec;
-use crate::graph::{Bound, ByteSet, Node};
+use crate::graph::{Bound, ByteSet};
 use crate::ops::{Binary, BinaryKind, MulMatVecPair, MulMatVecPairGate, Unary, UnaryKind, UnaryMul};
 use crate::tensor::Tensor;
 
@@ -24,20 +24,21 @@ fn fires_on(spec: &LayerSpec) -> bool {
 }
 
 /// The nodes reading `value` (written by node `from`) while it holds that node's bytes.
-fn readers(nodes: &[Node], from: usize, value: &Tensor) -> Vec<usize> {
-    users(nodes, from, &ByteSet::of(value, Bound::Over))
+fn readers(graph: &Graph, from: usize, value: &Tensor) -> Vec<usize> {
+    users(graph, from, &ByteSet::of(value, Bound::Over))
 }
 
 /// The one user of `value` that is a `T` matching `ok`, or why not.
 fn only_user<'a, T: crate::ops::Op + 'static>(
-    nodes: &'a [Node],
+    graph: &'a Graph,
     from: usize,
     value: &Tensor,
     ok: impl Fn(&T) -> bool,
     missing: &'static str,
 ) -> Result<(usize, &'a T), Refusal> {
+    let nodes = graph.nodes;
     let found: Vec<(usize, &T)> =
-        readers(nodes, from, value).into_iter().filter_map(|i| nodes[i].get::<T>().map(|t| (i, t))).filter(|(_, t)| ok(t)).collect();
+        readers(graph, from, value).into_iter().filter_map(|i| nodes[i].get::<T>().map(|t| (i, t))).filter(|(_, t)| ok(t)).collect();
     match found[..] {
         [one] => Ok(one),
         _ => Err(Refusal::NoPattern(missing)),
@@ -50,7 +51,8 @@ fn head_vector(t: &Tensor, heads: usize) -> bool {
 }
 
 /// The structural match of the gate path on the pair of `layer`.
-pub fn find(nodes: &[Node], layer: usize) -> Result<Candidate, Refusal> {
+pub fn find(graph: &Graph, layer: usize) -> Result<Candidate, Refusal> {
+    let nodes = graph.nodes;
     use Refusal::*;
     let p = (0..nodes.len())
         .find(|&i| nodes[i].layer == Some(layer) && nodes[i].get::<MulMatVecPair>().is_some())
@@ -59,10 +61,10 @@ pub fn find(nodes: &[Node], layer: usize) -> Result<Candidate, Refusal> {
     let (rows, ncols) = (pair.first.dst.ne()[0], pair.first.dst.ne()[1]);
     let is_sigmoid = |u: &Unary| u.kind == UnaryKind::Sigmoid;
     // Which product is beta (read by a SIGMOID) and which alpha (read by an ADD)?
-    let sigmoid_of = |dst: &Tensor| only_user::<Unary>(nodes, p, dst, |u| is_sigmoid(u) && u.src == *dst, "SIGMOID of a product");
+    let sigmoid_of = |dst: &Tensor| only_user::<Unary>(graph, p, dst, |u| is_sigmoid(u) && u.src == *dst, "SIGMOID of a product");
     let add_of = |dst: &Tensor| {
         only_user::<Binary>(
-            nodes,
+            graph,
             p,
             dst,
             |b| b.kind == BinaryKind::Add && b.a == *dst && head_vector(&b.b, rows),
@@ -79,19 +81,19 @@ pub fn find(nodes: &[Node], layer: usize) -> Result<Candidate, Refusal> {
     };
     let alpha_biased = add.dst;
     // SOFTPLUS then MUL by ssm_a, or ggml's fused SOFTPLUS·MUL.
-    let fused_gate = only_user::<UnaryMul>(nodes, a_at, &alpha_biased, |u| u.kind == UnaryKind::Softplus && u.src == alpha_biased, "");
+    let fused_gate = only_user::<UnaryMul>(graph, a_at, &alpha_biased, |u| u.kind == UnaryKind::Softplus && u.src == alpha_biased, "");
     let (tail, ssm_a, gate, edges_tail, eliminated): (Vec<usize>, Tensor, Tensor, Vec<(usize, usize)>, Vec<usize>) = match fused_gate {
         Ok((u_at, u)) => (vec![u_at], u.mul, u.dst, vec![(a_at, u_at)], vec![a_at]),
         Err(_) => {
             let (sp_at, softplus) = only_user::<Unary>(
-                nodes,
+                graph,
                 a_at,
                 &alpha_biased,
                 |u| u.kind == UnaryKind::Softplus && u.src == alpha_biased,
                 "SOFTPLUS (or SOFTPLUS·MUL) of alpha + dt_bias",
             )?;
             let (m_at, mul) = only_user::<Binary>(
-                nodes,
+                graph,
                 sp_at,
                 &softplus.dst,
                 |b| b.kind == BinaryKind::Mul && b.a == softplus.dst,

@@ -33,6 +33,18 @@ use crate::graph::layer::LayerSpec;
 use crate::graph::{ByteSet, Effects, Node};
 use std::fmt;
 
+/// A graph as the matchers and the check see it: its nodes and, computed once, their effects.
+pub struct Graph<'a> {
+    pub nodes: &'a [Node],
+    pub effects: Vec<Effects>,
+}
+
+impl<'a> Graph<'a> {
+    pub fn new(nodes: &'a [Node]) -> Self {
+        Graph { nodes, effects: nodes.iter().map(Node::effects).collect() }
+    }
+}
+
 /// One registered fusion.
 pub struct Fusion {
     /// Its name in [`Options`] and reports (`conv_chain`).
@@ -40,7 +52,7 @@ pub struct Fusion {
     /// What it fuses, in a few words.
     pub summary: &'static str,
     /// The structural match in `layer` of the graph: the candidate rewrite, or why not.
-    pub find: fn(nodes: &[Node], layer: usize) -> std::result::Result<Candidate, Refusal>,
+    pub find: fn(graph: &Graph, layer: usize) -> std::result::Result<Candidate, Refusal>,
     /// Whether it must fire on the graph [`crate::graph::layer`] builds for one layer of
     /// `spec` (with every fusion before it in the registry applied): what the sweep and the
     /// CPU off/on tests hold it to.
@@ -344,13 +356,17 @@ pub fn fuse(mut nodes: Vec<Node>, live_out: &ByteSet, options: Options) -> (Vec<
     // The nodes of the input graph each current node stands for, and where it sits there.
     let mut origin: Vec<(Vec<usize>, usize)> = (0..nodes.len()).map(|i| (vec![i], i)).collect();
     let mut report = Report::default();
+    let mut effects: Vec<Effects> = nodes.iter().map(Node::effects).collect();
     for layer in layers {
         let mut outcomes = Vec::new();
         for f in REGISTRY {
             let outcome = if !options.allows(f.name) {
                 Outcome::Refused(Refusal::Off)
             } else {
-                match try_fusion(&nodes, live_out, f, layer) {
+                let graph = Graph { nodes: &nodes, effects: std::mem::take(&mut effects) };
+                let tried = try_on(&graph, live_out, f, layer);
+                effects = graph.effects;
+                match tried {
                     Ok((candidate, accepted)) => {
                         let mut replaced = candidate.nodes.clone();
                         replaced.sort_unstable();
@@ -359,10 +375,13 @@ pub fn fuse(mut nodes: Vec<Node>, live_out: &ByteSet, options: Options) -> (Vec<
                         original.sort_unstable();
                         let anchor = origin[candidate.at].1;
                         let fused_op = candidate.fused.name();
+                        let fused_effects = Effects::of(candidate.fused.as_ref());
                         let (next, at) = rewrite(nodes, &replaced, candidate.at, Node::new(candidate.fused, Some(layer)));
                         let (next_origin, _) = rewrite(origin, &replaced, candidate.at, (original.clone(), anchor));
+                        let (next_effects, _) = rewrite(effects, &replaced, candidate.at, fused_effects);
                         nodes = next;
                         origin = next_origin;
+                        effects = next_effects;
                         Outcome::Fused(Rewrite { replaced, replaced_ops, fused_op, at, eliminated: accepted.eliminated, original, anchor })
                     }
                     Err(r) => Outcome::Refused(r),
@@ -394,9 +413,12 @@ pub fn groups(nodes: &[Node], live_out: &ByteSet, options: Options) -> Vec<crate
 
 /// Matches `f` in `layer` and checks the candidate.
 pub fn try_fusion(nodes: &[Node], live_out: &ByteSet, f: &Fusion, layer: usize) -> std::result::Result<(Candidate, Accepted), Refusal> {
-    let candidate = (f.find)(nodes, layer)?;
-    let effects: Vec<Effects> = nodes.iter().map(Node::effects).collect();
-    let accepted = legality::check(nodes, &effects, live_out, &candidate)?;
+    try_on(&Graph::new(nodes), live_out, f, layer)
+}
+
+fn try_on(graph: &Graph, live_out: &ByteSet, f: &Fusion, layer: usize) -> std::result::Result<(Candidate, Accepted), Refusal> {
+    let candidate = (f.find)(graph, layer)?;
+    let accepted = legality::check(graph.nodes, &graph.effects, live_out, &candidate)?;
     Ok((candidate, accepted))
 }
 
@@ -420,14 +442,13 @@ fn rewrite<T>(nodes: Vec<T>, gone: &[usize], at: usize, fused: T) -> (Vec<T>, us
 /// Every node of `layer` after `from` that reads bytes of `value` (the bytes node `from`
 /// wrote) before they are all certainly overwritten: the value's users, the way the matchers
 /// find a pattern's next nodes. (Soundness does not rest on this: see [`legality`].)
-pub(crate) fn users(nodes: &[Node], from: usize, value: &ByteSet) -> Vec<usize> {
+pub(crate) fn users(graph: &Graph, from: usize, value: &ByteSet) -> Vec<usize> {
     let mut live = value.clone();
     let mut out = Vec::new();
-    for (x, node) in nodes.iter().enumerate().skip(from + 1) {
+    for (x, e) in graph.effects.iter().enumerate().skip(from + 1) {
         if live.is_empty() {
             break;
         }
-        let e = node.effects();
         if e.reads.intersects(&live) {
             out.push(x);
         }
@@ -437,9 +458,9 @@ pub(crate) fn users(nodes: &[Node], from: usize, value: &ByteSet) -> Vec<usize> 
 }
 
 /// The latest node before `before` that may write any byte of `t`.
-pub(crate) fn writer_of(nodes: &[Node], before: usize, t: &crate::tensor::Tensor) -> Option<usize> {
+pub(crate) fn writer_of(graph: &Graph, before: usize, t: &crate::tensor::Tensor) -> Option<usize> {
     let bytes = ByteSet::of(t, crate::graph::Bound::Over);
-    (0..before).rev().find(|&i| nodes[i].effects().may_write.intersects(&bytes))
+    (0..before).rev().find(|&i| graph.effects[i].may_write.intersects(&bytes))
 }
 
 #[cfg(test)]
@@ -469,7 +490,7 @@ mod tests {
             stage(t(3, 0, 4), t(0, 4, 4)),
             stage(t(0, 0, 8), t(5, 0, 8)),
         ];
-        assert_eq!(users(&nodes, 0, &ByteSet::of(&t(0, 0, 8), Bound::Over)), [1, 3]);
+        assert_eq!(users(&Graph::new(&nodes), 0, &ByteSet::of(&t(0, 0, 8), Bound::Over)), [1, 3]);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! eliminated.
 
 use super::legality::Candidate;
-use super::{Fusion, Refusal};
+use super::{Fusion, Graph, Refusal};
 use crate::graph::Node;
 use crate::graph::layer::LayerSpec;
 use crate::ops::{MulMatVec, MulMatVecPair};
@@ -36,7 +36,8 @@ pub(crate) fn products(nodes: &[Node], layer: usize) -> Vec<(Tensor, Vec<usize>)
 }
 
 /// The structural match of the pair in `layer`.
-pub fn find(nodes: &[Node], layer: usize) -> Result<Candidate, Refusal> {
+pub fn find(graph: &Graph, layer: usize) -> Result<Candidate, Refusal> {
+    let nodes = graph.nodes;
     use Refusal::*;
     let mv = |i: usize| nodes[i].get::<MulMatVec>().expect("a mat-vec");
     let by_weight = products(nodes, layer);
