@@ -276,7 +276,8 @@ fn planner_sizes_near_2_pow_64_are_overflow_errors() {
 fn check_plan_layout(values: &[ValueInfo], plan: &Plan, n_nodes: usize) -> std::result::Result<(), String> {
     let life = |v: usize| -> Option<(usize, usize)> {
         let first = plan.first_write[v]?;
-        let last = if values[v].role.freed() { plan.last_access[v]? } else { n_nodes };
+        // Freed after the last access; never when nothing reads it (nor for outputs).
+        let last = if values[v].role.freed() && plan.last_read[v].is_some() { plan.last_access[v]? } else { n_nodes };
         Some((first, last))
     };
     for v in 0..values.len() {

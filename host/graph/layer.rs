@@ -83,7 +83,8 @@ impl LayerSpec {
     }
 
     /// What the graph builder supports (wider than `GdnShape::validate`, which asks for the
-    /// GDN tail's head dimension).
+    /// GDN tail's head dimension; without the tail, up to [`crate::layer::MAX_GRAPH_TOKENS`]
+    /// tokens).
     pub fn validate(&self) -> Result<()> {
         let s = &self.shape;
         let bad = |what: String| Err(Error::Unsupported { op: OP, what });
@@ -104,7 +105,8 @@ impl LayerSpec {
         if !matches!(self.weights, DType::F32 | DType::F16 | DType::BF16) {
             return bad(format!("{:?} mat-vec weights", self.weights));
         }
-        self.step.validate()
+        // GATED_DELTA_NET takes at most 16 tokens; the conv chain and projections alone more.
+        self.step.validate_with_max_tokens(if self.gdn_tail { crate::layer::MAX_TOKENS } else { crate::layer::MAX_GRAPH_TOKENS })
     }
 }
 
@@ -366,7 +368,7 @@ fn declare(defs: &mut Vec<ValueDef>, spec: &LayerSpec, layer: usize, outputs: Ou
     let (c, n_t, e) = (shape.try_channels()?, step.n_tokens, shape.n_embd);
     let (d, hk, hv, kc) = (shape.head_dim, shape.n_k_heads, shape.n_v_heads, shape.d_conv);
     let (conv_row, ssm_row, rows) = (shape.try_conv_row()?, shape.try_ssm_row()?, step.try_cache_rows()?);
-    // d_conv ≥ 3 and n_t ≤ 16 (validated).
+    // d_conv ≥ 3 and n_t ≤ MAX_GRAPH_TOKENS (validated).
     let conv_cols = kc - 1 + n_t;
     let product = if outputs == Outputs::Products { Role::Output } else { Role::Intermediate };
     let list: [(&str, Role, DType, [usize; 4]); FIELDS] = [

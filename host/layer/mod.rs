@@ -4,5 +4,5 @@
 pub mod shape;
 pub mod unfused;
 
-pub use shape::{GdnShape, MAX_ROLLBACK, MAX_TOKENS, Step};
+pub use shape::{GdnShape, MAX_GRAPH_TOKENS, MAX_ROLLBACK, MAX_TOKENS, Step};
 pub use unfused::{LayerInit, LayerTensors, MAT_VEC_MAX_COLS, unfused_ops};
