@@ -4,7 +4,8 @@
 //! [`UnfusedOnly`] runs the unfused chain in both arms (its outputs say "fusion not available").
 
 use crate::error::Result;
-use crate::layer::{GdnShape, LayerInit, LayerTensors, Step, unfused_ops};
+use crate::graph::layer::unfused_ops;
+use crate::layer::{GdnShape, LayerInit, LayerTensors, Step};
 use crate::memory::HostMemory;
 use crate::ops::Op;
 use crate::tensor::BufferId;

@@ -7,7 +7,7 @@
 //!
 //! [`batch_snapshot_copies`] is the backend pass of ggml's #379: a run of snapshot CPYs that is
 //! exactly the W2 pattern becomes one CPY_SNAPSHOTS launch (on by default, bit-identical), so
-//! [`layer_ops`] equals today's `layer::unfused_ops` op for op.
+//! [`layer_ops`] is [`unfused_ops`], today's launch sequence.
 //!
 //! [`build`] makes a whole graph — one layer or a stack of L layers, each with its own caches,
 //! weights and random inputs — with every intermediate planned in one arena across the stack
@@ -18,7 +18,7 @@ use super::{Node, Stage};
 use crate::error::{Error, Result};
 use crate::inputs::{self, Values};
 use crate::kernels::abi;
-use crate::layer::{GdnShape, LayerTensors, MAT_VEC_MAX_COLS, Step};
+use crate::layer::{GdnShape, LayerTensors, Step};
 use crate::memory::HostMemory;
 use crate::ops::{
     Binary, BinaryKind, ConcatDim0, Cpy, CpySnapshots, GatedDeltaNet, GetRows, L2Norm, MulMatVec, Op, Precision, Scale, SsmConv, Unary,
@@ -29,6 +29,23 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 const OP: &str = "GDN_GRAPH";
+/// The op name in the errors of the layer's views and wiring (as the layer's tensors use).
+const LAYER_OP: &str = "GDN_LAYER";
+
+/// The largest column count one MUL_MAT_VEC launch takes (ggml's `MMVF_MAX_BATCH_SIZE`).
+pub const MAT_VEC_MAX_COLS: usize = 8;
+
+fn product(arg: &'static str, what: &str, factors: &[usize]) -> Result<usize> {
+    crate::tensor::try_product(LAYER_OP, arg, what, factors)
+}
+
+fn checked_view(arg: &'static str, t: &Tensor, ne: [usize; 4], nb: [usize; 4], offset: usize) -> Result<Tensor> {
+    t.try_view(LAYER_OP, arg, ne, nb, offset)
+}
+
+fn reshape(arg: &'static str, t: &Tensor, ne: [usize; 4]) -> Result<Tensor> {
+    t.try_reshape(LAYER_OP, arg, ne)
+}
 
 /// Where a layer's values land and in which order the ssm-state read is built.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -128,9 +145,8 @@ pub fn window(conv_input: &Tensor, state_len: usize, offset: usize) -> Tensor {
 /// before the backend's passes). `t` holds the layer's tensors wherever they live; with the GDN
 /// tail it must conform to the spec's shape and step ([`LayerTensors::conforms`]); every view is built
 /// with checked arithmetic: anything else is a typed error, never a panic. This is the one
-/// builder of the chain: `layer::unfused_ops` is [`layer_ops`] over it.
+/// builder of the chain: [`unfused_ops`] is [`layer_ops`] over it.
 pub fn ggml_layer_ops(t: &LayerTensors, spec: &LayerSpec) -> Result<Vec<Box<dyn Op>>> {
-    use crate::layer::unfused::{checked_view, product, reshape};
     let (shape, step) = (&spec.shape, &spec.step);
     // The spec first, with or without the GDN tail: the step's token count bounds the
     // mat-vec loop below (n_t ≤ 16), d_conv ≥ 3 makes d_conv − 1 exact, and every size the
@@ -167,7 +183,7 @@ pub fn ggml_layer_ops(t: &LayerTensors, spec: &LayerSpec) -> Result<Vec<Box<dyn 
         let slot = k - tp;
         let row = product("conv_cache", "snapshot row slot·M", &[slot, step.cells])?
             .checked_add(step.kv_head)
-            .ok_or_else(|| crate::Error::Overflow { op: "GDN_LAYER", arg: "conv_cache", what: "snapshot row slot·M + kv_head".into() })?;
+            .ok_or_else(|| crate::Error::Overflow { op: LAYER_OP, arg: "conv_cache", what: "snapshot row slot·M + kv_head".into() })?;
         let dst = LayerTensors::try_cache_row("conv_cache", &t.conv_cache, row)?;
         ops.push(Box::new(Cpy { src: t.try_window(shape, (n_t + tp).saturating_sub(k))?, dst }));
     }
@@ -313,15 +329,26 @@ fn snapshot_run(nodes: &[Node], start: usize, end: usize) -> Option<CpySnapshots
     Some(op)
 }
 
-/// Today's unfused launch sequence of one layer (what `layer::unfused_ops` returns): ggml's
+/// Today's unfused launch sequence of one layer (what [`unfused_ops`] returns): ggml's
 /// graph ([`ggml_layer_ops`], ggml layout, GDN tail) after the snapshot batching pass.
-/// `layer::unfused_ops` can delegate here.
 pub fn layer_ops(t: &LayerTensors, shape: &GdnShape, step: &Step, precision: Precision) -> Result<Vec<Box<dyn Op>>> {
     shape.validate()?;
     step.validate()?;
     let spec = LayerSpec { precision, gdn_tail: true, ..LayerSpec::new(*shape, *step) };
     let nodes = ggml_layer_ops(t, &spec)?.into_iter().map(|op| Node::new(op, Some(0))).collect();
     Ok(batch_snapshot_copies(nodes).into_iter().map(|n| n.op).collect())
+}
+
+/// The op chain of spec §1.4 over `t`: what ggml's CUDA backend launches for one GDN layer of
+/// one verify step (with its default fusions: SSM_CONV+SiLU, GATED_DELTA_NET writing the ssm
+/// cache directly). Snapshot copies of the conv state run as one CPY_SNAPSHOTS launch (R > 0)
+/// or one CPY (R = 0). The alpha/beta mat-vecs take at most 8 columns per launch; wider steps
+/// run ⌈n_t/8⌉ launches, each column computed as mul_mat_vec_f computes it.
+///
+/// The tensors must conform to the shape and step ([`LayerTensors::conforms`]); anything else
+/// is a typed error, never a panic, and every view is built with checked arithmetic.
+pub fn unfused_ops(t: &LayerTensors, shape: &GdnShape, step: &Step, precision: Precision) -> Result<Vec<Box<dyn Op>>> {
+    layer_ops(t, shape, step, precision)
 }
 
 /// A layer's tensors in a built graph: the unfused chain's [`LayerTensors`] (with `qkv_mixed`
@@ -617,11 +644,11 @@ impl Built {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layer::{LayerInit, unfused_ops};
+    use crate::layer::LayerInit;
 
     const SMALL: GdnShape = GdnShape { n_embd: 64, n_k_heads: 1, n_v_heads: 2, head_dim: 128, d_conv: 4, eps: 1e-6 };
 
-    /// `layer::unfused_ops` is this builder plus the #379 batching: the launch sequence of spec
+    /// [`unfused_ops`] is this builder plus the #379 batching: the launch sequence of spec
     /// §1.4 with one CPY (R = 0) or one CPY_SNAPSHOTS for the K = R + 1 slots, with the
     /// snapshot rows of the step's cell.
     #[test]
@@ -701,6 +728,101 @@ mod tests {
             );
             assert_eq!(b.plan.offsets[qkv], b.plan.offsets[state]);
             assert!(!b.plan.shares_bytes(out, qkv));
+        }
+    }
+}
+
+/// The unfused chain's tests (moved here with its builder from `layer/`).
+#[cfg(test)]
+mod chain_tests {
+    use super::*;
+    use crate::layer::LayerInit;
+    use crate::reference::math::ExactMufu;
+    use rand::SeedableRng;
+
+    /// A small layer (one key head, two value heads) that keeps the CPU tests fast.
+    const SMALL: GdnShape = GdnShape { n_embd: 64, n_k_heads: 1, n_v_heads: 2, head_dim: 128, d_conv: 4, eps: 1e-6 };
+
+    fn names(shape: &GdnShape, step: &Step) -> Vec<&'static str> {
+        let mut mem = HostMemory::new();
+        let t = LayerTensors::alloc(&mut mem, shape, step, &LayerInit::default()).unwrap();
+        unfused_ops(&t, shape, step, Precision::Default).unwrap().iter().map(|op| op.name()).collect()
+    }
+
+    #[test]
+    fn the_chain_is_ggmls_launch_order() {
+        let chain = ["GET_ROWS", "CONCAT", "CPY", "SSM_CONV", "L2_NORM", "L2_NORM", "GET_ROWS", "MUL_MAT_VEC", "MUL_MAT_VEC"];
+        let tail = ["SIGMOID", "ADD", "SOFTPLUS", "MUL", "GATED_DELTA_NET"];
+        assert_eq!(names(&SMALL, &Step::new(4, 0)), [&chain[..], &tail[..]].concat());
+        // Snapshots: one batched launch instead of the single CPY.
+        let with_snapshots = names(&SMALL, &Step::new(4, 3));
+        assert_eq!(with_snapshots[2], "CPY_SNAPSHOTS");
+        assert_eq!(with_snapshots.len(), chain.len() + tail.len());
+        // A fresh cell: both of its cache rows are zeroed in place before they are read.
+        let zeroed = names(&SMALL, &Step { zero_cell: Some(0), ..Step::new(2, 1) });
+        assert_eq!(&zeroed[..2], &["SCALE", "GET_ROWS"]);
+        assert_eq!(&zeroed[7..9], &["SCALE", "GET_ROWS"]);
+        // 12 tokens: each mat-vec runs as 8 + 4 columns.
+        assert_eq!(names(&SMALL, &Step::new(12, 0)).iter().filter(|n| **n == "MUL_MAT_VEC").count(), 4);
+    }
+
+    /// Runs the chain's CPU references on a small layer and checks the wiring against the
+    /// spec's definitions, independently of the op implementations.
+    #[test]
+    fn the_cpu_chain_wires_views_as_the_spec_defines_them() {
+        let shape = SMALL;
+        let (n_t, r, kc, c) = (5, 6, shape.d_conv, shape.channels());
+        let step = Step { cells: 2, kv_head: 1, src_cell: 1, ..Step::new(n_t, r) };
+        let init = LayerInit::default();
+        let mut mem = HostMemory::new();
+        let t = LayerTensors::alloc(&mut mem, &shape, &step, &init).unwrap();
+        t.fill_random(&mut mem, &shape, &mut StdRng::seed_from_u64(7), &init);
+        let before = mem.clone();
+        for op in unfused_ops(&t, &shape, &step, init.precision).unwrap() {
+            op.reference(&mut mem, &mut ExactMufu).unwrap();
+        }
+        let old_row = step.source_row();
+        // Snapshot slot j of cell kv_head holds window(max(0, n_t − j)): column jj of channel ch
+        // is conv_input column o + jj — the old state's column below K_c−1, a token above.
+        for j in 0..step.slots() {
+            let row = j * step.cells + step.kv_head;
+            let o = n_t.saturating_sub(j);
+            for ch in [0, 1, c / 2, c - 1] {
+                for jj in 0..kc - 1 {
+                    let col = o + jj;
+                    let want = if col < kc - 1 {
+                        before.read_f32(&t.conv_cache, [ch * (kc - 1) + col, old_row, 0, 0])
+                    } else {
+                        before.read_f32(&t.qkv_mixed, [ch, col - (kc - 1), 0, 0])
+                    };
+                    let got = mem.read_f32(&t.conv_cache, [ch * (kc - 1) + jj, row, 0, 0]);
+                    assert_eq!(got.to_bits(), want.to_bits(), "slot {j}, channel {ch}, column {jj}");
+                }
+            }
+        }
+        // Rows of other cells are untouched.
+        for g in 0..step.slots() {
+            let row = g * step.cells;
+            assert_eq!(mem.read_f32(&t.conv_cache, [7, row, 0, 0]).to_bits(), before.read_f32(&t.conv_cache, [7, row, 0, 0]).to_bits());
+        }
+        // q and k are L2-normalised heads of the conv output: unit length.
+        for (x, name) in [(&t.q_norm, "q"), (&t.k_norm, "k")] {
+            for tok in 0..n_t {
+                let ss: f64 = (0..shape.head_dim).map(|i| (mem.read_f32(x, [i, 0, tok, 0]) as f64).powi(2)).sum();
+                assert!((ss - 1.0).abs() < 1e-5, "{name} token {tok}: |x|² = {ss}");
+            }
+        }
+        // The gate is softplus(alpha + dt_bias)·ssm_a with ssm_a < 0, and beta is in (0, 1).
+        for i in t.gate.layout.indices() {
+            assert!(mem.read_f32(&t.gate, i) < 0.0);
+            let b = mem.read_f32(&t.beta, i);
+            assert!(b > 0.0 && b < 1.0);
+        }
+        // GATED_DELTA_NET wrote min(n_t, K) state slots into the ssm cache rows of cell kv_head.
+        for j in 0..step.slots() {
+            let row = j * step.cells + step.kv_head;
+            let changed = mem.read_f32(&t.ssm_cache, [5, row, 0, 0]).to_bits() != before.read_f32(&t.ssm_cache, [5, row, 0, 0]).to_bits();
+            assert_eq!(changed, j < n_t.min(step.slots()), "ssm slot {j}");
         }
     }
 }

@@ -6,7 +6,7 @@
 //!
 //! - [`layer`]: the GDN layer as llama.cpp builds it (spec §1.3–1.4), one layer or a stack of
 //!   L layers, with values placed by the [`plan`]ner; [`layer::layer_ops`] reproduces today's
-//!   `layer::unfused_ops` op for op;
+//!   `graph::layer::unfused_ops` op for op;
 //! - [`plan`]: ggml-style buffer planning (dead intermediates reused best-fit in execution
 //!   order), with pins for the reference PR's aliasing layout;
 //! - [`exec`]: runs a node list on the GPU or on the CPU reference.

@@ -1,19 +1,18 @@
-//! The unfused GDN layer chain for one verify step of one sequence, exactly as ggml's CUDA
-//! backend runs it (spec §1.3–§1.4): the ground truth every fusion must equal.
+//! The tensors of one GDN layer step (data only): the table of every tensor, their allocation
+//! and random fill, and the views ggml takes of them (cache rows, conv windows, head views),
+//! built with the checked-view helpers of [`crate::tensor`]. The builders that wire them into
+//! ops live in [`crate::graph::layer`].
 
 use super::shape::{GdnShape, Step};
 use crate::error::{Error, Result};
 use crate::inputs::{self, Values};
 use crate::memory::HostMemory;
-use crate::ops::{Op, Precision};
+use crate::ops::Precision;
 use crate::tensor::{BufferId, DType, Layout, Tensor, checked_product};
 use rand::Rng;
 use rand::rngs::StdRng;
 
 const OP: &str = "GDN_LAYER";
-
-/// The largest column count one MUL_MAT_VEC launch takes (ggml's `MMVF_MAX_BATCH_SIZE`).
-pub const MAT_VEC_MAX_COLS: usize = 8;
 
 /// Every tensor of one layer step, in one [`HostMemory`]. Views are built as ggml builds them.
 #[derive(Clone, Debug)]
@@ -150,7 +149,7 @@ impl LayerTensors {
     }
 
     /// Name, type and shape of every tensor but `source_rows` (I32 [1]), in field order: what
-    /// [`LayerTensors::alloc`] allocates (contiguous) and [`unfused_ops`] requires. Validates
+    /// [`LayerTensors::alloc`] allocates (contiguous) and `graph::layer::unfused_ops` requires. Validates
     /// the shape and the step (every size representable).
     pub fn specs(shape: &GdnShape, step: &Step, weights: DType) -> Result<[(&'static str, DType, [usize; 4]); 22]> {
         shape.validate()?;
@@ -309,7 +308,7 @@ impl LayerTensors {
     pub fn try_cache_row(arg: &'static str, cache: &Tensor, row: usize) -> Result<Tensor> {
         let nb = cache.layout.nb;
         let offset = product(arg, "cache row offset row·nb[1]", &[row, nb[1]])?;
-        checked_view(arg, cache, [cache.ne()[0], 1, 1, 1], [nb[0], nb[1], nb[1], nb[1]], offset)
+        cache.try_view(OP, arg, [cache.ne()[0], 1, 1, 1], [nb[0], nb[1], nb[1], nb[1]], offset)
     }
 
     /// `window(o)` of the conv input (spec §1.3): columns o … o+K_c−2 of every channel, ne
@@ -324,7 +323,7 @@ impl LayerTensors {
     pub fn try_window(&self, shape: &GdnShape, offset: usize) -> Result<Tensor> {
         let nb = self.conv_input.layout.nb;
         let ne = [shape.d_conv.saturating_sub(1), shape.try_channels()?, 1, 1];
-        checked_view("conv_input", &self.conv_input, ne, [4, nb[1], nb[2], nb[3]], product("conv_input", "window offset", &[4, offset])?)
+        self.conv_input.try_view(OP, "conv_input", ne, [4, nb[1], nb[2], nb[3]], product("conv_input", "window offset", &[4, offset])?)
     }
 
     /// The q (`which = 0`), k (1) or v (2) heads of the SiLU'd conv output as ggml views them:
@@ -345,61 +344,21 @@ impl LayerTensors {
         let nb = self.conv_out.layout.nb;
         let offset = product("conv_out", "head view offset 4·which·H_k·D", &[4, which, hk, d])?;
         let row = product("conv_out", "head row bytes 4·D", &[4, d])?;
-        checked_view("conv_out", &self.conv_out, [d, heads, self.conv_out.ne()[1], 1], [4, row, nb[1], nb[2]], offset)
+        self.conv_out.try_view(OP, "conv_out", [d, heads, self.conv_out.ne()[1], 1], [4, row, nb[1], nb[2]], offset)
     }
 }
 
-pub(crate) fn product(arg: &'static str, what: &str, factors: &[usize]) -> Result<usize> {
-    crate::ops::check::product(OP, arg, what, factors)
-}
-
-pub(crate) fn checked_view(arg: &'static str, t: &Tensor, ne: [usize; 4], nb: [usize; 4], offset: usize) -> Result<Tensor> {
-    t.checked_view(ne, nb, offset).ok_or_else(|| Error::Overflow {
-        op: OP,
-        arg,
-        what: format!("view offset {} + {offset}", t.layout.offset),
-    })
-}
-
-pub(crate) fn reshape(arg: &'static str, t: &Tensor, ne: [usize; 4]) -> Result<Tensor> {
-    t.reshape(ne).ok_or_else(|| Error::Stride {
-        op: OP,
-        arg,
-        nb: t.layout.nb,
-        offset: t.layout.offset,
-        reason: format!("must be contiguous with the element count of {ne:?} to be reshaped to it"),
-    })
-}
-
-/// The op chain of spec §1.4 over `t`: what ggml's CUDA backend launches for one GDN layer of
-/// one verify step (with its default fusions: SSM_CONV+SiLU, GATED_DELTA_NET writing the ssm
-/// cache directly). Snapshot copies of the conv state run as one CPY_SNAPSHOTS launch (R > 0)
-/// or one CPY (R = 0). The alpha/beta mat-vecs take at most 8 columns per launch; wider steps
-/// run ⌈n_t/8⌉ launches, each column computed as mul_mat_vec_f computes it.
-///
-/// The tensors must conform to the shape and step ([`LayerTensors::conforms`]); anything else
-/// is a typed error, never a panic, and every view is built with checked arithmetic.
-pub fn unfused_ops(t: &LayerTensors, shape: &GdnShape, step: &Step, precision: Precision) -> Result<Vec<Box<dyn Op>>> {
-    // One builder: ggml's graph of the layer (crate::graph::layer::ggml_layer_ops) after the
-    // backend's snapshot batching pass.
-    crate::graph::layer::layer_ops(t, shape, step, precision)
+fn product(arg: &'static str, what: &str, factors: &[usize]) -> Result<usize> {
+    crate::tensor::try_product(OP, arg, what, factors)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::Error;
-    use crate::reference::math::ExactMufu;
-    use rand::SeedableRng;
 
     /// A small layer (one key head, two value heads) that keeps the CPU tests fast.
     const SMALL: GdnShape = GdnShape { n_embd: 64, n_k_heads: 1, n_v_heads: 2, head_dim: 128, d_conv: 4, eps: 1e-6 };
-
-    fn names(shape: &GdnShape, step: &Step) -> Vec<&'static str> {
-        let mut mem = HostMemory::new();
-        let t = LayerTensors::alloc(&mut mem, shape, step, &LayerInit::default()).unwrap();
-        unfused_ops(&t, shape, step, Precision::Default).unwrap().iter().map(|op| op.name()).collect()
-    }
 
     #[test]
     fn presets_have_the_spec_sizes() {
@@ -410,23 +369,6 @@ mod tests {
         assert_eq!(GdnShape::preset("4b"), Some(GdnShape::QWEN35_4B));
         assert_eq!(GdnShape::preset("qwen3.5-27b"), Some(GdnShape::QWEN35_27B));
         assert_eq!(GdnShape::preset("7b"), None);
-    }
-
-    #[test]
-    fn the_chain_is_ggmls_launch_order() {
-        let chain = ["GET_ROWS", "CONCAT", "CPY", "SSM_CONV", "L2_NORM", "L2_NORM", "GET_ROWS", "MUL_MAT_VEC", "MUL_MAT_VEC"];
-        let tail = ["SIGMOID", "ADD", "SOFTPLUS", "MUL", "GATED_DELTA_NET"];
-        assert_eq!(names(&SMALL, &Step::new(4, 0)), [&chain[..], &tail[..]].concat());
-        // Snapshots: one batched launch instead of the single CPY.
-        let with_snapshots = names(&SMALL, &Step::new(4, 3));
-        assert_eq!(with_snapshots[2], "CPY_SNAPSHOTS");
-        assert_eq!(with_snapshots.len(), chain.len() + tail.len());
-        // A fresh cell: both of its cache rows are zeroed in place before they are read.
-        let zeroed = names(&SMALL, &Step { zero_cell: Some(0), ..Step::new(2, 1) });
-        assert_eq!(&zeroed[..2], &["SCALE", "GET_ROWS"]);
-        assert_eq!(&zeroed[7..9], &["SCALE", "GET_ROWS"]);
-        // 12 tokens: each mat-vec runs as 8 + 4 columns.
-        assert_eq!(names(&SMALL, &Step::new(12, 0)).iter().filter(|n| **n == "MUL_MAT_VEC").count(), 4);
     }
 
     #[test]
@@ -448,65 +390,5 @@ mod tests {
         assert!(alloc(&mut mem, &SMALL, &Step::new(16, 16)).is_ok());
         let init = LayerInit { mat_vec_weights: DType::I32, ..LayerInit::default() };
         assert!(matches!(LayerTensors::alloc(&mut mem, &SMALL, &Step::new(1, 0), &init), Err(Error::Unsupported { .. })));
-    }
-
-    /// Runs the chain's CPU references on a small layer and checks the wiring against the
-    /// spec's definitions, independently of the op implementations.
-    #[test]
-    fn the_cpu_chain_wires_views_as_the_spec_defines_them() {
-        let shape = SMALL;
-        let (n_t, r, kc, c) = (5, 6, shape.d_conv, shape.channels());
-        let step = Step { cells: 2, kv_head: 1, src_cell: 1, ..Step::new(n_t, r) };
-        let init = LayerInit::default();
-        let mut mem = HostMemory::new();
-        let t = LayerTensors::alloc(&mut mem, &shape, &step, &init).unwrap();
-        t.fill_random(&mut mem, &shape, &mut StdRng::seed_from_u64(7), &init);
-        let before = mem.clone();
-        for op in unfused_ops(&t, &shape, &step, init.precision).unwrap() {
-            op.reference(&mut mem, &mut ExactMufu).unwrap();
-        }
-        let old_row = step.source_row();
-        // Snapshot slot j of cell kv_head holds window(max(0, n_t − j)): column jj of channel ch
-        // is conv_input column o + jj — the old state's column below K_c−1, a token above.
-        for j in 0..step.slots() {
-            let row = j * step.cells + step.kv_head;
-            let o = n_t.saturating_sub(j);
-            for ch in [0, 1, c / 2, c - 1] {
-                for jj in 0..kc - 1 {
-                    let col = o + jj;
-                    let want = if col < kc - 1 {
-                        before.read_f32(&t.conv_cache, [ch * (kc - 1) + col, old_row, 0, 0])
-                    } else {
-                        before.read_f32(&t.qkv_mixed, [ch, col - (kc - 1), 0, 0])
-                    };
-                    let got = mem.read_f32(&t.conv_cache, [ch * (kc - 1) + jj, row, 0, 0]);
-                    assert_eq!(got.to_bits(), want.to_bits(), "slot {j}, channel {ch}, column {jj}");
-                }
-            }
-        }
-        // Rows of other cells are untouched.
-        for g in 0..step.slots() {
-            let row = g * step.cells;
-            assert_eq!(mem.read_f32(&t.conv_cache, [7, row, 0, 0]).to_bits(), before.read_f32(&t.conv_cache, [7, row, 0, 0]).to_bits());
-        }
-        // q and k are L2-normalised heads of the conv output: unit length.
-        for (x, name) in [(&t.q_norm, "q"), (&t.k_norm, "k")] {
-            for tok in 0..n_t {
-                let ss: f64 = (0..shape.head_dim).map(|i| (mem.read_f32(x, [i, 0, tok, 0]) as f64).powi(2)).sum();
-                assert!((ss - 1.0).abs() < 1e-5, "{name} token {tok}: |x|² = {ss}");
-            }
-        }
-        // The gate is softplus(alpha + dt_bias)·ssm_a with ssm_a < 0, and beta is in (0, 1).
-        for i in t.gate.layout.indices() {
-            assert!(mem.read_f32(&t.gate, i) < 0.0);
-            let b = mem.read_f32(&t.beta, i);
-            assert!(b > 0.0 && b < 1.0);
-        }
-        // GATED_DELTA_NET wrote min(n_t, K) state slots into the ssm cache rows of cell kv_head.
-        for j in 0..step.slots() {
-            let row = j * step.cells + step.kv_head;
-            let changed = mem.read_f32(&t.ssm_cache, [5, row, 0, 0]).to_bits() != before.read_f32(&t.ssm_cache, [5, row, 0, 0]).to_bits();
-            assert_eq!(changed, j < n_t.min(step.slots()), "ssm slot {j}");
-        }
     }
 }
