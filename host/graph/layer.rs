@@ -18,7 +18,7 @@ use super::{Node, Stage};
 use crate::error::{Error, Result};
 use crate::inputs::{self, Values};
 use crate::kernels::abi;
-use crate::layer::{GdnShape, LayerTensors, Step};
+use crate::layer::{GdnShape, LAYER_TENSORS, LayerTensors, Step, TensorKind};
 use crate::memory::HostMemory;
 use crate::ops::{
     Binary, BinaryKind, ConcatDim0, Cpy, CpySnapshots, GatedDeltaNet, GetRows, L2Norm, MulMatVec, Op, Precision, Scale, SsmConv, Unary,
@@ -370,8 +370,8 @@ struct ValueDef {
     index: Option<i32>,
 }
 
-/// Value ids of one layer, in the field order of [`LayerValues`].
-const FIELDS: usize = 25;
+/// Value ids of one layer: the layer's tensor table in field order, then `qkv_src`, `cur_src`.
+const FIELDS: usize = LAYER_TENSORS + 2;
 
 /// A built graph: nodes in ggml's order (separate snapshot CPYs), the initial memory, each
 /// layer's tensors, every value and the plan.
@@ -388,43 +388,33 @@ pub struct Built {
     pub arena: BufferId,
 }
 
-/// Declares one layer's values (sizes checked: a value whose bytes do not fit is an
-/// [`Error::Overflow`]); `spec` is validated.
+/// Declares one layer's values: the layer's tensor table ([`LayerTensors::table`], roles from
+/// each tensor's [`TensorKind`]), then the two persistent inputs the step inputs are staged
+/// from. Sizes are checked: a value whose bytes do not fit is an [`Error::Overflow`]; `spec`
+/// is validated.
 fn declare(defs: &mut Vec<ValueDef>, spec: &LayerSpec, layer: usize, outputs: Outputs) -> Result<[usize; FIELDS]> {
     let (shape, step) = (&spec.shape, &spec.step);
-    let (c, n_t, e) = (shape.try_channels()?, step.n_tokens, shape.n_embd);
-    let (d, hk, hv, kc) = (shape.head_dim, shape.n_k_heads, shape.n_v_heads, shape.d_conv);
-    let (conv_row, ssm_row, rows) = (shape.try_conv_row()?, shape.try_ssm_row()?, step.try_cache_rows()?);
-    // d_conv ≥ 3 and n_t ≤ MAX_GRAPH_TOKENS (validated).
-    let conv_cols = kc - 1 + n_t;
-    let product = if outputs == Outputs::Products { Role::Output } else { Role::Intermediate };
-    let list: [(&str, Role, DType, [usize; 4]); FIELDS] = [
-        ("conv_cache", Role::Cache, DType::F32, [conv_row, rows, 1, 1]),
-        ("ssm_cache", Role::Cache, DType::F32, [ssm_row, rows, 1, 1]),
-        ("source_rows", Role::Index, DType::I32, [1, 1, 1, 1]),
-        ("qkv_mixed", Role::Staged, DType::F32, [c, n_t, 1, 1]),
-        ("cur", Role::Staged, DType::F32, [e, n_t, 1, 1]),
-        ("conv_weight", Role::Weight, DType::F32, [kc, c, 1, 1]),
-        ("alpha_weight", Role::Weight, spec.weights, [e, hv, 1, 1]),
-        ("beta_weight", Role::Weight, spec.weights, [e, hv, 1, 1]),
-        ("dt_bias", Role::Weight, DType::F32, [hv, 1, 1, 1]),
-        ("ssm_a", Role::Weight, DType::F32, [hv, 1, 1, 1]),
-        ("conv_states", Role::Intermediate, DType::F32, [conv_row, 1, 1, 1]),
-        ("conv_input", Role::Intermediate, DType::F32, [conv_cols, c, 1, 1]),
-        ("conv_out", product, DType::F32, [c, n_t, 1, 1]),
-        ("q_norm", product, DType::F32, [d, hk, n_t, 1]),
-        ("k_norm", product, DType::F32, [d, hk, n_t, 1]),
-        ("ssm_state", Role::Intermediate, DType::F32, [ssm_row, 1, 1, 1]),
-        ("alpha", product, DType::F32, [hv, n_t, 1, 1]),
-        ("beta_raw", product, DType::F32, [hv, n_t, 1, 1]),
-        ("beta", product, DType::F32, [hv, n_t, 1, 1]),
-        ("alpha_biased", Role::Intermediate, DType::F32, [hv, n_t, 1, 1]),
-        ("softplus", Role::Intermediate, DType::F32, [hv, n_t, 1, 1]),
-        ("gate", product, DType::F32, [hv, n_t, 1, 1]),
-        ("attn_out", Role::Output, DType::F32, [d, hv, n_t, 1]),
-        ("qkv_src", Role::Input, DType::F32, [c, n_t, 1, 1]),
-        ("cur_src", Role::Input, DType::F32, [e, n_t, 1, 1]),
-    ];
+    let table = LayerTensors::table(shape, step, spec.weights)?;
+    let role = |kind: TensorKind| match kind {
+        TensorKind::Cache => Role::Cache,
+        TensorKind::Index => Role::Index,
+        TensorKind::StepInput => Role::Staged,
+        TensorKind::Weight => Role::Weight,
+        TensorKind::Intermediate => Role::Intermediate,
+        TensorKind::Product if outputs == Outputs::Products => Role::Output,
+        TensorKind::Product => Role::Intermediate,
+        TensorKind::Output => Role::Output,
+    };
+    let staged_from = |name: &str| {
+        let (_, dtype, ne) = table[LayerTensors::index_of(name).expect("a table field")];
+        (dtype, ne)
+    };
+    let (qkv, cur) = (staged_from("qkv_mixed"), staged_from("cur"));
+    let list = table
+        .into_iter()
+        .zip(LayerTensors::KINDS)
+        .map(|((name, dtype, ne), kind)| (name, role(kind), dtype, ne))
+        .chain([("qkv_src", Role::Input, qkv.0, qkv.1), ("cur_src", Role::Input, cur.0, cur.1)]);
     let mut ids = [0; FIELDS];
     for (id, (name, role, dtype, ne)) in ids.iter_mut().zip(list) {
         let bytes = Layout::contiguous_bytes(dtype, ne).ok_or_else(|| Error::Overflow {
@@ -433,7 +423,7 @@ fn declare(defs: &mut Vec<ValueDef>, spec: &LayerSpec, layer: usize, outputs: Ou
             what: format!("bytes of layer {layer}'s {dtype:?} {ne:?}"),
         })?;
         // source_row < cache rows ≤ 2^31 − 1 (validated).
-        let index = (name == "source_rows").then_some(step.source_row() as i32);
+        let index = (role == Role::Index).then_some(step.source_row() as i32);
         defs.push(ValueDef { info: ValueInfo { name: format!("L{layer}.{name}"), role, bytes, layer: Some(layer) }, dtype, ne, index });
         *id = defs.len() - 1;
     }
@@ -442,35 +432,13 @@ fn declare(defs: &mut Vec<ValueDef>, spec: &LayerSpec, layer: usize, outputs: Ou
 
 fn layer_values(ids: &[usize; FIELDS], tensor: impl Fn(usize) -> Tensor) -> LayerValues {
     let f = ids.map(tensor);
-    LayerValues {
-        t: LayerTensors {
-            conv_cache: f[0],
-            ssm_cache: f[1],
-            source_rows: f[2],
-            qkv_mixed: f[3],
-            cur: f[4],
-            conv_weight: f[5],
-            alpha_weight: f[6],
-            beta_weight: f[7],
-            dt_bias: f[8],
-            ssm_a: f[9],
-            conv_states: f[10],
-            conv_input: f[11],
-            conv_out: f[12],
-            q_norm: f[13],
-            k_norm: f[14],
-            ssm_state: f[15],
-            alpha: f[16],
-            beta_raw: f[17],
-            beta: f[18],
-            alpha_biased: f[19],
-            softplus: f[20],
-            gate: f[21],
-            attn_out: f[22],
-        },
-        qkv_src: f[23],
-        cur_src: f[24],
-    }
+    let (table, staged) = f.split_at(LAYER_TENSORS);
+    LayerValues { t: LayerTensors::from_array(table.try_into().expect("the table's length")), qkv_src: staged[0], cur_src: staged[1] }
+}
+
+/// The index of a tensor of the layer's table (a name the table has).
+fn field(name: &str) -> usize {
+    LayerTensors::index_of(name).expect("a field of the layer's tensor table")
 }
 
 /// A layer's nodes: the two STAGE nodes of its inputs, then ggml's graph of the layer.
@@ -511,7 +479,7 @@ pub fn build_with_budget(spec: &StackSpec, seed: u64, budget: usize) -> Result<B
         .iter()
         .zip(&ids)
         .filter(|(ls, _)| ls.layout == LayerLayout::PrAliasing)
-        .map(|(_, id)| Pin { value: id[15], onto: id[3] })
+        .map(|(_, id)| Pin { value: id[field("ssm_state")], onto: id[field("qkv_mixed")] })
         .collect();
     let values: Vec<ValueInfo> = defs.iter().map(|d| d.info.clone()).collect();
     let plan = plan::plan(&values, &nodes, &pins)?;

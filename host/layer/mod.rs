@@ -7,4 +7,4 @@ pub mod shape;
 pub mod tensors;
 
 pub use shape::{GdnShape, MAX_GRAPH_TOKENS, MAX_ROLLBACK, MAX_TOKENS, Step};
-pub use tensors::{LayerInit, LayerTensors};
+pub use tensors::{LAYER_TENSORS, LayerInit, LayerTensors, TableDims, TensorKind};

@@ -14,43 +14,118 @@ use rand::rngs::StdRng;
 
 const OP: &str = "GDN_LAYER";
 
-/// Every tensor of one layer step, in one [`HostMemory`]. Views are built as ggml builds them.
-#[derive(Clone, Debug)]
-pub struct LayerTensors {
-    // Caches (persist across steps).
-    /// Conv state r_l: ne [(K_c−1)·C, M·(1+R)]; a row is [C][K_c−1] (channel-major).
-    pub conv_cache: Tensor,
-    /// SSM state s_l: ne [D·D·H_v, M·(1+R)]; a row is [H_v][D col][D i].
-    pub ssm_cache: Tensor,
-    // Step inputs.
-    /// `s_copy` for the one sequence: I32 [1], in an index buffer.
-    pub source_rows: Tensor,
-    /// The qkv projection of the step's tokens, ne [C, n_t] (its mat-mul is out of scope).
-    pub qkv_mixed: Tensor,
-    /// The attention-norm output, ne [E, n_t]: input of the alpha/beta mat-vecs.
-    pub cur: Tensor,
-    // Weights.
-    pub conv_weight: Tensor,
-    pub alpha_weight: Tensor,
-    pub beta_weight: Tensor,
-    pub dt_bias: Tensor,
-    pub ssm_a: Tensor,
-    // Intermediates, each in its own buffer (ggml's allocator would reuse some).
-    pub conv_states: Tensor,
-    pub conv_input: Tensor,
-    pub conv_out: Tensor,
-    pub q_norm: Tensor,
-    pub k_norm: Tensor,
-    pub ssm_state: Tensor,
-    pub alpha: Tensor,
-    pub beta_raw: Tensor,
-    pub beta: Tensor,
-    pub alpha_biased: Tensor,
-    pub softplus: Tensor,
-    pub gate: Tensor,
-    /// Attention output, ne [D, H_v, n_t, 1].
-    pub attn_out: Tensor,
+/// What a tensor of the layer is: graph builders derive a value's role from it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TensorKind {
+    /// Recurrent cache (persists across steps).
+    Cache,
+    /// Host-written row indices (an index buffer).
+    Index,
+    /// A step input produced outside the chain (qkv projection, attention norm).
+    StepInput,
+    Weight,
+    /// An intermediate no comparison looks at (GET_ROWS/CONCAT outputs, the gate's parts).
+    Intermediate,
+    /// An intermediate the fusion sweep compares (SiLU and L2 outputs, alpha/beta, beta, gate).
+    Product,
+    /// The layer's output.
+    Output,
 }
+
+/// The sizes every tensor shape of a step is written in (checked when computed).
+#[derive(Clone, Copy, Debug)]
+pub struct TableDims {
+    pub c: usize,
+    pub n_t: usize,
+    pub e: usize,
+    pub d: usize,
+    pub hk: usize,
+    pub hv: usize,
+    pub kc: usize,
+    pub rows: usize,
+    pub conv_row: usize,
+    pub ssm_row: usize,
+    /// d_conv − 1 + n_t: columns of the conv input.
+    pub conv_cols: usize,
+    /// Type of the alpha/beta weights.
+    pub weights: DType,
+}
+
+/// The one list of the layer's tensors: each field's doc, kind, type and contiguous shape (in
+/// terms of [`TableDims`] `d`). It generates the struct, its name/kind tables, the shapes
+/// ([`LayerTensors::table`]) and the conversions to and from an array in field order.
+macro_rules! layer_tensor_table {
+    (|$d:ident| { $( $(#[$doc:meta])* $name:ident : $kind:ident, $dtype:expr, $ne:expr; )* }) => {
+        /// Every tensor of one layer step, in one [`HostMemory`]. Views are built as ggml builds
+        /// them. Field order is the table order of [`LayerTensors::NAMES`].
+        #[derive(Clone, Debug)]
+        pub struct LayerTensors {
+            $( $(#[$doc])* pub $name: Tensor, )*
+        }
+
+        impl LayerTensors {
+            /// Field names, in order.
+            pub const NAMES: [&'static str; LAYER_TENSORS] = [$(stringify!($name)),*];
+            /// Field kinds, in order.
+            pub const KINDS: [TensorKind; LAYER_TENSORS] = [$(TensorKind::$kind),*];
+
+            /// Name, type and contiguous shape of every tensor, in field order, for sizes
+            /// computed with checked arithmetic.
+            pub fn table_for($d: &TableDims) -> [(&'static str, DType, [usize; 4]); LAYER_TENSORS] {
+                [$((stringify!($name), $dtype, $ne)),*]
+            }
+
+            /// The tensors in field order.
+            pub fn to_array(&self) -> [Tensor; LAYER_TENSORS] {
+                [$(self.$name),*]
+            }
+
+            /// The struct of the tensors in field order.
+            pub fn from_array(tensors: [Tensor; LAYER_TENSORS]) -> Self {
+                let [$($name),*] = tensors;
+                LayerTensors { $($name),* }
+            }
+        }
+    };
+}
+
+/// Tensors of one layer step.
+pub const LAYER_TENSORS: usize = 23;
+
+const F32: DType = DType::F32;
+
+layer_tensor_table!(|d| {
+    /// Conv state r_l: ne [(K_c−1)·C, M·(1+R)]; a row is [C][K_c−1] (channel-major).
+    conv_cache: Cache, F32, [d.conv_row, d.rows, 1, 1];
+    /// SSM state s_l: ne [D·D·H_v, M·(1+R)]; a row is [H_v][D col][D i].
+    ssm_cache: Cache, F32, [d.ssm_row, d.rows, 1, 1];
+    /// `s_copy` for the one sequence: I32 [1], in an index buffer.
+    source_rows: Index, DType::I32, [1, 1, 1, 1];
+    /// The qkv projection of the step's tokens, ne [C, n_t] (its mat-mul is out of scope).
+    qkv_mixed: StepInput, F32, [d.c, d.n_t, 1, 1];
+    /// The attention-norm output, ne [E, n_t]: input of the alpha/beta mat-vecs.
+    cur: StepInput, F32, [d.e, d.n_t, 1, 1];
+    conv_weight: Weight, F32, [d.kc, d.c, 1, 1];
+    alpha_weight: Weight, d.weights, [d.e, d.hv, 1, 1];
+    beta_weight: Weight, d.weights, [d.e, d.hv, 1, 1];
+    dt_bias: Weight, F32, [d.hv, 1, 1, 1];
+    ssm_a: Weight, F32, [d.hv, 1, 1, 1];
+    /// Intermediates (in [`LayerTensors::alloc`] each in its own buffer; a graph plans them).
+    conv_states: Intermediate, F32, [d.conv_row, 1, 1, 1];
+    conv_input: Intermediate, F32, [d.conv_cols, d.c, 1, 1];
+    conv_out: Product, F32, [d.c, d.n_t, 1, 1];
+    q_norm: Product, F32, [d.d, d.hk, d.n_t, 1];
+    k_norm: Product, F32, [d.d, d.hk, d.n_t, 1];
+    ssm_state: Intermediate, F32, [d.ssm_row, 1, 1, 1];
+    alpha: Product, F32, [d.hv, d.n_t, 1, 1];
+    beta_raw: Product, F32, [d.hv, d.n_t, 1, 1];
+    beta: Product, F32, [d.hv, d.n_t, 1, 1];
+    alpha_biased: Intermediate, F32, [d.hv, d.n_t, 1, 1];
+    softplus: Intermediate, F32, [d.hv, d.n_t, 1, 1];
+    gate: Product, F32, [d.hv, d.n_t, 1, 1];
+    /// Attention output, ne [D, H_v, n_t, 1].
+    attn_out: Output, F32, [d.d, d.hv, d.n_t, 1];
+});
 
 /// How the layer's tensors are filled.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -86,134 +161,67 @@ impl LayerTensors {
             total =
                 total.checked_add(bytes).ok_or_else(|| Error::Overflow { op: OP, arg: name, what: "bytes of the layer step".into() })?;
         }
-        mem.reserve_check(total.saturating_add(4))?;
-        // Buffers in field order (source_rows third), as before the specs existed.
+        mem.reserve_check(total)?;
+        // Buffers in field order.
         let placeholder = Tensor::new(BufferId(usize::MAX), Layout::contiguous(DType::F32, [0; 4]));
-        let (mut tensors, mut source_rows) = ([placeholder; 22], placeholder);
-        for (i, (_, dtype, ne)) in specs.into_iter().enumerate() {
-            if i == 2 {
+        let mut tensors = [placeholder; LAYER_TENSORS];
+        for ((t, (_, dtype, ne)), kind) in tensors.iter_mut().zip(specs).zip(Self::KINDS) {
+            *t = match kind {
                 // source_row < cache rows ≤ 2^31 − 1 (validated).
-                source_rows = mem.try_alloc_indices(&[step.source_row() as i32])?;
-            }
-            tensors[i] = mem.try_alloc_tensor(dtype, ne)?;
+                TensorKind::Index => mem.try_alloc_indices(&[step.source_row() as i32])?,
+                _ => mem.try_alloc_tensor(dtype, ne)?,
+            };
         }
-        let [
-            conv_cache,
-            ssm_cache,
-            qkv_mixed,
-            cur,
-            conv_weight,
-            alpha_weight,
-            beta_weight,
-            dt_bias,
-            ssm_a,
-            conv_states,
-            conv_input,
-            conv_out,
-            q_norm,
-            k_norm,
-            ssm_state,
-            alpha,
-            beta_raw,
-            beta,
-            alpha_biased,
-            softplus,
-            gate,
-            attn_out,
-        ] = tensors;
-        Ok(LayerTensors {
-            conv_cache,
-            ssm_cache,
-            source_rows,
-            qkv_mixed,
-            cur,
-            conv_weight,
-            alpha_weight,
-            beta_weight,
-            dt_bias,
-            ssm_a,
-            conv_states,
-            conv_input,
-            conv_out,
-            q_norm,
-            k_norm,
-            ssm_state,
-            alpha,
-            beta_raw,
-            beta,
-            alpha_biased,
-            softplus,
-            gate,
-            attn_out,
+        Ok(Self::from_array(tensors))
+    }
+
+    /// The sizes of `shape` and `step` the table is written in, every one computed with
+    /// checked arithmetic (no kernel limits: a graph without the GDN tail takes shapes that
+    /// [`GdnShape::validate`] refuses).
+    pub fn dims(shape: &GdnShape, step: &Step, weights: DType) -> Result<TableDims> {
+        let n_t = step.n_tokens;
+        let conv_cols = shape.d_conv.checked_sub(1).and_then(|s| s.checked_add(n_t)).ok_or_else(|| Error::Overflow {
+            op: OP,
+            arg: "d_conv",
+            what: format!("conv input columns d_conv − 1 + n_t ({} − 1 + {n_t})", shape.d_conv),
+        })?;
+        Ok(TableDims {
+            c: shape.try_channels()?,
+            n_t,
+            e: shape.n_embd,
+            d: shape.head_dim,
+            hk: shape.n_k_heads,
+            hv: shape.n_v_heads,
+            kc: shape.d_conv,
+            rows: step.try_cache_rows()?,
+            conv_row: shape.try_conv_row()?,
+            ssm_row: shape.try_ssm_row()?,
+            conv_cols,
+            weights,
         })
     }
 
-    /// Name, type and shape of every tensor but `source_rows` (I32 [1]), in field order: what
-    /// [`LayerTensors::alloc`] allocates (contiguous) and `graph::layer::unfused_ops` requires. Validates
-    /// the shape and the step (every size representable).
-    pub fn specs(shape: &GdnShape, step: &Step, weights: DType) -> Result<[(&'static str, DType, [usize; 4]); 22]> {
+    /// [`LayerTensors::table_for`] the sizes of `shape` and `step` ([`LayerTensors::dims`]).
+    pub fn table(shape: &GdnShape, step: &Step, weights: DType) -> Result<[(&'static str, DType, [usize; 4]); LAYER_TENSORS]> {
+        Ok(Self::table_for(&Self::dims(shape, step, weights)?))
+    }
+
+    /// The index of field `name` in the table.
+    pub fn index_of(name: &str) -> Option<usize> {
+        Self::NAMES.iter().position(|n| *n == name)
+    }
+
+    /// Name, type and shape of every tensor in field order, for a shape and step the kernels
+    /// support: what [`LayerTensors::alloc`] allocates (contiguous) and
+    /// `graph::layer::unfused_ops` requires. Validates the shape and the step (every size
+    /// representable).
+    pub fn specs(shape: &GdnShape, step: &Step, weights: DType) -> Result<[(&'static str, DType, [usize; 4]); LAYER_TENSORS]> {
         shape.validate()?;
         step.validate()?;
         if !matches!(weights, DType::F32 | DType::F16 | DType::BF16) {
             return Err(Error::Unsupported { op: OP, what: format!("{weights:?} mat-vec weights") });
         }
-        let (c, n_t, e, rows) = (shape.try_channels()?, step.n_tokens, shape.n_embd, step.try_cache_rows()?);
-        let (d, hk, hv, kc) = (shape.head_dim, shape.n_k_heads, shape.n_v_heads, shape.d_conv);
-        let (conv_row, ssm_row) = (shape.try_conv_row()?, shape.try_ssm_row()?);
-        let f = DType::F32;
-        Ok([
-            ("conv_cache", f, [conv_row, rows, 1, 1]),
-            ("ssm_cache", f, [ssm_row, rows, 1, 1]),
-            ("qkv_mixed", f, [c, n_t, 1, 1]),
-            ("cur", f, [e, n_t, 1, 1]),
-            ("conv_weight", f, [kc, c, 1, 1]),
-            ("alpha_weight", weights, [e, hv, 1, 1]),
-            ("beta_weight", weights, [e, hv, 1, 1]),
-            ("dt_bias", f, [hv, 1, 1, 1]),
-            ("ssm_a", f, [hv, 1, 1, 1]),
-            ("conv_states", f, [conv_row, 1, 1, 1]),
-            // kc ≤ 15 and n_t ≤ 16 (validated).
-            ("conv_input", f, [kc - 1 + n_t, c, 1, 1]),
-            ("conv_out", f, [c, n_t, 1, 1]),
-            ("q_norm", f, [d, hk, n_t, 1]),
-            ("k_norm", f, [d, hk, n_t, 1]),
-            ("ssm_state", f, [ssm_row, 1, 1, 1]),
-            ("alpha", f, [hv, n_t, 1, 1]),
-            ("beta_raw", f, [hv, n_t, 1, 1]),
-            ("beta", f, [hv, n_t, 1, 1]),
-            ("alpha_biased", f, [hv, n_t, 1, 1]),
-            ("softplus", f, [hv, n_t, 1, 1]),
-            ("gate", f, [hv, n_t, 1, 1]),
-            ("attn_out", f, [d, hv, n_t, 1]),
-        ])
-    }
-
-    /// The tensors in [`LayerTensors::specs`] order.
-    fn by_spec(&self) -> [Tensor; 22] {
-        [
-            self.conv_cache,
-            self.ssm_cache,
-            self.qkv_mixed,
-            self.cur,
-            self.conv_weight,
-            self.alpha_weight,
-            self.beta_weight,
-            self.dt_bias,
-            self.ssm_a,
-            self.conv_states,
-            self.conv_input,
-            self.conv_out,
-            self.q_norm,
-            self.k_norm,
-            self.ssm_state,
-            self.alpha,
-            self.beta_raw,
-            self.beta,
-            self.alpha_biased,
-            self.softplus,
-            self.gate,
-            self.attn_out,
-        ]
+        Self::table(shape, step, weights)
     }
 
     /// Every tensor is what [`LayerTensors::alloc`] would allocate for this shape and step
@@ -222,12 +230,12 @@ impl LayerTensors {
     pub fn conforms(&self, shape: &GdnShape, step: &Step) -> Result<()> {
         let weights = self.alpha_weight.dtype();
         let specs = Self::specs(shape, step, weights)?;
-        for ((arg, dtype, ne), t) in specs.into_iter().zip(self.by_spec()) {
+        for ((arg, dtype, ne), t) in specs.into_iter().zip(self.to_array()) {
             if t.dtype() != dtype {
                 return Err(Error::DType { op: OP, arg, expected: format!("{dtype:?}"), got: t.dtype() });
             }
             if t.ne() != ne {
-                return Err(Error::Shape { op: OP, arg, expected: format!("{ne:?} for this shape and step"), got: t.ne() });
+                return Err(Error::Shape { op: OP, arg, expected: format!("{dtype:?} {ne:?} for this shape and step"), got: t.ne() });
             }
             if !t.layout.is_contiguous() {
                 return Err(Error::Stride {
@@ -238,10 +246,6 @@ impl LayerTensors {
                     reason: "the layer's tensors are contiguous".into(),
                 });
             }
-        }
-        let (dtype, ne) = (self.source_rows.dtype(), self.source_rows.ne());
-        if dtype != DType::I32 || ne != [1, 1, 1, 1] {
-            return Err(Error::Shape { op: OP, arg: "source_rows", expected: "I32 [1, 1, 1, 1]".into(), got: ne });
         }
         Ok(())
     }
@@ -279,22 +283,13 @@ impl LayerTensors {
         }
     }
 
-    fn intermediates(&self) -> [Tensor; 13] {
-        [
-            self.conv_states,
-            self.conv_input,
-            self.conv_out,
-            self.q_norm,
-            self.k_norm,
-            self.ssm_state,
-            self.alpha,
-            self.beta_raw,
-            self.beta,
-            self.alpha_biased,
-            self.softplus,
-            self.gate,
-            self.attn_out,
-        ]
+    /// The tensors the chain computes (intermediates, products and the output).
+    fn intermediates(&self) -> impl Iterator<Item = Tensor> {
+        self.to_array()
+            .into_iter()
+            .zip(Self::KINDS)
+            .filter(|(_, k)| matches!(k, TensorKind::Intermediate | TensorKind::Product | TensorKind::Output))
+            .map(|(t, _)| t)
     }
 
     /// Row `row` of a cache tensor as a [row_len, 1, 1, 1] view (saturating offset; see
