@@ -10,7 +10,7 @@
 //! bit. Until the fusion pass lands the fused chain is the unfused one again, and the output
 //! says so.
 
-use crate::bench::chain::{Built, ChainBuilder, ChainConfig, default_builder, eliminated_buffers};
+use crate::bench::chain::{ChainBuilder, ChainConfig, ChainPair, default_builder, eliminated_buffers};
 use crate::bench::{self, BenchArgs};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
@@ -72,7 +72,7 @@ fn run_gpu(gpu: &Gpu, mem: &HostMemory, ops: &[Box<dyn Op>]) -> Result<HostMemor
 
 /// The comparison alone, on `gpu` when given, else on the CPU.
 pub fn compare(builder: &dyn ChainBuilder, cfg: &ChainConfig, gpu: Option<&Gpu>, seed: u64) -> Result<Outcome> {
-    let built = Built::new(builder, cfg, seed)?;
+    let built = ChainPair::new(builder, cfg, seed)?;
     let eliminated = eliminated_buffers(&built.off, &built.on);
     let (off, on, differing_from_reference) = match gpu {
         Some(gpu) => {

@@ -55,6 +55,16 @@ pub fn checked_product(factors: &[usize]) -> Option<usize> {
     factors.iter().try_fold(1usize, |acc, &f| acc.checked_mul(f))
 }
 
+/// `Π factors`, or [`crate::Error::Overflow`] naming the op, the argument and `what` (sizes
+/// are multiplied only through this or [`checked_product`]).
+pub fn try_product(op: &'static str, arg: &'static str, what: &str, factors: &[usize]) -> crate::Result<usize> {
+    checked_product(factors).ok_or_else(|| crate::Error::Overflow {
+        op,
+        arg,
+        what: format!("{what} ({})", factors.iter().map(usize::to_string).collect::<Vec<_>>().join(" · ")),
+    })
+}
+
 /// Shape, strides and offset of a view, in ggml's conventions.
 ///
 /// Every quantity derived from a layout has a checked form (`try_contiguous`,
@@ -225,6 +235,34 @@ impl Tensor {
 
     pub fn reshape(&self, ne: [usize; 4]) -> Option<Self> {
         self.layout.reshape(ne).map(|layout| Tensor { buffer: self.buffer, layout })
+    }
+
+    /// [`Tensor::checked_view`], or [`crate::Error::Overflow`] naming `op` and `arg` (the
+    /// checked-view helper every builder uses).
+    pub fn try_view(
+        &self,
+        op: &'static str,
+        arg: &'static str,
+        ne: [usize; 4],
+        nb: [usize; 4],
+        extra_offset: usize,
+    ) -> crate::Result<Self> {
+        self.checked_view(ne, nb, extra_offset).ok_or_else(|| crate::Error::Overflow {
+            op,
+            arg,
+            what: format!("view offset {} + {extra_offset}", self.layout.offset),
+        })
+    }
+
+    /// [`Tensor::reshape`], or [`crate::Error::Stride`] naming `op` and `arg`.
+    pub fn try_reshape(&self, op: &'static str, arg: &'static str, ne: [usize; 4]) -> crate::Result<Self> {
+        self.reshape(ne).ok_or_else(|| crate::Error::Stride {
+            op,
+            arg,
+            nb: self.layout.nb,
+            offset: self.layout.offset,
+            reason: format!("must be contiguous with the element count of {ne:?} to be reshaped to it"),
+        })
     }
 
     /// True when the two views' byte ranges intersect (conservative: interleaved views that

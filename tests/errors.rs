@@ -274,7 +274,8 @@ mod overflow {
 
 mod layer {
     use rgdn::Error;
-    use rgdn::layer::{GdnShape, LayerInit, LayerTensors, Step, unfused_ops};
+    use rgdn::graph::layer::unfused_ops;
+    use rgdn::layer::{GdnShape, LayerInit, LayerTensors, Step};
     use rgdn::memory::HostMemory;
     use rgdn::ops::Precision;
     use rgdn::tensor::DType;

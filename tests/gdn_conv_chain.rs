@@ -1,5 +1,5 @@
 //! GDN_CONV_CHAIN on the CPU: the fused op's reference equals the unfused chain's references
-//! (GET_ROWS, CONCAT, CPY / CPY_SNAPSHOTS, SSM_CONV+SiLU, L2_NORM ×2, as `layer::unfused_ops`
+//! (GET_ROWS, CONCAT, CPY / CPY_SNAPSHOTS, SSM_CONV+SiLU, L2_NORM ×2, as `graph::layer::unfused_ops`
 //! builds them) bit for bit — conv_out, q_norm, k_norm and the whole conv cache — on the
 //! reference PR's sweep: n_t 1 … 16 × R ∈ {0, 2, 3, 7, 15} × 5 shapes (d_conv 3/4/5, head dims
 //! 32–128, the read row among the written rows and not) = 400 comparisons, both sides with the

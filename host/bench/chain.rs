@@ -4,7 +4,8 @@
 //! [`UnfusedOnly`] runs the unfused chain in both arms (its outputs say "fusion not available").
 
 use crate::error::Result;
-use crate::layer::{GdnShape, LayerInit, LayerTensors, Step, unfused_ops};
+use crate::graph::layer::unfused_ops;
+use crate::layer::{GdnShape, LayerInit, LayerTensors, Step};
 use crate::memory::HostMemory;
 use crate::ops::Op;
 use crate::tensor::BufferId;
@@ -87,8 +88,9 @@ pub fn default_builder() -> &'static dyn ChainBuilder {
     &Fused
 }
 
-/// One layer's memory (random caches, inputs and weights, seeded) and both chains over it.
-pub struct Built {
+/// One layer's memory (random caches, inputs and weights, seeded) and both chains over it
+/// (fusion off and on); not the graph builder's [`crate::graph::layer::Built`].
+pub struct ChainPair {
     pub mem: HostMemory,
     pub tensors: LayerTensors,
     pub off: Vec<Box<dyn Op>>,
@@ -98,14 +100,14 @@ pub struct Built {
     pub fusion_available: bool,
 }
 
-impl Built {
+impl ChainPair {
     pub fn new(builder: &dyn ChainBuilder, cfg: &ChainConfig, seed: u64) -> Result<Self> {
         let mut mem = HostMemory::new();
         let tensors = LayerTensors::alloc(&mut mem, &cfg.shape, &cfg.step, &cfg.init)?;
         tensors.fill_random(&mut mem, &cfg.shape, &mut StdRng::seed_from_u64(seed), &cfg.init);
         let off = builder.layer_ops(&mut mem, &tensors, cfg, false)?;
         let on = builder.layer_ops(&mut mem, &tensors, cfg, true)?;
-        Ok(Built {
+        Ok(ChainPair {
             mem,
             tensors,
             off,
@@ -189,7 +191,7 @@ mod tests {
         let b: &dyn ChainBuilder = &UnfusedOnly;
         assert!(!b.fusion_available());
         assert!(b.label(true).contains("fusion not available"));
-        let built = Built::new(b, &cfg(4, 3), 1).unwrap();
+        let built = ChainPair::new(b, &cfg(4, 3), 1).unwrap();
         let names = |ops: &[Box<dyn Op>]| ops.iter().map(|o| o.name()).collect::<Vec<_>>();
         assert_eq!(names(&built.off), names(&built.on));
         assert!(eliminated_buffers(&built.off, &built.on).is_empty());
@@ -202,7 +204,7 @@ mod tests {
     fn the_default_builder_fuses_the_conv_chain_and_the_pair() {
         let b = default_builder();
         assert!(b.fusion_available());
-        let built = Built::new(b, &cfg(4, 3), 1).unwrap();
+        let built = ChainPair::new(b, &cfg(4, 3), 1).unwrap();
         let names = |ops: &[Box<dyn Op>]| ops.iter().map(|o| o.name()).collect::<Vec<_>>();
         let on = names(&built.on);
         assert_eq!(on.iter().filter(|n| **n == "GDN_CONV_CHAIN").count(), 1, "{on:?}");
@@ -217,7 +219,7 @@ mod tests {
 
     #[test]
     fn keys_name_occurrences_and_roles() {
-        let built = Built::new(&UnfusedOnly, &cfg(12, 3), 1).unwrap();
+        let built = ChainPair::new(&UnfusedOnly, &cfg(12, 3), 1).unwrap();
         let keys = op_keys(&built.off);
         let find = |k: &str| keys.iter().find(|(key, _)| key == k).map(|(_, r)| *r);
         assert_eq!(find("GET_ROWS#0"), Some(Some("conv state")));
@@ -231,7 +233,7 @@ mod tests {
 
     #[test]
     fn eliminated_buffers_are_the_unfused_only_outputs() {
-        let built = Built::new(&UnfusedOnly, &cfg(4, 0), 1).unwrap();
+        let built = ChainPair::new(&UnfusedOnly, &cfg(4, 0), 1).unwrap();
         // Dropping the first two ops (GET_ROWS, CONCAT) from "on" eliminates their outputs.
         let on: Vec<Box<dyn Op>> =
             UnfusedOnly.layer_ops(&mut built.mem.clone(), &built.tensors, &cfg(4, 0), true).unwrap().into_iter().skip(2).collect();

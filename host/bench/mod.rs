@@ -29,7 +29,7 @@ use crate::gpu::Gpu;
 use crate::layer::{GdnShape, LayerInit, Step};
 use crate::memory::DeviceMemory;
 use crate::tensor::DType;
-use chain::{Built, ChainBuilder, ChainConfig, op_keys};
+use chain::{ChainBuilder, ChainConfig, ChainPair, op_keys};
 use measure::Timer;
 use report::{ArmStats, KernelRow, Meta, ModeReport, Report, ratio};
 use stats::{Arm, abba, summarize};
@@ -369,7 +369,7 @@ pub fn run_with(args: &BenchArgs, builder: &dyn ChainBuilder, out: &mut dyn std:
     for (name, label, t, r) in &modes {
         bar.set_message(format!("{name} (T={t}, R={r})"));
         let cfg = ChainConfig { shape, step: Step::new(*t, *r), init };
-        let built = Built::new(builder, &cfg, args.seed)?;
+        let built = ChainPair::new(builder, &cfg, args.seed)?;
         off_label.clone_from(&built.off_label);
         on_label.clone_from(&built.on_label);
         let mode = ModeSpec { name, label, t: *t, r: *r, weights, cold: args.cold, l2 };
@@ -458,7 +458,7 @@ struct ModeSpec<'a> {
 fn measure_mode(
     gpu: &Gpu,
     timer: &Timer,
-    built: &Built,
+    built: &ChainPair,
     mode: &ModeSpec,
     plan: &Plan,
     manifest: &mut Manifest,

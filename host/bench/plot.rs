@@ -194,7 +194,7 @@ mod tests {
             step: crate::layer::Step::new(16, 15),
             init: crate::layer::LayerInit::default(),
         };
-        let built = crate::bench::chain::Built::new(&crate::bench::chain::UnfusedOnly, &cfg, 1).unwrap();
+        let built = crate::bench::chain::ChainPair::new(&crate::bench::chain::UnfusedOnly, &cfg, 1).unwrap();
         let template = r.modes[3].kernels[0].clone();
         r.modes[3].kernels = crate::bench::chain::op_keys(&built.off)
             .into_iter()

@@ -24,7 +24,8 @@
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use rand::SeedableRng;
 use rgdn::gpu::{Gpu, probe};
-use rgdn::layer::{GdnShape, LayerInit, LayerTensors, Step, unfused_ops};
+use rgdn::graph::layer::unfused_ops;
+use rgdn::layer::{GdnShape, LayerInit, LayerTensors, Step};
 use rgdn::memory::{DeviceMemory, HostMemory};
 use rgdn::reference::math::{ExactMufu, MufuTable};
 use rgdn::suite;

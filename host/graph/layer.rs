@@ -7,7 +7,7 @@
 //!
 //! [`batch_snapshot_copies`] is the backend pass of ggml's #379: a run of snapshot CPYs that is
 //! exactly the W2 pattern becomes one CPY_SNAPSHOTS launch (on by default, bit-identical), so
-//! [`layer_ops`] equals today's `layer::unfused_ops` op for op.
+//! [`layer_ops`] is [`unfused_ops`], today's launch sequence.
 //!
 //! [`build`] makes a whole graph — one layer or a stack of L layers, each with its own caches,
 //! weights and random inputs — with every intermediate planned in one arena across the stack
@@ -18,7 +18,7 @@ use super::{Bound, ByteSet, Node, Stage};
 use crate::error::{Error, Result};
 use crate::inputs::{self, Values};
 use crate::kernels::abi;
-use crate::layer::{GdnShape, LayerTensors, MAT_VEC_MAX_COLS, Step};
+use crate::layer::{GdnShape, LAYER_TENSORS, LayerTensors, Step, TensorKind};
 use crate::memory::HostMemory;
 use crate::ops::{
     Binary, BinaryKind, ConcatDim0, Cpy, CpySnapshots, GatedDeltaNet, GetRows, L2Norm, MulMatVec, Op, Precision, Scale, SsmConv, Unary,
@@ -29,6 +29,23 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 const OP: &str = "GDN_GRAPH";
+/// The op name in the errors of the layer's views and wiring (as the layer's tensors use).
+const LAYER_OP: &str = "GDN_LAYER";
+
+/// The largest column count one MUL_MAT_VEC launch takes (ggml's `MMVF_MAX_BATCH_SIZE`).
+pub const MAT_VEC_MAX_COLS: usize = 8;
+
+fn product(arg: &'static str, what: &str, factors: &[usize]) -> Result<usize> {
+    crate::tensor::try_product(LAYER_OP, arg, what, factors)
+}
+
+fn checked_view(arg: &'static str, t: &Tensor, ne: [usize; 4], nb: [usize; 4], offset: usize) -> Result<Tensor> {
+    t.try_view(LAYER_OP, arg, ne, nb, offset)
+}
+
+fn reshape(arg: &'static str, t: &Tensor, ne: [usize; 4]) -> Result<Tensor> {
+    t.try_reshape(LAYER_OP, arg, ne)
+}
 
 /// Where a layer's values land and in which order the ssm-state read is built.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -83,7 +100,8 @@ impl LayerSpec {
     }
 
     /// What the graph builder supports (wider than `GdnShape::validate`, which asks for the
-    /// GDN tail's head dimension).
+    /// GDN tail's head dimension; without the tail, up to [`crate::layer::MAX_GRAPH_TOKENS`]
+    /// tokens).
     pub fn validate(&self) -> Result<()> {
         let s = &self.shape;
         let bad = |what: String| Err(Error::Unsupported { op: OP, what });
@@ -104,7 +122,8 @@ impl LayerSpec {
         if !matches!(self.weights, DType::F32 | DType::F16 | DType::BF16) {
             return bad(format!("{:?} mat-vec weights", self.weights));
         }
-        self.step.validate()
+        // GATED_DELTA_NET takes at most 16 tokens; the conv chain and projections alone more.
+        self.step.validate_with_max_tokens(if self.gdn_tail { crate::layer::MAX_TOKENS } else { crate::layer::MAX_GRAPH_TOKENS })
     }
 }
 
@@ -126,9 +145,8 @@ pub fn window(conv_input: &Tensor, state_len: usize, offset: usize) -> Tensor {
 /// before the backend's passes). `t` holds the layer's tensors wherever they live; with the GDN
 /// tail it must conform to the spec's shape and step ([`LayerTensors::conforms`]); every view is built
 /// with checked arithmetic: anything else is a typed error, never a panic. This is the one
-/// builder of the chain: `layer::unfused_ops` is [`layer_ops`] over it.
+/// builder of the chain: [`unfused_ops`] is [`layer_ops`] over it.
 pub fn ggml_layer_ops(t: &LayerTensors, spec: &LayerSpec) -> Result<Vec<Box<dyn Op>>> {
-    use crate::layer::unfused::{checked_view, product, reshape};
     let (shape, step) = (&spec.shape, &spec.step);
     // The spec first, with or without the GDN tail: the step's token count bounds the
     // mat-vec loop below (n_t ≤ 16), d_conv ≥ 3 makes d_conv − 1 exact, and every size the
@@ -165,7 +183,7 @@ pub fn ggml_layer_ops(t: &LayerTensors, spec: &LayerSpec) -> Result<Vec<Box<dyn 
         let slot = k - tp;
         let row = product("conv_cache", "snapshot row slot·M", &[slot, step.cells])?
             .checked_add(step.kv_head)
-            .ok_or_else(|| crate::Error::Overflow { op: "GDN_LAYER", arg: "conv_cache", what: "snapshot row slot·M + kv_head".into() })?;
+            .ok_or_else(|| crate::Error::Overflow { op: LAYER_OP, arg: "conv_cache", what: "snapshot row slot·M + kv_head".into() })?;
         let dst = LayerTensors::try_cache_row("conv_cache", &t.conv_cache, row)?;
         ops.push(Box::new(Cpy { src: t.try_window(shape, (n_t + tp).saturating_sub(k))?, dst }));
     }
@@ -311,15 +329,26 @@ fn snapshot_run(nodes: &[Node], start: usize, end: usize) -> Option<CpySnapshots
     Some(op)
 }
 
-/// Today's unfused launch sequence of one layer (what `layer::unfused_ops` returns): ggml's
+/// Today's unfused launch sequence of one layer (what [`unfused_ops`] returns): ggml's
 /// graph ([`ggml_layer_ops`], ggml layout, GDN tail) after the snapshot batching pass.
-/// `layer::unfused_ops` can delegate here.
 pub fn layer_ops(t: &LayerTensors, shape: &GdnShape, step: &Step, precision: Precision) -> Result<Vec<Box<dyn Op>>> {
     shape.validate()?;
     step.validate()?;
     let spec = LayerSpec { precision, gdn_tail: true, ..LayerSpec::new(*shape, *step) };
     let nodes = ggml_layer_ops(t, &spec)?.into_iter().map(|op| Node::new(op, Some(0))).collect();
     Ok(batch_snapshot_copies(nodes).into_iter().map(|n| n.op).collect())
+}
+
+/// The op chain of spec §1.4 over `t`: what ggml's CUDA backend launches for one GDN layer of
+/// one verify step (with its default fusions: SSM_CONV+SiLU, GATED_DELTA_NET writing the ssm
+/// cache directly). Snapshot copies of the conv state run as one CPY_SNAPSHOTS launch (R > 0)
+/// or one CPY (R = 0). The alpha/beta mat-vecs take at most 8 columns per launch; wider steps
+/// run ⌈n_t/8⌉ launches, each column computed as mul_mat_vec_f computes it.
+///
+/// The tensors must conform to the shape and step ([`LayerTensors::conforms`]); anything else
+/// is a typed error, never a panic, and every view is built with checked arithmetic.
+pub fn unfused_ops(t: &LayerTensors, shape: &GdnShape, step: &Step, precision: Precision) -> Result<Vec<Box<dyn Op>>> {
+    layer_ops(t, shape, step, precision)
 }
 
 /// A layer's tensors in a built graph: the unfused chain's [`LayerTensors`] (with `qkv_mixed`
@@ -341,8 +370,8 @@ struct ValueDef {
     index: Option<i32>,
 }
 
-/// Value ids of one layer, in the field order of [`LayerValues`].
-const FIELDS: usize = 25;
+/// Value ids of one layer: the layer's tensor table in field order, then `qkv_src`, `cur_src`.
+const FIELDS: usize = LAYER_TENSORS + 2;
 
 /// A built graph: nodes in ggml's order (separate snapshot CPYs), the initial memory, each
 /// layer's tensors, every value and the plan.
@@ -359,43 +388,33 @@ pub struct Built {
     pub arena: BufferId,
 }
 
-/// Declares one layer's values (sizes checked: a value whose bytes do not fit is an
-/// [`Error::Overflow`]); `spec` is validated.
+/// Declares one layer's values: the layer's tensor table ([`LayerTensors::table`], roles from
+/// each tensor's [`TensorKind`]), then the two persistent inputs the step inputs are staged
+/// from. Sizes are checked: a value whose bytes do not fit is an [`Error::Overflow`]; `spec`
+/// is validated.
 fn declare(defs: &mut Vec<ValueDef>, spec: &LayerSpec, layer: usize, outputs: Outputs) -> Result<[usize; FIELDS]> {
     let (shape, step) = (&spec.shape, &spec.step);
-    let (c, n_t, e) = (shape.try_channels()?, step.n_tokens, shape.n_embd);
-    let (d, hk, hv, kc) = (shape.head_dim, shape.n_k_heads, shape.n_v_heads, shape.d_conv);
-    let (conv_row, ssm_row, rows) = (shape.try_conv_row()?, shape.try_ssm_row()?, step.try_cache_rows()?);
-    // d_conv ≥ 3 and n_t ≤ 16 (validated).
-    let conv_cols = kc - 1 + n_t;
-    let product = if outputs == Outputs::Products { Role::Output } else { Role::Intermediate };
-    let list: [(&str, Role, DType, [usize; 4]); FIELDS] = [
-        ("conv_cache", Role::Cache, DType::F32, [conv_row, rows, 1, 1]),
-        ("ssm_cache", Role::Cache, DType::F32, [ssm_row, rows, 1, 1]),
-        ("source_rows", Role::Index, DType::I32, [1, 1, 1, 1]),
-        ("qkv_mixed", Role::Staged, DType::F32, [c, n_t, 1, 1]),
-        ("cur", Role::Staged, DType::F32, [e, n_t, 1, 1]),
-        ("conv_weight", Role::Weight, DType::F32, [kc, c, 1, 1]),
-        ("alpha_weight", Role::Weight, spec.weights, [e, hv, 1, 1]),
-        ("beta_weight", Role::Weight, spec.weights, [e, hv, 1, 1]),
-        ("dt_bias", Role::Weight, DType::F32, [hv, 1, 1, 1]),
-        ("ssm_a", Role::Weight, DType::F32, [hv, 1, 1, 1]),
-        ("conv_states", Role::Intermediate, DType::F32, [conv_row, 1, 1, 1]),
-        ("conv_input", Role::Intermediate, DType::F32, [conv_cols, c, 1, 1]),
-        ("conv_out", product, DType::F32, [c, n_t, 1, 1]),
-        ("q_norm", product, DType::F32, [d, hk, n_t, 1]),
-        ("k_norm", product, DType::F32, [d, hk, n_t, 1]),
-        ("ssm_state", Role::Intermediate, DType::F32, [ssm_row, 1, 1, 1]),
-        ("alpha", product, DType::F32, [hv, n_t, 1, 1]),
-        ("beta_raw", product, DType::F32, [hv, n_t, 1, 1]),
-        ("beta", product, DType::F32, [hv, n_t, 1, 1]),
-        ("alpha_biased", Role::Intermediate, DType::F32, [hv, n_t, 1, 1]),
-        ("softplus", Role::Intermediate, DType::F32, [hv, n_t, 1, 1]),
-        ("gate", product, DType::F32, [hv, n_t, 1, 1]),
-        ("attn_out", Role::Output, DType::F32, [d, hv, n_t, 1]),
-        ("qkv_src", Role::Input, DType::F32, [c, n_t, 1, 1]),
-        ("cur_src", Role::Input, DType::F32, [e, n_t, 1, 1]),
-    ];
+    let table = LayerTensors::table(shape, step, spec.weights)?;
+    let role = |kind: TensorKind| match kind {
+        TensorKind::Cache => Role::Cache,
+        TensorKind::Index => Role::Index,
+        TensorKind::StepInput => Role::Staged,
+        TensorKind::Weight => Role::Weight,
+        TensorKind::Intermediate => Role::Intermediate,
+        TensorKind::Product if outputs == Outputs::Products => Role::Output,
+        TensorKind::Product => Role::Intermediate,
+        TensorKind::Output => Role::Output,
+    };
+    let staged_from = |name: &str| {
+        let (_, dtype, ne) = table[LayerTensors::index_of(name).expect("a table field")];
+        (dtype, ne)
+    };
+    let (qkv, cur) = (staged_from("qkv_mixed"), staged_from("cur"));
+    let list = table
+        .into_iter()
+        .zip(LayerTensors::KINDS)
+        .map(|((name, dtype, ne), kind)| (name, role(kind), dtype, ne))
+        .chain([("qkv_src", Role::Input, qkv.0, qkv.1), ("cur_src", Role::Input, cur.0, cur.1)]);
     let mut ids = [0; FIELDS];
     for (id, (name, role, dtype, ne)) in ids.iter_mut().zip(list) {
         let bytes = Layout::contiguous_bytes(dtype, ne).ok_or_else(|| Error::Overflow {
@@ -404,7 +423,7 @@ fn declare(defs: &mut Vec<ValueDef>, spec: &LayerSpec, layer: usize, outputs: Ou
             what: format!("bytes of layer {layer}'s {dtype:?} {ne:?}"),
         })?;
         // source_row < cache rows ≤ 2^31 − 1 (validated).
-        let index = (name == "source_rows").then_some(step.source_row() as i32);
+        let index = (role == Role::Index).then_some(step.source_row() as i32);
         defs.push(ValueDef { info: ValueInfo { name: format!("L{layer}.{name}"), role, bytes, layer: Some(layer) }, dtype, ne, index });
         *id = defs.len() - 1;
     }
@@ -413,35 +432,13 @@ fn declare(defs: &mut Vec<ValueDef>, spec: &LayerSpec, layer: usize, outputs: Ou
 
 fn layer_values(ids: &[usize; FIELDS], tensor: impl Fn(usize) -> Tensor) -> LayerValues {
     let f = ids.map(tensor);
-    LayerValues {
-        t: LayerTensors {
-            conv_cache: f[0],
-            ssm_cache: f[1],
-            source_rows: f[2],
-            qkv_mixed: f[3],
-            cur: f[4],
-            conv_weight: f[5],
-            alpha_weight: f[6],
-            beta_weight: f[7],
-            dt_bias: f[8],
-            ssm_a: f[9],
-            conv_states: f[10],
-            conv_input: f[11],
-            conv_out: f[12],
-            q_norm: f[13],
-            k_norm: f[14],
-            ssm_state: f[15],
-            alpha: f[16],
-            beta_raw: f[17],
-            beta: f[18],
-            alpha_biased: f[19],
-            softplus: f[20],
-            gate: f[21],
-            attn_out: f[22],
-        },
-        qkv_src: f[23],
-        cur_src: f[24],
-    }
+    let (table, staged) = f.split_at(LAYER_TENSORS);
+    LayerValues { t: LayerTensors::from_array(table.try_into().expect("the table's length")), qkv_src: staged[0], cur_src: staged[1] }
+}
+
+/// The index of a tensor of the layer's table (a name the table has).
+fn field(name: &str) -> usize {
+    LayerTensors::index_of(name).expect("a field of the layer's tensor table")
 }
 
 /// A layer's nodes: the two STAGE nodes of its inputs, then ggml's graph of the layer.
@@ -493,7 +490,7 @@ pub fn build_planned(spec: &StackSpec, seed: u64, budget: usize, groups: &Groups
         .iter()
         .zip(&ids)
         .filter(|(ls, _)| ls.layout == LayerLayout::PrAliasing)
-        .map(|(_, id)| Pin { value: id[15], onto: id[3] })
+        .map(|(_, id)| Pin { value: id[field("ssm_state")], onto: id[field("qkv_mixed")] })
         .collect();
     let values: Vec<ValueInfo> = defs.iter().map(|d| d.info.clone()).collect();
     let observed = ByteSet::of_all(
@@ -640,11 +637,11 @@ impl Built {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layer::{LayerInit, unfused_ops};
+    use crate::layer::LayerInit;
 
     const SMALL: GdnShape = GdnShape { n_embd: 64, n_k_heads: 1, n_v_heads: 2, head_dim: 128, d_conv: 4, eps: 1e-6 };
 
-    /// `layer::unfused_ops` is this builder plus the #379 batching: the launch sequence of spec
+    /// [`unfused_ops`] is this builder plus the #379 batching: the launch sequence of spec
     /// §1.4 with one CPY (R = 0) or one CPY_SNAPSHOTS for the K = R + 1 slots, with the
     /// snapshot rows of the step's cell.
     #[test]
@@ -724,6 +721,101 @@ mod tests {
             );
             assert_eq!(b.plan.offsets[qkv], b.plan.offsets[state]);
             assert!(!b.plan.shares_bytes(out, qkv));
+        }
+    }
+}
+
+/// The unfused chain's tests (moved here with its builder from `layer/`).
+#[cfg(test)]
+mod chain_tests {
+    use super::*;
+    use crate::layer::LayerInit;
+    use crate::reference::math::ExactMufu;
+    use rand::SeedableRng;
+
+    /// A small layer (one key head, two value heads) that keeps the CPU tests fast.
+    const SMALL: GdnShape = GdnShape { n_embd: 64, n_k_heads: 1, n_v_heads: 2, head_dim: 128, d_conv: 4, eps: 1e-6 };
+
+    fn names(shape: &GdnShape, step: &Step) -> Vec<&'static str> {
+        let mut mem = HostMemory::new();
+        let t = LayerTensors::alloc(&mut mem, shape, step, &LayerInit::default()).unwrap();
+        unfused_ops(&t, shape, step, Precision::Default).unwrap().iter().map(|op| op.name()).collect()
+    }
+
+    #[test]
+    fn the_chain_is_ggmls_launch_order() {
+        let chain = ["GET_ROWS", "CONCAT", "CPY", "SSM_CONV", "L2_NORM", "L2_NORM", "GET_ROWS", "MUL_MAT_VEC", "MUL_MAT_VEC"];
+        let tail = ["SIGMOID", "ADD", "SOFTPLUS", "MUL", "GATED_DELTA_NET"];
+        assert_eq!(names(&SMALL, &Step::new(4, 0)), [&chain[..], &tail[..]].concat());
+        // Snapshots: one batched launch instead of the single CPY.
+        let with_snapshots = names(&SMALL, &Step::new(4, 3));
+        assert_eq!(with_snapshots[2], "CPY_SNAPSHOTS");
+        assert_eq!(with_snapshots.len(), chain.len() + tail.len());
+        // A fresh cell: both of its cache rows are zeroed in place before they are read.
+        let zeroed = names(&SMALL, &Step { zero_cell: Some(0), ..Step::new(2, 1) });
+        assert_eq!(&zeroed[..2], &["SCALE", "GET_ROWS"]);
+        assert_eq!(&zeroed[7..9], &["SCALE", "GET_ROWS"]);
+        // 12 tokens: each mat-vec runs as 8 + 4 columns.
+        assert_eq!(names(&SMALL, &Step::new(12, 0)).iter().filter(|n| **n == "MUL_MAT_VEC").count(), 4);
+    }
+
+    /// Runs the chain's CPU references on a small layer and checks the wiring against the
+    /// spec's definitions, independently of the op implementations.
+    #[test]
+    fn the_cpu_chain_wires_views_as_the_spec_defines_them() {
+        let shape = SMALL;
+        let (n_t, r, kc, c) = (5, 6, shape.d_conv, shape.channels());
+        let step = Step { cells: 2, kv_head: 1, src_cell: 1, ..Step::new(n_t, r) };
+        let init = LayerInit::default();
+        let mut mem = HostMemory::new();
+        let t = LayerTensors::alloc(&mut mem, &shape, &step, &init).unwrap();
+        t.fill_random(&mut mem, &shape, &mut StdRng::seed_from_u64(7), &init);
+        let before = mem.clone();
+        for op in unfused_ops(&t, &shape, &step, init.precision).unwrap() {
+            op.reference(&mut mem, &mut ExactMufu).unwrap();
+        }
+        let old_row = step.source_row();
+        // Snapshot slot j of cell kv_head holds window(max(0, n_t − j)): column jj of channel ch
+        // is conv_input column o + jj — the old state's column below K_c−1, a token above.
+        for j in 0..step.slots() {
+            let row = j * step.cells + step.kv_head;
+            let o = n_t.saturating_sub(j);
+            for ch in [0, 1, c / 2, c - 1] {
+                for jj in 0..kc - 1 {
+                    let col = o + jj;
+                    let want = if col < kc - 1 {
+                        before.read_f32(&t.conv_cache, [ch * (kc - 1) + col, old_row, 0, 0])
+                    } else {
+                        before.read_f32(&t.qkv_mixed, [ch, col - (kc - 1), 0, 0])
+                    };
+                    let got = mem.read_f32(&t.conv_cache, [ch * (kc - 1) + jj, row, 0, 0]);
+                    assert_eq!(got.to_bits(), want.to_bits(), "slot {j}, channel {ch}, column {jj}");
+                }
+            }
+        }
+        // Rows of other cells are untouched.
+        for g in 0..step.slots() {
+            let row = g * step.cells;
+            assert_eq!(mem.read_f32(&t.conv_cache, [7, row, 0, 0]).to_bits(), before.read_f32(&t.conv_cache, [7, row, 0, 0]).to_bits());
+        }
+        // q and k are L2-normalised heads of the conv output: unit length.
+        for (x, name) in [(&t.q_norm, "q"), (&t.k_norm, "k")] {
+            for tok in 0..n_t {
+                let ss: f64 = (0..shape.head_dim).map(|i| (mem.read_f32(x, [i, 0, tok, 0]) as f64).powi(2)).sum();
+                assert!((ss - 1.0).abs() < 1e-5, "{name} token {tok}: |x|² = {ss}");
+            }
+        }
+        // The gate is softplus(alpha + dt_bias)·ssm_a with ssm_a < 0, and beta is in (0, 1).
+        for i in t.gate.layout.indices() {
+            assert!(mem.read_f32(&t.gate, i) < 0.0);
+            let b = mem.read_f32(&t.beta, i);
+            assert!(b > 0.0 && b < 1.0);
+        }
+        // GATED_DELTA_NET wrote min(n_t, K) state slots into the ssm cache rows of cell kv_head.
+        for j in 0..step.slots() {
+            let row = j * step.cells + step.kv_head;
+            let changed = mem.read_f32(&t.ssm_cache, [5, row, 0, 0]).to_bits() != before.read_f32(&t.ssm_cache, [5, row, 0, 0]).to_bits();
+            assert_eq!(changed, j < n_t.min(step.slots()), "ssm slot {j}");
         }
     }
 }

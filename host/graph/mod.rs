@@ -5,10 +5,11 @@
 //! [`crate::fusion`]) reason on these ranges, never on names.
 //!
 //! - [`layer`]: the GDN layer as llama.cpp builds it (spec §1.3–1.4), one layer or a stack of
-//!   L layers, with values placed by the [`plan`]ner; [`layer::layer_ops`] reproduces today's
-//!   `layer::unfused_ops` op for op;
-//! - [`plan`]: ggml-style buffer planning (dead intermediates reused best-fit in execution
-//!   order), with pins for the reference PR's aliasing layout;
+//!   L layers, with values placed by the [`plan`]ner; every builder of the layer lives there
+//!   ([`layer::unfused_ops`], today's launch sequence, is [`layer::layer_ops`]); `crate::layer`
+//!   holds the data they wire (shape, step, the tensor table and its views);
+//! - [`plan`]: ggml-style buffer planning (values dead after their last access reused best-fit
+//!   in execution order), with pins for the reference PR's aliasing layout;
 //! - [`exec`]: runs a node list on the GPU or on the CPU reference.
 
 pub mod bytes;

@@ -2,7 +2,8 @@
 //! does it: walking the nodes in execution order, a planned value gets a block of one arena
 //! when it is first written and gives it back after the last node that accesses it (reads
 //! *or writes* it) has run — a value written again after its last read still owns its bytes
-//! until that write, so no other value can have taken them; a returned block
+//! until that write, so no other value can have taken them. A value nothing reads is, to
+//! ggml, a graph output (a node without consumers): never given back. A returned block
 //! merges with free neighbours and the next request takes the best fit (the smallest free block
 //! that holds it; ties go to the lowest offset), else the end of the arena. Inputs, index
 //! tensors, weights and caches live in their own buffers and are never reused; graph outputs
@@ -296,9 +297,10 @@ pub fn plan_with_groups(values: &[ValueInfo], nodes: &[Node], pins: &[Pin], grou
             offsets[v] = Some(start);
             allocs.push((i, v, start, block_bytes[v]));
         }
-        // Values accessed for the last time here (a read or a write) die after this node.
+        // Values accessed for the last time here (a read or a write) die after this node; a
+        // value nothing reads never dies (ggml keeps a node without consumers).
         for &v in &dies_at[i] {
-            if values[v].role.freed() && last_access[v] == Some(i) && freed_at[v].is_none() {
+            if values[v].role.freed() && last_read[v].is_some() && last_access[v] == Some(i) && freed_at[v].is_none() {
                 freed_at[v] = Some(i);
                 let Some(start) = offsets[v] else {
                     return Err(bad(format!("`{}` dies at node {i} but was never placed", values[v].name)));
@@ -379,6 +381,16 @@ mod tests {
         // A pin onto a value that is still alive is refused.
         let nodes = [node(0, 1, 256), node(0, 3, 256), node(1, 2, 256), node(2, 4, 256)];
         assert!(plan(&values, &nodes, &[Pin { value: 3, onto: 1 }]).is_err());
+    }
+
+    #[test]
+    fn a_value_nothing_reads_keeps_its_block_as_ggml_does() {
+        // b is written and never read: to ggml a graph output, so c cannot take its block.
+        let values = [v(Role::Input, 1024), v(Role::Intermediate, 1024), v(Role::Intermediate, 1024), v(Role::Output, 1024)];
+        let nodes = [node(0, 1, 256), node(0, 2, 256), node(1, 3, 256)];
+        let p = plan(&values, &nodes, &[]).unwrap();
+        assert_eq!(p.last_read[2], None);
+        assert!(!p.shares_bytes(2, 3) && p.intact_at_end[2]);
     }
 
     #[test]

@@ -122,6 +122,10 @@ fn overflow(arg: &'static str, what: &str) -> Error {
 pub const MAX_ROLLBACK: usize = 16;
 /// Largest verify batch the chain is built for.
 pub const MAX_TOKENS: usize = 16;
+/// Largest token count of a layer graph without the GDN tail (the conv chain and projections
+/// alone: fusion-matcher graphs go past the tail's 16 tokens). It bounds what the builder
+/// makes: ⌈n_t/8⌉ mat-vec launches per projection, 128 at most.
+pub const MAX_GRAPH_TOKENS: usize = 1024;
 
 /// One verify step of one sequence against the recurrent cache (spec §1.2): which cell it
 /// reads, where it writes, how many snapshots the cache keeps.
@@ -173,9 +177,15 @@ impl Step {
     }
 
     pub fn validate(&self) -> Result<()> {
+        self.validate_with_max_tokens(MAX_TOKENS)
+    }
+
+    /// [`Step::validate`] with another token limit (a graph without the GDN tail takes up to
+    /// [`MAX_GRAPH_TOKENS`]).
+    pub fn validate_with_max_tokens(&self, max_tokens: usize) -> Result<()> {
         let bad = |what: String| Err(Error::Invalid { op: OP, what });
-        if self.n_tokens == 0 || self.n_tokens > MAX_TOKENS {
-            return Err(Error::Unsupported { op: OP, what: format!("n_tokens = {} (1 ..= {MAX_TOKENS})", self.n_tokens) });
+        if self.n_tokens == 0 || self.n_tokens > max_tokens {
+            return Err(Error::Unsupported { op: OP, what: format!("n_tokens = {} (1 ..= {max_tokens})", self.n_tokens) });
         }
         if self.n_rollback > MAX_ROLLBACK {
             return Err(Error::Unsupported { op: OP, what: format!("{} rollback snapshots (at most {MAX_ROLLBACK})", self.n_rollback) });

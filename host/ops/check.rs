@@ -66,7 +66,7 @@ pub(crate) fn sum(op: &'static str, arg: &'static str, what: &str, terms: &[usiz
 
 /// `Π factors`, or [`Error::Overflow`] naming `what` (ops multiply sizes only through this).
 pub(crate) fn product(op: &'static str, arg: &'static str, what: &str, factors: &[usize]) -> Result<usize> {
-    tensor::checked_product(factors).ok_or_else(|| Error::Overflow { op, arg, what: format!("{what} ({})", join(factors, " · ")) })
+    tensor::try_product(op, arg, what, factors)
 }
 
 fn join(v: &[usize], sep: &str) -> String {

@@ -5,7 +5,7 @@
 //!
 //! Every match case has a twin in [`VS_UNFUSED`]: the fused op and the unfused chain it replaces
 //! (GET_ROWS, CONCAT, CPY or CPY_SNAPSHOTS, SSM_CONV+SiLU, L2_NORM ×2 — as
-//! `layer::unfused_ops` builds them) run from the same memory, and conv_out, q_norm, k_norm and
+//! `graph::layer::unfused_ops` builds them) run from the same memory, and conv_out, q_norm, k_norm and
 //! the whole conv cache must come out byte for byte identical — and so must every other buffer
 //! (inputs, guard bytes, padding) but the unfused chain's own intermediates.
 
@@ -146,7 +146,7 @@ impl ChainSetup {
         }
     }
 
-    /// The unfused chain of the same step on the same tensors, as `layer::unfused_ops` builds
+    /// The unfused chain of the same step on the same tensors, as `graph::layer::unfused_ops` builds
     /// it (its intermediates in new buffers).
     pub fn unfused(&self, b: &mut Builder, op: &GdnConvChain) -> Vec<Box<dyn Op>> {
         let (c, n_t, s, d, h_k) = (self.channels(), self.n_t, self.state_len(), self.head_dim, self.n_k_heads);

@@ -2,7 +2,8 @@
 //! chain on the GPU against the chained CPU references — every output and both caches compared
 //! byte for byte.
 
-use crate::layer::{GdnShape, LayerInit, LayerTensors, Step, unfused_ops};
+use crate::graph::layer::unfused_ops;
+use crate::layer::{GdnShape, LayerInit, LayerTensors, Step};
 use crate::ops::Precision;
 use crate::suite::{Case, Expect, Scenario, Tolerance};
 use crate::tensor::DType;
