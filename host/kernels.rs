@@ -60,6 +60,9 @@ pub fn all_entries() -> Vec<&'static str> {
         }
     }
 
+    // [gdn-from-cache]
+    entries.push(abi::GATED_DELTA_NET_FROM_CACHE_ENTRY);
+
     // [speed]
     entries.extend([abi::CONCAT_FLAT_ENTRY, abi::UNARY_SOFTPLUS_MUL_ENTRY]);
 
