@@ -67,3 +67,37 @@ fn pair_gate_reference_equals_the_unfused_references() {
     // The salted runs must reach NaN/Inf/zero/subnormal gates, or the specials proved nothing.
     assert!(specials_seen > 1000, "{specials_seen} special gate values");
 }
+
+#[test]
+fn gdn_from_cache_reference_equals_get_rows_then_gdn() {
+    use rgdn::ops::Op;
+    use rgdn::suite::cases::gated_delta_net_from_cache::{random_op, unfused_ops};
+    let mut specials_read = 0usize;
+    for seed in 0..40u64 {
+        let mut b = Builder::new(0x6d6e_0000 + seed);
+        let op = random_op(&mut b);
+        let unfused = unfused_ops(&op, &mut b);
+        let mut fused = b.mem.clone();
+        op.reference(&mut fused, &mut rgdn::reference::math::ExactMufu).expect("valid op");
+        let mut chain = b.mem.clone();
+        for o in &unfused {
+            o.reference(&mut chain, &mut rgdn::reference::math::ExactMufu).expect("valid unfused op");
+        }
+        // Every byte of every buffer the fused op may write (the cache, out, states).
+        for buf in [op.ssm_cache.buffer, op.out.buffer, op.states.buffer] {
+            assert!(fused.bytes(buf) == chain.bytes(buf), "seed {seed}: buffer {buf:?} differs");
+        }
+        let rows = rgdn::memory::Memory::index_values(&b.mem, &op.source_rows).expect("an index buffer");
+        let row_len = op.ssm_cache.ne()[0];
+        specials_read += rows
+            .iter()
+            .flat_map(|&r| (0..row_len).map(move |e| (e, r)))
+            .filter(|&(e, r)| {
+                let x = b.mem.read_f32(&op.ssm_cache, [e, r as usize, 0, 0]);
+                !x.is_normal()
+            })
+            .count();
+    }
+    // The random salt must reach the state read (zeros, subnormals, NaN, ±Inf), or it proved nothing.
+    assert!(specials_read > 100, "{specials_read} special state values read");
+}

@@ -75,61 +75,170 @@ pub fn attention_scale() -> f32 {
 impl GatedDeltaNet {
     /// Validates the op and returns its sizes.
     pub fn check(&self, mem: &dyn Memory) -> Result<GdnShape> {
-        check::tensor(OP, "q", &self.q, DType::F32, mem)?;
-        let [d, n_key_heads, n_tokens, n_seqs] = self.q.ne();
-        if d != D {
-            return Err(Error::Unsupported { op: OP, what: format!("head dimension D = {d} (the kernel is built for D = {D})") });
-        }
-        if n_seqs > MAX_GRID_YZ {
-            return Err(Error::Unsupported { op: OP, what: format!("n_s = {n_seqs} sequences (grid y ≤ {MAX_GRID_YZ})") });
-        }
-        let n_slots = self.states.ne()[2];
-        if !(1..=abi::GDN_MAX_SLOTS).contains(&n_slots) {
-            return Err(Error::Unsupported {
-                op: OP,
-                what: format!(
-                    "K = {n_slots} snapshot slots (1 ≤ K ≤ {}: R ≤ {} rollback groups)",
-                    abi::GDN_MAX_SLOTS,
-                    abi::GDN_MAX_SLOTS - 1
-                ),
-            });
-        }
-        check::tensor(OP, "k", &self.k, DType::F32, mem)?;
-        check::shape(OP, "k", &self.k, self.q.ne())?;
-        check::tensor(OP, "v", &self.v, DType::F32, mem)?;
-        let n_heads = self.v.ne()[1];
-        check::shape(OP, "v", &self.v, [D, n_heads, n_tokens, n_seqs])?;
-        for (arg, t) in [("g", &self.g), ("beta", &self.beta)] {
-            check::tensor(OP, arg, t, DType::F32, mem)?;
-            if arg == "g" && t.ne() == [D, n_heads, n_tokens, n_seqs] {
-                return Err(Error::Unsupported { op: OP, what: "a vector gate (g ne[0] = D, ggml's KDA branch)".into() });
-            }
-            check::shape(OP, arg, t, [1, n_heads, n_tokens, n_seqs])?;
-        }
-        check::tensor(OP, "state_in", &self.state_in, DType::F32, mem)?;
-        check::shape(OP, "state_in", &self.state_in, [D, D, n_heads, n_seqs])?;
-        check::output(OP, "out", &self.out, DType::F32, mem)?;
-        check::shape(OP, "out", &self.out, [D, n_heads, n_tokens, n_seqs])?;
-        check::output(OP, "states", &self.states, DType::F32, mem)?;
-        let slot_len = check::product(OP, "v", "state floats per slot D·D·H_v", &[D, D, n_heads])?;
-        check::shape(OP, "states", &self.states, [slot_len, n_seqs, n_slots, 1])?;
-
-        let inputs = [("q", &self.q), ("k", &self.k), ("v", &self.v), ("g", &self.g), ("beta", &self.beta), ("state_in", &self.state_in)];
-        for (arg, t) in
-            [("q", &self.q), ("k", &self.k), ("v", &self.v), ("state_in", &self.state_in), ("out", &self.out), ("states", &self.states)]
-        {
-            check::rows_contiguous(OP, arg, t)?;
-        }
-        check::disjoint(OP, "out", &self.out, "states", &self.states)?;
-        for (arg, t) in inputs {
-            check::disjoint(OP, "out", &self.out, arg, t)?;
-            check::disjoint(OP, "states", &self.states, arg, t)?;
-        }
-        check::fits_u32(OP, "value heads", n_heads)?;
-        check::fits_u32(OP, "key heads", n_key_heads)?;
-        check::fits_u32(OP, "tokens", n_tokens)?;
-        Ok(GdnShape { n_key_heads, n_heads, n_tokens, n_seqs, n_slots })
+        let views = Views { q: &self.q, k: &self.k, v: &self.v, g: &self.g, beta: &self.beta, out: &self.out, states: &self.states };
+        check_views(OP, &views, StateSource::In(&self.state_in), mem)
     }
+}
+
+/// The views GATED_DELTA_NET and GATED_DELTA_NET_FROM_CACHE share.
+struct Views<'a> {
+    q: &'a Tensor,
+    k: &'a Tensor,
+    v: &'a Tensor,
+    g: &'a Tensor,
+    beta: &'a Tensor,
+    out: &'a Tensor,
+    states: &'a Tensor,
+}
+
+/// Where the initial state comes from.
+enum StateSource<'a> {
+    /// GATED_DELTA_NET: `state_in` [D, D, H_v, n_s].
+    In(&'a Tensor),
+    /// GATED_DELTA_NET_FROM_CACHE: rows `source_rows` of the ssm cache.
+    FromCache { cache: &'a Tensor, source_rows: &'a Tensor },
+}
+
+/// GATED_DELTA_NET's validation (errors named as `op`'s), with the state from `state`; the
+/// checks of [`StateSource::In`] are exactly GatedDeltaNet's, in its order.
+fn check_views(op: &'static str, t: &Views, state: StateSource, mem: &dyn Memory) -> Result<GdnShape> {
+    check::tensor(op, "q", t.q, DType::F32, mem)?;
+    let [d, n_key_heads, n_tokens, n_seqs] = t.q.ne();
+    if d != D {
+        return Err(Error::Unsupported { op, what: format!("head dimension D = {d} (the kernel is built for D = {D})") });
+    }
+    if n_seqs > MAX_GRID_YZ {
+        return Err(Error::Unsupported { op, what: format!("n_s = {n_seqs} sequences (grid y ≤ {MAX_GRID_YZ})") });
+    }
+    let n_slots = t.states.ne()[2];
+    if !(1..=abi::GDN_MAX_SLOTS).contains(&n_slots) {
+        return Err(Error::Unsupported {
+            op,
+            what: format!("K = {n_slots} snapshot slots (1 ≤ K ≤ {}: R ≤ {} rollback groups)", abi::GDN_MAX_SLOTS, abi::GDN_MAX_SLOTS - 1),
+        });
+    }
+    check::tensor(op, "k", t.k, DType::F32, mem)?;
+    check::shape(op, "k", t.k, t.q.ne())?;
+    check::tensor(op, "v", t.v, DType::F32, mem)?;
+    let n_heads = t.v.ne()[1];
+    check::shape(op, "v", t.v, [D, n_heads, n_tokens, n_seqs])?;
+    for (arg, x) in [("g", t.g), ("beta", t.beta)] {
+        check::tensor(op, arg, x, DType::F32, mem)?;
+        if arg == "g" && x.ne() == [D, n_heads, n_tokens, n_seqs] {
+            return Err(Error::Unsupported { op, what: "a vector gate (g ne[0] = D, ggml's KDA branch)".into() });
+        }
+        check::shape(op, arg, x, [1, n_heads, n_tokens, n_seqs])?;
+    }
+    // FromCache: the rows each sequence reads (byte views of whole cache rows).
+    let mut read_rows: Vec<Tensor> = Vec::new();
+    match state {
+        StateSource::In(state_in) => {
+            check::tensor(op, "state_in", state_in, DType::F32, mem)?;
+            check::shape(op, "state_in", state_in, [D, D, n_heads, n_seqs])?;
+        }
+        StateSource::FromCache { cache, source_rows } => {
+            let row_len = check::product(op, "v", "state floats per row D·D·H_v", &[D, D, n_heads])?;
+            check::tensor(op, "ssm_cache", cache, DType::F32, mem)?;
+            let n_rows = cache.ne()[1];
+            check::shape(op, "ssm_cache", cache, [row_len, n_rows, 1, 1])?;
+            check::rows_contiguous(op, "ssm_cache", cache)?;
+            check::tensor(op, "source_rows", source_rows, DType::I32, mem)?;
+            check::shape(op, "source_rows", source_rows, [n_seqs, 1, 1, 1])?;
+            let values = mem.index_values(source_rows).ok_or_else(|| Error::Invalid {
+                op,
+                what: format!(
+                    "`source_rows` (buffer {}) is not an index buffer: its values must be known to the host",
+                    source_rows.buffer.0
+                ),
+            })?;
+            for (position, &index) in values.iter().enumerate() {
+                if index < 0 || index as usize >= n_rows {
+                    return Err(Error::IndexOutOfRange { op, arg: "source_rows", position, index: index as i64, rows: n_rows });
+                }
+                // Inside the validated cache view: offset + index·nb[1] fits (the view's end does).
+                let offset = cache.layout.offset + index as usize * cache.layout.nb[1];
+                read_rows.push(cache.view([row_len, 1, 1, 1], cache.layout.nb, offset - cache.layout.offset));
+            }
+        }
+    }
+    check::output(op, "out", t.out, DType::F32, mem)?;
+    check::shape(op, "out", t.out, [D, n_heads, n_tokens, n_seqs])?;
+    check::output(op, "states", t.states, DType::F32, mem)?;
+    let slot_len = check::product(op, "v", "state floats per slot D·D·H_v", &[D, D, n_heads])?;
+    check::shape(op, "states", t.states, [slot_len, n_seqs, n_slots, 1])?;
+
+    for (arg, x) in [("q", t.q), ("k", t.k), ("v", t.v)] {
+        check::rows_contiguous(op, arg, x)?;
+    }
+    if let StateSource::In(state_in) = state {
+        check::rows_contiguous(op, "state_in", state_in)?;
+    }
+    check::rows_contiguous(op, "out", t.out)?;
+    check::rows_contiguous(op, "states", t.states)?;
+    check::disjoint(op, "out", t.out, "states", t.states)?;
+    let mut inputs = vec![("q", t.q), ("k", t.k), ("v", t.v), ("g", t.g), ("beta", t.beta)];
+    match state {
+        StateSource::In(state_in) => inputs.push(("state_in", state_in)),
+        StateSource::FromCache { source_rows, .. } => inputs.push(("source_rows", source_rows)),
+    }
+    for (arg, x) in inputs {
+        check::disjoint(op, "out", t.out, arg, x)?;
+        check::disjoint(op, "states", t.states, arg, x)?;
+    }
+    if let StateSource::FromCache { cache, .. } = state {
+        check::disjoint(op, "out", t.out, "ssm_cache", cache)?;
+        states_over_read_rows(op, t.states, &read_rows, n_tokens.min(n_slots))?;
+    }
+    check::fits_u32(op, "value heads", n_heads)?;
+    check::fits_u32(op, "key heads", n_key_heads)?;
+    check::fits_u32(op, "tokens", n_tokens)?;
+    Ok(GdnShape { n_key_heads, n_heads, n_tokens, n_seqs, n_slots })
+}
+
+/// GATED_DELTA_NET_FROM_CACHE's one admitted overlap (see the kernel's docs, "Reading the state
+/// from the cache"): a slot row that the kernel writes (slots k < `written`) may share bytes with
+/// a row read only when it is the row read by the *same* sequence, starting at the same byte
+/// (then each element overlaps exactly its own (i, col, h, s) element, which the thread that
+/// writes it has read before). Any other contact — another sequence's read row, a shifted or
+/// partial overlap — is [`Error::Aliasing`]. Rows are contiguous runs of the same length, so the
+/// byte ranges decide.
+fn states_over_read_rows(op: &'static str, states: &Tensor, read_rows: &[Tensor], written: usize) -> Result<()> {
+    let [row_len, n_seqs, ..] = states.ne();
+    let mut reads: Vec<(usize, usize, &Tensor)> =
+        read_rows.iter().enumerate().filter(|(_, r)| r.buffer == states.buffer).map(|(s, r)| (r.layout.offset, s, r)).collect();
+    if reads.is_empty() {
+        return Ok(());
+    }
+    reads.sort_unstable_by_key(|&(start, s, _)| (start, s));
+    let row_bytes = row_len * 4;
+    for s in 0..n_seqs {
+        for k in 0..written {
+            // Inside the validated states view.
+            let rel = s * states.layout.nb[1] + k * states.layout.nb[2];
+            let slot = states.view([row_len, 1, 1, 1], states.layout.nb, rel);
+            let start = slot.layout.offset;
+            // Read rows that may touch [start, start + row_bytes): those starting after
+            // start − row_bytes.
+            let first = reads.partition_point(|&(r, _, _)| r + row_bytes <= start);
+            for &(r_start, r_seq, r) in &reads[first..] {
+                if r_start >= start + row_bytes {
+                    break;
+                }
+                if !slot.overlaps(r) {
+                    continue;
+                }
+                if r_start != start || r_seq != s {
+                    return Err(Error::Aliasing {
+                        op,
+                        a: "states",
+                        b: "ssm_cache",
+                        why: "a written state slot overlaps a row read, and not exactly as the same sequence's own read row",
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 impl Op for GatedDeltaNet {
@@ -143,53 +252,10 @@ impl Op for GatedDeltaNet {
 
     fn launch(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<()> {
         let shape = self.check(mem)?;
-        let [_, q_head, q_token, q_seq] = check::elem_strides(&self.q);
-        let [_, k_head, k_token, k_seq] = check::elem_strides(&self.k);
-        let [_, v_head, v_token, v_seq] = check::elem_strides(&self.v);
-        let [_, g_head, g_token, g_seq] = check::elem_strides(&self.g);
-        let [_, beta_head, beta_token, beta_seq] = check::elem_strides(&self.beta);
         let [_, in_col, in_head, in_seq] = check::elem_strides(&self.state_in);
-        let [_, out_head, out_token, out_seq] = check::elem_strides(&self.out);
-        let [_, states_seq, states_slot, _] = check::elem_strides(&self.states);
+        let params = gdn_params(self, &shape, mem, [in_col, in_head, in_seq]);
         let grid = (shape.n_heads as u32, shape.n_seqs as u32, D as u32 / abi::GDN_WARPS);
         let dims = LaunchDims::new(grid, (32, abi::GDN_WARPS, 1));
-        let params = abi::GatedDeltaNetParams {
-            q: mem.device_ptr(&self.q),
-            q_head,
-            q_token,
-            q_seq,
-            k: mem.device_ptr(&self.k),
-            k_head,
-            k_token,
-            k_seq,
-            v: mem.device_ptr(&self.v),
-            v_head,
-            v_token,
-            v_seq,
-            g: mem.device_ptr(&self.g),
-            g_head,
-            g_token,
-            g_seq,
-            beta: mem.device_ptr(&self.beta),
-            beta_head,
-            beta_token,
-            beta_seq,
-            state_in: mem.device_ptr(&self.state_in),
-            in_col,
-            in_head,
-            in_seq,
-            out: mem.device_ptr(&self.out),
-            out_head,
-            out_token,
-            out_seq,
-            states: mem.device_ptr(&self.states),
-            states_seq,
-            states_slot,
-            n_tokens: shape.n_tokens as u32,
-            n_key_heads: shape.n_key_heads as u32,
-            n_slots: shape.n_slots as u32,
-            scale: attention_scale(),
-        };
         let args = [KernelArg::Params(ParamBlock::of(&params)?)];
         // SAFETY: `check` proved every view lies inside its buffer for the grid (H_v, n_s,
         // D/4) × block (32, 4) with D = 128, key heads < H_k, n_t tokens and K slots (D·D·H_v
@@ -217,6 +283,169 @@ impl Op for GatedDeltaNet {
         let s = &self.states;
         let written = s.ne()[2].min(self.q.ne()[2]);
         vec![self.out, s.view([s.ne()[0], s.ne()[1], written, s.ne()[3]], s.layout.nb, s.layout.offset)]
+    }
+}
+
+// ---- [gdn-from-cache] GATED_DELTA_NET_FROM_CACHE ----
+
+const FROM_CACHE_OP: &str = "GATED_DELTA_NET_FROM_CACHE";
+
+// SAFETY: `abi::GatedDeltaNetFromCacheParams` is `#[repr(C)]`: the 264-byte GatedDeltaNetParams
+// (alignment 8, no padding) then two u64: 280 bytes, alignment 8, no padding bytes; it is the
+// type the GATED_DELTA_NET_FROM_CACHE entry takes by value (the same abi.rs is compiled into
+// both).
+unsafe impl crate::gpu::KernelParams for abi::GatedDeltaNetFromCacheParams {}
+
+/// GET_ROWS(ssm_cache, source_rows) → ssm_state followed by [`GatedDeltaNet`] with
+/// `state_in` = ssm_state as [D, D, H_v, n_s], in one launch: the kernel reads sequence s's
+/// initial state straight from cache row `source_rows[s]` (the GET_ROWS copy disappears), bits
+/// identical. Kernel: `gated_delta_net_from_cache_f32_d128` (`kernels-gpu/src/gated_delta_net.rs`,
+/// GATED_DELTA_NET's body, coherent state loads); reference: the selected rows read first, then
+/// the GATED_DELTA_NET reference.
+///
+/// Valid as GatedDeltaNet is (same errors, named as this op's), with `ssm_cache` F32
+/// [D·D·H_v, n_rows, 1, 1] rows contiguous and `source_rows` I32 [n_s] in an index buffer, every
+/// value in 0..n_rows ([`Error::IndexOutOfRange`]). `out` overlaps nothing; `states` overlaps no
+/// input but the cache, and the cache only where the kernel does not read it — or, for a slot the
+/// kernel writes, exactly the row its own sequence reads (the layer's "read among written" case);
+/// every other overlap is [`Error::Aliasing`].
+#[derive(Clone, Debug)]
+pub struct GatedDeltaNetFromCache {
+    pub q: Tensor,
+    pub k: Tensor,
+    pub v: Tensor,
+    pub g: Tensor,
+    pub beta: Tensor,
+    /// F32 [D·D·H_v, n_rows, 1, 1], rows contiguous (nb[0] = 4): sequence s's initial state is row source_rows[s],
+    /// element (i, col, h) at (h·D + col)·D + i of the row — exactly what GET_ROWS copies and GDN reads.
+    pub ssm_cache: Tensor,
+    /// I32 [n_s]: GET_ROWS' index tensor, read by the kernel on the device like GET_ROWS reads it
+    /// (the host validates the values it knows, as GET_ROWS' and GDN_CONV_CHAIN's validation do).
+    pub source_rows: Tensor,
+    pub out: Tensor,
+    pub states: Tensor,
+}
+
+impl GatedDeltaNetFromCache {
+    /// Validates the op and returns its sizes.
+    pub fn check(&self, mem: &dyn Memory) -> Result<GdnShape> {
+        let views = Views { q: &self.q, k: &self.k, v: &self.v, g: &self.g, beta: &self.beta, out: &self.out, states: &self.states };
+        check_views(FROM_CACHE_OP, &views, StateSource::FromCache { cache: &self.ssm_cache, source_rows: &self.source_rows }, mem)
+    }
+
+    /// The GATED_DELTA_NET views of this op (for the shared reference), `state_in` = the cache
+    /// (not read: the reference takes the state from the gathered rows).
+    pub fn as_gated_delta_net(&self) -> GatedDeltaNet {
+        GatedDeltaNet {
+            q: self.q,
+            k: self.k,
+            v: self.v,
+            g: self.g,
+            beta: self.beta,
+            state_in: self.ssm_cache,
+            out: self.out,
+            states: self.states,
+        }
+    }
+}
+
+impl Op for GatedDeltaNetFromCache {
+    fn name(&self) -> &'static str {
+        FROM_CACHE_OP
+    }
+
+    fn validate(&self, mem: &dyn Memory) -> Result<()> {
+        self.check(mem).map(|_| ())
+    }
+
+    fn launch(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<()> {
+        let shape = self.check(mem)?;
+        let [_, cache_row, ..] = check::elem_strides(&self.ssm_cache);
+        let [source_rows_stride, ..] = check::elem_strides(&self.source_rows);
+        let gdn = gdn_params(&self.as_gated_delta_net(), &shape, mem, [D as u64, (D * D) as u64, cache_row]);
+        let params = abi::GatedDeltaNetFromCacheParams { gdn, source_rows: mem.device_ptr(&self.source_rows), source_rows_stride };
+        let grid = (shape.n_heads as u32, shape.n_seqs as u32, D as u32 / abi::GDN_WARPS);
+        let dims = LaunchDims::new(grid, (32, abi::GDN_WARPS, 1));
+        let args = [KernelArg::Params(ParamBlock::of(&params)?)];
+        // SAFETY: `check` proved every view but the state lies inside its buffer for the grid
+        // (H_v, n_s, D/4) × block (32, 4) as for GATED_DELTA_NET; every source_rows[s] (s < n_s)
+        // a row of the cache, whose rows hold D·D·H_v contiguous floats (element (i, col, h) at
+        // i + col·D + h·D·D, rows cache_row apart: the strides passed); out overlapping nothing;
+        // states overlapping no input but the cache, and a row read only as that same sequence's
+        // own row, start for start (the kernel's race-free case, see its docs); and `params` is
+        // the entry's parameter struct.
+        unsafe { gpu.launch(abi::GATED_DELTA_NET_FROM_CACHE_ENTRY, dims, &args) }
+    }
+
+    fn reference(&self, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()> {
+        let shape = self.check(mem)?;
+        let rows = mem
+            .index_values(&self.source_rows)
+            .ok_or_else(|| Error::Invalid { op: FROM_CACHE_OP, what: "`source_rows` is not an index buffer".into() })?;
+        crate::reference::gated_delta_net::gated_delta_net_from_cache(self, &shape, &rows, mem, mufu);
+        Ok(())
+    }
+
+    fn inputs(&self) -> Vec<Tensor> {
+        vec![self.q, self.k, self.v, self.g, self.beta, self.ssm_cache, self.source_rows]
+    }
+
+    fn outputs(&self) -> Vec<Tensor> {
+        vec![self.out, self.states]
+    }
+
+    /// `out`, and only the slots k < min(n_t, K) of `states`, as [`GatedDeltaNet::must_write`].
+    fn must_write(&self) -> Vec<Tensor> {
+        self.as_gated_delta_net().must_write()
+    }
+}
+
+/// GATED_DELTA_NET's parameters for `op`'s views (validated, `shape` from the check), the
+/// state's element strides (col, head, seq) given: `op.state_in`'s, or the cache layout's.
+fn gdn_params(op: &GatedDeltaNet, shape: &GdnShape, mem: &DeviceMemory, [in_col, in_head, in_seq]: [u64; 3]) -> abi::GatedDeltaNetParams {
+    let [_, q_head, q_token, q_seq] = check::elem_strides(&op.q);
+    let [_, k_head, k_token, k_seq] = check::elem_strides(&op.k);
+    let [_, v_head, v_token, v_seq] = check::elem_strides(&op.v);
+    let [_, g_head, g_token, g_seq] = check::elem_strides(&op.g);
+    let [_, beta_head, beta_token, beta_seq] = check::elem_strides(&op.beta);
+    let [_, out_head, out_token, out_seq] = check::elem_strides(&op.out);
+    let [_, states_seq, states_slot, _] = check::elem_strides(&op.states);
+    abi::GatedDeltaNetParams {
+        q: mem.device_ptr(&op.q),
+        q_head,
+        q_token,
+        q_seq,
+        k: mem.device_ptr(&op.k),
+        k_head,
+        k_token,
+        k_seq,
+        v: mem.device_ptr(&op.v),
+        v_head,
+        v_token,
+        v_seq,
+        g: mem.device_ptr(&op.g),
+        g_head,
+        g_token,
+        g_seq,
+        beta: mem.device_ptr(&op.beta),
+        beta_head,
+        beta_token,
+        beta_seq,
+        state_in: mem.device_ptr(&op.state_in),
+        in_col,
+        in_head,
+        in_seq,
+        out: mem.device_ptr(&op.out),
+        out_head,
+        out_token,
+        out_seq,
+        states: mem.device_ptr(&op.states),
+        states_seq,
+        states_slot,
+        n_tokens: shape.n_tokens as u32,
+        n_key_heads: shape.n_key_heads as u32,
+        n_slots: shape.n_slots as u32,
+        scale: attention_scale(),
     }
 }
 
@@ -266,6 +495,50 @@ mod tests {
     fn params_have_no_padding() {
         assert_eq!(std::mem::size_of::<abi::GatedDeltaNetParams>(), 31 * 8 + 4 * 4);
         assert_eq!(std::mem::align_of::<abi::GatedDeltaNetParams>(), 8);
+        assert_eq!(std::mem::size_of::<abi::GatedDeltaNetFromCacheParams>(), 31 * 8 + 4 * 4 + 2 * 8);
+        assert_eq!(std::mem::align_of::<abi::GatedDeltaNetFromCacheParams>(), 8);
+    }
+
+    /// [gdn-from-cache] The fused op over a cache of 2 cells × K = 2 groups (+ a spare row), two
+    /// sequences, slots at rows k·2 + s, reading `rows`.
+    fn from_cache(mem: &mut HostMemory, rows: &[i32], n_t: usize) -> GatedDeltaNetFromCache {
+        let o = contiguous_op(mem, 1, 2, n_t, 2, 2);
+        let row = D * D * 2;
+        let ssm_cache = mem.alloc_tensor(DType::F32, [row, 5, 1, 1]);
+        let states = ssm_cache.view([row, 2, 2, 1], [4, 4 * row, 8 * row, 16 * row], 0);
+        let source_rows = mem.alloc_indices(rows);
+        GatedDeltaNetFromCache { q: o.q, k: o.k, v: o.v, g: o.g, beta: o.beta, ssm_cache, source_rows, out: o.out, states }
+    }
+
+    #[test]
+    fn from_cache_admits_exactly_the_own_row_overlap() {
+        let mut mem = HostMemory::new();
+        // Own slot-0 rows, own slot-1 rows, the spare row: fine.
+        for rows in [[0, 1], [2, 3], [4, 4], [0, 3]] {
+            let o = from_cache(&mut mem, &rows, 2);
+            o.validate(&mem).unwrap_or_else(|e| panic!("{rows:?}: {e}"));
+            assert_eq!(o.must_write()[1].ne()[2], 2);
+        }
+        // Another sequence's written row (slot 0 of seq 1 is row 1; slot 1 of seq 0 is row 2).
+        for rows in [[1, 1], [0, 0], [1, 0], [3, 2]] {
+            let o = from_cache(&mut mem, &rows, 2);
+            assert!(
+                matches!(o.validate(&mem), Err(Error::Aliasing { a: "states", b: "ssm_cache", .. })),
+                "{rows:?}: {:?}",
+                o.validate(&mem)
+            );
+        }
+        // With n_t = 1 slot 1 (rows 2, 3) is not written: reading it from the other sequence is fine.
+        from_cache(&mut mem, &[3, 2], 1).validate(&mem).unwrap();
+        // A cache view shifted by one float: every row read straddles a written slot row.
+        let mut o = from_cache(&mut mem, &[0, 1], 2);
+        o.ssm_cache = o.ssm_cache.view([D * D * 2, 4, 1, 1], o.ssm_cache.layout.nb, 4);
+        assert!(matches!(o.validate(&mem), Err(Error::Aliasing { a: "states", b: "ssm_cache", .. })));
+        // Indices are checked against the cache rows.
+        let o = from_cache(&mut mem, &[0, 5], 2);
+        assert!(matches!(o.validate(&mem), Err(Error::IndexOutOfRange { arg: "source_rows", position: 1, index: 5, rows: 5, .. })));
+        assert_eq!(o.inputs().len(), 7);
+        assert_eq!(o.name(), FROM_CACHE_OP);
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! same input) in one launch, each product computed with exactly the per-column arithmetic of
 //! the unfused [`MulMatVec`] (spec §2.9), 1 ..= 8 columns — kernel: `kernels-gpu/src/mmvf.rs`
 //! (`mul_mat_vec_pair_*` entries, the unfused kernel's bodies, grid y = 2 picks the product),
-//! reference: the unfused [`crate::reference::mmvf`] per product.
+//! reference: the unfused [`crate::reference::mmvf`] per product. [pair-gate] And
+//! [`MulMatVecPairGate`]: the pair with the gate path (SIGMOID; ADD, SOFTPLUS, MUL) as its
+//! epilogue, the same entries with [`abi::PAIR_EPILOGUE_GATE`].
 
 use super::mmvf::MatVecShape;
 use super::{MulMatVec, Op, check};

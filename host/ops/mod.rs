@@ -33,6 +33,8 @@ pub use mmvf::{MulMatVec, Precision};
 // [gdn]
 pub mod gated_delta_net;
 pub use gated_delta_net::GatedDeltaNet;
+// [gdn-from-cache]
+pub use gated_delta_net::GatedDeltaNetFromCache;
 
 // [fused] the fused ops (their structs are the fusion pass's contract)
 pub mod gdn_conv_chain;

@@ -39,15 +39,46 @@ pub fn token_step(lanes: &mut Lanes, k: &[f32], q: &[f32], v: f32, gamma: f32, b
 }
 
 pub fn gated_delta_net(op: &GatedDeltaNet, shape: &GdnShape, mem: &mut HostMemory, mufu: &mut dyn Mufu) {
+    let state_in = op.state_in;
+    gated_delta_net_with_state(op, shape, mem, mufu, &|mem, i| mem.read_f32(&state_in, i));
+}
+
+/// [gdn-from-cache] GATED_DELTA_NET_FROM_CACHE: sequence s's initial state is row
+/// `source_rows[s]` of `ssm_cache`, every selected row read into a temporary FIRST (GET_ROWS'
+/// copy, bits unchanged), then the GATED_DELTA_NET reference runs on it — GET_ROWS +
+/// GATED_DELTA_NET by construction, whatever the kernel then writes over the cache.
+pub fn gated_delta_net_from_cache(
+    op: &crate::ops::gated_delta_net::GatedDeltaNetFromCache,
+    shape: &GdnShape,
+    source_rows: &[i32],
+    mem: &mut HostMemory,
+    mufu: &mut dyn Mufu,
+) {
+    let row_len = D * D * shape.n_heads;
+    // GET_ROWS: dst row s = cache row source_rows[s], as u32 bit patterns.
+    let gathered: Vec<Vec<u32>> =
+        source_rows.iter().map(|&r| (0..row_len).map(|e| mem.read_u32(&op.ssm_cache, [e, r as usize, 0, 0])).collect()).collect();
+    let views = op.as_gated_delta_net();
+    gated_delta_net_with_state(&views, shape, mem, mufu, &|_, [i, col, h, s]| f32::from_bits(gathered[s][(h * D + col) * D + i]));
+}
+
+/// The GATED_DELTA_NET reference with element (i, col, h, s) of the initial state given by
+/// `state_in` (`op.state_in` is not read).
+pub fn gated_delta_net_with_state(
+    op: &GatedDeltaNet,
+    shape: &GdnShape,
+    mem: &mut HostMemory,
+    mufu: &mut dyn Mufu,
+    state_in: &dyn Fn(&HostMemory, [usize; 4]) -> f32,
+) {
     let GdnShape { n_key_heads, n_heads, n_tokens, n_seqs, n_slots } = *shape;
     let scale = attention_scale();
     for s in 0..n_seqs {
         for h in 0..n_heads {
             let kh = h % n_key_heads;
             // cols[col] is the warp of value column col.
-            let mut cols: Vec<Lanes> = (0..D)
-                .map(|col| std::array::from_fn(|l| std::array::from_fn(|r| mem.read_f32(&op.state_in, [32 * r + l, col, h, s]))))
-                .collect();
+            let mut cols: Vec<Lanes> =
+                (0..D).map(|col| std::array::from_fn(|l| std::array::from_fn(|r| state_in(mem, [32 * r + l, col, h, s])))).collect();
             for t in 0..n_tokens {
                 let k: Vec<f32> = (0..D).map(|i| mem.read_f32(&op.k, [i, kh, t, s])).collect();
                 let q: Vec<f32> = (0..D).map(|i| mem.read_f32(&op.q, [i, kh, t, s])).collect();

@@ -135,6 +135,37 @@ pub fn mul_mat_vec(op: &MulMatVec, shape: &MatVecShape, mem: &mut HostMemory) {
     }
 }
 
+/// [pair-gate] MUL_MAT_VEC_PAIR_GATE's epilogue on the products the pair reference wrote: per
+/// element (r, j), in graph order, SIGMOID(beta_raw) → beta, ADD(alpha, dt_bias[r]) →
+/// SOFTPLUS → MUL(·, ssm_a[r]) → gate — the very element functions the unfused references
+/// ([`super::unary::unary`], [`super::binary::binary`], [`super::unary::unary_mul`]) apply, with
+/// their operand order and broadcast indexing.
+pub fn pair_gate_epilogue(
+    op: &crate::ops::mmvf_pair::MulMatVecPairGate,
+    shape: &MatVecShape,
+    mem: &mut HostMemory,
+    mufu: &mut dyn super::math::Mufu,
+) {
+    use super::math::mul;
+    use crate::ops::UnaryKind;
+    let (alpha, beta_raw) = (op.pair.first.dst, op.pair.second.dst);
+    for j in 0..shape.ncols {
+        for r in 0..shape.rows {
+            let i = [r, j, 0, 0];
+            let beta = super::unary::apply(UnaryKind::Sigmoid, mem.read_f32(&beta_raw, i), mufu);
+            mem.write_f32(&op.beta, i, beta);
+        }
+    }
+    for j in 0..shape.ncols {
+        for r in 0..shape.rows {
+            let (i, ib) = ([r, j, 0, 0], [r, 0, 0, 0]);
+            let biased = add(mem.read_f32(&alpha, i), mem.read_f32(&op.dt_bias, ib));
+            let softplus = super::unary::apply(UnaryKind::Softplus, biased, mufu);
+            mem.write_f32(&op.gate, i, mul(softplus, mem.read_f32(&op.ssm_a, ib)));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -402,36 +433,5 @@ mod tests {
         assert_eq!(pattern(64).to_bits(), 0x8000_0000);
         // E = 128: two warps; the second butterfly adds the buffer's +0s: +0.
         assert_eq!(pattern(128).to_bits(), 0);
-    }
-}
-
-/// [pair-gate] MUL_MAT_VEC_PAIR_GATE's epilogue on the products the pair reference wrote: per
-/// element (r, j), in graph order, SIGMOID(beta_raw) → beta, ADD(alpha, dt_bias[r]) →
-/// SOFTPLUS → MUL(·, ssm_a[r]) → gate — the very element functions the unfused references
-/// ([`super::unary::unary`], [`super::binary::binary`], [`super::unary::unary_mul`]) apply, with
-/// their operand order and broadcast indexing.
-pub fn pair_gate_epilogue(
-    op: &crate::ops::mmvf_pair::MulMatVecPairGate,
-    shape: &MatVecShape,
-    mem: &mut HostMemory,
-    mufu: &mut dyn super::math::Mufu,
-) {
-    use super::math::mul;
-    use crate::ops::UnaryKind;
-    let (alpha, beta_raw) = (op.pair.first.dst, op.pair.second.dst);
-    for j in 0..shape.ncols {
-        for r in 0..shape.rows {
-            let i = [r, j, 0, 0];
-            let beta = super::unary::apply(UnaryKind::Sigmoid, mem.read_f32(&beta_raw, i), mufu);
-            mem.write_f32(&op.beta, i, beta);
-        }
-    }
-    for j in 0..shape.ncols {
-        for r in 0..shape.rows {
-            let (i, ib) = ([r, j, 0, 0], [r, 0, 0, 0]);
-            let biased = add(mem.read_f32(&alpha, i), mem.read_f32(&op.dt_bias, ib));
-            let softplus = super::unary::apply(UnaryKind::Softplus, biased, mufu);
-            mem.write_f32(&op.gate, i, mul(softplus, mem.read_f32(&op.ssm_a, ib)));
-        }
     }
 }

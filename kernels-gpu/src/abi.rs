@@ -636,6 +636,23 @@ pub struct GatedDeltaNetParams {
     pub scale: f32,
 }
 
+// ---- [gdn-from-cache] GATED_DELTA_NET_FROM_CACHE: the state read from the ssm cache row ----
+/// GATED_DELTA_NET reading sequence s's initial state straight from ssm-cache row
+/// `source_rows[s]` (GET_ROWS + GATED_DELTA_NET in one launch; spec §2.1 + §2.10).
+pub const GATED_DELTA_NET_FROM_CACHE_ENTRY: &str = "gated_delta_net_from_cache_f32_d128";
+
+/// Parameters of [`GATED_DELTA_NET_FROM_CACHE_ENTRY`]: GATED_DELTA_NET's, with `gdn.state_in` =
+/// the cache's row 0, `gdn.in_col` = D, `gdn.in_head` = D·D, `gdn.in_seq` = the cache's row
+/// stride (elements), and the I32 row indices (device address, element stride). 280 bytes, no
+/// padding.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GatedDeltaNetFromCacheParams {
+    pub gdn: GatedDeltaNetParams,
+    pub source_rows: u64,
+    pub source_rows_stride: u64,
+}
+
 // ---- [convchain] GDN_CONV_CHAIN ----
 /// GDN_CONV_CHAIN: threads per block, one channel per thread; grid (C / 128, 1, 1).
 pub const GDN_CONV_CHAIN_BLOCK: u32 = 128;
@@ -923,6 +940,7 @@ const LISTED_ENTRIES: &[EntrySig] = &[
     EntrySig::of::<CountMismatchesParams>(COUNT_MISMATCHES_ENTRY),
     EntrySig::of::<MufuEvalParams>(MUFU_EVAL_ENTRY),
     EntrySig::of::<GatedDeltaNetParams>(GATED_DELTA_NET_ENTRY),
+    EntrySig::of::<GatedDeltaNetFromCacheParams>(GATED_DELTA_NET_FROM_CACHE_ENTRY),
 ];
 
 /// The MUL_MAT_VEC and MUL_MAT_VEC_PAIR entries (names from [`mul_mat_vec_entry`] and

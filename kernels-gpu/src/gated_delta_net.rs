@@ -26,12 +26,35 @@
 //! Aliasing: `out` and `states` must not overlap any input or each other, and no two of their
 //! elements may share bytes: blocks write while other blocks still read the inputs. The host
 //! refuses such views.
+//!
+//! ## Reading the state from the cache (GATED_DELTA_NET_FROM_CACHE)
+//!
+//! [`gated_delta_net_from_cache_f32_d128`] is the same body with one difference: sequence s's
+//! initial state is row `source_rows[s]` of the ssm cache (element (i, col, h) at
+//! `(h·D + col)·D + i` of the row — what GET_ROWS would have copied), read with coherent
+//! `ld.global` instead of `ld.global.nc`, because the slot rows the kernel writes may be that
+//! very row (the layer's "read among written" case: the source row is slot 0's kv_head row).
+//!
+//! Why that is race-free: element (i, col, h) of sequence s is read by exactly one thread —
+//! lane i mod 32 of warp col mod 4 of block (h, s, col / 4), register r = i / 32 — once, at the
+//! start, before that thread's first store. Every store to `states` is of an element
+//! (i, col, h, s, slot) by the thread that owns (i, col, h, s) (`store_f32x4_stride32` at
+//! `col·D + lane + 32·r` of the head block), after its load. The host admits an overlap of
+//! `states` with the rows read only when each written slot row that touches a read row *is*
+//! the row read by the same sequence s, start for start (so every written element shares bytes
+//! with exactly the same (i, col, h, s) element of the read row, or with nothing read). Then the
+//! only thread that reads a byte the kernel writes is the thread that writes it, and it reads
+//! first (program order of one thread; the load is not `pure`, so the compiler keeps it before
+//! the stores): the value read is the one GET_ROWS would have copied before the kernel. Rows
+//! read by other sequences, and every other input, are written by no thread; the index itself
+//! (an index buffer) is never written, so it keeps the `.nc` load.
 
 use crate::abi::{self, GDN_HEAD_DIM, GDN_WARPS};
 use crate::device::math::add;
 use crate::device::math::{fma, mul};
+use crate::device::load::coherent_f32;
 use crate::device::memory::{
-    load_nc_f32, load_nc_f32_at, load_nc_f32x4_stride32, prefetch_l1, prefetch_l2, store_f32_at, store_f32x4_stride32,
+    load_nc_f32, load_nc_f32_at, load_nc_u32, load_nc_f32x4_stride32, prefetch_l1, prefetch_l2, store_f32_at, store_f32x4_stride32,
 };
 use crate::device::thread::{block_idx_x, block_idx_y, block_idx_z, thread_idx_x, thread_idx_y};
 use crate::device::trap;
@@ -82,6 +105,24 @@ pub unsafe fn store_lane(row: *mut f32, lane: usize, x: &[f32; ROWS_PER_LANE]) {
 pub unsafe fn load_lane_nc(row: *const f32, lane: usize) -> [f32; ROWS_PER_LANE] {
     // SAFETY: forwarded to the caller.
     unsafe { load_lane_nc_at(row.add(lane)) }
+}
+
+/// [gdn-from-cache] This lane's entries of a contiguous D-vector (`row[32·r + lane]`) with
+/// coherent loads ([`coherent_f32`]): the same bits as [`load_lane`], for a state row that this
+/// lane overwrites later in the kernel.
+///
+/// # Safety
+/// As [`load_lane`]; no other thread writes those elements while the kernel runs.
+#[inline(always)]
+pub unsafe fn load_lane_coherent(row: *const f32, lane: usize) -> [f32; ROWS_PER_LANE] {
+    let mut x = [0.0f32; ROWS_PER_LANE];
+    let mut r = 0;
+    while r < ROWS_PER_LANE {
+        // SAFETY: 32·r + lane < D, forwarded to the caller.
+        x[r] = unsafe { coherent_f32(row.add(32 * r + lane)) };
+        r += 1;
+    }
+    x
 }
 
 /// [speed] `row_lane[32·r]` for r = 0 … 3 with `ld.global.nc`, from a pointer already offset by
@@ -306,8 +347,13 @@ pub unsafe fn token_step(
 /// validated that every view covers the elements the grid reaches (heads < H_v, key heads
 /// < `n_key_heads`, tokens < `n_tokens`, slots < `n_slots`, sequences < n_s) and the aliasing
 /// rules of the module docs.
+///
+/// `FROM_CACHE` (GATED_DELTA_NET_FROM_CACHE): sequence s's initial state is row
+/// `source_rows[s·source_rows_stride]` of the cache `p.state_in` (row stride `p.in_seq`), read with
+/// coherent loads (see the module docs, "Reading the state from the cache"); otherwise
+/// `source_rows` is unused.
 #[inline(always)]
-unsafe fn run(p: &abi::GatedDeltaNetParams) {
+unsafe fn run<const FROM_CACHE: bool>(p: &abi::GatedDeltaNetParams, source_rows: *const i32, source_rows_stride: usize) {
     let (q, q_head, q_token, q_seq) = (p.q as usize as *const f32, p.q_head as usize, p.q_token as usize, p.q_seq as usize);
     let (k, k_head, k_token, k_seq) = (p.k as usize as *const f32, p.k_head as usize, p.k_token as usize, p.k_seq as usize);
     let (v, v_head, v_token, v_seq) = (p.v as usize as *const f32, p.v_head as usize, p.v_token as usize, p.v_seq as usize);
@@ -371,7 +417,16 @@ unsafe fn run(p: &abi::GatedDeltaNetParams) {
     if block_idx_z() == 0 && thread_idx_y() == 0 {
         prefetch_tokens(&src, lane, n_tokens.min(L2_PREFETCH_TOKENS));
     }
-    let mut s = unsafe { load_lane_nc(state_in.add(col * in_col + head * in_head + seq * in_seq), lane) };
+    let mut s = if FROM_CACHE {
+        // SAFETY: seq < n_s indices (host-validated), each in 0..n_rows of the cache, so the cast
+        // is lossless and the row lies inside the cache view; the index buffer is never written.
+        let row = unsafe { load_nc_u32(source_rows.add(seq * source_rows_stride) as *const u32) } as usize;
+        // SAFETY: as above; this lane's elements (i, col, head) of the row, read before this
+        // lane's first store, and no other thread writes them (module docs).
+        unsafe { load_lane_coherent(state_in.add(row * in_seq + col * in_col + head * in_head), lane) }
+    } else {
+        unsafe { load_lane_nc(state_in.add(col * in_col + head * in_head + seq * in_seq), lane) }
+    };
     // This token's output and snapshot stores.
     let mut out_t = out_head_row;
     let mut finish = |s: &[f32; ROWS_PER_LANE], a: f32, t: usize| {
@@ -418,5 +473,19 @@ unsafe fn run(p: &abi::GatedDeltaNetParams) {
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn gated_delta_net_f32_d128(p: abi::GatedDeltaNetParams) {
     // SAFETY: forwarded from the launch contract.
-    unsafe { run(&p) }
+    unsafe { run::<false>(&p, core::ptr::null(), 0) }
+}
+
+/// [gdn-from-cache] GATED_DELTA_NET_FROM_CACHE entry: [`gated_delta_net_f32_d128`] with the
+/// initial state of sequence s read from cache row `source_rows[s]` (module docs, "Reading the
+/// state from the cache").
+///
+/// # Safety
+/// As [`gated_delta_net_f32_d128`], with `p.gdn.state_in` the cache's row 0 (element (i, col, h)
+/// at `i + col·in_col + h·in_head`, rows `in_seq` apart), every `source_rows[s]` (s < n_s) a row
+/// of the cache, and the overlap rule of the module docs for `states` against the rows read.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn gated_delta_net_from_cache_f32_d128(p: abi::GatedDeltaNetFromCacheParams) {
+    // SAFETY: forwarded from the launch contract.
+    unsafe { run::<true>(&p.gdn, p.source_rows as usize as *const i32, p.source_rows_stride as usize) }
 }

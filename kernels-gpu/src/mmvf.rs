@@ -33,7 +33,10 @@
 //! (the host refuses others), because pairs are loaded with one access each, as ggml does.
 //!
 //! Aliasing: `dst` must not overlap the weight or the input (the host refuses it); weight and
-//! input are never written during the launch (the `.nc` loads rely on it).
+//! input are never written during the launch (the `.nc` loads rely on it). With the gate
+//! epilogue, beta and gate overlap nothing else either (dt_bias and ssm_a are `.nc` loads too),
+//! and element (r, j) of gate / beta is written by the thread that wrote (r, j) of alpha /
+//! beta_raw, from the register it stored (no read-back).
 //!
 //! Shared memory: [`MUL_MAT_VEC_SHARED_BYTES`](crate::abi::MUL_MAT_VEC_SHARED_BYTES) of dynamic
 //! shared memory: [`MUL_MAT_VEC_MAX_WARPS`](crate::abi::MUL_MAT_VEC_MAX_WARPS) warp sums per

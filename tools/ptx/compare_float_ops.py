@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
+"""Compares two float_ops.py listings per entry: identical (not printed), PREFIX+ (the old
+sequence is a prefix of the new one: only ops appended), NEW, GONE or CHANGED.
+Usage: compare_float_ops.py OLD NEW [tail]"""
 import sys
-"""Compares two float_ops.py listings per entry: identical, PREFIX+ (the old sequence is a prefix
-of the new one: only ops appended), NEW, GONE or CHANGED. Usage: compare_float_ops.py OLD NEW [tail]"""
 def load(f):
     d={};cur=None
     for l in open(f):

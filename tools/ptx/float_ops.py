@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """Per .entry, the sequence of floating-point instructions (opcode with modifiers; registers
-renamed away, immediates kept) of a PTX file. Usage: floatops.py PTX [ENTRY_REGEX]"""
+renamed away, immediates kept; inline-asm blocks `{ a; b; }` split into their instructions) of a
+PTX file — to show that a change moved no float op: run it on the PTX before and after
+(target/debug/build/rgdn-*/out/rgdn.ptx, RGDN_PTX_PATH) and compare with compare_float_ops.py.
+Usage: float_ops.py PTX [ENTRY_REGEX]"""
 import re, sys
 ptx = open(sys.argv[1]).read()
 pat = re.compile(sys.argv[2]) if len(sys.argv) > 2 else None

@@ -87,7 +87,7 @@ pub struct GdnCase {
     pub salt: Salt,
 }
 
-const BASE: GdnCase = GdnCase {
+pub(super) const BASE: GdnCase = GdnCase {
     h_k: 1,
     h_v: 2,
     n_t: 1,
@@ -214,7 +214,7 @@ impl GdnCase {
 /// layout and guard bytes, filled from a SplitMix64 stream seeded by the case's rng — uniform in
 /// ±`uniform`, or any bits (poison) for `None`. The case rng (ChaCha) costs ~0.2 µs per word in
 /// the debug build `tests/suite_cpu.rs` runs, which these buffers would turn into seconds.
-fn big_tensor(b: &mut Builder, ne: [usize; 4], pad: [usize; 4], uniform: Option<f32>) -> Tensor {
+pub(super) fn big_tensor(b: &mut Builder, ne: [usize; 4], pad: [usize; 4], uniform: Option<f32>) -> Tensor {
     let outer = [ne[0] + pad[0], ne[1] + pad[1], ne[2] + pad[2], ne[3] + pad[3]];
     let full = Layout::contiguous(DType::F32, outer);
     let id = b.mem.alloc(4 * full.n_elements() + 2 * GUARD_BYTES);

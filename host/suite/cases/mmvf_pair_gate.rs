@@ -350,9 +350,12 @@ pub fn cases() -> Vec<Case> {
     cases
 }
 
+/// The words of each of an op's outputs, in logical order.
+pub type OutputWords = Vec<Vec<u32>>;
+
 /// The fused op and its unfused chain on `mem` (references, exact MUFU): the four outputs' bytes
 /// after each (for the CPU tests).
-pub fn run_both(mem: &HostMemory, op: &MulMatVecPairGate, unfused: &[Box<dyn Op>]) -> crate::Result<(Vec<Vec<u32>>, Vec<Vec<u32>>)> {
+pub fn run_both(mem: &HostMemory, op: &MulMatVecPairGate, unfused: &[Box<dyn Op>]) -> crate::Result<(OutputWords, OutputWords)> {
     let read = |m: &HostMemory, t: &Tensor| t.layout.indices().map(|i| m.read_u32(t, i)).collect::<Vec<u32>>();
     let mut fused = mem.clone();
     op.reference(&mut fused, &mut ExactMufu)?;

@@ -31,6 +31,9 @@ pub mod mmvf_pair;
 // [pair-gate]
 pub mod mmvf_pair_gate;
 
+// [gdn-from-cache]
+pub mod gated_delta_net_from_cache;
+
 use super::Case;
 
 /// Every case, grouped by op, in a stable order.
@@ -64,6 +67,9 @@ pub fn all() -> Vec<Case> {
 
     // [pair-gate]
     cases.extend(mmvf_pair_gate::cases());
+
+    // [gdn-from-cache]
+    cases.extend(gated_delta_net_from_cache::cases());
 
     cases.extend(layer::cases());
     cases

@@ -49,3 +49,26 @@ pub unsafe fn nc_u32(p: *const u32) -> u32 {
     }
     r
 }
+
+/// [gdn-from-cache] The f32 at `p` with a plain, coherent `ld.global.f32` (its bit pattern,
+/// unchanged): for data that the kernel itself writes later (the same thread's own element), so
+/// the non-coherent path must not be used. Not `pure`: the compiler keeps it in program order
+/// with the thread's later stores (which are `asm` blocks that may write memory).
+///
+/// # Safety
+/// `p` must point to 4 readable bytes of global memory, 4-byte aligned; no *other* thread may
+/// write them while the kernel runs (this thread may, after the load).
+#[inline(always)]
+pub unsafe fn coherent_f32(p: *const f32) -> f32 {
+    let r: f32;
+    // SAFETY: forwarded to the caller (aligned, readable, written by no other thread).
+    unsafe {
+        asm!(
+            "{{ .reg .b64 %g; cvta.to.global.u64 %g, {p}; ld.global.f32 {r}, [%g]; }}",
+            p = in(reg64) p,
+            r = out(reg32) r,
+            options(readonly, nostack)
+        );
+    }
+    r
+}
