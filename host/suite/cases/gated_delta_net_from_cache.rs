@@ -131,7 +131,7 @@ impl FromCacheCase {
                 let w = whole(&t, &b.mem);
                 compare.push((w, w));
             }
-            Ok(Expect::Equivalent(Equivalence { mem: b.mem, a: vec![Box::new(op)], b: unfused, compare }))
+            Ok(Expect::Equivalent(Equivalence::new(b.mem, vec![Box::new(op)], unfused, compare)))
         })
     }
 }
