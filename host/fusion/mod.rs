@@ -18,12 +18,15 @@
 //!   SSM_CONV+SiLU and both L2_NORMs → one GDN_CONV_CHAIN (the reference PR);
 //! - `pair` ([`pair`]): the alpha and beta MUL_MAT_VECs → one MUL_MAT_VEC_PAIR (the PR);
 //! - `gate_pair` ([`gate_pair`]): that pair plus SIGMOID, ADD, SOFTPLUS, MUL (or UNARY_MUL) →
-//!   one MUL_MAT_VEC_PAIR_GATE (the gate path as the pair's epilogue).
+//!   one MUL_MAT_VEC_PAIR_GATE (the gate path as the pair's epilogue);
+//! - `state_read` ([`state_read`]): the ssm-state GET_ROWS and GATED_DELTA_NET → one
+//!   GATED_DELTA_NET_FROM_CACHE (the state read straight from its cache row).
 
 pub mod conv_chain;
 pub mod gate_pair;
 pub mod legality;
 pub mod pair;
+pub mod state_read;
 pub mod sweep;
 
 pub use legality::{Accepted, Candidate, Hazard};
@@ -66,7 +69,7 @@ impl fmt::Debug for Fusion {
 }
 
 /// Every fusion, in the order the pass tries them on a layer.
-pub static REGISTRY: &[Fusion] = &[conv_chain::FUSION, pair::FUSION, gate_pair::FUSION];
+pub static REGISTRY: &[Fusion] = &[conv_chain::FUSION, pair::FUSION, gate_pair::FUSION, state_read::FUSION];
 
 /// The registered fusion named `name`.
 pub fn fusion(name: &str) -> Option<&'static Fusion> {
