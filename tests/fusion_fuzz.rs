@@ -301,14 +301,15 @@ fn run(mem: &HostMemory, nodes: &[Node]) -> Option<HostMemory> {
 fn first_difference(x: &HostMemory, y: &HostMemory, skip: &ByteSet) -> Option<(usize, usize)> {
     for id in (0..x.n_buffers()).map(rgdn::tensor::BufferId) {
         let (a, b) = (x.bytes(id), y.bytes(id));
+        if a.len() != b.len() {
+            return Some((id.0, a.len().min(b.len())));
+        }
         let mut pos = 0;
         while let Some(i) = a[pos..].iter().zip(&b[pos..]).position(|(p, q)| p != q).map(|i| i + pos) {
-            let mut byte = ByteSet::new();
-            byte.insert(id, i..i + 1);
-            if !byte.is_subset(skip) {
-                return Some((id.0, i));
+            match skip.run_containing(id, i) {
+                Some(run) => pos = run.end.min(a.len()),
+                None => return Some((id.0, i)),
             }
-            pos = i + 1;
         }
     }
     None

@@ -161,6 +161,13 @@ impl ByteSet {
         self.runs.iter().flat_map(|(b, v)| v.iter().map(move |r| (*b, r.clone())))
     }
 
+    /// The run holding byte `at` of `buffer`, if any.
+    pub fn run_containing(&self, buffer: BufferId, at: usize) -> Option<Range<usize>> {
+        let v = self.runs.get(&buffer)?;
+        let k = v.partition_point(|r| r.end <= at);
+        v.get(k).filter(|r| r.start <= at).cloned()
+    }
+
     pub fn union_with(&mut self, other: &ByteSet) {
         for (b, v) in &other.runs {
             self.extend(*b, v.clone());
