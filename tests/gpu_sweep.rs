@@ -2,9 +2,10 @@
 //!
 //! 1. the sweep — n_t 1–16 × R ∈ {0, 2, 3, 7, 15} × 5 shapes, on the ggml layout and on the
 //!    reference PR's aliasing layout (800 runs): each graph runs with fusion off and on from
-//!    identical memory; the L2 outputs, SiLU output, whole conv cache, both alpha/beta products
-//!    (and beta, the gate, the GDN output and ssm cache where built) must be byte-identical, the
-//!    conv chain must run as one kernel and the pair as one launch (n_t ≤ 8; refused above);
+//!    identical memory (fusion-aware planning); every observed value (caches, the products, the
+//!    GDN output) and every intermediate no rewrite left stale must be byte-identical, and every
+//!    registered fusion must fire where its scope says (`fusion::sweep::check_case`) and run as
+//!    one kernel per fused node;
 //! 2. whole 24-layer verify forwards of the 9B preset (T = 4, R = 3 and T = 8, R = 7; 6 of 24
 //!    layers in the aliasing layout): every output and both caches identical off/on, kernels
 //!    per forward printed for both.
@@ -38,8 +39,8 @@ fn main() -> ExitCode {
         println!("  {layout}: {p}/{n}");
     }
     println!(
-        "SWEEP: {}/{} cases identical off/on (L2, SiLU, whole conv cache, alpha/beta products, …), conv chain fused as 1 kernel \
-         in every case, alpha/beta pair 1 launch for n_t ≤ 8 (refused as too wide above) — both layouts ({:.1} s)",
+        "SWEEP: {}/{} cases identical off/on (every observed value and every intact intermediate), every registered fusion \
+         fired where its scope says and ran as one kernel per fused node — both layouts ({:.1} s)",
         s.passed,
         s.cases,
         t.elapsed().as_secs_f64()
@@ -54,31 +55,27 @@ fn main() -> ExitCode {
         let t = Instant::now();
         match sweep::forward(&gpu, GdnShape::QWEN35_9B, layers, n_t, r, 0xf0 + n_t as u64) {
             Ok(f) => {
-                let (chain, pair) = f.report.fused_counts();
-                let (off_total, off_chain) = sweep::chain_kernels(&f.off, layers);
-                let (on_total, on_chain) = sweep::chain_kernels(&f.on, layers);
-                let (k_chain, n_chain) = f.on.of("GDN_CONV_CHAIN");
-                let (k_pair, n_pair) = f.on.of("MUL_MAT_VEC_PAIR");
-                let launches_ok = k_chain == n_chain && k_pair == n_pair;
-                let good = f.identical() && chain == layers && pair == layers && launches_ok;
+                let spec = sweep::forward_spec(GdnShape::QWEN35_9B, layers, n_t, r);
+                let verdict = sweep::check_case(&spec, &f);
+                let fired: Vec<String> = rgdn::fusion::REGISTRY.iter().map(|x| format!("{} {}/{layers}", x.name, f.report.fired(x.name))).collect();
                 println!(
-                    "FORWARD 9B × {layers} layers, T = {n_t}, R = {r}: {} ({} values, {} bytes compared); fused conv chain {chain}/{layers}, \
-                     pair {pair}/{layers}; kernels per forward {off_total} → {on_total}, chain kernels per layer {} → {} ({:.1} s){}",
+                    "FORWARD 9B × {layers} layers, T = {n_t}, R = {r}: {} ({} values, {} bytes compared); fused: {}; kernels per forward {} → {} \
+                     ({:.1} → {:.1} per layer) ({:.1} s)",
                     if f.identical() { "identical" } else { "DIFFERS" },
                     f.values.len(),
                     f.bytes,
-                    off_chain as f64 / layers as f64,
-                    on_chain as f64 / layers as f64,
+                    fired.join(", "),
+                    f.off.total(),
+                    f.on.total(),
+                    f.off.total() as f64 / layers as f64,
+                    f.on.total() as f64 / layers as f64,
                     t.elapsed().as_secs_f64(),
-                    if launches_ok { String::new() } else { format!(" — fused nodes made {k_chain}+{k_pair} launches (want 1 + 1)") }
                 );
-                if !f.identical() {
-                    println!("  differing values: {:?}", f.mismatches.iter().take(8).collect::<Vec<_>>());
-                }
-                if chain != layers || pair != layers {
+                if let Err(e) = &verdict {
+                    println!("  FAILED: {e}");
                     print!("{}", f.report);
                 }
-                ok &= good;
+                ok &= verdict.is_ok();
             }
             Err(e) => {
                 println!("FORWARD T = {n_t}, R = {r} FAILED to run: {e}");

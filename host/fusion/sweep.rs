@@ -312,18 +312,6 @@ pub fn sweep(gpu: &Gpu, log: &mut dyn FnMut(&str)) -> SweepSummary {
     s
 }
 
-/// Kernel launches of one forward: in all, and of the chain (everything but SCALE, the
-/// alpha/beta elementwise ops and the ssm-state GET_ROWS, which no fusion touches).
-pub fn chain_kernels(l: &Launches, layers: usize) -> (usize, usize) {
-    let other: usize = l
-        .per_node
-        .iter()
-        .filter(|(n, _)| matches!(*n, "SCALE" | "SIGMOID" | "ADD" | "SOFTPLUS" | "MUL" | "UNARY_MUL"))
-        .map(|(_, k)| k.len())
-        .sum();
-    (l.total(), l.total() - other - layers)
-}
-
 /// A whole verify forward: `layers` GDN layers of `shape`, n_t tokens, R snapshots; every
 /// fourth layer (from layer 1) in the reference PR's aliasing layout (6 of 24).
 pub fn forward_spec(shape: GdnShape, layers: usize, n_t: usize, r: usize) -> StackSpec {
