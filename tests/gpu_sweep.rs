@@ -57,7 +57,8 @@ fn main() -> ExitCode {
             Ok(f) => {
                 let spec = sweep::forward_spec(GdnShape::QWEN35_9B, layers, n_t, r);
                 let verdict = sweep::check_case(&spec, &f);
-                let fired: Vec<String> = rgdn::fusion::REGISTRY.iter().map(|x| format!("{} {}/{layers}", x.name, f.report.fired(x.name))).collect();
+                let fired: Vec<String> =
+                    rgdn::fusion::REGISTRY.iter().map(|x| format!("{} {}/{layers}", x.name, f.report.fired(x.name))).collect();
                 println!(
                     "FORWARD 9B × {layers} layers, T = {n_t}, R = {r}: {} ({} values, {} bytes compared); fused: {}; kernels per forward {} → {} \
                      ({:.1} → {:.1} per layer) ({:.1} s)",

@@ -23,8 +23,8 @@ use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRu
 use rgdn::memory::{HostMemory, Memory};
 use rgdn::ops::concat::ConcatDim0PerRow;
 use rgdn::ops::{
-    Binary, BinaryKind, ConcatDim0, Cpy, CpySnapshots, GatedDeltaNet, GdnConvChain, GetRows, L2Norm, MulMatVec, MulMatVecPair, Op,
-    Precision, Scale, SnapshotWrite, SsmConv, Unary, UnaryKind, UnaryMul,
+    Binary, BinaryKind, ConcatDim0, Cpy, CpySnapshots, GatedDeltaNet, GatedDeltaNetFromCache, GdnConvChain, GetRows, L2Norm, MulMatVec,
+    MulMatVecPair, MulMatVecPairGate, Op, Precision, Scale, SnapshotWrite, SsmConv, Unary, UnaryKind, UnaryMul,
 };
 use rgdn::reference::math::ExactMufu;
 use rgdn::tensor::{BufferId, DType, Layout, Tensor};
@@ -63,6 +63,9 @@ const OPS: &[(&str, BuildOp, Option<ReadWrite>)] = &[
     ("MUL_MAT_VEC_PAIR", build_mul_mat_vec_pair, None),
     // Inputs: conv_cache, source_row, qkv, weight; outputs: conv_out, q_norm, k_norm, rows….
     ("GDN_CONV_CHAIN", build_gdn_conv_chain, Some(ReadWrite { input: 0, outputs_from: 3 })),
+    ("MUL_MAT_VEC_PAIR_GATE", build_mul_mat_vec_pair_gate, None),
+    // Inputs: q, k, v, g, beta, ssm_cache, source_rows; outputs: out, states (rows of the cache).
+    ("GDN_FROM_CACHE", build_gdn_from_cache, Some(ReadWrite { input: 5, outputs_from: 1 })),
 ];
 
 /// Largest element count checked element by element / run through `reference`.
@@ -608,6 +611,10 @@ fn check_accepted(op: &dyn Op, mem: &HostMemory, rw: Option<ReadWrite>) -> Resul
         }
         for (j, t) in inputs.iter().enumerate() {
             if read_write(rw, i, j) {
+                // In another buffer: nothing shared (GDN_FROM_CACHE's states may be anywhere).
+                if o.buffer != t.buffer {
+                    continue;
+                }
                 let (ro, rt) = (o.layout.byte_range(), t.layout.byte_range());
                 if o.buffer != t.buffer || !matches!((ro, rt), (Some(ro), Some(rt)) if rt.start <= ro.start && ro.end <= rt.end) {
                     return Err(fail(op, format!("output {o:?} is not inside input {t:?}")));
@@ -717,4 +724,86 @@ fn the_benign_tape_builds_valid_ops() {
         let op = build(&mut g);
         op.validate(&g.mem).unwrap_or_else(|e| panic!("{name}: the benign op is refused: {e}"));
     }
+}
+
+/// The pair with the gate epilogue: the pair's hazards, plus the per-head vectors and the two
+/// epilogue outputs (wrong shapes, on the products, on the input).
+fn build_mul_mat_vec_pair_gate(g: &mut Gen) -> Box<dyn Op> {
+    let pair = build_mul_mat_vec_pair(g);
+    let pair = pair.as_ref().downcast_ref::<MulMatVecPair>().expect("the pair builder builds a pair").clone();
+    let [rows, ncols, ..] = pair.first.dst.ne();
+    let vector = |g: &mut Gen| if g.one_in(16) { g.f32([sat_add(rows, 1), 1, 1, 1]) } else { g.f32([rows, 1, 1, 1]) };
+    let (dt_bias, ssm_a) = (vector(g), vector(g));
+    let beta = match g.below(16) {
+        15 => pair.second.dst,
+        14 => Tensor::new(
+            pair.first.input.buffer,
+            Layout { offset: pair.first.input.layout.offset, ..Layout::contiguous(DType::F32, [rows, ncols, 1, 1]) },
+        ),
+        13 => g.f32([rows, sat_add(ncols, 1), 1, 1]),
+        _ => g.f32([rows, ncols, 1, 1]),
+    };
+    let gate = match g.below(16) {
+        15 => beta,
+        14 => pair.first.dst,
+        13 => dt_bias,
+        _ => g.f32([rows, ncols, 1, 1]),
+    };
+    Box::new(MulMatVecPairGate { pair, dt_bias, ssm_a, beta, gate })
+}
+
+/// GATED_DELTA_NET reading its state from a cache row: hostile indices, and state slots that
+/// are rows of the same cache (the supported overlap), shifted rows, or separate.
+fn build_gdn_from_cache(g: &mut Gen) -> Box<dyn Op> {
+    const D: usize = 128;
+    let (hk, hv, n_t, n_s, slots) = (1, g.small(2), g.small(3), g.small(2), g.small(3));
+    let row = sat_mul(D * D, hv);
+    let n_rows = sat_add(g.small(4), sat_mul(slots, n_s));
+    let q = g.f32([D, hk, n_t, n_s]);
+    let k = g.f32([D, hk, n_t, n_s]);
+    let v = g.f32([D, hv, n_t, n_s]);
+    let gate = g.f32([1, hv, n_t, n_s]);
+    let beta = g.f32([1, hv, n_t, n_s]);
+    let ssm_cache = g.f32([row, n_rows, 1, 1]);
+    let values: Vec<i32> = (0..n_s)
+        .map(|_| match g.below(32) {
+            31 => -1,
+            30 => n_rows as i32,
+            29 => i32::MAX,
+            _ => g.below(n_rows as u64) as i32,
+        })
+        .collect();
+    let source_rows = if g.one_in(16) { g.tensor(DType::I32, [n_s, 1, 1, 1]) } else { g.mem.alloc_indices(&values) };
+    g.made.push(source_rows);
+    let out = g.f32([D, hv, n_t, n_s]);
+    let rb = sat_mul(4, row);
+    let (slot_stride, whole) = (sat_mul(rb, n_s), sat_mul(sat_mul(rb, n_s), slots));
+    let states = match g.below(8) {
+        // Slot k of sequence s in row k·n_s + s of the cache (the layer's layout with M = n_s).
+        0..=3 => Tensor::new(
+            ssm_cache.buffer,
+            Layout { offset: ssm_cache.layout.offset, ne: [row, n_s, slots, 1], nb: [4, rb, slot_stride, whole], dtype: DType::F32 },
+        ),
+        // Shifted by one element, or by half a row: refused.
+        4 => Tensor::new(
+            ssm_cache.buffer,
+            Layout {
+                offset: sat_add(ssm_cache.layout.offset, 4),
+                ne: [row, n_s, slots, 1],
+                nb: [4, rb, slot_stride, whole],
+                dtype: DType::F32,
+            },
+        ),
+        5 => Tensor::new(
+            ssm_cache.buffer,
+            Layout {
+                offset: sat_add(ssm_cache.layout.offset, rb / 2),
+                ne: [row, n_s, slots, 1],
+                nb: [4, rb, slot_stride, whole],
+                dtype: DType::F32,
+            },
+        ),
+        _ => g.f32([row, n_s, slots, 1]),
+    };
+    Box::new(GatedDeltaNetFromCache { q, k, v, g: gate, beta, ssm_cache, source_rows, out, states })
 }
