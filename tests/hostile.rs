@@ -341,7 +341,23 @@ fn build_gated_delta_net(g: &mut Gen) -> Box<dyn Op> {
     let beta = g.f32([1, hv, n_t, n_s]);
     let state_in = g.f32([D, D, hv, n_s]);
     let out = g.f32([D, hv, n_t, n_s]);
-    let states = g.f32([sat_mul(D * D, hv), n_s, slots, 1]);
+    let row = sat_mul(D * D, hv);
+    let states = if g.below(2) == 0 {
+        g.f32([row, n_s, slots, 1])
+    } else {
+        // Rows of a cache, from row 1 on (the layer's slot views start at kv_head·row).
+        let cache = g.f32([row, sat_add(1, sat_mul(n_s, slots)), 1, 1]);
+        let rb = sat_mul(4, row);
+        Tensor::new(
+            cache.buffer,
+            Layout {
+                offset: sat_add(cache.layout.offset, rb),
+                ne: [row, n_s, slots, 1],
+                nb: [4, rb, sat_mul(rb, n_s), sat_mul(sat_mul(rb, n_s), slots)],
+                dtype: DType::F32,
+            },
+        )
+    };
     Box::new(GatedDeltaNet { q, k, v, g: gate, beta, state_in, out, states })
 }
 
@@ -662,6 +678,7 @@ fn run_one(build: BuildOp, rw: Option<ReadWrite>, tape: &[u64], tally: &RefCell<
             check_accepted(op.as_ref(), &mem, rw)?;
             let work: usize = op.inputs().iter().chain(&op.outputs()).map(|t| t.layout.n_elements()).fold(0, usize::saturating_add);
             if work <= 4 * SMALL_ELEMENTS {
+                check_declared_writes(op.as_ref(), &mem)?;
                 op.reference(&mut mem, &mut ExactMufu).map_err(|e| fail(op.as_ref(), format!("its reference refused: {e}")))?;
                 tally.borrow_mut().ran += 1;
             } else {
@@ -677,6 +694,53 @@ fn run_one(build: BuildOp, rw: Option<ReadWrite>, tape: &[u64], tally: &RefCell<
                     let changed = (0..mem.n_buffers()).any(|b| mem.bytes(BufferId(b)) != before.bytes(BufferId(b)));
                     prop_assert!(!changed, "{}: a refused reference wrote memory", op.name());
                 }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What an op declares it writes is what its reference writes (the fusion pass's legality
+/// check rests on these declarations): run from two memories that differ only in the bytes it
+/// may write but does not read, every byte it always writes comes out the same in both (it
+/// was written), and no byte outside what it may write changes.
+fn check_declared_writes(op: &dyn Op, mem: &HostMemory) -> Result<(), TestCaseError> {
+    use rgdn::graph::{Bound, ByteSet};
+    let may = ByteSet::of_all(&op.outputs(), Bound::Over);
+    let must = ByteSet::of_all(&op.must_write(), Bound::Under);
+    let reads = ByteSet::of_all(&op.inputs(), Bound::Over);
+    let (mut a, mut b) = (mem.clone(), mem.clone());
+    for (buffer, run) in may.minus(&reads).runs() {
+        let len = a.bytes(buffer).len();
+        let run = run.start.min(len)..run.end.min(len);
+        for (i, x) in a.bytes_mut(buffer)[run.clone()].iter_mut().enumerate() {
+            *x = (i % 251) as u8;
+        }
+        for (i, x) in b.bytes_mut(buffer)[run].iter_mut().enumerate() {
+            *x = !((i % 251) as u8);
+        }
+    }
+    let (a0, b0) = (a.clone(), b.clone());
+    op.reference(&mut a, &mut ExactMufu).map_err(|e| fail(op, format!("its reference refused: {e}")))?;
+    op.reference(&mut b, &mut ExactMufu).map_err(|e| fail(op, format!("its reference refused: {e}")))?;
+    // Per byte: bit 0 may be written, bit 1 is always written, bit 2 is read.
+    let mut flags: Vec<Vec<u8>> = (0..mem.n_buffers()).map(|b| vec![0u8; mem.bytes(BufferId(b)).len()]).collect();
+    for (bit, set) in [(1u8, &may), (2, &must), (4, &reads)] {
+        for (buffer, run) in set.runs() {
+            let Some(f) = flags.get_mut(buffer.0) else { continue };
+            let len = f.len();
+            for x in &mut f[run.start.min(len)..run.end.min(len)] {
+                *x |= bit;
+            }
+        }
+    }
+    for id in (0..mem.n_buffers()).map(BufferId) {
+        for (i, &f) in flags[id.0].iter().enumerate() {
+            if f & 1 == 0 && (a.bytes(id)[i] != a0.bytes(id)[i] || b.bytes(id)[i] != b0.bytes(id)[i]) {
+                return Err(fail(op, format!("its reference wrote byte {i} of buffer {}, outside what it may write", id.0)));
+            }
+            if f & 2 != 0 && f & 4 == 0 && a.bytes(id)[i] != b.bytes(id)[i] {
+                return Err(fail(op, format!("byte {i} of buffer {} is declared always written but kept what it held", id.0)));
             }
         }
     }

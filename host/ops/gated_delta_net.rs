@@ -282,7 +282,7 @@ impl Op for GatedDeltaNet {
     fn must_write(&self) -> Vec<Tensor> {
         let s = &self.states;
         let written = s.ne()[2].min(self.q.ne()[2]);
-        vec![self.out, s.view([s.ne()[0], s.ne()[1], written, s.ne()[3]], s.layout.nb, s.layout.offset)]
+        vec![self.out, s.view([s.ne()[0], s.ne()[1], written, s.ne()[3]], s.layout.nb, 0)]
     }
 }
 
