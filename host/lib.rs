@@ -14,6 +14,7 @@
 //! - [`layer`]: Qwen3.5 shapes and the unfused chain of one GDN layer's verify step;
 //! - [`suite`]: the op suite (named cases, GPU vs reference byte for byte, math parity).
 
+pub mod engine;
 pub mod error;
 pub mod gpu;
 pub mod kernels;
@@ -21,14 +22,17 @@ pub mod layer;
 pub mod memory;
 pub mod ops;
 pub mod reference;
+#[cfg(feature = "suite")]
 pub mod suite;
 pub mod tensor;
 
 pub use error::{Error, Result};
 
 // [bench]
+#[cfg(feature = "bench")]
 pub mod bench;
 pub mod inputs;
+#[cfg(feature = "cli")]
 pub mod main_job;
 
 // [graph] the layer graph, buffer planner and executor; the fusion pass

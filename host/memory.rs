@@ -222,6 +222,24 @@ pub struct DeviceMemory {
 }
 
 impl DeviceMemory {
+    /// No buffers yet ([`crate::engine::CallerMemory`] binds the caller's buffers into one).
+    pub(crate) fn empty() -> Self {
+        DeviceMemory { buffers: Vec::new(), index_shadow: Vec::new() }
+    }
+
+    /// Adds `buffer` under the next id; `index_values` are the host copy of an index buffer's
+    /// bytes (then they must be the buffer's device contents, byte for byte).
+    pub(crate) fn push(&mut self, buffer: DeviceBuffer, index_values: Option<Vec<u8>>) -> BufferId {
+        self.buffers.push(buffer);
+        self.index_shadow.push(index_values);
+        BufferId(self.buffers.len() - 1)
+    }
+
+    /// Number of buffers (ids `0..n_buffers()`).
+    pub fn n_buffers(&self) -> usize {
+        self.buffers.len()
+    }
+
     /// Allocates one device buffer per host buffer and copies the contents.
     pub fn upload(gpu: &Gpu, host: &HostMemory) -> Result<Self> {
         let mut buffers = Vec::with_capacity(host.n_buffers());
@@ -231,6 +249,13 @@ impl DeviceMemory {
             index_shadow.push(host.index_buffer[i].then(|| bytes.clone()));
         }
         Ok(DeviceMemory { buffers, index_shadow })
+    }
+
+    /// Copies buffer `id` to the host (waits for all earlier work on the stream).
+    pub fn download_buffer(&self, gpu: &Gpu, id: BufferId) -> Result<Vec<u8>> {
+        let buffer =
+            self.buffers.get(id.0).ok_or_else(|| Error::Invalid { op: "DeviceMemory::download", what: format!("no buffer {}", id.0) })?;
+        gpu.download(buffer)
     }
 
     /// Copies every buffer back into a new [`HostMemory`] (same ids, same index flags).

@@ -346,6 +346,8 @@ pub fn run_with(args: &BenchArgs, builder: &dyn ChainBuilder, out: &mut dyn std:
         return Err(Error::Invalid { op: OP, what: "rounds and layers must be at least 1".into() });
     }
     let gpu = Gpu::new()?;
+    // The bench counts and times every launch: the recorder is on for its whole run.
+    gpu.set_recording(true);
     let mut timer = if args.events {
         Timer::Events { why: "--events asked for events".into() }
     } else if std::env::var_os("CUDA_INJECTION64_PATH").is_some() {

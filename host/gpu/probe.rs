@@ -24,6 +24,11 @@ impl std::fmt::Display for GpuInfo {
 
 /// Finds device 0, or says why there is none. Never panics.
 pub fn probe() -> Result<GpuInfo> {
+    probe_device(0)
+}
+
+/// [`probe`] for device `ordinal` (the device of a caller's context). Never panics.
+pub fn probe_device(ordinal: usize) -> Result<GpuInfo> {
     // SAFETY: only tries to dlopen the driver library under its known names; no symbol is used.
     if !unsafe { sys::is_culib_present() } {
         return Err(Error::NoGpu { reason: "libcuda (the CUDA driver library) is not installed or not on the loader path".into() });
@@ -31,10 +36,11 @@ pub fn probe() -> Result<GpuInfo> {
     let no_gpu = |what: &str, e: cudarc::driver::DriverError| Error::NoGpu { reason: format!("{what}: {e}") };
     result::init().map_err(|e| no_gpu("cuInit failed", e))?;
     let device_count = result::device::get_count().map_err(|e| no_gpu("cuDeviceGetCount failed", e))?;
-    if device_count < 1 {
-        return Err(Error::NoGpu { reason: "the CUDA driver reports no device".into() });
+    if device_count < 1 || ordinal >= device_count as usize {
+        return Err(Error::NoGpu { reason: format!("the CUDA driver reports {device_count} device(s), no device {ordinal}") });
     }
-    let dev = result::device::get(0).map_err(|e| no_gpu("cuDeviceGet(0) failed", e))?;
+    // `ordinal < device_count`, an i32.
+    let dev = result::device::get(ordinal as i32).map_err(|e| no_gpu("cuDeviceGet failed", e))?;
     let name = result::device::get_name(dev).map_err(|e| no_gpu("cuDeviceGetName failed", e))?;
     let attr = |a| {
         // SAFETY: `dev` is a valid device handle from cuDeviceGet; the attribute is an int.
