@@ -189,13 +189,7 @@ impl<'a> CallerMemory<'a> {
 
     fn check_op(&self, op: &dyn Op) -> Result<()> {
         op.validate(self)?;
-        if let Some(t) = op.outputs().into_iter().find(|t| self.read_only.get(t.buffer.0).copied().unwrap_or(false)) {
-            return Err(Error::Invalid {
-                op: op.name(),
-                what: format!("writes buffer {}, which was bound read-only (bind it with `bind_mut`)", t.buffer.0),
-            });
-        }
-        Ok(())
+        refuse_read_only_writes(op, &self.read_only)
     }
 
     fn push(&mut self, buffer: DeviceBuffer, order: SyncOnDrop<'a>, read_only: bool, index: Option<Vec<u8>>) -> BufferId {
@@ -276,6 +270,17 @@ impl Memory for CallerMemory<'_> {
     }
 }
 
+/// Refuses an op that may write (any byte of [`Op::outputs`]) a buffer flagged in `read_only`.
+fn refuse_read_only_writes(op: &dyn Op, read_only: &[bool]) -> Result<()> {
+    match op.outputs().into_iter().find(|t| read_only.get(t.buffer.0).copied().unwrap_or(false)) {
+        Some(t) => Err(Error::Invalid {
+            op: op.name(),
+            what: format!("writes buffer {}, which was bound read-only (bind it with `bind_mut`)", t.buffer.0),
+        }),
+        None => Ok(()),
+    }
+}
+
 fn bytes_of<T>(elements: usize) -> Result<usize> {
     elements.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| Error::Overflow {
         op: BIND,
@@ -309,4 +314,36 @@ pub fn layer_step(t: &LayerTensors, shape: &GdnShape, step: &Step, init: &LayerI
     let live_out = crate::graph::ByteSet::of_all(&observed, crate::graph::Bound::Over);
     let (nodes, _report) = crate::fusion::compile(nodes, &live_out, crate::fusion::Options::ON);
     Ok(nodes.into_iter().map(|n| n.op).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::{Cpy, Scale};
+
+    fn f32s(buffer: usize, n: usize) -> Tensor {
+        Tensor::new(BufferId(buffer), Layout::contiguous(DType::F32, [n, 1, 1, 1]))
+    }
+
+    #[test]
+    fn an_op_writing_a_read_only_buffer_is_refused_and_reading_one_is_not() {
+        let copy = Cpy { src: f32s(0, 8), dst: f32s(1, 8) };
+        // Source read-only, destination writable: fine.
+        assert!(refuse_read_only_writes(&copy, &[true, false]).is_ok());
+        // Destination read-only: refused, naming the buffer.
+        let err = refuse_read_only_writes(&copy, &[false, true]).unwrap_err();
+        assert!(matches!(&err, Error::Invalid { what, .. } if what.contains("buffer 1")), "{err}");
+        // In-place op on a read-only buffer.
+        let scale = Scale { src: f32s(2, 4), dst: f32s(2, 4), scale: 0.0, bias: 0.0 };
+        assert!(refuse_read_only_writes(&scale, &[false, false, true]).is_err());
+        // Ids past the flags (rgdn's own buffers) are writable.
+        assert!(refuse_read_only_writes(&scale, &[]).is_ok());
+    }
+
+    #[test]
+    fn slice_byte_counts_are_checked() {
+        assert_eq!(bytes_of::<f32>(3).unwrap(), 12);
+        assert!(matches!(bytes_of::<u64>(usize::MAX / 4), Err(Error::Overflow { .. })));
+        assert_eq!(index_bytes(&[1, -1]), vec![1, 0, 0, 0, 255, 255, 255, 255]);
+    }
 }
