@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// One range of device memory: an allocation of rgdn's own, or memory the caller owns (bound by
-/// [`crate::memory::CallerMemory`], which keeps the caller's borrow alive while it is in use).
+/// [`crate::engine::CallerMemory`], which keeps the caller's borrow alive while it is in use).
 /// Kernels address it through raw device pointers computed from views that ops validated
 /// against [`DeviceBuffer::len`].
 pub struct DeviceBuffer {
@@ -60,8 +60,11 @@ pub enum KernelArg {
     Ptr(u64),
     /// `usize` in the kernel (element strides and counts).
     Usize(u64),
+    /// A `u32` parameter.
     U32(u32),
+    /// An `i32` parameter.
     I32(i32),
+    /// An `f32` parameter.
     F32(f32),
     /// A kernel's whole parameter list as one `#[repr(C)]` struct declared in `abi.rs` (compiled
     /// into both the kernel and the host, so entry and launch cannot drift), passed by value.
@@ -94,6 +97,7 @@ impl std::fmt::Debug for ParamBlock {
 pub unsafe trait KernelParams: Copy + 'static {}
 
 impl ParamBlock {
+    /// The bytes of `params`; refuses a struct larger than [`PARAM_BLOCK_BYTES`] or aligned above 8.
     pub fn of<P: KernelParams>(params: &P) -> Result<Self> {
         let len = std::mem::size_of::<P>();
         if len > PARAM_BLOCK_BYTES || std::mem::align_of::<P>() > 8 {
@@ -119,16 +123,21 @@ impl ParamBlock {
 /// Grid, block and dynamic shared memory of one launch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LaunchDims {
+    /// Blocks per grid (x, y, z).
     pub grid: (u32, u32, u32),
+    /// Threads per block (x, y, z).
     pub block: (u32, u32, u32),
+    /// Dynamic shared memory per block, in bytes.
     pub shared_bytes: u32,
 }
 
 impl LaunchDims {
+    /// A launch shape without dynamic shared memory.
     pub fn new(grid: (u32, u32, u32), block: (u32, u32, u32)) -> Self {
         LaunchDims { grid, block, shared_bytes: 0 }
     }
 
+    /// The same shape with `shared_bytes` of dynamic shared memory.
     pub fn with_shared_bytes(self, shared_bytes: u32) -> Self {
         LaunchDims { shared_bytes, ..self }
     }
@@ -137,8 +146,11 @@ impl LaunchDims {
 /// One launch as the log saw it; `elapsed_ms` is filled when timing was on.
 #[derive(Clone, Debug)]
 pub struct LaunchRecord {
+    /// The PTX entry (or the label of a foreign function).
     pub entry: &'static str,
+    /// Its launch shape.
     pub dims: LaunchDims,
+    /// Event time of the launch in milliseconds, when timing was on.
     pub elapsed_ms: Option<f32>,
 }
 
@@ -188,7 +200,7 @@ impl Gpu {
     /// Runs on the caller's stream (and its context, `stream.context()`): loads the rgdn PTX
     /// module into that context; every launch, copy and allocation of this `Gpu` is ordered on
     /// `stream`. The context's cudarc event tracking is left as the caller set it: with it on,
-    /// buffers bound through [`crate::memory::CallerMemory`] are ordered against the caller's
+    /// buffers bound through [`crate::engine::CallerMemory`] are ordered against the caller's
     /// other streams by cudarc's events; with it off, ordering across streams is the caller's.
     pub fn from_stream(stream: Arc<CudaStream>) -> Result<Self> {
         let info = super::probe::probe_device(stream.context().ordinal())?;

@@ -7,10 +7,13 @@ use cudarc::driver::{result, sys};
 /// What the probe found.
 #[derive(Clone, Debug)]
 pub struct GpuInfo {
+    /// The device name the driver reports.
     pub name: String,
+    /// Compute capability (major, minor).
     pub compute_capability: (i32, i32),
     /// As `cuDriverGetVersion` reports it, e.g. 13000 for CUDA 13.0.
     pub driver_api_version: i32,
+    /// Devices the driver sees.
     pub device_count: i32,
 }
 

@@ -19,35 +19,52 @@ pub const MAT_VEC_MAX_COLS: usize = 8;
 #[derive(Clone, Debug)]
 pub struct LayerTensors {
     // Caches (persist across steps).
-    /// Conv state r_l: ne [(K_c−1)·C, M·(1+R)]; a row is [C][K_c−1] (channel-major).
+    /// Conv state r_l: ne [(K_c−1)·C, M·(1+R)]; a row is \[C\]\[K_c−1\] (channel-major).
     pub conv_cache: Tensor,
     /// SSM state s_l: ne [D·D·H_v, M·(1+R)]; a row is [H_v][D col][D i].
     pub ssm_cache: Tensor,
     // Step inputs.
-    /// `s_copy` for the one sequence: I32 [1], in an index buffer.
+    /// `s_copy` for the one sequence: I32 \[1\], in an index buffer.
     pub source_rows: Tensor,
     /// The qkv projection of the step's tokens, ne [C, n_t] (its mat-mul is out of scope).
     pub qkv_mixed: Tensor,
     /// The attention-norm output, ne [E, n_t]: input of the alpha/beta mat-vecs.
     pub cur: Tensor,
     // Weights.
+    /// SSM_CONV weights (K_c taps per channel).
     pub conv_weight: Tensor,
+    /// Alpha projection weights (F32, F16 or BF16).
     pub alpha_weight: Tensor,
+    /// Beta projection weights (F32, F16 or BF16).
     pub beta_weight: Tensor,
+    /// `dt_bias`, one per value head.
     pub dt_bias: Tensor,
+    /// `ssm_a`, one per value head.
     pub ssm_a: Tensor,
     // Intermediates, each in its own buffer (ggml's allocator would reuse some).
+    /// The conv-state rows read for the step (GET_ROWS output).
     pub conv_states: Tensor,
+    /// The conv input: states then the step's qkv (CONCAT output).
     pub conv_input: Tensor,
+    /// SSM_CONV+SiLU output.
     pub conv_out: Tensor,
+    /// L2-normalised q.
     pub q_norm: Tensor,
+    /// L2-normalised k.
     pub k_norm: Tensor,
+    /// The SSM state rows read for the step (GET_ROWS output).
     pub ssm_state: Tensor,
+    /// Alpha mat-vec output.
     pub alpha: Tensor,
+    /// Beta mat-vec output.
     pub beta_raw: Tensor,
+    /// Sigmoid of the beta product.
     pub beta: Tensor,
+    /// Alpha plus `dt_bias`.
     pub alpha_biased: Tensor,
+    /// Softplus of the biased alpha.
     pub softplus: Tensor,
+    /// The gate: softplus times `ssm_a`.
     pub gate: Tensor,
     /// Attention output, ne [D, H_v, n_t, 1].
     pub attn_out: Tensor,
@@ -149,7 +166,7 @@ impl LayerTensors {
         })
     }
 
-    /// Name, type and shape of every tensor but `source_rows` (I32 [1]), in field order: what
+    /// Name, type and shape of every tensor but `source_rows` (I32 \[1\]), in field order: what
     /// [`LayerTensors::alloc`] allocates (contiguous) and [`unfused_ops`] requires. Validates
     /// the shape and the step (every size representable).
     pub fn specs(shape: &GdnShape, step: &Step, weights: DType) -> Result<[(&'static str, DType, [usize; 4]); 22]> {
