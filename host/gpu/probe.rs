@@ -33,6 +33,9 @@ pub fn probe() -> Result<GpuInfo> {
 /// [`probe`] for device `ordinal` (the device of a caller's context). Never panics.
 pub fn probe_device(ordinal: usize) -> Result<GpuInfo> {
     // SAFETY: only tries to dlopen the driver library under its known names; no symbol is used.
+    // (Linked against libcuda — feature `cuda-dynamic-linking` — the program cannot start
+    // without it, so there is nothing to check.)
+    #[cfg(not(feature = "cuda-dynamic-linking"))]
     if !unsafe { sys::is_culib_present() } {
         return Err(Error::NoGpu { reason: "libcuda (the CUDA driver library) is not installed or not on the loader path".into() });
     }
