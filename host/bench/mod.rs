@@ -415,7 +415,9 @@ pub fn run_with(args: &BenchArgs, builder: &dyn ChainBuilder, out: &mut dyn std:
         l2_bytes: l2,
         timing: timer.name().into(),
         timing_note: timer.note(),
-        nvtx: nvtx::library().map(|p| format!("ranges via {}", p.display())).unwrap_or_else(|| "absent (no libnvToolsExt)".into()),
+        nvtx: nvtx::library()
+            .map(|p| format!("ranges via {}", p.display()))
+            .unwrap_or_else(|| "absent (no NVTX_INJECTION64_PATH tool, no libnvToolsExt)".into()),
         preset,
         shape: format!(
             "E {}, H_k {}, H_v {}, D {}, d_conv {}",
