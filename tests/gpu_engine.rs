@@ -56,6 +56,7 @@ fn main() -> ExitCode {
     run("an out-of-range source row is refused before any launch", index_refused(&stream, &gpu));
     run("raw ranges are checked against the driver's allocation", raw_ranges_checked(&stream, &gpu));
     run("the launch recorder is off unless asked for", recorder_opt_in(&stream, &gpu));
+    run("views (CudaView, CudaViewMut) bind their own range only", views_bind_their_range(&stream, &gpu));
     if failed > 0 {
         println!("{failed} engine check(s) FAILED");
         return ExitCode::FAILURE;
@@ -236,6 +237,30 @@ fn recorder_opt_in(stream: &Arc<CudaStream>, gpu: &Gpu) -> Check {
     gpu.synchronize().map_err(e)?;
     if (unrecorded, recorded) != (0, 1) {
         return Err(format!("recorder off kept {unrecorded} launches, on kept {recorded}; expected 0 and 1"));
+    }
+    Ok(())
+}
+
+fn views_bind_their_range(stream: &Arc<CudaStream>, gpu: &Gpu) -> Check {
+    let src = stream.clone_htod(&[3f32; 64]).map_err(e)?;
+    let mut dst = stream.alloc_zeros::<f32>(128).map_err(e)?;
+    {
+        let mut mem = CallerMemory::new(gpu);
+        let a = mem.bind_view(src.slice(0..64)).map_err(e)?;
+        let b = mem.bind_view_mut(dst.slice_mut(64..128)).map_err(e)?;
+        // The view holds 64 elements (256 bytes): 64 elements from byte 4 on reach past it.
+        let shifted = f32s(b, 64).view([64, 1, 1, 1], [4, 256, 256, 256], 4);
+        if !matches!(mem.launch(&Cpy { src: f32s(a, 64), dst: shifted }), Err(Error::OutOfBounds { .. })) {
+            return Err("a copy past the end of a view was not refused".into());
+        }
+        mem.launch(&Cpy { src: f32s(a, 64), dst: f32s(b, 64) }).map_err(e)?;
+        gpu.synchronize().map_err(e)?;
+    }
+    let mut out = [0f32; 128];
+    stream.memcpy_dtoh(&dst, &mut out).map_err(e)?;
+    stream.synchronize().map_err(e)?;
+    if out[..64].iter().any(|&v| v != 0.0) || out[64..].iter().any(|&v| v != 3.0) {
+        return Err("the copy did not land exactly in the bound view".into());
     }
     Ok(())
 }
