@@ -249,15 +249,18 @@ impl Gpu {
         Ok(Self::wrap(slice, bytes.len(), &self.stream))
     }
 
-    /// `bytes` into the start of `buf`, in stream order (the host slice is copied before return).
+    /// `bytes` into caller memory at `ptr`, in stream order: after every earlier launch on the
+    /// stream (a step still reading the old index values), before every later one. No
+    /// synchronisation (it would cost a stall per step and break graph capture).
     fn write_caller(&self, ptr: u64, bytes: &[u8]) -> Result<()> {
         self.ctx.bind_to_thread()?;
         // SAFETY: `ptr` addresses a caller buffer of at least `bytes.len()` bytes (`write`
-        // checked the length; binding established the range). The copy is pageable-host
-        // memory, which the driver stages before returning, and we synchronize anyway so the
-        // borrow of `bytes` cannot end while the copy reads it.
+        // checked the length; binding established the range). `bytes` is pageable host memory,
+        // which the driver copies to staging memory before `cuMemcpyHtoDAsync` returns (CUDA's
+        // documented behaviour, which cudarc's own `memcpy_htod` relies on too), so its borrow
+        // may end at return.
         unsafe { cudarc::driver::result::memcpy_htod_async(ptr, bytes, self.stream.cu_stream()) }?;
-        Ok(self.stream.synchronize()?)
+        Ok(())
     }
 
     /// Overwrites a buffer with `bytes` (same length).
