@@ -7,6 +7,13 @@
 //! The device build uses its own target directory so it never waits on the host build's lock.
 //!
 //! `RGDN_CUDA_ARCH` picks the target (default `sm_90`).
+//!
+//! Stable Rust: the built PTX of each supported arch is committed as `kernels-gpu/ptx/<arch>.ptx`.
+//! When the kernel toolchain (a nightly rustc with `rust-src`) is absent — a downstream crate on
+//! stable — build.rs embeds that file instead, and says so (`cargo:warning`). `RGDN_PTX_FROM`
+//! forces either way: `source` (build, or fail) or `committed`. The crate learns which
+//! (`RGDN_PTX_ORIGIN` = `source` | `committed`); `tests/ptx_committed.rs` rebuilds from source
+//! and fails when the committed file differs by one byte (`scripts/refresh-ptx.sh` refreshes it).
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -23,11 +30,39 @@ fn main() {
     println!("cargo:rerun-if-changed=kernels-gpu/src");
     println!("cargo:rerun-if-changed=kernels-gpu/Cargo.toml");
     println!("cargo:rerun-if-env-changed=RGDN_CUDA_ARCH");
+    println!("cargo:rerun-if-env-changed=RGDN_PTX_FROM");
+    println!("cargo:rerun-if-changed=kernels-gpu/ptx");
     // The bench embeds the commit it was built from (scripts/gpu-bundle.sh sets it).
     println!("cargo:rerun-if-env-changed=RGDN_GIT_COMMIT");
 
     let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-    check_rust_src(&cargo);
+    let committed = manifest_dir.join("kernels-gpu/ptx").join(format!("{arch}.ptx"));
+    let from = env::var("RGDN_PTX_FROM").unwrap_or_default();
+    let use_committed = match from.as_str() {
+        "source" => {
+            if let Err(why) = kernel_toolchain(&cargo) {
+                fail(&why);
+            }
+            false
+        }
+        "committed" => true,
+        "" => match kernel_toolchain(&cargo) {
+            Ok(()) => false,
+            Err(why) => {
+                println!(
+                    "cargo:warning=rgdn: no kernel toolchain ({}); embedding the committed PTX {}",
+                    why.lines().next().unwrap_or_default(),
+                    committed.display()
+                );
+                true
+            }
+        },
+        other => fail(&format!("RGDN_PTX_FROM is `{other}`; use `source`, `committed`, or leave it unset")),
+    };
+    if use_committed {
+        embed_committed(&committed, &arch, &out_dir);
+        return;
+    }
 
     // Next to the host's own target dir, but separate (no lock contention).
     let target_dir = env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| manifest_dir.join("target")).join("kernels-gpu");
@@ -58,6 +93,25 @@ fn main() {
     std::fs::write(&ptx_out, &ptx).unwrap_or_else(|e| fail(&format!("could not rewrite {}: {e}", ptx_out.display())));
     println!("cargo:rustc-env=RGDN_PTX_PATH={}", ptx_out.display());
     println!("cargo:rustc-env=RGDN_PTX_ARCH={arch}");
+    println!("cargo:rustc-env=RGDN_PTX_ORIGIN=source");
+}
+
+/// Embeds `kernels-gpu/ptx/<arch>.ptx` (a copy in OUT_DIR, so the crate reads one path either way).
+fn embed_committed(committed: &Path, arch: &str, out_dir: &Path) {
+    let ptx = std::fs::read_to_string(committed).unwrap_or_else(|e| {
+        fail(&format!(
+            "no committed PTX for {arch} at {} ({e}); build with {TOOLCHAIN_HINT}, or pick a committed arch with RGDN_CUDA_ARCH",
+            committed.display()
+        ))
+    });
+    if !ptx.contains(".entry") {
+        fail(&format!("{} holds no kernel entry point", committed.display()));
+    }
+    let ptx_out = out_dir.join("rgdn.ptx");
+    std::fs::write(&ptx_out, &ptx).unwrap_or_else(|e| fail(&format!("could not write {}: {e}", ptx_out.display())));
+    println!("cargo:rustc-env=RGDN_PTX_PATH={}", ptx_out.display());
+    println!("cargo:rustc-env=RGDN_PTX_ARCH={arch}");
+    println!("cargo:rustc-env=RGDN_PTX_ORIGIN=committed");
 }
 
 // [mmvf-pair] the shared constants, for the launch-bounds table.
@@ -86,29 +140,33 @@ fn with_launch_bounds(ptx: &str, bounds: &[(&str, u32, u32)]) -> String {
     out
 }
 
-/// `-Zbuild-std` compiles `core` from the toolchain's `rust-src` component; say so plainly if
-/// it is missing instead of letting cargo fail deep inside.
-fn check_rust_src(cargo: &str) {
+/// Whether the kernels can be built here: a nightly rustc (`-Zbuild-std`) whose `rust-src`
+/// component is installed (`-Zbuild-std` compiles `core` from it). Says plainly what is missing
+/// instead of letting cargo fail deep inside.
+fn kernel_toolchain(cargo: &str) -> Result<(), String> {
     let rustc = Path::new(cargo).with_file_name("rustc");
     let rustc = if rustc.exists() { rustc } else { PathBuf::from("rustc") };
+    let version = Command::new(&rustc)
+        .arg("--version")
+        .output()
+        .map_err(|e| format!("could not run `{}`: {e}; install {TOOLCHAIN_HINT}", rustc.display()))?;
+    let version = String::from_utf8_lossy(&version.stdout).trim().to_string();
+    if !version.contains("nightly") {
+        return Err(format!("`{}` is `{version}`, but the device build needs nightly features; install {TOOLCHAIN_HINT}", rustc.display()));
+    }
     let sysroot = Command::new(&rustc)
         .args(["--print", "sysroot"])
         .output()
-        .unwrap_or_else(|e| fail(&format!("could not run `{}`: {e}; install {TOOLCHAIN_HINT}", rustc.display())));
+        .map_err(|e| format!("could not run `{}`: {e}; install {TOOLCHAIN_HINT}", rustc.display()))?;
     let sysroot = String::from_utf8_lossy(&sysroot.stdout).trim().to_string();
     let core_src = Path::new(&sysroot).join("lib/rustlib/src/rust/library/core");
     if !core_src.exists() {
-        fail(&format!(
+        return Err(format!(
             "the toolchain at {sysroot} has no rust-src component (needed for -Zbuild-std=core).\n\
              Install it with `rustup component add rust-src --toolchain nightly-2026-05-20`, or {TOOLCHAIN_HINT}."
         ));
     }
-    let version = Command::new(&rustc).arg("--version").output().map(|o| String::from_utf8_lossy(&o.stdout).to_string());
-    if let Ok(v) = version
-        && !v.contains("nightly")
-    {
-        fail(&format!("`{}` is `{}`, but the device build needs nightly features; install {TOOLCHAIN_HINT}", rustc.display(), v.trim()));
-    }
+    Ok(())
 }
 
 /// The nested cargo must not inherit the outer build's per-package settings (flags, target,

@@ -11,7 +11,12 @@ pub enum Values {
     /// Uniform in (−scale, scale).
     Uniform(f32),
     /// Uniform in (−scale, scale), with about one value in `every` replaced by a special one.
-    WithSpecials { scale: f32, every: u32 },
+    WithSpecials {
+        /// Half-width of the uniform range.
+        scale: f32,
+        /// About one value in this many is special.
+        every: u32,
+    },
     /// Any bit pattern at all (for pure copies).
     AnyBits,
 }
@@ -33,6 +38,7 @@ pub fn special(rng: &mut StdRng) -> f32 {
     f32::from_bits(bits | sign)
 }
 
+/// `n` values drawn as `values` says.
 pub fn fill(rng: &mut StdRng, n: usize, values: Values) -> Vec<f32> {
     (0..n)
         .map(|_| match values {

@@ -10,6 +10,11 @@ pub const PTX: &str = include_str!(env!("RGDN_PTX_PATH"));
 /// The GPU architecture the PTX targets (`RGDN_CUDA_ARCH` at build time, default sm_90).
 pub const PTX_ARCH: &str = env!("RGDN_PTX_ARCH");
 
+/// Where [`PTX`] came from: `"source"` (built from `kernels-gpu/` by the nightly kernel
+/// toolchain) or `"committed"` (`kernels-gpu/ptx/<arch>.ptx`, when that toolchain is absent, e.g.
+/// on stable Rust). `tests/ptx_committed.rs` keeps the two byte-identical.
+pub const PTX_ORIGIN: &str = env!("RGDN_PTX_ORIGIN");
+
 /// Every entry point the host may launch ([`abi::ENTRIES`]); `tests/ptx.rs` checks each is in
 /// [`PTX`] with its parameter struct's size and alignment.
 pub fn all_entries() -> Vec<&'static str> {

@@ -141,6 +141,8 @@ pub fn run(out: &mut dyn std::io::Write) -> Result<bool> {
     let gpu = match Gpu::new() {
         Ok(gpu) => {
             writeln!(out, "GPU: {}", gpu.info())?;
+            // The time table comes from the launch recorder.
+            gpu.set_recording(true);
             Some(gpu)
         }
         Err(Error::NoGpu { reason }) => {

@@ -69,6 +69,7 @@ impl HostMemory {
         self.budget
     }
 
+    /// Bytes allocated so far.
     pub fn used_bytes(&self) -> usize {
         self.used
     }
@@ -141,14 +142,17 @@ impl HostMemory {
         self.try_alloc_indices(values).unwrap_or_else(|e| panic!("{e}"))
     }
 
+    /// Number of buffers (ids `0..n_buffers()`).
     pub fn n_buffers(&self) -> usize {
         self.buffers.len()
     }
 
+    /// The bytes of buffer `id` (panics on a bad id).
     pub fn bytes(&self, id: BufferId) -> &[u8] {
         &self.buffers[id.0]
     }
 
+    /// The bytes of buffer `id`, writable (panics on a bad id).
     pub fn bytes_mut(&mut self, id: BufferId) -> &mut [u8] {
         &mut self.buffers[id.0]
     }
@@ -159,6 +163,7 @@ impl HostMemory {
         u32::from_le_bytes(self.buffers[t.buffer.0][o..o + 4].try_into().expect("4 bytes"))
     }
 
+    /// Writes the 32-bit element of `t` at logical index `i`.
     pub fn write_u32(&mut self, t: &Tensor, i: [usize; 4], v: u32) {
         let o = t.layout.byte_offset(i);
         self.buffers[t.buffer.0][o..o + 4].copy_from_slice(&v.to_le_bytes());
@@ -170,15 +175,18 @@ impl HostMemory {
         u16::from_le_bytes(self.buffers[t.buffer.0][o..o + 2].try_into().expect("2 bytes"))
     }
 
+    /// Writes the 16-bit element of `t` at logical index `i`.
     pub fn write_u16(&mut self, t: &Tensor, i: [usize; 4], v: u16) {
         let o = t.layout.byte_offset(i);
         self.buffers[t.buffer.0][o..o + 2].copy_from_slice(&v.to_le_bytes());
     }
 
+    /// The F32 element of `t` at logical index `i`.
     pub fn read_f32(&self, t: &Tensor, i: [usize; 4]) -> f32 {
         f32::from_bits(self.read_u32(t, i))
     }
 
+    /// Writes the F32 element of `t` at logical index `i`.
     pub fn write_f32(&mut self, t: &Tensor, i: [usize; 4], v: f32) {
         self.write_u32(t, i, v.to_bits())
     }
@@ -222,6 +230,24 @@ pub struct DeviceMemory {
 }
 
 impl DeviceMemory {
+    /// No buffers yet ([`crate::engine::CallerMemory`] binds the caller's buffers into one).
+    pub(crate) fn empty() -> Self {
+        DeviceMemory { buffers: Vec::new(), index_shadow: Vec::new() }
+    }
+
+    /// Adds `buffer` under the next id; `index_values` are the host copy of an index buffer's
+    /// bytes (then they must be the buffer's device contents, byte for byte).
+    pub(crate) fn push(&mut self, buffer: DeviceBuffer, index_values: Option<Vec<u8>>) -> BufferId {
+        self.buffers.push(buffer);
+        self.index_shadow.push(index_values);
+        BufferId(self.buffers.len() - 1)
+    }
+
+    /// Number of buffers (ids `0..n_buffers()`).
+    pub fn n_buffers(&self) -> usize {
+        self.buffers.len()
+    }
+
     /// Allocates one device buffer per host buffer and copies the contents.
     pub fn upload(gpu: &Gpu, host: &HostMemory) -> Result<Self> {
         let mut buffers = Vec::with_capacity(host.n_buffers());
@@ -231,6 +257,13 @@ impl DeviceMemory {
             index_shadow.push(host.index_buffer[i].then(|| bytes.clone()));
         }
         Ok(DeviceMemory { buffers, index_shadow })
+    }
+
+    /// Copies buffer `id` to the host (waits for all earlier work on the stream).
+    pub fn download_buffer(&self, gpu: &Gpu, id: BufferId) -> Result<Vec<u8>> {
+        let buffer =
+            self.buffers.get(id.0).ok_or_else(|| Error::Invalid { op: "DeviceMemory::download", what: format!("no buffer {}", id.0) })?;
+        gpu.download(buffer)
     }
 
     /// Copies every buffer back into a new [`HostMemory`] (same ids, same index flags).

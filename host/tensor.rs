@@ -7,13 +7,18 @@ use std::ops::Range;
 /// Element types the kernels read or write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DType {
+    /// 32-bit float.
     F32,
+    /// IEEE half.
     F16,
+    /// bfloat16.
     BF16,
+    /// 32-bit signed integer (row indices).
     I32,
 }
 
 impl DType {
+    /// Bytes per element.
     pub const fn size(self) -> usize {
         match self {
             DType::F32 | DType::I32 => 4,
@@ -76,6 +81,7 @@ pub fn try_product(op: &'static str, arg: &'static str, what: &str, factors: &[u
 /// overlaps conservatively.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Layout {
+    /// Element type.
     pub dtype: DType,
     /// Byte offset of element (0, 0, 0, 0) from the start of the buffer.
     pub offset: usize,
@@ -122,6 +128,7 @@ impl Layout {
         checked_product(&self.ne)
     }
 
+    /// Whether the view has no elements.
     pub fn is_empty(&self) -> bool {
         self.ne.contains(&0)
     }
@@ -202,19 +209,24 @@ impl Layout {
 /// A view of one buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Tensor {
+    /// The buffer the view lies in.
     pub buffer: BufferId,
+    /// Offset, shape and strides.
     pub layout: Layout,
 }
 
 impl Tensor {
+    /// A view of `buffer`.
     pub fn new(buffer: BufferId, layout: Layout) -> Self {
         Tensor { buffer, layout }
     }
 
+    /// Elements per dimension.
     pub fn ne(&self) -> [usize; 4] {
         self.layout.ne
     }
 
+    /// Element type.
     pub fn dtype(&self) -> DType {
         self.layout.dtype
     }
@@ -229,10 +241,12 @@ impl Tensor {
         Some(Tensor { buffer: self.buffer, layout: self.layout.checked_view(ne, nb, extra_offset)? })
     }
 
+    /// The view with dimensions 0 and 1 swapped.
     pub fn transpose(&self) -> Self {
         Tensor { buffer: self.buffer, layout: self.layout.transpose() }
     }
 
+    /// The same bytes as a contiguous view of shape `ne`, `None` when the view is not contiguous or the counts differ.
     pub fn reshape(&self, ne: [usize; 4]) -> Option<Self> {
         self.layout.reshape(ne).map(|layout| Tensor { buffer: self.buffer, layout })
     }

@@ -69,21 +69,8 @@ impl ChainBuilder for Fused {
     }
 
     fn layer_ops(&self, _mem: &mut HostMemory, t: &LayerTensors, cfg: &ChainConfig, fusion: bool) -> Result<Vec<Box<dyn Op>>> {
-        if !fusion {
-            return unfused_ops(t, &cfg.shape, &cfg.step, cfg.init.precision);
-        }
-        let spec = crate::graph::layer::LayerSpec {
-            weights: cfg.init.mat_vec_weights,
-            precision: cfg.init.precision,
-            ..crate::graph::layer::LayerSpec::new(cfg.shape, cfg.step)
-        };
-        let nodes = crate::graph::layer::ggml_layer_ops(t, &spec)?.into_iter().map(|op| crate::graph::Node::new(op, Some(0))).collect();
-        // What the step hands on: both caches, its products and the attention output (the
-        // intermediates in between may be eliminated).
-        let observed = [t.conv_cache, t.ssm_cache, t.conv_out, t.q_norm, t.k_norm, t.alpha, t.beta_raw, t.beta, t.gate, t.attn_out];
-        let live_out = crate::graph::ByteSet::of_all(&observed, crate::graph::Bound::Over);
-        let (nodes, _report) = crate::fusion::compile(nodes, &live_out, crate::fusion::Options::ON);
-        Ok(nodes.into_iter().map(|n| n.op).collect())
+        // The library's own entry (what an engine calls): one definition of the fused step.
+        crate::engine::layer_step(t, &cfg.shape, &cfg.step, &cfg.init, fusion)
     }
 }
 

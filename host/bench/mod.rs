@@ -346,6 +346,8 @@ pub fn run_with(args: &BenchArgs, builder: &dyn ChainBuilder, out: &mut dyn std:
         return Err(Error::Invalid { op: OP, what: "rounds and layers must be at least 1".into() });
     }
     let gpu = Gpu::new()?;
+    // The bench counts and times every launch: the recorder is on for its whole run.
+    gpu.set_recording(true);
     let mut timer = if args.events {
         Timer::Events { why: "--events asked for events".into() }
     } else if std::env::var_os("CUDA_INJECTION64_PATH").is_some() {
@@ -413,7 +415,9 @@ pub fn run_with(args: &BenchArgs, builder: &dyn ChainBuilder, out: &mut dyn std:
         l2_bytes: l2,
         timing: timer.name().into(),
         timing_note: timer.note(),
-        nvtx: nvtx::library().map(|p| format!("ranges via {}", p.display())).unwrap_or_else(|| "absent (no libnvToolsExt)".into()),
+        nvtx: nvtx::library()
+            .map(|p| format!("ranges via {}", p.display()))
+            .unwrap_or_else(|| "absent (no NVTX_INJECTION64_PATH tool, no libnvToolsExt)".into()),
         preset,
         shape: format!(
             "E {}, H_k {}, H_v {}, D {}, d_conv {}",

@@ -7,25 +7,46 @@ use cudarc::nvrtc::Ptx;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// One device allocation. Kernels address it through raw device pointers computed from views
-/// that ops validated against [`DeviceBuffer::len`].
+/// One range of device memory: an allocation of rgdn's own, or memory the caller owns (bound by
+/// [`crate::engine::CallerMemory`], which keeps the caller's borrow alive while it is in use).
+/// Kernels address it through raw device pointers computed from views that ops validated
+/// against [`DeviceBuffer::len`].
 pub struct DeviceBuffer {
-    slice: CudaSlice<u8>,
+    storage: Storage,
     ptr: u64,
     len: usize,
 }
 
+enum Storage {
+    /// rgdn's allocation (freed when the buffer drops).
+    Owned(CudaSlice<u8>),
+    /// The caller's memory: `len` bytes at `ptr`, never freed here.
+    Caller,
+}
+
 impl DeviceBuffer {
+    /// Size in bytes.
     pub fn len(&self) -> usize {
         self.len
     }
 
+    /// Whether the buffer holds no bytes.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
+    /// Device address of the first byte.
     pub fn device_ptr(&self) -> u64 {
         self.ptr
+    }
+
+    /// `len` bytes of caller memory at `ptr`.
+    ///
+    /// # Safety
+    /// `ptr..ptr + len` must be device memory of the [`Gpu`]'s context that stays allocated, and
+    /// that nothing else writes while rgdn uses it, for as long as the buffer is used.
+    pub(crate) unsafe fn caller(ptr: u64, len: usize) -> Self {
+        DeviceBuffer { storage: Storage::Caller, ptr, len }
     }
 }
 
@@ -39,8 +60,11 @@ pub enum KernelArg {
     Ptr(u64),
     /// `usize` in the kernel (element strides and counts).
     Usize(u64),
+    /// A `u32` parameter.
     U32(u32),
+    /// An `i32` parameter.
     I32(i32),
+    /// An `f32` parameter.
     F32(f32),
     /// A kernel's whole parameter list as one `#[repr(C)]` struct declared in `abi.rs` (compiled
     /// into both the kernel and the host, so entry and launch cannot drift), passed by value.
@@ -73,6 +97,7 @@ impl std::fmt::Debug for ParamBlock {
 pub unsafe trait KernelParams: Copy + 'static {}
 
 impl ParamBlock {
+    /// The bytes of `params`; refuses a struct larger than [`PARAM_BLOCK_BYTES`] or aligned above 8.
     pub fn of<P: KernelParams>(params: &P) -> Result<Self> {
         let len = std::mem::size_of::<P>();
         if len > PARAM_BLOCK_BYTES || std::mem::align_of::<P>() > 8 {
@@ -98,16 +123,21 @@ impl ParamBlock {
 /// Grid, block and dynamic shared memory of one launch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LaunchDims {
+    /// Blocks per grid (x, y, z).
     pub grid: (u32, u32, u32),
+    /// Threads per block (x, y, z).
     pub block: (u32, u32, u32),
+    /// Dynamic shared memory per block, in bytes.
     pub shared_bytes: u32,
 }
 
 impl LaunchDims {
+    /// A launch shape without dynamic shared memory.
     pub fn new(grid: (u32, u32, u32), block: (u32, u32, u32)) -> Self {
         LaunchDims { grid, block, shared_bytes: 0 }
     }
 
+    /// The same shape with `shared_bytes` of dynamic shared memory.
     pub fn with_shared_bytes(self, shared_bytes: u32) -> Self {
         LaunchDims { shared_bytes, ..self }
     }
@@ -116,21 +146,31 @@ impl LaunchDims {
 /// One launch as the log saw it; `elapsed_ms` is filled when timing was on.
 #[derive(Clone, Debug)]
 pub struct LaunchRecord {
+    /// The PTX entry (or the label of a foreign function).
     pub entry: &'static str,
+    /// Its launch shape.
     pub dims: LaunchDims,
+    /// Event time of the launch in milliseconds, when timing was on.
     pub elapsed_ms: Option<f32>,
 }
 
+/// The opt-in launch recorder: off by default, so a long-running engine keeps no per-launch
+/// state. While recording (or timing) is on, every launch is kept until [`Gpu::take_launches`].
 #[derive(Default)]
 struct LaunchLog {
     records: Vec<LaunchRecord>,
     pending_events: Vec<(usize, CudaEvent, CudaEvent)>,
+    recording: bool,
     timing: bool,
 }
 
 /// The device, its stream and the rgdn kernels. Every launch of the library goes through
 /// [`Gpu::launch`] (or [`Gpu::launch_function`] for test oracles), which checks the launch
-/// shape, and logs — and when asked, times — the launch.
+/// shape, and — when the recorder is on ([`Gpu::set_recording`], [`Gpu::set_timing`]) — logs and
+/// times the launch.
+///
+/// [`Gpu::new`] makes its own context and stream on device 0; [`Gpu::from_stream`] runs on an
+/// engine's own context and stream instead.
 pub struct Gpu {
     info: GpuInfo,
     ctx: Arc<CudaContext>,
@@ -154,18 +194,36 @@ impl Gpu {
         // NULL stream into a graph (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED), and the bench
         // replays captured forwards. All work still goes through this one stream, in order.
         let stream = ctx.new_stream()?;
+        Self::on(info, stream)
+    }
+
+    /// Runs on the caller's stream (and its context, `stream.context()`): loads the rgdn PTX
+    /// module into that context; every launch, copy and allocation of this `Gpu` is ordered on
+    /// `stream`. The context's cudarc event tracking is left as the caller set it: with it on,
+    /// buffers bound through [`crate::engine::CallerMemory`] are ordered against the caller's
+    /// other streams by cudarc's events; with it off, ordering across streams is the caller's.
+    pub fn from_stream(stream: Arc<CudaStream>) -> Result<Self> {
+        let info = super::probe::probe_device(stream.context().ordinal())?;
+        Self::on(info, stream)
+    }
+
+    fn on(info: GpuInfo, stream: Arc<CudaStream>) -> Result<Self> {
+        let ctx = stream.context().clone();
         let module = ctx.load_module(Ptx::from_src(crate::kernels::PTX))?;
         Ok(Gpu { info, ctx, stream, module, functions: Mutex::new(HashMap::new()), log: Mutex::new(LaunchLog::default()) })
     }
 
+    /// What the probe found about the device this `Gpu` runs on.
     pub fn info(&self) -> &GpuInfo {
         &self.info
     }
 
+    /// The one stream every launch and copy goes to.
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
     }
 
+    /// The context the module is loaded in.
     pub fn context(&self) -> &Arc<CudaContext> {
         &self.ctx
     }
@@ -191,23 +249,54 @@ impl Gpu {
         Ok(Self::wrap(slice, bytes.len(), &self.stream))
     }
 
+    /// `bytes` into caller memory at `ptr`, in stream order: after every earlier launch on the
+    /// stream (a step still reading the old index values), before every later one. No
+    /// synchronisation (it would cost a stall per step and break graph capture).
+    fn write_caller(&self, ptr: u64, bytes: &[u8]) -> Result<()> {
+        self.ctx.bind_to_thread()?;
+        // SAFETY: `ptr` addresses a caller buffer of at least `bytes.len()` bytes (`write`
+        // checked the length; binding established the range). `bytes` is pageable host memory,
+        // which the driver copies to staging memory before `cuMemcpyHtoDAsync` returns (CUDA's
+        // documented behaviour, which cudarc's own `memcpy_htod` relies on too), so its borrow
+        // may end at return.
+        unsafe { cudarc::driver::result::memcpy_htod_async(ptr, bytes, self.stream.cu_stream()) }?;
+        Ok(())
+    }
+
     /// Overwrites a buffer with `bytes` (same length).
     pub fn write(&self, buf: &mut DeviceBuffer, bytes: &[u8]) -> Result<()> {
         if bytes.len() != buf.len {
             return Err(Error::Invalid { op: "Gpu::write", what: format!("buffer holds {} bytes, got {}", buf.len, bytes.len()) });
         }
-        if !bytes.is_empty() {
-            self.stream.memcpy_htod(bytes, &mut buf.slice)?;
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        match &mut buf.storage {
+            Storage::Owned(slice) => self.stream.memcpy_htod(bytes, slice)?,
+            Storage::Caller => self.write_caller(buf.ptr, bytes)?,
         }
         Ok(())
     }
 
     /// Copies a buffer to the host (waits for all earlier work on the stream).
     pub fn download(&self, buf: &DeviceBuffer) -> Result<Vec<u8>> {
-        let mut out = vec![0u8; buf.slice.len()];
-        self.stream.memcpy_dtoh(&buf.slice, &mut out)?;
-        self.stream.synchronize()?;
-        out.truncate(buf.len);
+        let mut out = vec![0u8; buf.len];
+        match &buf.storage {
+            Storage::Owned(slice) => {
+                let mut all = vec![0u8; slice.len()];
+                self.stream.memcpy_dtoh(slice, &mut all)?;
+                self.stream.synchronize()?;
+                out.copy_from_slice(&all[..buf.len]);
+            }
+            Storage::Caller if buf.len > 0 => {
+                self.ctx.bind_to_thread()?;
+                // SAFETY: binding established that `buf.ptr..+buf.len` is live device memory;
+                // `out` holds exactly `buf.len` bytes and outlives the copy (synchronized below).
+                unsafe { cudarc::driver::result::memcpy_dtoh_async(&mut out, buf.ptr, self.stream.cu_stream()) }?;
+                self.stream.synchronize()?;
+            }
+            Storage::Caller => {}
+        }
         Ok(out)
     }
 
@@ -217,7 +306,7 @@ impl Gpu {
             let (ptr, _sync) = slice.device_ptr(stream);
             ptr
         };
-        DeviceBuffer { slice, ptr, len }
+        DeviceBuffer { storage: Storage::Owned(slice), ptr, len }
     }
 
     /// Waits for all launched work; reports any asynchronous kernel fault.
@@ -255,6 +344,11 @@ impl Gpu {
             };
         }
         let mut log = self.log();
+        if !(log.recording || log.timing) {
+            // SAFETY: the caller guarantees the argument list and extents (see `launch`).
+            unsafe { builder.launch(cfg) }?;
+            return Ok(());
+        }
         // Timing events need CU_EVENT_DEFAULT: cudarc's default flags disable timing.
         let timed = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
         let start = if log.timing { Some(self.stream.record_event(timed)?) } else { None };
@@ -283,12 +377,27 @@ impl Gpu {
         self.log.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Turns per-launch event timing on or off (off by default: events cost time).
+    /// Turns per-launch event timing on or off (off by default: events cost time). Timed
+    /// launches are recorded whether or not [`Gpu::set_recording`] is on.
     pub fn set_timing(&self, on: bool) {
         self.log().timing = on;
     }
 
-    /// Takes the launch log (waits for timed launches to finish first).
+    /// Turns the launch recorder on or off and returns its previous state. Off by default: an
+    /// engine stepping for hours keeps no per-launch bookkeeping. While on, every launch is kept
+    /// (entry, shape) until [`Gpu::take_launches`] takes it; the op suite, the bench and
+    /// [`crate::graph::exec::run_gpu`] turn it on.
+    pub fn set_recording(&self, on: bool) -> bool {
+        std::mem::replace(&mut self.log().recording, on)
+    }
+
+    /// Whether the launch recorder is on.
+    pub fn is_recording(&self) -> bool {
+        self.log().recording
+    }
+
+    /// Takes the launch log (waits for timed launches to finish first); empty when nothing was
+    /// recorded.
     pub fn take_launches(&self) -> Result<Vec<LaunchRecord>> {
         let mut log = self.log();
         if !log.pending_events.is_empty() {
@@ -301,7 +410,8 @@ impl Gpu {
         Ok(std::mem::take(&mut log.records))
     }
 
-    /// Launches so far per entry, without clearing the log.
+    /// Launches recorded so far per entry, without clearing the log (empty while the recorder
+    /// is off).
     pub fn launch_counts(&self) -> BTreeMap<&'static str, usize> {
         let mut counts = BTreeMap::new();
         for r in &self.log().records {

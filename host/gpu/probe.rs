@@ -7,10 +7,13 @@ use cudarc::driver::{result, sys};
 /// What the probe found.
 #[derive(Clone, Debug)]
 pub struct GpuInfo {
+    /// The device name the driver reports.
     pub name: String,
+    /// Compute capability (major, minor).
     pub compute_capability: (i32, i32),
     /// As `cuDriverGetVersion` reports it, e.g. 13000 for CUDA 13.0.
     pub driver_api_version: i32,
+    /// Devices the driver sees.
     pub device_count: i32,
 }
 
@@ -24,17 +27,26 @@ impl std::fmt::Display for GpuInfo {
 
 /// Finds device 0, or says why there is none. Never panics.
 pub fn probe() -> Result<GpuInfo> {
+    probe_device(0)
+}
+
+/// [`probe`] for device `ordinal` (the device of a caller's context). Never panics.
+pub fn probe_device(ordinal: usize) -> Result<GpuInfo> {
     // SAFETY: only tries to dlopen the driver library under its known names; no symbol is used.
+    // (Linked against libcuda — feature `cuda-dynamic-linking` — the program cannot start
+    // without it, so there is nothing to check.)
+    #[cfg(not(feature = "cuda-dynamic-linking"))]
     if !unsafe { sys::is_culib_present() } {
         return Err(Error::NoGpu { reason: "libcuda (the CUDA driver library) is not installed or not on the loader path".into() });
     }
     let no_gpu = |what: &str, e: cudarc::driver::DriverError| Error::NoGpu { reason: format!("{what}: {e}") };
     result::init().map_err(|e| no_gpu("cuInit failed", e))?;
     let device_count = result::device::get_count().map_err(|e| no_gpu("cuDeviceGetCount failed", e))?;
-    if device_count < 1 {
-        return Err(Error::NoGpu { reason: "the CUDA driver reports no device".into() });
+    if device_count < 1 || ordinal >= device_count as usize {
+        return Err(Error::NoGpu { reason: format!("the CUDA driver reports {device_count} device(s), no device {ordinal}") });
     }
-    let dev = result::device::get(0).map_err(|e| no_gpu("cuDeviceGet(0) failed", e))?;
+    // `ordinal < device_count`, an i32.
+    let dev = result::device::get(ordinal as i32).map_err(|e| no_gpu("cuDeviceGet failed", e))?;
     let name = result::device::get_name(dev).map_err(|e| no_gpu("cuDeviceGetName failed", e))?;
     let attr = |a| {
         // SAFETY: `dev` is a valid device handle from cuDeviceGet; the attribute is an int.

@@ -26,8 +26,16 @@ impl Launches {
 }
 
 /// Launches every node on the GPU in order and waits for the stream. The GPU's launch log is
-/// taken (emptied) first.
+/// taken (emptied) first; the recorder is on for the run (to say what each node launched) and
+/// back to its previous state after.
 pub fn run_gpu(gpu: &Gpu, nodes: &[Node], mem: &DeviceMemory) -> Result<Launches> {
+    let was_recording = gpu.set_recording(true);
+    let launches = run_recorded(gpu, nodes, mem);
+    gpu.set_recording(was_recording);
+    launches
+}
+
+fn run_recorded(gpu: &Gpu, nodes: &[Node], mem: &DeviceMemory) -> Result<Launches> {
     gpu.take_launches()?;
     let mut per_node = Vec::with_capacity(nodes.len());
     for node in nodes {

@@ -31,6 +31,7 @@ impl GdnShape {
     /// Qwen3.5-27B: E 5120, H_k 16, H_v 48, D 128, K_c 4.
     pub const QWEN35_27B: GdnShape = GdnShape { n_embd: 5120, n_k_heads: 16, n_v_heads: 48, head_dim: 128, d_conv: 4, eps: 1e-6 };
 
+    /// The presets by name, as the CLI and bench accept them.
     pub const PRESETS: [(&'static str, GdnShape); 3] =
         [("qwen3.5-4b", Self::QWEN35_4B), ("qwen3.5-9b", Self::QWEN35_9B), ("qwen3.5-27b", Self::QWEN35_27B)];
 
@@ -176,6 +177,7 @@ impl Step {
         self.rollback_depth.saturating_mul(self.cells).saturating_add(self.src_cell)
     }
 
+    /// Refuses (typed) a step inconsistent with its caches.
     pub fn validate(&self) -> Result<()> {
         self.validate_with_max_tokens(MAX_TOKENS)
     }

@@ -23,6 +23,7 @@ pub enum TensorKind {
     Index,
     /// A step input produced outside the chain (qkv projection, attention norm).
     StepInput,
+    /// A weight (read only).
     Weight,
     /// An intermediate no comparison looks at (GET_ROWS/CONCAT outputs, the gate's parts).
     Intermediate,
@@ -35,15 +36,25 @@ pub enum TensorKind {
 /// The sizes every tensor shape of a step is written in (checked when computed).
 #[derive(Clone, Copy, Debug)]
 pub struct TableDims {
+    /// Conv channels C.
     pub c: usize,
+    /// Tokens n_t.
     pub n_t: usize,
+    /// Embedding width E.
     pub e: usize,
+    /// Head dimension D.
     pub d: usize,
+    /// Key heads H_k.
     pub hk: usize,
+    /// Value heads H_v.
     pub hv: usize,
+    /// d_conv.
     pub kc: usize,
+    /// Cache rows (cells · slots).
     pub rows: usize,
+    /// Floats of one conv-cache row, (d_conv − 1)·C.
     pub conv_row: usize,
+    /// Floats of one ssm-cache row, D·D·H_v.
     pub ssm_row: usize,
     /// d_conv − 1 + n_t: columns of the conv input.
     pub conv_cols: usize,

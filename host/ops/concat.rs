@@ -157,7 +157,7 @@ impl ConcatDim0 {
     }
 }
 
-/// [speed] [`ConcatDim0`] always launched with ggml's per-row kernel, whatever the views: keeps
+/// \[speed\] [`ConcatDim0`] always launched with ggml's per-row kernel, whatever the views: keeps
 /// that kernel in the GPU suite now that [`ConcatDim0`] takes the flat one for every view whose
 /// element count fits u32.
 #[derive(Clone, Debug)]

@@ -27,13 +27,13 @@ const MAX_GRID_YZ: usize = 65535;
 /// - `v`: F32 ne [D, H_v, n_t, n_s] (rows contiguous, any strides — in the layer a view of the
 ///   conv output);
 /// - `g`, `beta`: F32 ne [1, H_v, n_t, n_s] (any strides);
-/// - `state_in`: F32 ne [D, D, H_v, n_s]; element (i, col, h, s) = S[i][col] of head h, i.e. the
+/// - `state_in`: F32 ne [D, D, H_v, n_s]; element (i, col, h, s) = `S[i][col]` of head h, i.e. the
 ///   k index i is fastest. The layer passes it contiguous; rows contiguous and any other
 ///   strides are accepted;
 /// - `out`: F32 ne [D, H_v, n_t, n_s], rows contiguous (any other strides): attention output,
 ///   element (col, h, t, s);
 /// - `states`: F32 ne [D·D·H_v, n_s, K, 1], dim 0 contiguous: slot k of sequence s starts at
-///   nb[1]·s + nb[2]·k and holds element (i, col, h) at (h·D + col)·D + i. Slot k = the state
+///   `nb[1]·s + nb[2]·k` and holds element (i, col, h) at (h·D + col)·D + i. Slot k = the state
 ///   after token n_t−1−k; ONLY slots k < min(n_t, K) are written (the others keep their bytes).
 ///   Unfused layout: the tail of ggml's result tensor (slot stride D·D·H_v·n_s floats);
 ///   cache-fused layout: rows of the ssm cache (slot stride = M rows). Same kernel.

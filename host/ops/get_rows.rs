@@ -11,7 +11,7 @@ use crate::tensor::{DType, Tensor};
 
 const OP: &str = "GET_ROWS";
 
-/// GET_ROWS f32: dst row i = src row rows[i]. src F32 ne [row_len, n_src_rows, 1, 1] (rows
+/// GET_ROWS f32: dst row i = src row `rows[i]`. src F32 ne [row_len, n_src_rows, 1, 1] (rows
 /// contiguous); rows: I32 ne [n, 1, 1, 1] in an index buffer (values known to the host:
 /// `Memory::index_values`, each checked to be in 0..n_src_rows → Error::IndexOutOfRange); dst F32
 /// ne [row_len, n, 1, 1] rows contiguous, disjoint from src.

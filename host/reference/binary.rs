@@ -4,6 +4,7 @@ use super::math::{add, mul};
 use crate::memory::HostMemory;
 use crate::ops::binary::{Binary, BinaryKind};
 
+/// CPU reference of [`Binary`] in the kernel's float-op order (`op` validated, shape `ne`).
 pub fn binary(op: &Binary, ne: [usize; 4], mem: &mut HostMemory) {
     let ne_b = op.b.ne();
     let idx: Vec<_> = op.dst.layout.indices().collect();

@@ -4,6 +4,7 @@
 use crate::memory::HostMemory;
 use crate::ops::concat::{ConcatDim0, ConcatShape};
 
+/// CPU reference of [`ConcatDim0`] (`op` validated).
 pub fn concat_dim0(op: &ConcatDim0, shape: &ConcatShape, mem: &mut HostMemory) {
     let ConcatShape { na, nb, n1, n2 } = *shape;
     for i2 in 0..n2 {

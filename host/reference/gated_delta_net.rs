@@ -1,5 +1,5 @@
 //! GATED_DELTA_NET reference (spec §2.10), simulating the kernel's warps: for every (s, h, col)
-//! 32 lanes × 4 registers hold S[32r + l][col]; per token, per-lane fma chains from +0 are
+//! 32 lanes × 4 registers hold `S[32r + l][col]`; per token, per-lane fma chains from +0 are
 //! combined by the butterfly [`warp_sum`], in exactly the kernel's order:
 //! `γ = expf(g)`; `KV = Σ S·k`; `δ = β·fma(−γ, KV, v)`; `S_r = fma(γ, S_r, k_r·δ)`;
 //! `out = (Σ S·q)·scale`; then slot `n_t−1−t` of `states` (if < K) receives S.
@@ -12,7 +12,7 @@ use crate::ops::gated_delta_net::{GatedDeltaNet, GdnShape, attention_scale};
 /// State rows per lane (lane l holds rows 32·r + l).
 pub const ROWS_PER_LANE: usize = D / 32;
 
-/// One warp's registers: `lanes[l][r]` = S[32·r + l][col].
+/// One warp's registers: `lanes[l][r]` = `S[32·r + l][col]`.
 pub type Lanes = [[f32; ROWS_PER_LANE]; 32];
 
 /// Lane `l`'s part of `Σ_i S[i][col]·x[i]`: `fma` over r = 0 … 3 from a +0 addend.
@@ -38,6 +38,7 @@ pub fn token_step(lanes: &mut Lanes, k: &[f32], q: &[f32], v: f32, gamma: f32, b
     warp_sum(&std::array::from_fn(|l| lane_dot(&lanes[l], q, l)))
 }
 
+/// CPU reference of [`GatedDeltaNet`] in the kernel's float-op order (`op` validated).
 pub fn gated_delta_net(op: &GatedDeltaNet, shape: &GdnShape, mem: &mut HostMemory, mufu: &mut dyn Mufu) {
     let state_in = op.state_in;
     gated_delta_net_with_state(op, shape, mem, mufu, &|mem, i| mem.read_f32(&state_in, i));

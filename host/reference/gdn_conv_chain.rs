@@ -11,6 +11,7 @@ use super::ssm_conv::conv_output;
 use crate::memory::HostMemory;
 use crate::ops::gdn_conv_chain::{ChainShape, GdnConvChain};
 
+/// CPU reference of [`GdnConvChain`] in the kernel's float-op order (`op` validated).
 pub fn gdn_conv_chain(op: &GdnConvChain, shape: &ChainShape, mem: &mut HostMemory, mufu: &mut dyn Mufu) {
     let ChainShape { d_conv, n_channels, n_tokens, source_row, .. } = *shape;
     let state_len = d_conv - 1;

@@ -3,6 +3,7 @@
 use crate::memory::HostMemory;
 use crate::ops::get_rows::{GetRows, RowsShape};
 
+/// CPU reference of [`GetRows`] (`op` validated).
 pub fn get_rows(op: &GetRows, shape: &RowsShape, mem: &mut HostMemory) {
     for i in 0..shape.n_rows {
         // `check` proved 0 ≤ index < n_src_rows.

@@ -18,6 +18,7 @@ pub fn l2_normalize(row: &[f32], eps: f32, mufu: &mut dyn Mufu) -> Vec<f32> {
     row.iter().map(|x| mul(scale, *x)).collect()
 }
 
+/// CPU reference of [`L2Norm`] in the kernel's float-op order (`op` validated, shape `ne`).
 pub fn l2_norm(op: &L2Norm, ne: [usize; 4], mem: &mut HostMemory, mufu: &mut dyn Mufu) {
     for i3 in 0..ne[3] {
         for i2 in 0..ne[2] {

@@ -61,13 +61,18 @@ pub fn gt(a: f32, b: f32) -> bool {
 /// The MUFU instructions fast-math code runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum MufuOp {
+    /// `ex2.approx.ftz.f32`.
     Ex2,
+    /// `lg2.approx.ftz.f32`.
     Lg2,
+    /// `rcp.approx.ftz.f32`.
     Rcp,
+    /// `rsqrt.approx.ftz.f32`.
     Rsqrt,
 }
 
 impl MufuOp {
+    /// Every MUFU instruction.
     pub const ALL: [MufuOp; 4] = [MufuOp::Ex2, MufuOp::Lg2, MufuOp::Rcp, MufuOp::Rsqrt];
 
     /// The id the GPU's `test_mufu_eval_f32` kernel takes.
@@ -84,6 +89,7 @@ impl MufuOp {
 
 /// Source of MUFU results for the reference.
 pub trait Mufu {
+    /// The result of `op` on `x`.
     fn eval(&mut self, op: MufuOp, x: f32) -> f32;
 }
 
@@ -130,22 +136,27 @@ pub struct MufuTable {
 }
 
 impl MufuTable {
+    /// An empty table.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// Records that `op` maps input bits `x` to output bits `y`.
     pub fn insert(&mut self, op: MufuOp, x: u32, y: u32) {
         self.map.insert((op, x), y);
     }
 
+    /// The recorded result of `op` on `x`, if any.
     pub fn get(&self, op: MufuOp, x: f32) -> Option<f32> {
         self.map.get(&(op, x.to_bits())).map(|b| f32::from_bits(*b))
     }
 
+    /// Number of entries.
     pub fn len(&self) -> usize {
         self.map.len()
     }
 
+    /// Whether the table is empty.
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
     }
@@ -159,11 +170,14 @@ impl MufuTable {
 /// Answers from a [`MufuTable`]; for arguments not in it, answers [`exact_mufu`] and records
 /// the argument in `missing`.
 pub struct RecordingMufu<'a> {
+    /// The hardware results.
     pub table: &'a MufuTable,
+    /// Arguments the table lacked (answered exactly instead).
     pub missing: BTreeSet<(MufuOp, u32)>,
 }
 
 impl<'a> RecordingMufu<'a> {
+    /// A recorder over `table`.
     pub fn new(table: &'a MufuTable) -> Self {
         RecordingMufu { table, missing: BTreeSet::new() }
     }
@@ -196,9 +210,13 @@ pub fn ulp_distance(a: f32, b: f32) -> u64 {
 
 // ---- ggml's fast-math functions (mirrors of kernels-gpu/src/fast_math.rs) ----
 
+/// log2(e) as ggml's fast-math code rounds it.
 pub const LOG2_E: f32 = f32::from_bits(0x3FB8_AA3B);
+/// −log2(e).
 pub const NEG_LOG2_E: f32 = f32::from_bits(0xBFB8_AA3B);
+/// ln(2).
 pub const LN_2: f32 = f32::from_bits(0x3F31_7218);
+/// Softplus returns `x` itself above this.
 pub const SOFTPLUS_THRESHOLD: f32 = 20.0;
 
 /// `expf`: `ex2(x · log2 e)`.

@@ -122,6 +122,7 @@ pub fn block_reduce(partials: &[f32]) -> f32 {
     warp_sum(&buf)
 }
 
+/// CPU reference of [`MulMatVec`] in the kernel's float-op order (`op` validated).
 pub fn mul_mat_vec(op: &MulMatVec, shape: &MatVecShape, mem: &mut HostMemory) {
     let MatVecShape { row_len, rows, ncols, kind, block_size } = *shape;
     let threads = block_size as usize;

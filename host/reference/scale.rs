@@ -4,6 +4,7 @@ use super::math::fma;
 use crate::memory::HostMemory;
 use crate::ops::scale::Scale;
 
+/// CPU reference of [`Scale`] in the kernel's float-op order (`op` validated).
 pub fn scale(op: &Scale, mem: &mut HostMemory) {
     // In place is fine: element i is read before it is written, as in the kernel.
     for i in op.src.layout.indices() {

@@ -16,6 +16,7 @@ pub fn conv_output(window: &[f32], weight: &[f32], bias: f32, apply_silu: bool, 
     if apply_silu { silu(u, mufu) } else { u }
 }
 
+/// CPU reference of [`SsmConv`] in the kernel's float-op order (`op` validated).
 pub fn ssm_conv(op: &SsmConv, shape: &ConvShape, mem: &mut HostMemory, mufu: &mut dyn Mufu) {
     let ConvShape { d_conv, n_channels, n_tokens, n_seqs } = *shape;
     for s in 0..n_seqs {

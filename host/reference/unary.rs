@@ -4,6 +4,7 @@ use super::math::{Mufu, exp, mul, sigmoid, silu, softplus};
 use crate::memory::HostMemory;
 use crate::ops::unary::{Unary, UnaryKind, UnaryMul};
 
+/// One element of the unary op `kind`, as the kernel computes it.
 pub fn apply(kind: UnaryKind, x: f32, mufu: &mut dyn Mufu) -> f32 {
     match kind {
         UnaryKind::Sigmoid => sigmoid(x, mufu),
@@ -13,6 +14,7 @@ pub fn apply(kind: UnaryKind, x: f32, mufu: &mut dyn Mufu) -> f32 {
     }
 }
 
+/// CPU reference of [`Unary`] (`op` validated).
 pub fn unary(op: &Unary, mem: &mut HostMemory, mufu: &mut dyn Mufu) {
     let idx: Vec<_> = op.src.layout.indices().collect();
     for i in idx {
@@ -21,7 +23,7 @@ pub fn unary(op: &Unary, mem: &mut HostMemory, mufu: &mut dyn Mufu) {
     }
 }
 
-/// [speed] Fused UNARY→MUL: per element `apply(kind, src)` then `mul` (`.rn.ftz`) with the
+/// \[speed\] Fused UNARY→MUL: per element `apply(kind, src)` then `mul` (`.rn.ftz`) with the
 /// second operand read as MUL reads it (index modulo its shape) — exactly the reference of the
 /// unfused pair, element by element.
 pub fn unary_mul(op: &UnaryMul, mem: &mut HostMemory, mufu: &mut dyn Mufu) {

@@ -323,9 +323,12 @@ fn run_refusal(gpu: &Gpu, s: &Scenario, predicate: fn(&Error) -> bool, expected:
         return Err(format!("a refusal case holds exactly one op, this one {}", s.ops.len()));
     };
     let dev = DeviceMemory::upload(gpu, &s.mem).map_err(|e| e.to_string())?;
+    // The recorder counts what the refused op launched (nothing, if the refusal is right).
+    let was_recording = gpu.set_recording(true);
     let before: usize = gpu.launch_counts().values().sum();
     let result = op.launch(gpu, &dev);
     let launched = gpu.launch_counts().values().sum::<usize>() - before;
+    gpu.set_recording(was_recording);
     match result {
         Err(err) if predicate(&err) && launched == 0 => Ok(format!("refused as expected: {err}")),
         Err(err) if predicate(&err) => Err(format!("refused ({err}) but launched {launched} kernel(s)")),

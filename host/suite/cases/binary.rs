@@ -1,5 +1,5 @@
 //! Broadcast ADD / MUL cases: the alpha path's `alpha + dt_bias[h]` and `softplus · ssm_a[h]`
-//! ([H_v, n_t] with a [H_v] vector), full-shape, 4-D broadcasts, padded views, in place, specials.
+//! ([H_v, n_t] with a \[H_v\] vector), full-shape, 4-D broadcasts, padded views, in place, specials.
 
 use crate::ops::{Binary, BinaryKind};
 use crate::suite::inputs::Values;

@@ -39,7 +39,7 @@ impl ConvLayer {
     }
 
     /// `qkv_T` (C4): the transpose of the projection output ne [C, n_t, n_s] (row-major
-    /// [s][t][c]), i.e. ne [n_t, C, n_s], nb [4·C, 4, 4·C·n_t] — or with `pad` extra channels
+    /// \[s\]\[t\]\[c\]), i.e. ne [n_t, C, n_s], nb [4·C, 4, 4·C·n_t] — or with `pad` extra channels
     /// per projection row (nb [4·(C+pad), 4, …]).
     pub fn projection_t(&self, b: &mut Builder, pad: usize) -> Tensor {
         b.tensor_padded(DType::F32, [self.channels, self.n_t, self.n_s, 1], [pad, 0, 0, 0], Values::AnyBits).transpose()
