@@ -106,33 +106,49 @@ pub const LAYER_TENSORS: usize = 23;
 const F32: DType = DType::F32;
 
 layer_tensor_table!(|d| {
-    /// Conv state r_l: ne [(K_c−1)·C, M·(1+R)]; a row is [C][K_c−1] (channel-major).
+    /// Conv state r_l: ne \[(K_c−1)·C, M·(1+R)\]; a row is \[C\]\[K_c−1\] (channel-major).
     conv_cache: Cache, F32, [d.conv_row, d.rows, 1, 1];
     /// SSM state s_l: ne [D·D·H_v, M·(1+R)]; a row is [H_v][D col][D i].
     ssm_cache: Cache, F32, [d.ssm_row, d.rows, 1, 1];
-    /// `s_copy` for the one sequence: I32 [1], in an index buffer.
+    /// `s_copy` for the one sequence: I32 \[1\], in an index buffer.
     source_rows: Index, DType::I32, [1, 1, 1, 1];
     /// The qkv projection of the step's tokens, ne [C, n_t] (its mat-mul is out of scope).
     qkv_mixed: StepInput, F32, [d.c, d.n_t, 1, 1];
     /// The attention-norm output, ne [E, n_t]: input of the alpha/beta mat-vecs.
     cur: StepInput, F32, [d.e, d.n_t, 1, 1];
+    /// ssm_conv1d weight [d_conv, C].
     conv_weight: Weight, F32, [d.kc, d.c, 1, 1];
+    /// alpha projection weight [E, H_v].
     alpha_weight: Weight, d.weights, [d.e, d.hv, 1, 1];
+    /// beta projection weight [E, H_v].
     beta_weight: Weight, d.weights, [d.e, d.hv, 1, 1];
+    /// dt bias \[H_v\] (ADD).
     dt_bias: Weight, F32, [d.hv, 1, 1, 1];
+    /// A \[H_v\] (MUL of the gate).
     ssm_a: Weight, F32, [d.hv, 1, 1, 1];
     /// Intermediates (in [`LayerTensors::alloc`] each in its own buffer; a graph plans them).
     conv_states: Intermediate, F32, [d.conv_row, 1, 1, 1];
+    /// CONCAT output [d_conv−1+n_t, C].
     conv_input: Intermediate, F32, [d.conv_cols, d.c, 1, 1];
+    /// SSM_CONV+SiLU output [C, n_t].
     conv_out: Product, F32, [d.c, d.n_t, 1, 1];
+    /// L2-normalised q heads.
     q_norm: Product, F32, [d.d, d.hk, d.n_t, 1];
+    /// L2-normalised k heads.
     k_norm: Product, F32, [d.d, d.hk, d.n_t, 1];
+    /// The ssm-state GET_ROWS output.
     ssm_state: Intermediate, F32, [d.ssm_row, 1, 1, 1];
+    /// alpha product [H_v, n_t].
     alpha: Product, F32, [d.hv, d.n_t, 1, 1];
+    /// beta product [H_v, n_t].
     beta_raw: Product, F32, [d.hv, d.n_t, 1, 1];
+    /// SIGMOID(beta_raw).
     beta: Product, F32, [d.hv, d.n_t, 1, 1];
+    /// alpha + dt_bias.
     alpha_biased: Intermediate, F32, [d.hv, d.n_t, 1, 1];
+    /// SOFTPLUS(alpha + dt_bias).
     softplus: Intermediate, F32, [d.hv, d.n_t, 1, 1];
+    /// softplus · A: the gate.
     gate: Product, F32, [d.hv, d.n_t, 1, 1];
     /// Attention output, ne [D, H_v, n_t, 1].
     attn_out: Output, F32, [d.d, d.hv, d.n_t, 1];

@@ -304,7 +304,7 @@ unsafe impl crate::gpu::KernelParams for abi::GatedDeltaNetFromCacheParams {}
 /// the GATED_DELTA_NET reference.
 ///
 /// Valid as GatedDeltaNet is (same errors, named as this op's), with `ssm_cache` F32
-/// [D·D·H_v, n_rows, 1, 1] rows contiguous and `source_rows` I32 [n_s] in an index buffer, every
+/// \[D·D·H_v, n_rows, 1, 1\] rows contiguous and `source_rows` I32 \[n_s\] in an index buffer, every
 /// value in 0..n_rows ([`Error::IndexOutOfRange`]). `out` overlaps nothing; `states` overlaps no
 /// input but the cache, and the cache only where the kernel does not read it — or, for a slot the
 /// kernel writes, exactly the row its own sequence reads (the layer's "read among written" case);
@@ -316,10 +316,10 @@ pub struct GatedDeltaNetFromCache {
     pub v: Tensor,
     pub g: Tensor,
     pub beta: Tensor,
-    /// F32 [D·D·H_v, n_rows, 1, 1], rows contiguous (nb[0] = 4): sequence s's initial state is row source_rows[s],
+    /// F32 \[D·D·H_v, n_rows, 1, 1\], rows contiguous (nb\[0\] = 4): sequence s's initial state is row source_rows\[s\],
     /// element (i, col, h) at (h·D + col)·D + i of the row — exactly what GET_ROWS copies and GDN reads.
     pub ssm_cache: Tensor,
-    /// I32 [n_s]: GET_ROWS' index tensor, read by the kernel on the device like GET_ROWS reads it
+    /// I32 \[n_s\]: GET_ROWS' index tensor, read by the kernel on the device like GET_ROWS reads it
     /// (the host validates the values it knows, as GET_ROWS' and GDN_CONV_CHAIN's validation do).
     pub source_rows: Tensor,
     pub out: Tensor,

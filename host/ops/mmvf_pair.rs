@@ -193,7 +193,7 @@ const GATE_OP: &str = "MUL_MAT_VEC_PAIR_GATE";
 /// MUL_MAT_VEC_PAIR with the GDN gate path as its epilogue, in one launch: the alpha and beta_raw
 /// products as [`MulMatVecPair`] computes and writes them, then per element (r, j)
 /// `beta = SIGMOID(beta_raw)` and `gate = MUL(SOFTPLUS(ADD(alpha, dt_bias[r])), ssm_a[r])` —
-/// the unfused SIGMOID, ADD (dt_bias [H_v] broadcast over the columns), SOFTPLUS and MUL (ssm_a
+/// the unfused SIGMOID, ADD (dt_bias \[H_v\] broadcast over the columns), SOFTPLUS and MUL (ssm_a
 /// broadcast; at n_t = 1 ggml's fused SOFTPLUS·MUL, the same two roundings), bit for bit:
 /// the kernel runs the unary and binary kernels' own bodies on the very f32 the pair stores.
 /// Kernel: the `mul_mat_vec_pair_*` entries of `kernels-gpu/src/mmvf.rs` with

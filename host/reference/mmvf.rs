@@ -137,8 +137,8 @@ pub fn mul_mat_vec(op: &MulMatVec, shape: &MatVecShape, mem: &mut HostMemory) {
 }
 
 /// [pair-gate] MUL_MAT_VEC_PAIR_GATE's epilogue on the products the pair reference wrote: per
-/// element (r, j), in graph order, SIGMOID(beta_raw) → beta, ADD(alpha, dt_bias[r]) →
-/// SOFTPLUS → MUL(·, ssm_a[r]) → gate — the very element functions the unfused references
+/// element (r, j), in graph order, SIGMOID(beta_raw) → beta, ADD(alpha, dt_bias\[r\]) →
+/// SOFTPLUS → MUL(·, ssm_a\[r\]) → gate — the very element functions the unfused references
 /// ([`super::unary::unary`], [`super::binary::binary`], [`super::unary::unary_mul`]) apply, with
 /// their operand order and broadcast indexing.
 pub fn pair_gate_epilogue(

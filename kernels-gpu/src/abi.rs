@@ -3,8 +3,8 @@
 //! host crate includes this very file (`#[path]`), giving every constant one source of truth.
 //!
 //! Every kernel entry takes exactly one by-value `#[repr(C)]` parameter struct declared here
-//! (with [`param_struct!`], which refuses implicit padding at compile time), and takes its
-//! exported name from [`entry_name!`]: [`ENTRIES`] lists every entry with its struct's size and
+//! (with `param_struct!`, which refuses implicit padding at compile time), and takes its
+//! exported name from `entry_name!`: `ENTRIES` lists every entry with its struct's size and
 //! alignment, and `tests/ptx.rs` checks each against the built PTX (one `.param`, same size and
 //! alignment; every table entry in the PTX and every PTX entry in the table).
 
@@ -25,7 +25,7 @@ impl EntrySig {
 }
 
 /// The PTX name of an entry, as a literal: kernels use it in `#[unsafe(export_name = …)]`, the
-/// host and [`ENTRIES`] in expressions, so a name is written once and a key that is not here does
+/// host and `ENTRIES` in expressions, so a name is written once and a key that is not here does
 /// not compile. (MUL_MAT_VEC, MUL_MAT_VEC_PAIR and GATED_DELTA_NET keep their own names below.)
 macro_rules! entry_name {
     (get_rows) => {
@@ -827,7 +827,7 @@ pub const fn mul_mat_vec_pair_entry(kind: u32, ncols: usize) -> Option<&'static 
 /// launch, read after the reduction) instead of a second set of 32 large entries (the pair
 /// entries are ~1.6 MB of the PTX, which every test binary of the GPU bundle embeds).
 ///
-/// Addresses are device addresses; `dt_bias`, `ssm_a` are contiguous [H_v] f32, `beta`, `gate`
+/// Addresses are device addresses; `dt_bias`, `ssm_a` are contiguous \[H_v\] f32, `beta`, `gate`
 /// [H_v, ncols] f32 with contiguous columns `beta_col`/`gate_col` f32 apart. 144 bytes, no padding.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
