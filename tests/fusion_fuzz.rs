@@ -18,7 +18,7 @@
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rgdn::error::Result;
-use rgdn::fusion::{Options, Outcome, REGISTRY, compile, sweep};
+use rgdn::fusion::{Options, Outcome, REGISTRY, compile, compile_for, sweep};
 use rgdn::graph::layer::{Built, LayerLayout, LayerSpec, Outputs, StackSpec};
 use rgdn::graph::{Bound, ByteSet, Node, exec};
 use rgdn::layer::{GdnShape, Step};
@@ -368,7 +368,7 @@ fn case(seed: u64, stats: &mut Stats) -> std::result::Result<(), String> {
         return Ok(());
     };
     let t0 = std::time::Instant::now();
-    let (on_nodes, report) = compile(nodes, &live_out, Options::ON);
+    let (on_nodes, report) = compile_for(nodes, &live_out, Options::ON, Some(&b.mem));
     stats.seconds[2] += t0.elapsed().as_secs_f64();
     let mut any = false;
     for l in &report.layers {

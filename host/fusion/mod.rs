@@ -34,6 +34,7 @@ pub use legality::{Accepted, Candidate, Hazard};
 use crate::error::{Error, Result};
 use crate::graph::layer::LayerSpec;
 use crate::graph::{ByteSet, Effects, Node};
+use crate::memory::Memory;
 use std::fmt;
 
 /// A graph as the matchers and the check see it: its nodes and, computed once, their effects.
@@ -190,6 +191,8 @@ pub enum Refusal {
     /// Bytes the fused graph no longer writes are observed after the run (a graph output or
     /// a cache).
     EliminatedLive,
+    /// The fused op's own validation refuses it on the memory the graph runs on.
+    FusedInvalid(String),
 }
 
 impl fmt::Display for Refusal {
@@ -235,6 +238,7 @@ impl fmt::Display for Refusal {
             FusedOverlap => write!(f, "the fused node's operands share bytes its kernel does not support"),
             EliminatedRead { node } => write!(f, "node {node} reads bytes the fused graph no longer writes"),
             EliminatedLive => write!(f, "bytes the fused graph no longer writes are observed after the run"),
+            FusedInvalid(e) => write!(f, "the fused op is refused on this memory: {e}"),
         }
     }
 }
@@ -340,14 +344,27 @@ impl fmt::Display for Report {
 /// the node list the executor runs. `live_out`: the bytes the caller reads after the run
 /// (caches, graph outputs) — a rewrite may leave no stale byte there.
 pub fn compile(nodes: Vec<Node>, live_out: &ByteSet, options: Options) -> (Vec<Node>, Report) {
-    let (nodes, report) = fuse(nodes, live_out, options);
+    compile_for(nodes, live_out, options, None)
+}
+
+/// [`compile`] for a graph that will run on `mem`: a rewrite whose fused op `mem` would refuse
+/// (an op's own rules the byte-set check does not know, e.g. GDN_CONV_CHAIN's qkv sharing a
+/// buffer region with the conv cache) is refused instead ([`Refusal::FusedInvalid`]), so the
+/// pass never turns a graph that runs into one that does not.
+pub fn compile_for(nodes: Vec<Node>, live_out: &ByteSet, options: Options, mem: Option<&dyn Memory>) -> (Vec<Node>, Report) {
+    let (nodes, report) = fuse_for(nodes, live_out, options, mem);
     (crate::graph::layer::batch_snapshot_copies(nodes), report)
 }
 
 /// The fusion pass alone: each layer (in order of first appearance) gets every allowed fusion
 /// tried in registry order on the current graph, each candidate checked by
 /// [`legality::check`] and, when accepted, applied.
-pub fn fuse(mut nodes: Vec<Node>, live_out: &ByteSet, options: Options) -> (Vec<Node>, Report) {
+pub fn fuse(nodes: Vec<Node>, live_out: &ByteSet, options: Options) -> (Vec<Node>, Report) {
+    fuse_for(nodes, live_out, options, None)
+}
+
+/// [`fuse`], validating each fused op against `mem` when given (see [`compile_for`]).
+pub fn fuse_for(mut nodes: Vec<Node>, live_out: &ByteSet, options: Options, mem: Option<&dyn Memory>) -> (Vec<Node>, Report) {
     let mut layers: Vec<usize> = Vec::new();
     for n in &nodes {
         if let Some(l) = n.layer
@@ -367,7 +384,10 @@ pub fn fuse(mut nodes: Vec<Node>, live_out: &ByteSet, options: Options) -> (Vec<
                 Outcome::Refused(Refusal::Off)
             } else {
                 let graph = Graph { nodes: &nodes, effects: std::mem::take(&mut effects) };
-                let tried = try_on(&graph, live_out, f, layer);
+                let tried = try_on(&graph, live_out, f, layer).and_then(|(c, a)| match mem.map(|m| c.fused.validate(m)) {
+                    Some(Err(e)) => Err(Refusal::FusedInvalid(e.to_string())),
+                    _ => Ok((c, a)),
+                });
                 effects = graph.effects;
                 match tried {
                     Ok((candidate, accepted)) => {

@@ -167,7 +167,7 @@ fn compare(b: &Built, stale: &ByteSet, off: &HostMemory, on: &HostMemory) -> (Ve
 pub fn compile_off_on(b: &Built, options: Options) -> Result<(Vec<crate::graph::Node>, Vec<crate::graph::Node>, Report)> {
     let live_out = b.live_out();
     let (off, _) = compile(b.fresh_nodes()?, &live_out, Options::OFF);
-    let (on, report) = compile(b.fresh_nodes()?, &live_out, options);
+    let (on, report) = super::compile_for(b.fresh_nodes()?, &live_out, options, Some(&b.mem));
     Ok((off, on, report))
 }
 

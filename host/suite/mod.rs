@@ -212,7 +212,9 @@ pub fn run_case_cpu(case: &Case) -> CaseReport {
             };
             run(&eq.a)
                 .and_then(|a| Ok((a, run(&eq.b)?)))
-                .and_then(|(a, b)| Ok(format!("{}; {}", compare_pairs(&a, &b, &eq.compare, true)?, compare_shared_buffers(&a, &b, &eq.private)?)))
+                .and_then(|(a, b)| {
+                    Ok(format!("{}; {}", compare_pairs(&a, &b, &eq.compare, true)?, compare_shared_buffers(&a, &b, &eq.private)?))
+                })
                 .map(|d| format!("references agree: {d}"))
         }
         Err(e) => Err(format!("the case did not build: {e}")),
