@@ -31,7 +31,7 @@ for line in open(src):
     kinds = msg["target"]["kind"]
     name = msg["target"]["name"] if "test" in kinds else kinds[0] + "-" + msg["target"]["name"]
     # CPU-only property tests and fuzzers: CI runs them; they would only fill the carry.
-    if name in ("builders", "fusion_fuzz", "hostile", "fused_refs"):
+    if name in ("builders", "fusion_fuzz", "hostile", "fused_refs", "ptx_committed"):
         print("left out (CPU only, run by CI)", name)
         continue
     shutil.copy2(exe, os.path.join(dst, name))
