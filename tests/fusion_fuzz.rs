@@ -200,60 +200,26 @@ fn perturb(rng: &mut StdRng, b: &mut Built, nodes: &mut Vec<Node>, live_out: &mu
                 .collect();
             let onto = if rng.random_bool(0.7) && !planned.is_empty() { planned[rng.random_range(0..planned.len())] } else { pick(rng) };
             let op = nodes[i].op.as_ref();
-            let moved: Option<Box<dyn Op>> = if let Some(x) = op.downcast_ref::<SsmConv>() {
-                let mut x = x.clone();
-                if rng.random_bool(0.5) {
-                    relocate(rng, &x.weight, &onto).map(|t| x.weight = t)
-                } else {
-                    relocate(rng, &x.dst, &onto).map(|t| x.dst = t)
-                }
-                .map(|_| Box::new(x) as Box<dyn Op>)
-            } else if let Some(x) = op.downcast_ref::<ConcatDim0>() {
-                let mut x = x.clone();
-                match rng.random_range(0..3) {
-                    0 => relocate(rng, &x.a, &onto).map(|t| x.a = t),
-                    1 => relocate(rng, &x.b, &onto).map(|t| x.b = t),
-                    _ => relocate(rng, &x.dst, &onto).map(|t| x.dst = t),
-                }
-                .map(|_| Box::new(x) as Box<dyn Op>)
-            } else if let Some(x) = op.downcast_ref::<L2Norm>() {
-                let mut x = x.clone();
-                if rng.random_bool(0.5) {
-                    relocate(rng, &x.src, &onto).map(|t| x.src = t)
-                } else {
-                    relocate(rng, &x.dst, &onto).map(|t| x.dst = t)
-                }
-                .map(|_| Box::new(x) as Box<dyn Op>)
-            } else if let Some(x) = op.downcast_ref::<GetRows>() {
-                let mut x = x.clone();
-                relocate(rng, &x.dst, &onto).map(|t| x.dst = t).map(|_| Box::new(x) as Box<dyn Op>)
-            } else if let Some(x) = op.downcast_ref::<Cpy>() {
-                let mut x = x.clone();
-                if rng.random_bool(0.5) {
-                    relocate(rng, &x.src, &onto).map(|t| x.src = t)
-                } else {
-                    relocate(rng, &x.dst, &onto).map(|t| x.dst = t)
-                }
-                .map(|_| Box::new(x) as Box<dyn Op>)
-            } else if let Some(x) = op.downcast_ref::<MulMatVec>() {
-                let mut x = x.clone();
-                if rng.random_bool(0.5) {
-                    relocate(rng, &x.input, &onto).map(|t| x.input = t)
-                } else {
-                    relocate(rng, &x.dst, &onto).map(|t| x.dst = t)
-                }
-                .map(|_| Box::new(x) as Box<dyn Op>)
-            } else if let Some(x) = op.downcast_ref::<GatedDeltaNet>() {
-                let mut x = x.clone();
-                match rng.random_range(0..3) {
-                    0 => relocate(rng, &x.state_in, &onto).map(|t| x.state_in = t),
-                    1 => relocate(rng, &x.q, &onto).map(|t| x.q = t),
-                    _ => relocate(rng, &x.out, &onto).map(|t| x.out = t),
-                }
-                .map(|_| Box::new(x) as Box<dyn Op>)
-            } else {
-                None
-            };
+            // One of an op's operands (`fields` of a clone), moved onto `onto`.
+            macro_rules! moved {
+                ($t:ty, $($field:ident),+) => {
+                    op.downcast_ref::<$t>().and_then(|x| {
+                        let mut x = x.clone();
+                        let fields = [$(&mut x.$field),+];
+                        let k = rng.random_range(0..fields.len());
+                        let t = relocate(rng, fields[k], &onto)?;
+                        *fields[k] = t;
+                        Some(Box::new(x) as Box<dyn Op>)
+                    })
+                };
+            }
+            let moved: Option<Box<dyn Op>> = moved!(SsmConv, weight, dst)
+                .or_else(|| moved!(ConcatDim0, a, b, dst))
+                .or_else(|| moved!(L2Norm, src, dst))
+                .or_else(|| moved!(GetRows, dst))
+                .or_else(|| moved!(Cpy, src, dst))
+                .or_else(|| moved!(MulMatVec, input, dst))
+                .or_else(|| moved!(GatedDeltaNet, state_in, q, out));
             if let Some(op) = moved {
                 nodes[i].op = op;
             }
