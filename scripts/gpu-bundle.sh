@@ -15,7 +15,7 @@ rm -rf "$bundle"
 mkdir -p "$bundle/tests"
 
 export RGDN_GIT_COMMIT=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . || echo -dirty)
-cargo build --release --bins
+cargo build --release --bins --examples
 cargo test --release --no-run --message-format=json 2>/dev/null > "$root/target/test-executables.json"
 python3 - "$root/target/test-executables.json" "$bundle/tests" <<'PY'
 import json, shutil, sys, os
@@ -39,6 +39,8 @@ for line in open(src):
     print("bundled test", name)
 PY
 cp target/release/rgdn "$bundle/rgdn"
+mkdir -p "$bundle/examples"
+for e in target/release/examples/*; do [[ -x "$e" && ! "$e" == *-* && -f "$e" ]] && cp "$e" "$bundle/examples/"; done
 ptx=$(ls -t target/release/build/rgdn-*/out/rgdn.ptx | head -1)
 cp "$ptx" "$bundle/rgdn.ptx"
 strip "$bundle"/rgdn "$bundle"/tests/* 2>/dev/null || true
