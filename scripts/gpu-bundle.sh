@@ -40,7 +40,7 @@ for line in open(src):
 PY
 cp target/release/rgdn "$bundle/rgdn"
 mkdir -p "$bundle/examples"
-for e in target/release/examples/*; do [[ -x "$e" && ! "$e" == *-* && -f "$e" ]] && cp "$e" "$bundle/examples/"; done
+for e in target/release/examples/*; do if [[ -x "$e" && -f "$e" && "$(basename "$e")" != *-* ]]; then cp "$e" "$bundle/examples/"; fi; done
 ptx=$(ls -t target/release/build/rgdn-*/out/rgdn.ptx | head -1)
 cp "$ptx" "$bundle/rgdn.ptx"
 strip "$bundle"/rgdn "$bundle"/tests/* 2>/dev/null || true
