@@ -1,0 +1,388 @@
+//! Certificates of invariance on the CPU reference, unfused and fused (issue 16).
+//!
+//! **Speculation invariance.** From a cache state, a verify step of T tokens followed by the
+//! acceptance of a of them (1 ≤ a ≤ T; a < T means a rollback to the snapshot of a, the cache
+//! rows the step wrote for slot T − a, read by the next step through `rollback_depth = T − a`)
+//! must be indistinguishable from a plain single-token decode steps from the same state:
+//! - every output of the accepted tokens (SiLU output, q and k norms, the alpha/beta products,
+//!   beta, the gate, the attention output) is bit-identical to the output of the single step
+//!   that computed that token;
+//! - the state the sequence continues from (the conv row and the ssm row of slot T − a) is
+//!   bit-identical to the live rows (slot 0) after the a single steps;
+//! - a later verify step reading that state (through `rollback_depth`) produces bit-identical
+//!   outputs and writes bit-identical cache rows as the same step after the single steps; no
+//!   row of another cell changes in either history.
+//!
+//! The two histories run separate graphs (different token counts) with one seed for weights:
+//! the weights, the initial caches and every token's inputs (the qkv projection column and the
+//! attention-norm column) are copied explicitly into each graph, so the only difference is how
+//! the tokens are batched.
+
+use rgdn::fusion::sweep::{self, Planning};
+use rgdn::fusion::{Options, REGISTRY, compile};
+use rgdn::graph::Node;
+use rgdn::graph::exec;
+use rgdn::graph::layer::{Built, LayerSpec, LayerValues, Outputs, StackSpec};
+use rgdn::layer::{GdnShape, Step};
+use rgdn::memory::HostMemory;
+use rgdn::reference::math::ExactMufu;
+use rgdn::tensor::{DType, Tensor};
+
+const SEED: u64 = 16;
+
+/// The bytes of a tensor (contiguous in its buffer).
+fn bytes_of<'m>(mem: &'m HostMemory, t: &Tensor) -> &'m [u8] {
+    let r = t.layout.byte_range().expect("a tensor of a built graph has a byte range");
+    &mem.bytes(t.buffer)[r]
+}
+
+fn write_bytes(mem: &mut HostMemory, t: &Tensor, bytes: &[u8]) {
+    let r = t.layout.byte_range().expect("a tensor of a built graph has a byte range");
+    assert_eq!(r.len(), bytes.len(), "bytes for a tensor of {:?}", t.ne());
+    mem.bytes_mut(t.buffer)[r].copy_from_slice(bytes);
+}
+
+/// Token `i` of a tensor whose outermost non-unit dimension is its `n_t` tokens.
+fn token(bytes: &[u8], n_t: usize, i: usize) -> &[u8] {
+    assert_eq!(bytes.len() % n_t, 0);
+    let len = bytes.len() / n_t;
+    &bytes[i * len..(i + 1) * len]
+}
+
+/// Both cache tensors of a layer, whole.
+#[derive(Clone, Debug, PartialEq)]
+struct Caches {
+    conv: Vec<u8>,
+    ssm: Vec<u8>,
+}
+
+impl Caches {
+    fn row(bytes: &[u8], rows: usize, row: usize) -> &[u8] {
+        token(bytes, rows, row)
+    }
+}
+
+/// What the two histories share: the weights (by field name) and every token's inputs.
+struct Shared {
+    weights: Vec<(&'static str, Vec<u8>)>,
+    /// Per token: the qkv projection column [C], the attention-norm column [E].
+    qkv: Vec<Vec<u8>>,
+    cur: Vec<Vec<u8>>,
+}
+
+const WEIGHTS: [&str; 5] = ["conv_weight", "alpha_weight", "beta_weight", "dt_bias", "ssm_a"];
+
+/// Every output a token has, by name (the attention output only with the GDN tail).
+fn output_names(spec: &LayerSpec) -> Vec<&'static str> {
+    let mut names = vec!["conv_out", "q_norm", "k_norm", "alpha", "beta_raw", "beta", "gate"];
+    if spec.gdn_tail {
+        names.push("attn_out");
+    }
+    names
+}
+
+fn field(v: &LayerValues, name: &str) -> Tensor {
+    let i = rgdn::layer::LayerTensors::index_of(name).expect("a field of the layer table");
+    v.t.to_array()[i]
+}
+
+/// One layer graph compiled for one path, run from caches and inputs the caller sets.
+struct Runner {
+    spec: LayerSpec,
+    built: Built,
+    nodes: Vec<Node>,
+}
+
+/// What one run observed: both caches after it, and each output per token.
+struct Observed {
+    caches: Caches,
+    /// Per output name: the bytes of each token.
+    outputs: Vec<(&'static str, Vec<Vec<u8>>)>,
+}
+
+impl Runner {
+    fn new(spec: LayerSpec, options: Options) -> Runner {
+        let stack = StackSpec { layers: vec![spec], outputs: Outputs::Products };
+        let built = sweep::build(&stack, SEED, Planning::FusionAware).expect("the graph builds");
+        let (nodes, report) = compile(built.fresh_nodes().expect("nodes"), &built.live_out(), options);
+        // The fused path must really be fused: every fusion in scope fired.
+        for f in REGISTRY {
+            let want = usize::from(options.allows(f.name) && (f.fires_on)(&spec));
+            assert_eq!(report.fired(f.name), want, "{} on {:?}:\n{report}", f.name, spec.step);
+        }
+        Runner { spec, built, nodes }
+    }
+
+    fn values(&self) -> &LayerValues {
+        &self.built.layers[0]
+    }
+
+    /// This graph's own weights and the inputs of its tokens.
+    fn shared(&self) -> Shared {
+        let (mem, v) = (&self.built.mem, self.values());
+        let n_t = self.spec.step.n_tokens;
+        let cols = |t: &Tensor| (0..n_t).map(|i| token(bytes_of(mem, t), n_t, i).to_vec()).collect();
+        Shared {
+            weights: WEIGHTS.iter().map(|w| (*w, bytes_of(mem, &field(v, w)).to_vec())).collect(),
+            qkv: cols(&v.qkv_src),
+            cur: cols(&v.cur_src),
+        }
+    }
+
+    fn initial_caches(&self) -> Caches {
+        let (mem, v) = (&self.built.mem, self.values());
+        Caches { conv: bytes_of(mem, &v.t.conv_cache).to_vec(), ssm: bytes_of(mem, &v.t.ssm_cache).to_vec() }
+    }
+
+    /// Runs the graph from `caches` with `shared`'s weights and its tokens `first ..`.
+    fn run(&self, caches: &Caches, shared: &Shared, first: usize) -> Observed {
+        let v = self.values().clone();
+        let n_t = self.spec.step.n_tokens;
+        let mut mem = self.built.mem.clone();
+        write_bytes(&mut mem, &v.t.conv_cache, &caches.conv);
+        write_bytes(&mut mem, &v.t.ssm_cache, &caches.ssm);
+        for (name, bytes) in &shared.weights {
+            write_bytes(&mut mem, &field(&v, name), bytes);
+        }
+        let join = |cols: &[Vec<u8>]| cols[first..first + n_t].concat();
+        write_bytes(&mut mem, &v.qkv_src, &join(&shared.qkv));
+        write_bytes(&mut mem, &v.cur_src, &join(&shared.cur));
+        exec::run_cpu(&self.nodes, &mut mem, &mut ExactMufu).expect("the graph runs");
+        let outputs = output_names(&self.spec)
+            .into_iter()
+            .map(|name| {
+                let b = bytes_of(&mem, &field(&v, name));
+                (name, (0..n_t).map(|i| token(b, n_t, i).to_vec()).collect())
+            })
+            .collect();
+        Observed {
+            caches: Caches { conv: bytes_of(&mem, &v.t.conv_cache).to_vec(), ssm: bytes_of(&mem, &v.t.ssm_cache).to_vec() },
+            outputs,
+        }
+    }
+}
+
+/// Panics naming the first byte where `x` and `y` differ (and the f32 values around it).
+fn same(ctx: &str, what: &str, x: &[u8], y: &[u8]) {
+    assert_eq!(x.len(), y.len(), "{ctx}: {what}: lengths");
+    if let Some(i) = x.iter().zip(y).position(|(p, q)| p != q) {
+        let f = |b: &[u8]| f32::from_le_bytes(b[i / 4 * 4..i / 4 * 4 + 4].try_into().expect("4 bytes"));
+        panic!("{ctx}: {what} differs at float {} ({:e} vs {:e})", i / 4, f(x), f(y));
+    }
+}
+
+/// One speculation case: a layer, the cache geometry, how the first step reads (the state
+/// the histories start from) and the verify step's T and R.
+#[derive(Clone, Copy, Debug)]
+struct Case {
+    shape: GdnShape,
+    weights: DType,
+    cells: usize,
+    kv_head: usize,
+    src_cell: usize,
+    depth: usize,
+    zero_cell: Option<usize>,
+    n_tokens: usize,
+    n_rollback: usize,
+    /// Salt caches and inputs with ±0, subnormals, ±Inf and NaN.
+    specials: bool,
+}
+
+/// Tokens of the later verify step that reads the accepted state.
+const FOLLOW_UP_TOKENS: usize = 3;
+
+impl Case {
+    /// The sweep shape `s` (its cells, written cell, read cell, zeroed cell, weight type), T, R;
+    /// the first read one snapshot back where R > 0 and the shape reads among the written rows.
+    fn sweep(s: &sweep::SweepShape, n_tokens: usize, n_rollback: usize) -> Case {
+        Case {
+            shape: s.shape,
+            weights: s.weights,
+            cells: s.cells,
+            kv_head: s.kv_head,
+            src_cell: s.src_cell,
+            depth: n_rollback.min(1),
+            zero_cell: s.zero_cell,
+            n_tokens,
+            n_rollback,
+            specials: false,
+        }
+    }
+
+    fn spec(&self, n_tokens: usize, src_cell: usize, rollback_depth: usize, zero_cell: Option<usize>) -> LayerSpec {
+        let step =
+            Step { n_tokens, n_rollback: self.n_rollback, cells: self.cells, kv_head: self.kv_head, src_cell, rollback_depth, zero_cell };
+        LayerSpec { weights: self.weights, specials: self.specials, ..LayerSpec::new(self.shape, step) }
+    }
+
+    /// The accepted counts a rollback can reach: a ≥ T − R (the snapshot of a is slot T − a).
+    fn accepted(&self) -> std::ops::RangeInclusive<usize> {
+        self.n_tokens.saturating_sub(self.n_rollback).max(1)..=self.n_tokens
+    }
+}
+
+/// The speculation-invariance certificate of `case` on the path `options` selects; returns
+/// the accepted counts certified.
+fn certify_speculation(case: &Case, options: Options) -> Vec<usize> {
+    let (t, m, h) = (case.n_tokens, case.cells, case.kv_head);
+    let ctx = |what: &str| format!("{case:?} {:?} {what}", options.names());
+    let verify = Runner::new(case.spec(t, case.src_cell, case.depth, case.zero_cell), options);
+    let tail = verify.spec.gdn_tail;
+    // Weights, initial caches and the first T tokens from the verify graph's seed; the
+    // follow-up step's tokens from its own graph.
+    let follow_plain = Runner::new(case.spec(FOLLOW_UP_TOKENS, h, 0, None), options);
+    let mut shared = verify.shared();
+    let follow_inputs = follow_plain.shared();
+    shared.qkv.extend(follow_inputs.qkv);
+    shared.cur.extend(follow_inputs.cur);
+    let state0 = verify.initial_caches();
+    let verified = verify.run(&state0, &shared, 0);
+
+    // The plain history: one single-token step per token, the first reading as the verify
+    // step reads, the others the live row of the written cell.
+    let first = Runner::new(case.spec(1, case.src_cell, case.depth, case.zero_cell), options);
+    let rest = Runner::new(case.spec(1, h, 0, None), options);
+    let mut plain_states = vec![state0];
+    for i in 0..t {
+        let runner = if i == 0 { &first } else { &rest };
+        let o = runner.run(plain_states.last().expect("the initial state"), &shared, i);
+        // The verify step's outputs do not depend on a: token i is checked once for every
+        // a > i.
+        for ((name, plain), (_, spec)) in o.outputs.iter().zip(&verified.outputs) {
+            same(&ctx(&format!("token {i}")), name, &spec[i], &plain[0]);
+        }
+        plain_states.push(o.caches);
+    }
+
+    let rows = m * (1 + case.n_rollback);
+    let slots = 1 + case.n_rollback;
+    let mut certified = Vec::new();
+    for a in case.accepted() {
+        let d = t - a;
+        let plain = &plain_states[a];
+        let ctx = ctx(&format!("a = {a}"));
+        // The state the sequence continues from.
+        same(&ctx, "conv state", Caches::row(&verified.caches.conv, rows, d * m + h), Caches::row(&plain.conv, rows, h));
+        if tail {
+            same(&ctx, "ssm state", Caches::row(&verified.caches.ssm, rows, d * m + h), Caches::row(&plain.ssm, rows, h));
+        }
+        // A later step reading it: through the rollback depth after speculation, the live row
+        // after the plain steps.
+        let follow_rolled = Runner::new(case.spec(FOLLOW_UP_TOKENS, h, d, None), options);
+        let x = follow_rolled.run(&verified.caches, &shared, t);
+        let y = follow_plain.run(plain, &shared, t);
+        for ((name, x), (_, y)) in x.outputs.iter().zip(&y.outputs) {
+            same(&ctx, &format!("follow-up {name}"), &x.concat(), &y.concat());
+        }
+        // Every row of another cell, and every row of the written cell the follow-up wrote
+        // (all K conv slots; the min(n_t, K) newest ssm slots). The older ssm slots of the
+        // written cell keep what each history left there, which differs by design.
+        for row in 0..rows {
+            let (group, cell) = (row / m, row % m);
+            let other = cell != h;
+            if other || group < slots {
+                same(
+                    &ctx,
+                    &format!("follow-up conv row {row}"),
+                    Caches::row(&x.caches.conv, rows, row),
+                    Caches::row(&y.caches.conv, rows, row),
+                );
+            }
+            if other || (tail && group < slots.min(FOLLOW_UP_TOKENS)) {
+                same(
+                    &ctx,
+                    &format!("follow-up ssm row {row}"),
+                    Caches::row(&x.caches.ssm, rows, row),
+                    Caches::row(&y.caches.ssm, rows, row),
+                );
+            }
+        }
+        certified.push(a);
+    }
+    certified
+}
+
+/// Both paths: the unfused launch sequence, and every registered fusion (each one in scope
+/// must fire, [`Runner::new`] checks).
+const PATHS: [Options; 2] = [Options::OFF, Options::ON];
+
+fn over_the_sweep_shapes(path: Options, cases: &[(usize, usize)], adapt: impl Fn(Case) -> Case) -> Vec<(Case, Vec<usize>)> {
+    let mut out = Vec::new();
+    for s in sweep::shapes() {
+        for &(t, r) in cases {
+            let case = adapt(Case::sweep(&s, t, r));
+            let certified = certify_speculation(&case, path);
+            assert_eq!(certified, case.accepted().collect::<Vec<_>>());
+            out.push((case, certified));
+        }
+    }
+    out
+}
+
+/// Every sweep shape (d_conv 3/4/5, head dim 32/64/128 — 128 with the GDN tail —, F32/F16/BF16
+/// weights, the read row among the written rows or another cell's, a zeroed cell), drafts
+/// short and long against the snapshots kept, every reachable a.
+const SPECULATION_CASES: [(usize, usize); 4] = [(4, 3), (6, 2), (9, 11), (16, 15)];
+
+#[test]
+fn speculation_invariance_unfused() {
+    over_the_sweep_shapes(Options::OFF, &SPECULATION_CASES, |c| c);
+}
+
+#[test]
+fn speculation_invariance_fused() {
+    over_the_sweep_shapes(Options::ON, &SPECULATION_CASES, |c| c);
+}
+
+/// a = 1: only the verified token is kept, no draft — the rollback to the deepest slot a step
+/// of T tokens reaches (T − 1 = R: exactly the snapshots it needs).
+#[test]
+fn speculation_invariance_when_no_draft_is_accepted() {
+    for path in PATHS {
+        for (case, certified) in over_the_sweep_shapes(path, &[(2, 1), (3, 2), (5, 4), (8, 7)], |c| c) {
+            assert!(certified.contains(&1), "{case:?}");
+        }
+    }
+}
+
+/// T = 1: a one-token verify step is a plain decode step (a = 1, no rollback), with and
+/// without snapshots kept.
+#[test]
+fn speculation_invariance_of_a_one_token_step() {
+    for path in PATHS {
+        for (case, certified) in over_the_sweep_shapes(path, &[(1, 0), (1, 1), (1, 5)], |c| c) {
+            assert_eq!(certified, [1], "{case:?}");
+        }
+    }
+}
+
+/// R = 0: no snapshot is kept, so the only acceptance is a = T (the whole draft).
+#[test]
+fn speculation_invariance_without_snapshots() {
+    for path in PATHS {
+        for (case, certified) in over_the_sweep_shapes(path, &[(2, 0), (5, 0), (12, 0)], |c| c) {
+            assert_eq!(certified, [case.n_tokens], "{case:?}");
+        }
+    }
+}
+
+/// A fresh sequence: its cell is zeroed in place (`zero_cell`) and read by the verify step and
+/// by the first plain step; every a.
+#[test]
+fn speculation_invariance_from_a_fresh_cell() {
+    for path in PATHS {
+        let fresh = |c: Case| Case { src_cell: c.kv_head, depth: 0, zero_cell: Some(c.kv_head), ..c };
+        for (case, certified) in over_the_sweep_shapes(path, &[(4, 3), (5, 0), (7, 9)], fresh) {
+            assert_eq!(certified, case.accepted().collect::<Vec<_>>(), "{case:?}");
+        }
+    }
+}
+
+/// Caches and inputs salted with ±0, subnormals, ±Inf and NaN: the bits still match
+/// (NaN payloads included).
+#[test]
+fn speculation_invariance_with_special_values() {
+    for path in PATHS {
+        over_the_sweep_shapes(path, &[(5, 4), (11, 3)], |c| Case { specials: true, ..c });
+    }
+}
