@@ -134,31 +134,43 @@ impl Runner {
         Caches { conv: bytes_of(mem, &v.t.conv_cache).to_vec(), ssm: bytes_of(mem, &v.t.ssm_cache).to_vec() }
     }
 
-    /// Runs the graph from `caches` with `shared`'s weights and its tokens `first ..`.
-    fn run(&self, caches: &Caches, shared: &Shared, first: usize) -> Observed {
-        let v = self.values().clone();
-        let n_t = self.spec.step.n_tokens;
+    /// Runs the graph from `caches` with `weights` and the whole step inputs `qkv`, `cur`;
+    /// the memory after the run.
+    fn exec(&self, caches: &Caches, weights: &[(&'static str, Vec<u8>)], qkv: &[u8], cur: &[u8]) -> HostMemory {
+        let v = self.values();
         let mut mem = self.built.mem.clone();
         write_bytes(&mut mem, &v.t.conv_cache, &caches.conv);
         write_bytes(&mut mem, &v.t.ssm_cache, &caches.ssm);
-        for (name, bytes) in &shared.weights {
-            write_bytes(&mut mem, &field(&v, name), bytes);
+        for (name, bytes) in weights {
+            write_bytes(&mut mem, &field(v, name), bytes);
         }
-        let join = |cols: &[Vec<u8>]| cols[first..first + n_t].concat();
-        write_bytes(&mut mem, &v.qkv_src, &join(&shared.qkv));
-        write_bytes(&mut mem, &v.cur_src, &join(&shared.cur));
+        write_bytes(&mut mem, &v.qkv_src, qkv);
+        write_bytes(&mut mem, &v.cur_src, cur);
         exec::run_cpu(&self.nodes, &mut mem, &mut ExactMufu).expect("the graph runs");
+        mem
+    }
+
+    /// Both caches and every output after a run, each output cut into `parts` equal chunks
+    /// (tokens, or sequences).
+    fn observe(&self, mem: &HostMemory, parts: usize) -> Observed {
+        let v = self.values();
         let outputs = output_names(&self.spec)
             .into_iter()
             .map(|name| {
-                let b = bytes_of(&mem, &field(&v, name));
-                (name, (0..n_t).map(|i| token(b, n_t, i).to_vec()).collect())
+                let b = bytes_of(mem, &field(v, name));
+                (name, (0..parts).map(|i| token(b, parts, i).to_vec()).collect())
             })
             .collect();
-        Observed {
-            caches: Caches { conv: bytes_of(&mem, &v.t.conv_cache).to_vec(), ssm: bytes_of(&mem, &v.t.ssm_cache).to_vec() },
-            outputs,
-        }
+        Observed { caches: Caches { conv: bytes_of(mem, &v.t.conv_cache).to_vec(), ssm: bytes_of(mem, &v.t.ssm_cache).to_vec() }, outputs }
+    }
+
+    /// Runs the (one-sequence) graph from `caches` with `shared`'s weights and its tokens
+    /// `first ..`; outputs per token.
+    fn run(&self, caches: &Caches, shared: &Shared, first: usize) -> Observed {
+        let n_t = self.spec.step.n_tokens;
+        let join = |cols: &[Vec<u8>]| cols[first..first + n_t].concat();
+        let mem = self.exec(caches, &shared.weights, &join(&shared.qkv), &join(&shared.cur));
+        self.observe(&mem, n_t)
     }
 }
 
@@ -210,8 +222,16 @@ impl Case {
     }
 
     fn spec(&self, n_tokens: usize, src_cell: usize, rollback_depth: usize, zero_cell: Option<usize>) -> LayerSpec {
-        let step =
-            Step { n_tokens, n_rollback: self.n_rollback, cells: self.cells, kv_head: self.kv_head, src_cell, rollback_depth, zero_cell };
+        let step = Step {
+            n_tokens,
+            n_rollback: self.n_rollback,
+            cells: self.cells,
+            kv_head: self.kv_head,
+            src_cell,
+            rollback_depth,
+            zero_cell,
+            ..Step::new(n_tokens, 0)
+        };
         LayerSpec { weights: self.weights, specials: self.specials, ..LayerSpec::new(self.shape, step) }
     }
 
@@ -384,5 +404,142 @@ fn speculation_invariance_from_a_fresh_cell() {
 fn speculation_invariance_with_special_values() {
     for path in PATHS {
         over_the_sweep_shapes(path, &[(5, 4), (11, 3)], |c| Case { specials: true, ..c });
+    }
+}
+
+/// **Batch invariance.** One sequence (sequence X: the cell it writes, the row it reads, its
+/// tokens) runs alone, and at position `p` of a step of `n_s` sequences whose other sequences
+/// read random rows (of any cell, at any depth) and verify random tokens. X's outputs (its
+/// chunk of every output) and every cache row of its cell are bit-identical, and so is every
+/// row of the cells no sequence of the batch writes.
+fn certify_batch(case: &Case, n_s: usize, p: usize, others_seed: u64, options: Options) {
+    use rand::{Rng, SeedableRng};
+    let (m, r) = (case.cells, case.n_rollback);
+    assert!(p < n_s && n_s <= m, "{case:?}: a batch of {n_s} needs as many cells");
+    let x = case.kv_head;
+    let alone = Runner::new(case.spec(case.n_tokens, case.src_cell, case.depth, case.zero_cell), options);
+    let first_cell = x.checked_sub(p).expect("the batch's first cell");
+    assert!(first_cell + n_s <= m);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(others_seed);
+    let sources: Vec<(usize, usize)> =
+        (0..n_s).map(|s| if s == p { (case.src_cell, case.depth) } else { (rng.random_range(0..m), rng.random_range(0..=r)) }).collect();
+    let batch_case = Case { kv_head: first_cell, ..*case };
+    let step = batch_case
+        .spec(case.n_tokens, sources[0].0, sources[0].1, case.zero_cell)
+        .step
+        .with_sequences(&sources[1..])
+        .expect("≤ 64 sequences");
+    let batch = Runner::new(LayerSpec { step, ..batch_case.spec(case.n_tokens, 0, 0, None) }, options);
+    assert_eq!(batch.spec.step.n_seqs(), n_s);
+
+    let shared = alone.shared();
+    let state0 = alone.initial_caches();
+    let (qkv_x, cur_x) = (shared.qkv.concat(), shared.cur.concat());
+    let y = alone.observe(&alone.exec(&state0, &shared.weights, &qkv_x, &cur_x), 1);
+    // The batch's own random inputs for the other sequences, X's at block p.
+    let bv = batch.values();
+    let with_x = |t: &Tensor, x: &[u8]| {
+        let mut b = bytes_of(&batch.built.mem, t).to_vec();
+        let len = b.len() / n_s;
+        b[p * len..(p + 1) * len].copy_from_slice(x);
+        b
+    };
+    let (qkv_b, cur_b) = (with_x(&bv.qkv_src, &qkv_x), with_x(&bv.cur_src, &cur_x));
+    let b = batch.observe(&batch.exec(&state0, &shared.weights, &qkv_b, &cur_b), n_s);
+
+    let ctx = format!("{case:?} {:?} n_s {n_s} at {p}, sources {sources:?}", options.names());
+    for ((name, alone), (_, batched)) in y.outputs.iter().zip(&b.outputs) {
+        same(&ctx, name, &batched[p], &alone[0]);
+    }
+    let rows = m * (1 + r);
+    for row in 0..rows {
+        let cell = row % m;
+        if cell == x || !(first_cell..first_cell + n_s).contains(&cell) {
+            let what = |c: &str| format!("{c} row {row} (cell {cell})");
+            same(&ctx, &what("conv"), Caches::row(&b.caches.conv, rows, row), Caches::row(&y.caches.conv, rows, row));
+            same(&ctx, &what("ssm"), Caches::row(&b.caches.ssm, rows, row), Caches::row(&y.caches.ssm, rows, row));
+        }
+    }
+}
+
+/// Batch sizes and positions: first, middle, last; the sequence's cell among M = n_s + 2.
+fn over_batches(path: Options, n_ss: &[usize], adapt: impl Fn(Case) -> Case) {
+    let mut seed = 0;
+    for s in sweep::shapes() {
+        for &(t, r) in &[(1, 0), (3, 2), (5, 7)] {
+            for &n_s in n_ss {
+                for p in [0, n_s / 2, n_s - 1] {
+                    let cells = n_s + 2;
+                    // X writes cell p + 1 (the batch starts at cell 1), reads another cell one
+                    // snapshot back where R > 0.
+                    let base = Case::sweep(&s, t, r);
+                    let case = adapt(Case { cells, kv_head: p + 1, src_cell: (p + 3) % cells, zero_cell: None, ..base });
+                    seed += 1;
+                    certify_batch(&case, n_s, p, seed, path);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn batch_invariance_unfused() {
+    over_batches(Options::OFF, &[2, 5], |c| c);
+}
+
+#[test]
+fn batch_invariance_fused() {
+    over_batches(Options::ON, &[2, 5], |c| c);
+}
+
+/// The sequence starts fresh (its cell zeroed and read), the others read anything — the
+/// zeroed row included.
+#[test]
+fn batch_invariance_of_a_fresh_sequence() {
+    for path in PATHS {
+        over_batches(path, &[3], |c| Case { src_cell: c.kv_head, depth: 0, zero_cell: Some(c.kv_head), ..c });
+    }
+}
+
+/// The sequence reads its own live row (no pending rollback), in a batch of 64 (the most a
+/// step takes): position 0, 31, 63.
+#[test]
+fn batch_invariance_in_the_largest_batch() {
+    let s = sweep::shapes()[2];
+    for path in PATHS {
+        for p in [0, 31, 63] {
+            let case = Case { cells: 66, kv_head: p + 1, src_cell: p + 1, depth: 0, ..Case::sweep(&s, 3, 2) };
+            certify_batch(&case, 64, p, p as u64, path);
+        }
+    }
+}
+
+/// **Fusion invariance** (fused ≡ unfused) for steps of several sequences: the fusions that
+/// cannot take n_s > 1 are refused by name and the others fire (column-wise), every observed
+/// byte equal.
+#[test]
+fn fusion_invariance_with_several_sequences() {
+    use rgdn::fusion::{Outcome, Refusal};
+    for s in sweep::shapes() {
+        for (n_t, r, n_s) in [(1, 0, 2), (2, 3, 4), (4, 2, 5), (3, 7, 2)] {
+            let cells = n_s + 1;
+            let sources: Vec<(usize, usize)> = (1..n_s).map(|i| ((i * 2) % cells, i % (r + 1))).collect();
+            let step =
+                Step { cells, kv_head: 1, src_cell: 0, rollback_depth: r.min(1), zero_cell: s.zero_cell.map(|_| 0), ..Step::new(n_t, r) }
+                    .with_sequences(&sources)
+                    .unwrap();
+            let spec =
+                StackSpec { layers: vec![LayerSpec { weights: s.weights, ..LayerSpec::new(s.shape, step) }], outputs: Outputs::Products };
+            let out = sweep::off_on_cpu(&spec, (n_t * 10 + n_s) as u64, &mut ExactMufu).unwrap();
+            assert_eq!(sweep::check_case(&spec, &out).map(|_| ()), Ok(()), "{} n_t {n_t} R {r} n_s {n_s}\n{}", s.name, out.report);
+            let layer = &out.report.layers[0];
+            assert!(
+                matches!(layer.outcome("conv_chain"), Some(Outcome::Refused(Refusal::MultiSequence { sequences })) if *sequences == n_s)
+            );
+            if spec.layers[0].gdn_tail {
+                assert!(matches!(layer.outcome("state_read"), Some(Outcome::Refused(Refusal::MultiSequence { .. }))), "{}", out.report);
+            }
+            assert_eq!(out.report.fired("pair"), usize::from(n_t * n_s <= 8), "{}", out.report);
+        }
     }
 }
