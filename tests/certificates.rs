@@ -20,11 +20,12 @@
 
 use rgdn::fusion::sweep::{self, Planning};
 use rgdn::fusion::{Options, REGISTRY, compile};
+use rgdn::gpu::Gpu;
 use rgdn::graph::Node;
 use rgdn::graph::exec;
 use rgdn::graph::layer::{Built, LayerSpec, LayerValues, Outputs, StackSpec};
 use rgdn::layer::{GdnShape, Step};
-use rgdn::memory::HostMemory;
+use rgdn::memory::{DeviceMemory, HostMemory};
 use rgdn::reference::math::ExactMufu;
 use rgdn::tensor::{DType, Tensor};
 
@@ -86,11 +87,30 @@ fn field(v: &LayerValues, name: &str) -> Tensor {
     v.t.to_array()[i]
 }
 
+/// Which graph runs where: the fusions allowed ([`Options::OFF`]: the unfused launch
+/// sequence) and the executor (the CPU reference, or the GPU's kernels).
+#[derive(Clone, Copy)]
+struct Path<'g> {
+    options: Options,
+    gpu: Option<&'g Gpu>,
+}
+
+impl Path<'_> {
+    fn name(&self) -> String {
+        let on = if self.gpu.is_some() { "gpu" } else { "cpu" };
+        if self.options == Options::OFF { format!("{on}, unfused") } else { format!("{on}, fused {:?}", self.options.names()) }
+    }
+}
+
+const UNFUSED: Path<'static> = Path { options: Options::OFF, gpu: None };
+const FUSED: Path<'static> = Path { options: Options::ON, gpu: None };
+
 /// One layer graph compiled for one path, run from caches and inputs the caller sets.
-struct Runner {
+struct Runner<'g> {
     spec: LayerSpec,
     built: Built,
     nodes: Vec<Node>,
+    gpu: Option<&'g Gpu>,
 }
 
 /// What one run observed: both caches after it, and each output per token.
@@ -100,8 +120,9 @@ struct Observed {
     outputs: Vec<(&'static str, Vec<Vec<u8>>)>,
 }
 
-impl Runner {
-    fn new(spec: LayerSpec, options: Options) -> Runner {
+impl<'g> Runner<'g> {
+    fn new(spec: LayerSpec, path: Path<'g>) -> Runner<'g> {
+        let options = path.options;
         let stack = StackSpec { layers: vec![spec], outputs: Outputs::Products };
         let built = sweep::build(&stack, SEED, Planning::FusionAware).expect("the graph builds");
         let (nodes, report) = compile(built.fresh_nodes().expect("nodes"), &built.live_out(), options);
@@ -110,7 +131,7 @@ impl Runner {
             let want = usize::from(options.allows(f.name) && (f.fires_on)(&spec));
             assert_eq!(report.fired(f.name), want, "{} on {:?}:\n{report}", f.name, spec.step);
         }
-        Runner { spec, built, nodes }
+        Runner { spec, built, nodes, gpu: path.gpu }
     }
 
     fn values(&self) -> &LayerValues {
@@ -146,8 +167,17 @@ impl Runner {
         }
         write_bytes(&mut mem, &v.qkv_src, qkv);
         write_bytes(&mut mem, &v.cur_src, cur);
-        exec::run_cpu(&self.nodes, &mut mem, &mut ExactMufu).expect("the graph runs");
-        mem
+        match self.gpu {
+            None => {
+                exec::run_cpu(&self.nodes, &mut mem, &mut ExactMufu).expect("the graph runs");
+                mem
+            }
+            Some(gpu) => {
+                let dev = DeviceMemory::upload(gpu, &mem).expect("upload");
+                exec::run_gpu(gpu, &self.nodes, &dev).expect("the graph runs");
+                dev.download(gpu).expect("download")
+            }
+        }
     }
 
     /// Both caches and every output after a run, each output cut into `parts` equal chunks
@@ -241,16 +271,16 @@ impl Case {
     }
 }
 
-/// The speculation-invariance certificate of `case` on the path `options` selects; returns
+/// The speculation-invariance certificate of `case` on `path`; returns
 /// the accepted counts certified.
-fn certify_speculation(case: &Case, options: Options) -> Vec<usize> {
+fn certify_speculation(case: &Case, path: Path) -> Vec<usize> {
     let (t, m, h) = (case.n_tokens, case.cells, case.kv_head);
-    let ctx = |what: &str| format!("{case:?} {:?} {what}", options.names());
-    let verify = Runner::new(case.spec(t, case.src_cell, case.depth, case.zero_cell), options);
+    let ctx = |what: &str| format!("{case:?} [{}] {what}", path.name());
+    let verify = Runner::new(case.spec(t, case.src_cell, case.depth, case.zero_cell), path);
     let tail = verify.spec.gdn_tail;
     // Weights, initial caches and the first T tokens from the verify graph's seed; the
     // follow-up step's tokens from its own graph.
-    let follow_plain = Runner::new(case.spec(FOLLOW_UP_TOKENS, h, 0, None), options);
+    let follow_plain = Runner::new(case.spec(FOLLOW_UP_TOKENS, h, 0, None), path);
     let mut shared = verify.shared();
     let follow_inputs = follow_plain.shared();
     shared.qkv.extend(follow_inputs.qkv);
@@ -260,8 +290,8 @@ fn certify_speculation(case: &Case, options: Options) -> Vec<usize> {
 
     // The plain history: one single-token step per token, the first reading as the verify
     // step reads, the others the live row of the written cell.
-    let first = Runner::new(case.spec(1, case.src_cell, case.depth, case.zero_cell), options);
-    let rest = Runner::new(case.spec(1, h, 0, None), options);
+    let first = Runner::new(case.spec(1, case.src_cell, case.depth, case.zero_cell), path);
+    let rest = Runner::new(case.spec(1, h, 0, None), path);
     let mut plain_states = vec![state0];
     for i in 0..t {
         let runner = if i == 0 { &first } else { &rest };
@@ -288,7 +318,7 @@ fn certify_speculation(case: &Case, options: Options) -> Vec<usize> {
         }
         // A later step reading it: through the rollback depth after speculation, the live row
         // after the plain steps.
-        let follow_rolled = Runner::new(case.spec(FOLLOW_UP_TOKENS, h, d, None), options);
+        let follow_rolled = Runner::new(case.spec(FOLLOW_UP_TOKENS, h, d, None), path);
         let x = follow_rolled.run(&verified.caches, &shared, t);
         let y = follow_plain.run(plain, &shared, t);
         for ((name, x), (_, y)) in x.outputs.iter().zip(&y.outputs) {
@@ -324,9 +354,9 @@ fn certify_speculation(case: &Case, options: Options) -> Vec<usize> {
 
 /// Both paths: the unfused launch sequence, and every registered fusion (each one in scope
 /// must fire, [`Runner::new`] checks).
-const PATHS: [Options; 2] = [Options::OFF, Options::ON];
+const PATHS: [Path<'static>; 2] = [UNFUSED, FUSED];
 
-fn over_the_sweep_shapes(path: Options, cases: &[(usize, usize)], adapt: impl Fn(Case) -> Case) -> Vec<(Case, Vec<usize>)> {
+fn over_the_sweep_shapes(path: Path, cases: &[(usize, usize)], adapt: impl Fn(Case) -> Case) -> Vec<(Case, Vec<usize>)> {
     let mut out = Vec::new();
     for s in sweep::shapes() {
         for &(t, r) in cases {
@@ -346,12 +376,12 @@ const SPECULATION_CASES: [(usize, usize); 4] = [(4, 3), (6, 2), (9, 11), (16, 15
 
 #[test]
 fn speculation_invariance_unfused() {
-    over_the_sweep_shapes(Options::OFF, &SPECULATION_CASES, |c| c);
+    over_the_sweep_shapes(UNFUSED, &SPECULATION_CASES, |c| c);
 }
 
 #[test]
 fn speculation_invariance_fused() {
-    over_the_sweep_shapes(Options::ON, &SPECULATION_CASES, |c| c);
+    over_the_sweep_shapes(FUSED, &SPECULATION_CASES, |c| c);
 }
 
 /// a = 1: only the verified token is kept, no draft — the rollback to the deepest slot a step
@@ -412,12 +442,12 @@ fn speculation_invariance_with_special_values() {
 /// read random rows (of any cell, at any depth) and verify random tokens. X's outputs (its
 /// chunk of every output) and every cache row of its cell are bit-identical, and so is every
 /// row of the cells no sequence of the batch writes.
-fn certify_batch(case: &Case, n_s: usize, p: usize, others_seed: u64, options: Options) {
+fn certify_batch(case: &Case, n_s: usize, p: usize, others_seed: u64, path: Path) {
     use rand::{Rng, SeedableRng};
     let (m, r) = (case.cells, case.n_rollback);
     assert!(p < n_s && n_s <= m, "{case:?}: a batch of {n_s} needs as many cells");
     let x = case.kv_head;
-    let alone = Runner::new(case.spec(case.n_tokens, case.src_cell, case.depth, case.zero_cell), options);
+    let alone = Runner::new(case.spec(case.n_tokens, case.src_cell, case.depth, case.zero_cell), path);
     let first_cell = x.checked_sub(p).expect("the batch's first cell");
     assert!(first_cell + n_s <= m);
     let mut rng = rand::rngs::StdRng::seed_from_u64(others_seed);
@@ -429,7 +459,7 @@ fn certify_batch(case: &Case, n_s: usize, p: usize, others_seed: u64, options: O
         .step
         .with_sequences(&sources[1..])
         .expect("≤ 64 sequences");
-    let batch = Runner::new(LayerSpec { step, ..batch_case.spec(case.n_tokens, 0, 0, None) }, options);
+    let batch = Runner::new(LayerSpec { step, ..batch_case.spec(case.n_tokens, 0, 0, None) }, path);
     assert_eq!(batch.spec.step.n_seqs(), n_s);
 
     let shared = alone.shared();
@@ -447,7 +477,7 @@ fn certify_batch(case: &Case, n_s: usize, p: usize, others_seed: u64, options: O
     let (qkv_b, cur_b) = (with_x(&bv.qkv_src, &qkv_x), with_x(&bv.cur_src, &cur_x));
     let b = batch.observe(&batch.exec(&state0, &shared.weights, &qkv_b, &cur_b), n_s);
 
-    let ctx = format!("{case:?} {:?} n_s {n_s} at {p}, sources {sources:?}", options.names());
+    let ctx = format!("{case:?} [{}] n_s {n_s} at {p}, sources {sources:?}", path.name());
     for ((name, alone), (_, batched)) in y.outputs.iter().zip(&b.outputs) {
         same(&ctx, name, &batched[p], &alone[0]);
     }
@@ -463,7 +493,7 @@ fn certify_batch(case: &Case, n_s: usize, p: usize, others_seed: u64, options: O
 }
 
 /// Batch sizes and positions: first, middle, last; the sequence's cell among M = n_s + 2.
-fn over_batches(path: Options, n_ss: &[usize], adapt: impl Fn(Case) -> Case) {
+fn over_batches(path: Path, n_ss: &[usize], adapt: impl Fn(Case) -> Case) {
     let mut seed = 0;
     for s in sweep::shapes() {
         for &(t, r) in &[(1, 0), (3, 2), (5, 7)] {
@@ -484,12 +514,12 @@ fn over_batches(path: Options, n_ss: &[usize], adapt: impl Fn(Case) -> Case) {
 
 #[test]
 fn batch_invariance_unfused() {
-    over_batches(Options::OFF, &[2, 5], |c| c);
+    over_batches(UNFUSED, &[2, 5], |c| c);
 }
 
 #[test]
 fn batch_invariance_fused() {
-    over_batches(Options::ON, &[2, 5], |c| c);
+    over_batches(FUSED, &[2, 5], |c| c);
 }
 
 /// The sequence starts fresh (its cell zeroed and read), the others read anything — the
@@ -541,5 +571,65 @@ fn fusion_invariance_with_several_sequences() {
             }
             assert_eq!(out.report.fired("pair"), usize::from(n_t * n_s <= 8), "{}", out.report);
         }
+    }
+}
+
+/// The GPU, or `None` (and a banner saying what did not run) without a CUDA driver — a failure
+/// with `RGDN_REQUIRE_GPU=1`.
+fn gpu_or_skip(what: &str) -> Option<Gpu> {
+    match Gpu::new() {
+        Ok(gpu) => Some(gpu),
+        Err(e) => {
+            assert!(!std::env::var("RGDN_REQUIRE_GPU").is_ok_and(|v| v == "1"), "RGDN_REQUIRE_GPU=1 but no GPU: {e}");
+            println!("{}\nGPU CERTIFICATES SKIPPED ({what}): {e}\n{}", "=".repeat(78), "=".repeat(78));
+            None
+        }
+    }
+}
+
+/// The speculation certificate on the GPU's kernels, unfused and fused, over the sweep shapes:
+/// T ∈ {1, 2, 3, 4, 5, 8, 9, 12, 16} × R ∈ the sweep's rollbacks, every reachable a, and the
+/// fresh-cell case.
+#[test]
+fn speculation_invariance_on_the_gpu() {
+    let Some(gpu) = gpu_or_skip("speculation invariance") else { return };
+    let mut certified = 0;
+    for options in [Options::OFF, Options::ON] {
+        let path = Path { options, gpu: Some(&gpu) };
+        for t in [1, 2, 3, 4, 5, 8, 9, 12, 16] {
+            for r in sweep::ROLLBACKS {
+                certified += over_the_sweep_shapes(path, &[(t, r)], |c| c).len();
+            }
+        }
+        certified +=
+            over_the_sweep_shapes(path, &[(4, 3), (16, 15)], |c| Case { src_cell: c.kv_head, depth: 0, zero_cell: Some(c.kv_head), ..c })
+                .len();
+    }
+    println!("speculation invariance on the GPU: {certified} cases (every reachable a each) hold");
+}
+
+/// The batch certificate on the GPU's kernels, unfused and fused: n_s ∈ {2, 5, 16, 64}, the
+/// sequence first, in the middle and last.
+#[test]
+fn batch_invariance_on_the_gpu() {
+    let Some(gpu) = gpu_or_skip("batch invariance") else { return };
+    for options in [Options::OFF, Options::ON] {
+        over_batches(Path { options, gpu: Some(&gpu) }, &[2, 5, 16, 64], |c| c);
+    }
+    println!("batch invariance on the GPU: n_s 2, 5, 16, 64 hold");
+}
+
+/// The GPU tests' parameter sets on the CPU reference (minutes here: on demand, `cargo test
+/// --test certificates -- --ignored`).
+#[test]
+#[ignore]
+fn the_gpu_certificates_on_the_cpu() {
+    for path in PATHS {
+        for t in [1, 2, 3, 4, 5, 8, 9, 12, 16] {
+            for r in sweep::ROLLBACKS {
+                over_the_sweep_shapes(path, &[(t, r)], |c| c);
+            }
+        }
+        over_batches(path, &[2, 5, 16, 64], |c| c);
     }
 }
