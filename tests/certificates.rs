@@ -44,7 +44,7 @@ use rgdn::fusion::{Options, REGISTRY, compile};
 use rgdn::gpu::Gpu;
 use rgdn::graph::Node;
 use rgdn::graph::exec;
-use rgdn::graph::layer::{Built, LayerSpec, LayerValues, Outputs, StackSpec};
+use rgdn::graph::layer::{Built, LayerLayout, LayerSpec, LayerValues, Outputs, StackSpec};
 use rgdn::layer::{GdnShape, Step};
 use rgdn::memory::{DeviceMemory, HostMemory};
 use rgdn::reference::math::ExactMufu;
@@ -565,34 +565,75 @@ fn batch_invariance_in_the_largest_batch() {
     }
 }
 
-/// **Fusion invariance** (fused ≡ unfused) for steps of several sequences: the fusions that
-/// cannot take n_s > 1 are refused by name and the others fire (column-wise), every observed
-/// byte equal.
+/// A one-layer graph of sweep shape `s` whose step has n_s sequences: cells 1 … n_s of
+/// M = n_s + 1 written, sequence 0 reading cell 0 one snapshot back, the others cells of the
+/// batch (their own or another's: read among the written rows) at depths 0 … R; the shape's
+/// fresh cell becomes cell 0.
+fn multi_sequence_spec(s: &sweep::SweepShape, n_t: usize, r: usize, n_s: usize, layout: LayerLayout) -> StackSpec {
+    let cells = n_s + 1;
+    let sources: Vec<(usize, usize)> = (1..n_s).map(|i| ((i * 2) % cells, i % (r + 1))).collect();
+    let step = Step { cells, kv_head: 1, src_cell: 0, rollback_depth: r.min(1), zero_cell: s.zero_cell.map(|_| 0), ..Step::new(n_t, r) }
+        .with_sequences(&sources)
+        .expect("≤ 64 sequences");
+    StackSpec { layers: vec![LayerSpec { weights: s.weights, layout, ..LayerSpec::new(s.shape, step) }], outputs: Outputs::Products }
+}
+
+/// What a multi-sequence off/on run must show: identical bytes and the registry's scope
+/// ([`sweep::check_case`]), the sequence-bound fusions refused by name, the pair fired
+/// exactly when its n_t·n_s columns fit one launch.
+fn check_multi_sequence(spec: &StackSpec, out: &sweep::OffOn) -> Result<(), String> {
+    use rgdn::fusion::{Outcome, Refusal};
+    sweep::check_case(spec, out).map(|_| ())?;
+    let (step, layer) = (&spec.layers[0].step, &out.report.layers[0]);
+    let n_s = step.n_seqs();
+    let refused =
+        |name: &str| matches!(layer.outcome(name), Some(Outcome::Refused(Refusal::MultiSequence { sequences })) if *sequences == n_s);
+    if n_s > 1 && (!refused("conv_chain") || (spec.layers[0].gdn_tail && !refused("state_read"))) {
+        return Err(format!("a sequence-bound fusion was not refused as MultiSequence:\n{}", out.report));
+    }
+    if out.report.fired("pair") != usize::from(step.columns() <= 8) {
+        return Err(format!("the pair did not follow its column scope:\n{}", out.report));
+    }
+    Ok(())
+}
+
+/// **Fusion invariance** (fused ≡ unfused) for steps of several sequences, on both layouts:
+/// the fusions that cannot take n_s > 1 are refused by name and the others fire
+/// (column-wise), every observed byte equal.
 #[test]
 fn fusion_invariance_with_several_sequences() {
-    use rgdn::fusion::{Outcome, Refusal};
-    for s in sweep::shapes() {
-        for (n_t, r, n_s) in [(1, 0, 2), (2, 3, 4), (4, 2, 5), (3, 7, 2)] {
-            let cells = n_s + 1;
-            let sources: Vec<(usize, usize)> = (1..n_s).map(|i| ((i * 2) % cells, i % (r + 1))).collect();
-            let step =
-                Step { cells, kv_head: 1, src_cell: 0, rollback_depth: r.min(1), zero_cell: s.zero_cell.map(|_| 0), ..Step::new(n_t, r) }
-                    .with_sequences(&sources)
-                    .unwrap();
-            let spec =
-                StackSpec { layers: vec![LayerSpec { weights: s.weights, ..LayerSpec::new(s.shape, step) }], outputs: Outputs::Products };
-            let out = sweep::off_on_cpu(&spec, (n_t * 10 + n_s) as u64, &mut ExactMufu).unwrap();
-            assert_eq!(sweep::check_case(&spec, &out).map(|_| ()), Ok(()), "{} n_t {n_t} R {r} n_s {n_s}\n{}", s.name, out.report);
-            let layer = &out.report.layers[0];
-            assert!(
-                matches!(layer.outcome("conv_chain"), Some(Outcome::Refused(Refusal::MultiSequence { sequences })) if *sequences == n_s)
-            );
-            if spec.layers[0].gdn_tail {
-                assert!(matches!(layer.outcome("state_read"), Some(Outcome::Refused(Refusal::MultiSequence { .. }))), "{}", out.report);
+    for layout in [LayerLayout::Ggml, LayerLayout::PrAliasing] {
+        for s in sweep::shapes() {
+            for (n_t, r, n_s) in [(1, 0, 2), (2, 3, 4), (4, 2, 5), (3, 7, 2)] {
+                let spec = multi_sequence_spec(&s, n_t, r, n_s, layout);
+                let out = sweep::off_on_cpu(&spec, (n_t * 10 + n_s) as u64, &mut ExactMufu).unwrap();
+                assert_eq!(check_multi_sequence(&spec, &out), Ok(()), "{layout:?} {} n_t {n_t} R {r} n_s {n_s}", s.name);
             }
-            assert_eq!(out.report.fired("pair"), usize::from(n_t * n_s <= 8), "{}", out.report);
         }
     }
+}
+
+/// The same on the GPU's kernels: the sweep (n_t 1–16 × R ∈ the sweep's rollbacks × 5 shapes ×
+/// both layouts) at n_s ∈ {1, 2, 5}.
+#[test]
+fn fusion_invariance_with_several_sequences_on_the_gpu() {
+    let Some(gpu) = gpu_or_skip("the multi-sequence fusion sweep") else { return };
+    let mut cases = 0;
+    for layout in [LayerLayout::Ggml, LayerLayout::PrAliasing] {
+        for s in sweep::shapes() {
+            for r in sweep::ROLLBACKS {
+                for n_t in 1..=16 {
+                    for n_s in [1, 2, 5] {
+                        let spec = multi_sequence_spec(&s, n_t, r, n_s, layout);
+                        let out = sweep::off_on_gpu(&gpu, &spec, cases).unwrap();
+                        assert_eq!(check_multi_sequence(&spec, &out), Ok(()), "{layout:?} {} n_t {n_t} R {r} n_s {n_s}", s.name);
+                        cases += 1;
+                    }
+                }
+            }
+        }
+    }
+    println!("multi-sequence fusion sweep on the GPU: {cases} cases identical off/on");
 }
 
 /// The GPU, or `None` (and a banner saying what did not run) without a CUDA driver — a failure
@@ -652,6 +693,19 @@ fn the_gpu_certificates_on_the_cpu() {
             }
         }
         over_batches(path, &[2, 5, 16, 64], |c| c);
+    }
+    for layout in [LayerLayout::Ggml, LayerLayout::PrAliasing] {
+        for s in sweep::shapes() {
+            for r in sweep::ROLLBACKS {
+                for n_t in 1..=16 {
+                    for n_s in [1, 2, 5] {
+                        let spec = multi_sequence_spec(&s, n_t, r, n_s, layout);
+                        let out = sweep::off_on_cpu(&spec, 7, &mut ExactMufu).unwrap();
+                        assert_eq!(check_multi_sequence(&spec, &out), Ok(()), "{layout:?} {} n_t {n_t} R {r} n_s {n_s}", s.name);
+                    }
+                }
+            }
+        }
     }
 }
 
