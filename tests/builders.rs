@@ -437,6 +437,7 @@ fn step() -> impl Strategy<Value = Step> {
                 src_cell,
                 rollback_depth,
                 zero_cell,
+                more_seqs: rgdn::layer::Sequences::NONE,
             },
         )
     });
@@ -454,6 +455,7 @@ fn wild_step() -> impl Strategy<Value = Step> {
             src_cell,
             rollback_depth,
             zero_cell,
+            more_seqs: rgdn::layer::Sequences::NONE,
         },
     )
 }

@@ -86,6 +86,7 @@ fn random_spec(rng: &mut StdRng) -> StackSpec {
         src_cell: rng.random_range(0..cells),
         rollback_depth: rng.random_range(0..=r),
         zero_cell: if rng.random_bool(0.2) { Some(rng.random_range(0..cells)) } else { None },
+        more_seqs: rgdn::layer::Sequences::NONE,
     };
     let weights = [DType::F32, DType::F16, DType::BF16][rng.random_range(0..3)];
     let layers = rng.random_range(1..=2);

@@ -66,6 +66,10 @@ pub struct BenchArgs {
     /// Type of the alpha/beta mat-vec weights: f32, f16 or bf16.
     #[arg(long, default_value = "f32")]
     pub weights: String,
+    /// Sequences per verify step, comma-separated (1 to 64): every mode runs at each n_s
+    /// ([`seqs_step`]: sequence s writes and reads cell s).
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    pub seqs: Vec<usize>,
     /// ABBA rounds (each round: off, on, on, off).
     #[arg(long, default_value_t = 5)]
     pub rounds: usize,
@@ -162,6 +166,17 @@ impl BenchArgs {
             "bf16" => Ok(DType::BF16),
             w => Err(Error::Invalid { op: OP, what: format!("--weights {w}: expected f32, f16 or bf16") }),
         }
+    }
+
+    /// The sequence counts asked for, each in 1 ..= 64.
+    pub fn seq_list(&self) -> Result<Vec<usize>> {
+        if self.seqs.is_empty() {
+            return Err(Error::Invalid { op: OP, what: "no --seqs value".into() });
+        }
+        if let Some(bad) = self.seqs.iter().find(|&&n| n == 0 || n > crate::layer::MAX_SEQS) {
+            return Err(Error::Invalid { op: OP, what: format!("--seqs {bad}: 1 to {} sequences", crate::layer::MAX_SEQS) });
+        }
+        Ok(self.seqs.clone())
     }
 
     /// The modes asked for: (name, label, T, R), each step validated.
@@ -341,6 +356,20 @@ pub fn run_with(args: &BenchArgs, builder: &dyn ChainBuilder, out: &mut dyn std:
     let (preset, shape) = args.shape()?;
     let weights = args.weights()?;
     let modes = args.mode_list()?;
+    let seqs = args.seq_list()?;
+    // Every mode at every n_s (n_s = 1 keeps the mode's own name).
+    let modes: Vec<(String, String, usize, usize, usize)> = seqs
+        .iter()
+        .flat_map(|&n_s| {
+            modes.iter().map(move |(name, label, t, r)| {
+                if n_s == 1 {
+                    (name.clone(), label.clone(), *t, *r, 1)
+                } else {
+                    (format!("{name}-s{n_s}"), format!("{label}, n_s = {n_s}"), *t, *r, n_s)
+                }
+            })
+        })
+        .collect();
     let plan = args.plan();
     if plan.rounds == 0 || plan.layers == 0 {
         return Err(Error::Invalid { op: OP, what: "rounds and layers must be at least 1".into() });
@@ -368,13 +397,13 @@ pub fn run_with(args: &BenchArgs, builder: &dyn ChainBuilder, out: &mut dyn std:
     let mut sets_used = 1;
     let mut manifest = Manifest::default();
     let (mut off_label, mut on_label) = (String::new(), String::new());
-    for (name, label, t, r) in &modes {
-        bar.set_message(format!("{name} (T={t}, R={r})"));
-        let cfg = ChainConfig { shape, step: Step::new(*t, *r), init };
+    for (name, label, t, r, n_s) in &modes {
+        bar.set_message(format!("{name} (T={t}, R={r}, n_s={n_s})"));
+        let cfg = ChainConfig { shape, step: seqs_step(*t, *r, *n_s)?, init };
         let built = ChainPair::new(builder, &cfg, args.seed)?;
         off_label.clone_from(&built.off_label);
         on_label.clone_from(&built.on_label);
-        let mode = ModeSpec { name, label, t: *t, r: *r, weights, cold: args.cold, l2 };
+        let mode = ModeSpec { name, label, t: *t, r: *r, seqs: *n_s, weights, cold: args.cold, l2 };
         let rows_before = manifest.len();
         let measured = match measure_mode(&gpu, &timer, &built, &mode, &plan, &mut manifest, &bar) {
             // CUPTI loaded but its records do not add up: time everything with events instead
@@ -446,12 +475,22 @@ pub fn run_with(args: &BenchArgs, builder: &dyn ChainBuilder, out: &mut dyn std:
     Ok(report)
 }
 
+/// The bench's step of `n_s` sequences of T tokens, R snapshots: M = n_s cells, sequence s
+/// writes cell s and reads its own live row (a decode server's steady state).
+pub fn seqs_step(t: usize, r: usize, n_s: usize) -> Result<Step> {
+    let sources: Vec<(usize, usize)> = (1..n_s).map(|s| (s, 0)).collect();
+    let step = Step { cells: n_s.max(1), ..Step::new(t, r) }.with_sequences(&sources)?;
+    step.validate()?;
+    Ok(step)
+}
+
 /// One mode's shape and options, for [`measure_mode`].
 struct ModeSpec<'a> {
     name: &'a str,
     label: &'a str,
     t: usize,
     r: usize,
+    seqs: usize,
     weights: DType,
     cold: bool,
     l2: Option<u64>,
@@ -527,6 +566,7 @@ fn measure_mode(
         label: label.to_string(),
         tokens: *t,
         rollback: *r,
+        seqs: mode.seqs,
         kernels: rows(&off, &on),
         chain_ratio: ratio(off_s.chain_total.as_ref(), on_s.chain_total.as_ref()),
         graph_ratio: ratio(off_s.graph_span.as_ref(), on_s.graph_span.as_ref()),
@@ -607,6 +647,21 @@ mod tests {
         let (name, s) = custom.shape().unwrap();
         assert_eq!((s.n_v_heads, s.n_embd, s.n_k_heads), (8, 512, 16));
         assert!(name.contains("custom"));
+    }
+
+    /// `--seqs 1,4,16,64`: every mode at each n_s, each step llama.cpp's equal split over
+    /// cells 0 … n_s − 1; out-of-range counts are typed errors.
+    #[test]
+    fn seqs_run_every_mode_at_each_sequence_count() {
+        assert_eq!(BenchArgs::default().seq_list().unwrap(), [1]);
+        assert_eq!(parse(&["--seqs", "1,4,16,64"]).seq_list().unwrap(), [1, 4, 16, 64]);
+        assert!(matches!(parse(&["--seqs", "0"]).seq_list(), Err(Error::Invalid { .. })));
+        assert!(matches!(parse(&["--seqs", "4,65"]).seq_list(), Err(Error::Invalid { .. })));
+        for (t, r, n_s) in [(1, 0, 1), (4, 3, 4), (8, 7, 16), (16, 15, 64)] {
+            let step = seqs_step(t, r, n_s).unwrap();
+            assert_eq!((step.n_seqs(), step.cells, step.kv_head), (n_s, n_s, 0));
+            assert_eq!(step.source_rows(), (0..n_s).collect::<Vec<_>>());
+        }
     }
 
     #[test]

@@ -67,6 +67,9 @@ pub struct ModeReport {
     pub label: String,
     pub tokens: usize,
     pub rollback: usize,
+    /// Sequences per step n_s (1 in reports written before multi-sequence steps).
+    #[serde(default = "one_sequence")]
+    pub seqs: usize,
     pub kernels: Vec<KernelRow>,
     pub off: ArmStats,
     pub on: ArmStats,
@@ -167,6 +170,16 @@ fn lookup(table: &[(&str, f64)], key: &str) -> String {
 }
 
 /// The whole report as text: one table per mode, then the ratios.
+fn one_sequence() -> usize {
+    1
+}
+
+/// Tokens verified per second by one replay of the captured forward (all its GDN layers):
+/// T·n_s tokens per replay of median span `span` µs.
+pub fn tokens_per_second(mode: &ModeReport, span: Option<&Summary>) -> Option<f64> {
+    span.filter(|s| s.median > 0.0).map(|s| (mode.tokens * mode.seqs) as f64 / (s.median * 1e-6))
+}
+
 pub fn render_text(r: &Report) -> String {
     let m = &r.meta;
     let mut o = String::new();
@@ -195,8 +208,17 @@ pub fn render_text(r: &Report) -> String {
     }
     for mode in &r.modes {
         let _ = writeln!(o);
-        let _ = writeln!(o, "{} — T = {} tokens, {} snapshot rows (R = {})", mode.label, mode.tokens, mode.rollback + 1, mode.rollback);
-        let a = anchor(mode.tokens, mode.rollback);
+        let _ = writeln!(
+            o,
+            "{} — T = {} tokens, {} snapshot rows (R = {}), {} sequence(s)",
+            mode.label,
+            mode.tokens,
+            mode.rollback + 1,
+            mode.rollback,
+            mode.seqs
+        );
+        // The PR's figures are single-sequence.
+        let a = if mode.seqs == 1 { anchor(mode.tokens, mode.rollback) } else { None };
         let _ = write!(o, "{:<52} {:>30} {:>30}", "kernel", "off µs med (p10–p90)", "on µs med (p10–p90)");
         if a.is_some() {
             let _ = write!(o, " {:>12} {:>12}", "PR base µs", "PR fused µs");
@@ -240,6 +262,14 @@ pub fn render_text(r: &Report) -> String {
             let _ = write!(o, " {:>12} {:>12}", format!("{s0:.0} [{k0}]*"), format!("{s1:.0} [{k1}]*"));
         }
         let _ = writeln!(o);
+        let rate = |s: &ArmStats| tokens_per_second(mode, s.graph_span.as_ref()).map_or("–".into(), |x| format!("{x:.0}"));
+        let _ = writeln!(
+            o,
+            "{:<52} {:>30} {:>30}",
+            format!("tokens verified / s, {}-layer graph", m.graph_layers),
+            rate(&mode.off),
+            rate(&mode.on)
+        );
         let _ = writeln!(
             o,
             "on/off: chain {} | graph {} | per ABBA round: {}",
@@ -255,7 +285,7 @@ pub fn render_text(r: &Report) -> String {
         ratio_text(r.geomean_chain_ratio),
         ratio_text(r.geomean_graph_ratio)
     );
-    if r.modes.iter().any(|m| anchor(m.tokens, m.rollback).is_some()) {
+    if r.modes.iter().any(|m| m.seqs == 1 && anchor(m.tokens, m.rollback).is_some()) {
         let _ = writeln!(
             o,
             "PR columns: the reference PR's published H200 figures (nsys, live 9B model, CUDA 12.8) — an anchor, not this run; \
@@ -323,6 +353,7 @@ pub(crate) mod tests {
                         label: label.into(),
                         tokens: t,
                         rollback: r,
+                        seqs: 1,
                         kernels,
                         chain_ratio: ratio(off.chain_total.as_ref(), on.chain_total.as_ref()),
                         graph_ratio: ratio(off.graph_span.as_ref(), on.graph_span.as_ref()),
@@ -343,6 +374,31 @@ pub(crate) mod tests {
             ..Meta::default()
         };
         Report::new(meta, modes)
+    }
+
+    /// Tokens verified per second: T·n_s tokens per replay of the forward.
+    #[test]
+    fn throughput_counts_every_sequence() {
+        let span = Summary { n: 3, median: 500.0, p10: 490.0, p90: 510.0, min: 480.0, max: 520.0, mean: 500.0 };
+        let mode = ModeReport {
+            mode: "mtp3-s16".into(),
+            label: "".into(),
+            tokens: 4,
+            rollback: 3,
+            seqs: 16,
+            kernels: vec![],
+            off: ArmStats::default(),
+            on: ArmStats::default(),
+            chain_ratio: None,
+            graph_ratio: None,
+            round_ratios: vec![],
+        };
+        assert_eq!(tokens_per_second(&mode, Some(&span)), Some(64.0 / 500e-6));
+        assert_eq!(tokens_per_second(&mode, None), None);
+        // A report written before n_s existed reads as single-sequence.
+        let mut json = serde_json::to_value(&mode).unwrap();
+        json.as_object_mut().unwrap().remove("seqs");
+        assert_eq!(serde_json::from_value::<ModeReport>(json).unwrap().seqs, 1);
     }
 
     #[test]

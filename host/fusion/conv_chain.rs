@@ -35,7 +35,8 @@ pub const FUSION: Fusion = Fusion {
 
 fn fires_on(spec: &LayerSpec) -> bool {
     let (s, step) = (&spec.shape, &spec.step);
-    step.n_tokens <= MAX_TOKENS
+    step.n_seqs() == 1
+        && step.n_tokens <= MAX_TOKENS
         && step.slots() <= MAX_SNAPSHOT_ROWS
         && D_CONV.contains(&s.d_conv)
         && HEAD_DIMS.contains(&s.head_dim)

@@ -19,8 +19,9 @@ pub const FUSION: Fusion = Fusion {
     fires_on,
 };
 
+/// Column-wise like the pair (n_t·n_s columns; the epilogue is element-wise).
 fn fires_on(spec: &LayerSpec) -> bool {
-    spec.step.n_tokens <= super::pair::MAX_COLS
+    spec.step.columns() <= super::pair::MAX_COLS
 }
 
 /// The nodes reading `value` (written by node `from`) while it holds that node's bytes.

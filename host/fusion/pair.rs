@@ -15,8 +15,10 @@ pub const MAX_COLS: usize = 8;
 
 pub const FUSION: Fusion = Fusion { name: "pair", summary: "the alpha and beta MUL_MAT_VECs → MUL_MAT_VEC_PAIR", find, fires_on };
 
+/// The products have n_t·n_s columns (sequence-major); the pair is column-wise, so n_s does
+/// not matter beyond the column count.
 fn fires_on(spec: &LayerSpec) -> bool {
-    spec.step.n_tokens <= MAX_COLS
+    spec.step.columns() <= MAX_COLS
 }
 
 /// The mat-vec nodes of `layer`, grouped by weight: one group per product.

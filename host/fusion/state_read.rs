@@ -17,8 +17,11 @@ use crate::tensor::DType;
 pub const FUSION: Fusion =
     Fusion { name: "state_read", summary: "ssm-state GET_ROWS + GATED_DELTA_NET → GATED_DELTA_NET_FROM_CACHE", find, fires_on };
 
+/// One sequence only: with n_s > 1 a sequence's source row may be another sequence's written
+/// slot, an overlap the fused kernel does not support (the unfused GET_ROWS reads every
+/// source row before the GDN writes).
 fn fires_on(spec: &LayerSpec) -> bool {
-    spec.gdn_tail
+    spec.gdn_tail && spec.step.n_seqs() == 1
 }
 
 /// The structural match of the state read in `layer`.
@@ -33,6 +36,9 @@ pub fn find(graph: &Graph, layer: usize) -> Result<Candidate, Refusal> {
     let gather = nodes[g].get::<GetRows>().ok_or(NoPattern("GATED_DELTA_NET's initial state is not a GET_ROWS output"))?;
     let [row_len, ..] = gather.src.ne();
     let [d, _, heads, seqs] = gdn.state_in.ne();
+    if seqs != 1 || gather.rows.layout.n_elements() != 1 {
+        return Err(MultiSequence { sequences: seqs.max(gather.rows.layout.n_elements()) });
+    }
     if gather.dst.reshape(gdn.state_in.ne()) != Some(gdn.state_in) || gather.dst.ne() != [row_len, seqs, 1, 1] || row_len != d * d * heads {
         return Err(Layout("the initial state is not the GET_ROWS output reshaped [D, D, H_v, n_s]"));
     }

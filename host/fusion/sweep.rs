@@ -48,6 +48,7 @@ impl SweepShape {
             src_cell: self.src_cell,
             rollback_depth: depth,
             zero_cell: self.zero_cell,
+            more_seqs: crate::layer::Sequences::NONE,
         }
     }
 }

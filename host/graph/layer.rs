@@ -134,11 +134,12 @@ pub struct StackSpec {
     pub outputs: Outputs,
 }
 
-/// `window(o)` of a conv input (spec §1.3): columns o … o+state_len−1 of every channel (the
-/// offset saturates for an `o` whose byte offset does not fit: a view no op accepts).
+/// `window(o)` of a conv input (spec §1.3): columns o … o+state_len−1 of every channel and
+/// sequence (the offset saturates for an `o` whose byte offset does not fit: a view no op
+/// accepts).
 pub fn window(conv_input: &Tensor, state_len: usize, offset: usize) -> Tensor {
     let nb = conv_input.layout.nb;
-    conv_input.view([state_len, conv_input.ne()[1], 1, 1], [4, nb[1], nb[2], nb[3]], offset.saturating_mul(4))
+    conv_input.view([state_len, conv_input.ne()[1], conv_input.ne()[2], 1], [4, nb[1], nb[2], nb[3]], offset.saturating_mul(4))
 }
 
 /// The nodes of one layer in llama.cpp's build order, separate snapshot CPYs (ggml's graph,
@@ -159,6 +160,9 @@ pub fn ggml_layer_ops(t: &LayerTensors, spec: &LayerSpec) -> Result<Vec<Box<dyn 
         t.conforms(shape, step)?;
     }
     let (c, n_t, kc, hv) = (shape.try_channels()?, step.n_tokens, shape.d_conv, shape.n_v_heads);
+    // n_s sequences of n_t tokens (equal split); sequence s writes cell kv_head + s, so each
+    // slot's rows are n_s consecutive cache rows. n_t·n_s columns ≤ MAX_GRAPH_TOKENS (validated).
+    let (n_s, columns) = (step.n_seqs(), step.columns());
     let mut ops: Vec<Box<dyn Op>> = Vec::new();
     // SCALE zeroing of a fresh cell (C1), in place, before the row is read.
     let zero = |ops: &mut Vec<Box<dyn Op>>, arg: &'static str, cache: &Tensor| -> Result<()> {
@@ -175,16 +179,16 @@ pub fn ggml_layer_ops(t: &LayerTensors, spec: &LayerSpec) -> Result<Vec<Box<dyn 
     };
     zero(&mut ops, "conv_cache", &t.conv_cache)?;
     ops.push(Box::new(GetRows { src: t.conv_cache, rows: t.source_rows, dst: t.conv_states }));
-    let states = reshape("conv_states", &t.conv_states, [kc - 1, c, 1, 1])?;
+    let states = reshape("conv_states", &t.conv_states, [kc - 1, c, n_s, 1])?;
     ops.push(Box::new(ConcatDim0 { a: states, b: t.qkv_mixed.transpose(), dst: t.conv_input }));
-    // W1/W2: for t' = 1 … K, window(max(0, n_t − K + t')) → row (K − t')·M + kv_head.
+    // W1/W2: for t' = 1 … K, window(max(0, n_t − K + t')) → rows (K − t')·M + kv_head + s.
     let k = step.slots();
     for tp in 1..=k {
         let slot = k - tp;
         let row = product("conv_cache", "snapshot row slot·M", &[slot, step.cells])?
             .checked_add(step.kv_head)
             .ok_or_else(|| crate::Error::Overflow { op: LAYER_OP, arg: "conv_cache", what: "snapshot row slot·M + kv_head".into() })?;
-        let dst = LayerTensors::try_cache_row("conv_cache", &t.conv_cache, row)?;
+        let dst = LayerTensors::try_cache_rows("conv_cache", &t.conv_cache, row, n_s)?;
         ops.push(Box::new(Cpy { src: t.try_window(shape, (n_t + tp).saturating_sub(k))?, dst }));
     }
     ops.push(Box::new(SsmConv { conv_input: t.conv_input, weight: t.conv_weight, bias: None, dst: t.conv_out, apply_silu: true }));
@@ -196,11 +200,11 @@ pub fn ggml_layer_ops(t: &LayerTensors, spec: &LayerSpec) -> Result<Vec<Box<dyn 
     if spec.layout == LayerLayout::Ggml {
         ssm_read(&mut ops)?;
     }
-    // alpha/beta: at most 8 columns per mul_mat_vec_f launch.
+    // alpha/beta: at most 8 columns (of the n_t·n_s, sequence-major) per mul_mat_vec_f launch.
     for (arg, weight, dst) in [("alpha", t.alpha_weight, t.alpha), ("beta_raw", t.beta_weight, t.beta_raw)] {
         let mut first = 0;
-        while first < n_t {
-            let cols = MAT_VEC_MAX_COLS.min(n_t - first);
+        while first < columns {
+            let cols = MAT_VEC_MAX_COLS.min(columns - first);
             let offset = product("cur", "column offset", &[first, t.cur.layout.nb[1]])?;
             let input = checked_view("cur", &t.cur, [shape.n_embd, cols, 1, 1], t.cur.layout.nb, offset)?;
             let offset = product(arg, "column offset", &[first, dst.layout.nb[1]])?;
@@ -223,14 +227,14 @@ pub fn ggml_layer_ops(t: &LayerTensors, spec: &LayerSpec) -> Result<Vec<Box<dyn 
         }
     }
     if spec.gdn_tail {
-        // GATED_DELTA_NET writing its state slots straight into the ssm cache rows (slot k →
-        // row k·M + kv_head; the CPY ggml fuses into the kernel).
+        // GATED_DELTA_NET writing its state slots straight into the ssm cache rows (slot k of
+        // sequence s → row k·M + kv_head + s; the CPY ggml fuses into the kernel).
         let row_bytes = t.ssm_cache.layout.nb[1];
         let group = product("ssm_cache", "group stride M·row bytes", &[step.cells, row_bytes])?;
         let states = checked_view(
             "ssm_cache",
             &t.ssm_cache,
-            [shape.try_ssm_row()?, 1, step.slots(), 1],
+            [shape.try_ssm_row()?, n_s, step.slots(), 1],
             [4, row_bytes, group, product("ssm_cache", "slots·group stride", &[step.slots(), group])?],
             product("ssm_cache", "row offset kv_head·row bytes", &[step.kv_head, row_bytes])?,
         )?;
@@ -238,9 +242,9 @@ pub fn ggml_layer_ops(t: &LayerTensors, spec: &LayerSpec) -> Result<Vec<Box<dyn 
             q: t.q_norm,
             k: t.k_norm,
             v: t.try_head_view(shape, 2)?,
-            g: reshape("gate", &t.gate, [1, hv, n_t, 1])?,
-            beta: reshape("beta", &t.beta, [1, hv, n_t, 1])?,
-            state_in: reshape("ssm_state", &t.ssm_state, [shape.head_dim, shape.head_dim, hv, 1])?,
+            g: reshape("gate", &t.gate, [1, hv, n_t, n_s])?,
+            beta: reshape("beta", &t.beta, [1, hv, n_t, n_s])?,
+            state_in: reshape("ssm_state", &t.ssm_state, [shape.head_dim, shape.head_dim, hv, n_s])?,
             out: t.attn_out,
             states,
         }));
@@ -300,14 +304,16 @@ fn snapshot_run(nodes: &[Node], start: usize, end: usize) -> Option<CpySnapshots
     let (conv_input, cache) = (concat.dst, gather.src);
     let state_len = copies[0].src.ne()[0];
     let n_t = conv_input.ne()[0].checked_sub(state_len)?;
-    if state_len == 0 || cache.layout.nb[1] == 0 || conv_input.ne()[2] != 1 {
+    // Each copy writes one slot's rows of the n_s sequences: n_s consecutive cache rows.
+    let n_s = conv_input.ne()[2];
+    if state_len == 0 || cache.layout.nb[1] == 0 || n_s == 0 || conv_input.ne()[3] != 1 {
         return None;
     }
     let row_of = |dst: &Tensor| -> Option<usize> {
         let rel = dst.layout.offset.checked_sub(cache.layout.offset)?;
         let row = rel / cache.layout.nb[1];
-        (rel % cache.layout.nb[1] == 0 && row < cache.ne()[1] && dst.buffer == cache.buffer && *dst == LayerTensors::cache_row(&cache, row))
-            .then_some(row)
+        let rows = LayerTensors::try_cache_rows("conv_cache", &cache, row, n_s).ok()?;
+        (rel % cache.layout.nb[1] == 0 && row < cache.ne()[1] && dst.buffer == cache.buffer && *dst == rows).then_some(row)
     };
     let k = copies.len();
     let h = row_of(&copies[k - 1].dst)?;
@@ -366,8 +372,8 @@ struct ValueDef {
     info: ValueInfo,
     dtype: DType,
     ne: [usize; 4],
-    /// The row index of an index value.
-    index: Option<i32>,
+    /// The row indices of an index value (one per sequence).
+    index: Option<Vec<i32>>,
 }
 
 /// Value ids of one layer: the layer's tensor table in field order, then `qkv_src`, `cur_src`.
@@ -422,8 +428,8 @@ fn declare(defs: &mut Vec<ValueDef>, spec: &LayerSpec, layer: usize, outputs: Ou
             arg: name,
             what: format!("bytes of layer {layer}'s {dtype:?} {ne:?}"),
         })?;
-        // source_row < cache rows ≤ 2^31 − 1 (validated).
-        let index = (role == Role::Index).then_some(step.source_row() as i32);
+        // source rows < cache rows ≤ 2^31 − 1 (validated).
+        let index = (role == Role::Index).then(|| step.source_rows_i32());
         defs.push(ValueDef { info: ValueInfo { name: format!("L{layer}.{name}"), role, bytes, layer: Some(layer) }, dtype, ne, index });
         *id = defs.len() - 1;
     }
@@ -521,7 +527,7 @@ pub fn build_planned(spec: &StackSpec, seed: u64, budget: usize, groups: &Groups
     let arena = mem.try_alloc(plan.arena_bytes)?;
     let mut value_tensors = Vec::with_capacity(defs.len());
     for (v, d) in defs.iter().enumerate() {
-        let t = match (plan.offsets[v], d.index) {
+        let t = match (plan.offsets[v], &d.index) {
             (Some(offset), _) => {
                 // The planner placed the block inside the arena, whose size fits usize.
                 let l = Layout::try_contiguous(d.dtype, d.ne).ok_or_else(|| Error::Overflow {
@@ -531,7 +537,7 @@ pub fn build_planned(spec: &StackSpec, seed: u64, budget: usize, groups: &Groups
                 })?;
                 Tensor::new(arena, l.view(d.ne, l.nb, offset))
             }
-            (None, Some(row)) => mem.try_alloc_indices(&[row])?,
+            (None, Some(rows)) => mem.try_alloc_indices(rows)?,
             (None, None) => mem.try_alloc_tensor(d.dtype, d.ne)?,
         };
         value_tensors.push(t);
@@ -654,7 +660,16 @@ mod tests {
             (16, 16, 1, 0, 0, 16, Some(0)),
             (3, 7, 2, 0, 1, 5, None),
         ] {
-            let step = Step { n_tokens: n_t, n_rollback: r, cells, kv_head: kv, src_cell: src, rollback_depth: depth, zero_cell: zero };
+            let step = Step {
+                n_tokens: n_t,
+                n_rollback: r,
+                cells,
+                kv_head: kv,
+                src_cell: src,
+                rollback_depth: depth,
+                zero_cell: zero,
+                ..Step::new(n_t, r)
+            };
             let mut mem = HostMemory::new();
             let t = LayerTensors::alloc(&mut mem, &SMALL, &step, &LayerInit::default()).unwrap();
             let ops = unfused_ops(&t, &SMALL, &step, Precision::Default).unwrap();
@@ -757,6 +772,86 @@ mod chain_tests {
         assert_eq!(&zeroed[7..9], &["SCALE", "GET_ROWS"]);
         // 12 tokens: each mat-vec runs as 8 + 4 columns.
         assert_eq!(names(&SMALL, &Step::new(12, 0)).iter().filter(|n| **n == "MUL_MAT_VEC").count(), 4);
+    }
+
+    /// n_s sequences per step (spec §1.2–1.4): one GET_ROWS of the n_s source rows, one
+    /// CPY_SNAPSHOTS for the n_s·K rows, ⌈n_t·n_s/8⌉ launches per mat-vec; on the CPU, each
+    /// sequence's snapshot rows (slot j·M + kv_head + s) hold the windows of its own conv input
+    /// (its source row's state, then its tokens), and GATED_DELTA_NET wrote the min(n_t, K)
+    /// newest ssm slots of each sequence's cell and nothing of the others.
+    #[test]
+    fn several_sequences_are_wired_as_llama_cpp_builds_them() {
+        let shape = SMALL;
+        let (n_t, r, kc, c) = (3, 4, shape.d_conv, shape.channels());
+        let step =
+            Step { cells: 6, kv_head: 2, src_cell: 5, rollback_depth: 1, ..Step::new(n_t, r) }.with_sequences(&[(2, 0), (0, 4)]).unwrap();
+        let n_s = step.n_seqs();
+        assert_eq!((n_s, step.source_rows()), (3, vec![6 + 5, 2, 4 * 6]));
+        let init = LayerInit::default();
+        let mut mem = HostMemory::new();
+        let t = LayerTensors::alloc(&mut mem, &shape, &step, &init).unwrap();
+        t.fill_random(&mut mem, &shape, &mut StdRng::seed_from_u64(8), &init);
+        let ops = unfused_ops(&t, &shape, &step, init.precision).unwrap();
+        let names: Vec<_> = ops.iter().map(|o| o.name()).collect();
+        assert_eq!(names.iter().filter(|n| **n == "MUL_MAT_VEC").count(), 2 * (n_t * n_s).div_ceil(MAT_VEC_MAX_COLS));
+        let snapshots = ops.iter().find_map(|o| o.as_ref().downcast_ref::<CpySnapshots>()).expect("one batched snapshot copy");
+        assert_eq!((snapshots.first_row, snapshots.group_stride, snapshots.n_slots, snapshots.conv_input.ne()[2]), (2, 6, r + 1, n_s));
+        let before = mem.clone();
+        for op in &ops {
+            op.reference(&mut mem, &mut ExactMufu).unwrap();
+        }
+        let sources = step.source_rows();
+        for (s, &src) in sources.iter().enumerate() {
+            for j in 0..step.slots() {
+                let row = j * step.cells + step.kv_head + s;
+                let o = n_t.saturating_sub(j);
+                for ch in [0, 1, c / 2, c - 1] {
+                    for jj in 0..kc - 1 {
+                        let col = o + jj;
+                        let want = if col < kc - 1 {
+                            before.read_f32(&t.conv_cache, [ch * (kc - 1) + col, src, 0, 0])
+                        } else {
+                            before.read_f32(&t.qkv_mixed, [ch, col - (kc - 1), s, 0])
+                        };
+                        let got = mem.read_f32(&t.conv_cache, [ch * (kc - 1) + jj, row, 0, 0]);
+                        assert_eq!(got.to_bits(), want.to_bits(), "sequence {s}, slot {j}, channel {ch}, column {jj}");
+                    }
+                }
+            }
+        }
+        // ssm rows: slot j of cell kv_head + s written for j < min(n_t, K); every other row kept.
+        for row in 0..step.cache_rows() {
+            let (group, cell) = (row / step.cells, row % step.cells);
+            let written = (2..2 + n_s).contains(&cell) && group < n_t.min(step.slots());
+            let changed = mem.read_f32(&t.ssm_cache, [5, row, 0, 0]).to_bits() != before.read_f32(&t.ssm_cache, [5, row, 0, 0]).to_bits();
+            assert_eq!(changed, written, "ssm row {row}");
+            let conv_written = (2..2 + n_s).contains(&cell);
+            if !conv_written {
+                assert_eq!(mem.read_f32(&t.conv_cache, [7, row, 0, 0]).to_bits(), before.read_f32(&t.conv_cache, [7, row, 0, 0]).to_bits());
+            }
+        }
+    }
+
+    /// Inconsistent multi-sequence steps are typed errors naming the problem.
+    #[test]
+    fn inconsistent_sequences_are_typed_errors() {
+        let invalid = |step: Step| matches!(step.validate(), Err(Error::Invalid { op: "GDN_LAYER", .. }));
+        let base = Step { cells: 4, ..Step::new(2, 1) };
+        // Sequence s writes cell kv_head + s: three sequences from cell 2 need 5 cells.
+        assert!(invalid(Step { kv_head: 2, ..base }.with_sequences(&[(0, 0), (1, 0)]).unwrap()));
+        assert!(Step { kv_head: 1, ..base }.with_sequences(&[(0, 0), (1, 1)]).unwrap().validate().is_ok());
+        // A further sequence reading outside the cells, or deeper than the snapshots kept.
+        assert!(invalid(base.with_sequences(&[(4, 0)]).unwrap()));
+        assert!(invalid(base.with_sequences(&[(1, 2)]).unwrap()));
+        // More than 64 sequences; more token columns than a graph takes.
+        assert!(matches!(base.with_sequences(&[(0, 0); 64]), Err(Error::Unsupported { .. })));
+        let wide = Step { cells: 64, ..Step::new(1000, 0) }.with_sequences(&[(0, 0); 1]).unwrap();
+        assert!(matches!(wide.validate_with_max_tokens(crate::layer::MAX_GRAPH_TOKENS), Err(Error::Unsupported { .. })));
+        // The layer's tensors are sized for n_s: one of another step's size does not conform.
+        let mut mem = HostMemory::new();
+        let two = Step { cells: 2, ..Step::new(2, 1) }.with_sequences(&[(0, 1)]).unwrap();
+        let t = LayerTensors::alloc(&mut mem, &SMALL, &Step { cells: 2, ..Step::new(2, 1) }, &LayerInit::default()).unwrap();
+        assert!(matches!(unfused_ops(&t, &SMALL, &two, Precision::Default), Err(Error::Shape { .. })));
     }
 
     /// Runs the chain's CPU references on a small layer and checks the wiring against the

@@ -6,5 +6,5 @@
 pub mod shape;
 pub mod tensors;
 
-pub use shape::{GdnShape, MAX_GRAPH_TOKENS, MAX_ROLLBACK, MAX_TOKENS, Step};
+pub use shape::{GdnShape, MAX_GRAPH_TOKENS, MAX_ROLLBACK, MAX_SEQS, MAX_TOKENS, Sequences, Step};
 pub use tensors::{LAYER_TENSORS, LayerInit, LayerTensors, TableDims, TensorKind};

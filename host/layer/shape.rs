@@ -128,30 +128,128 @@ pub const MAX_TOKENS: usize = 16;
 /// makes: ⌈n_t/8⌉ mat-vec launches per projection, 128 at most.
 pub const MAX_GRAPH_TOKENS: usize = 1024;
 
-/// One verify step of one sequence against the recurrent cache (spec §1.2): which cell it
-/// reads, where it writes, how many snapshots the cache keeps.
+/// Largest number of sequences one step verifies (n_s).
+pub const MAX_SEQS: usize = 64;
+
+/// The sequences of a step after the first (spec §1.2–1.4, llama.cpp's equal split for
+/// recurrent layers): sequence s (1 ≤ s < n_s) writes cell `kv_head + s` (its conv rows and ssm
+/// rows `slot·M + kv_head + s`) and reads its own source row `s_copy(s) = rs_idx(s)·M + src0(s)`.
+/// Empty for a single-sequence step. Sequence 0 is described by [`Step`]'s own fields.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Sequences {
+    len: usize,
+    /// (src0, rs_idx) of sequences 1 … len.
+    sources: [(usize, usize); MAX_SEQS - 1],
+}
+
+impl Sequences {
+    /// No further sequence: a single-sequence step.
+    pub const NONE: Sequences = Sequences { len: 0, sources: [(0, 0); MAX_SEQS - 1] };
+
+    /// The further sequences reading `(src_cell, rollback_depth)` each, in order; more than
+    /// [`MAX_SEQS`] − 1 is an [`Error::Unsupported`].
+    pub fn of(sources: &[(usize, usize)]) -> Result<Sequences> {
+        if sources.len() > MAX_SEQS - 1 {
+            return Err(Error::Unsupported { op: OP, what: format!("{} sequences (at most {MAX_SEQS})", sources.len() + 1) });
+        }
+        let mut out = Sequences::NONE;
+        out.sources[..sources.len()].copy_from_slice(sources);
+        out.len = sources.len();
+        Ok(out)
+    }
+
+    /// Their `(src_cell, rollback_depth)`, in order.
+    pub fn sources(&self) -> &[(usize, usize)] {
+        &self.sources[..self.len]
+    }
+
+    /// How many further sequences there are.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when the step has one sequence only.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl std::fmt::Debug for Sequences {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.sources()).finish()
+    }
+}
+
+impl Default for Sequences {
+    fn default() -> Self {
+        Sequences::NONE
+    }
+}
+
+/// One verify step against the recurrent cache (spec §1.2): n_s sequences of n_t tokens each
+/// (equal split), which cells they read, where they write, how many snapshots the cache keeps.
+/// Sequence s writes cell `kv_head + s`; sequence 0 reads `src_cell` at `rollback_depth`, the
+/// others what [`Sequences`] says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Step {
-    /// Tokens verified in this step, n_t (1 ..= 16).
+    /// Tokens verified in this step per sequence, n_t (1 ..= 16).
     pub n_tokens: usize,
     /// Rollback snapshots R (0 ..= 16); the caches hold 1 + R groups of `cells` rows.
     pub n_rollback: usize,
     /// Cells per group, M (`mem_size`).
     pub cells: usize,
-    /// The cell this step writes (`kv_head`).
+    /// The cell the first sequence writes (`kv_head`); sequence s writes `kv_head + s`.
     pub kv_head: usize,
-    /// The cell it reads (`src0`, normally `kv_head`).
+    /// The cell the first sequence reads (`src0`, normally `kv_head`).
     pub src_cell: usize,
-    /// Pending rollback depth `rs_idx` (0 ..= R): read the state from that many tokens back.
+    /// The first sequence's pending rollback depth `rs_idx` (0 ..= R): read the state from
+    /// that many tokens back.
     pub rollback_depth: usize,
     /// A cell whose state must start empty (`rs_z`): zeroed in place before the reads.
     pub zero_cell: Option<usize>,
+    /// The sequences after the first ([`Sequences::NONE`]: one sequence).
+    pub more_seqs: Sequences,
 }
 
 impl Step {
     /// The simplest step: one cell, reading and writing cell 0, nothing pending.
     pub fn new(n_tokens: usize, n_rollback: usize) -> Self {
-        Step { n_tokens, n_rollback, cells: 1, kv_head: 0, src_cell: 0, rollback_depth: 0, zero_cell: None }
+        Step { n_tokens, n_rollback, cells: 1, kv_head: 0, src_cell: 0, rollback_depth: 0, zero_cell: None, more_seqs: Sequences::NONE }
+    }
+
+    /// This step with further sequences reading `(src_cell, rollback_depth)` each (sequence
+    /// s ≥ 1 writes cell `kv_head + s`); too many is an [`Error::Unsupported`].
+    pub fn with_sequences(self, sources: &[(usize, usize)]) -> Result<Step> {
+        Ok(Step { more_seqs: Sequences::of(sources)?, ..self })
+    }
+
+    /// Sequences n_s (1 ..= [`MAX_SEQS`]).
+    pub fn n_seqs(&self) -> usize {
+        1 + self.more_seqs.len()
+    }
+
+    /// `(src_cell, rollback_depth)` of sequence `s` (< n_s).
+    pub fn source(&self, s: usize) -> Option<(usize, usize)> {
+        if s == 0 { Some((self.src_cell, self.rollback_depth)) } else { self.more_seqs.sources().get(s - 1).copied() }
+    }
+
+    /// Token columns of the step, n_t·n_s (saturating; exact for a validated step).
+    pub fn columns(&self) -> usize {
+        self.n_tokens.saturating_mul(self.n_seqs())
+    }
+
+    /// `s_copy(s)` of every sequence, in order (saturating; exact for a validated step).
+    pub fn source_rows(&self) -> Vec<usize> {
+        (0..self.n_seqs())
+            .filter_map(|s| self.source(s))
+            .map(|(cell, depth)| depth.saturating_mul(self.cells).saturating_add(cell))
+            .collect()
+    }
+
+    /// [`Step::source_rows`] as the I32 values of the index tensor (in range for a validated
+    /// step: cache rows ≤ 2^31 − 1).
+    pub fn source_rows_i32(&self) -> Vec<i32> {
+        self.source_rows().into_iter().map(|r| i32::try_from(r).unwrap_or(i32::MAX)).collect()
     }
 
     /// Rows of each cache tensor: M·(1 + R) (saturating; exact for a validated step).
@@ -171,7 +269,7 @@ impl Step {
         self.n_rollback.saturating_add(1)
     }
 
-    /// The cache row the step reads: `s_copy = rs_idx·M + src0` (saturating; exact for a
+    /// The cache row the first sequence reads: `s_copy = rs_idx·M + src0` (saturating; exact for a
     /// validated step).
     pub fn source_row(&self) -> usize {
         self.rollback_depth.saturating_mul(self.cells).saturating_add(self.src_cell)
@@ -200,6 +298,30 @@ impl Step {
         }
         if self.rollback_depth > self.n_rollback {
             return bad(format!("rollback depth {} exceeds the {} snapshots kept", self.rollback_depth, self.n_rollback));
+        }
+        // Sequence s writes cell kv_head + s: all n_s written cells inside the group.
+        let n_s = self.n_seqs();
+        if self.kv_head.checked_add(n_s).is_none_or(|end| end > self.cells) {
+            return bad(format!(
+                "{n_s} sequences write cells {} … {} (only {} cells)",
+                self.kv_head,
+                self.kv_head.saturating_add(n_s - 1),
+                self.cells
+            ));
+        }
+        for (i, &(src, depth)) in self.more_seqs.sources().iter().enumerate() {
+            if src >= self.cells {
+                return bad(format!("sequence {} reads cell {src} (only {} cells)", i + 1, self.cells));
+            }
+            if depth > self.n_rollback {
+                return bad(format!("sequence {}'s rollback depth {depth} exceeds the {} snapshots kept", i + 1, self.n_rollback));
+            }
+        }
+        if self.columns() > MAX_GRAPH_TOKENS {
+            return Err(Error::Unsupported {
+                op: OP,
+                what: format!("{} token columns n_t·n_s = {}·{n_s} (at most {MAX_GRAPH_TOKENS})", self.columns(), self.n_tokens),
+            });
         }
         if self.zero_cell.is_some_and(|z| z >= self.cells) {
             return bad(format!("zero_cell {:?} outside the {} cells", self.zero_cell, self.cells));

@@ -40,6 +40,10 @@ pub struct TableDims {
     pub c: usize,
     /// Tokens n_t.
     pub n_t: usize,
+    /// Sequences n_s, and token columns n_t·n_s.
+    pub n_s: usize,
+    /// Token columns n_t·n_s.
+    pub cols: usize,
     /// Embedding width E.
     pub e: usize,
     /// Head dimension D.
@@ -110,12 +114,13 @@ layer_tensor_table!(|d| {
     conv_cache: Cache, F32, [d.conv_row, d.rows, 1, 1];
     /// SSM state s_l: ne [D·D·H_v, M·(1+R)]; a row is [H_v][D col][D i].
     ssm_cache: Cache, F32, [d.ssm_row, d.rows, 1, 1];
-    /// `s_copy` for the one sequence: I32 \[1\], in an index buffer.
-    source_rows: Index, DType::I32, [1, 1, 1, 1];
-    /// The qkv projection of the step's tokens, ne [C, n_t] (its mat-mul is out of scope).
-    qkv_mixed: StepInput, F32, [d.c, d.n_t, 1, 1];
-    /// The attention-norm output, ne [E, n_t]: input of the alpha/beta mat-vecs.
-    cur: StepInput, F32, [d.e, d.n_t, 1, 1];
+    /// `s_copy` of each sequence: I32 \[n_s\], in an index buffer.
+    source_rows: Index, DType::I32, [d.n_s, 1, 1, 1];
+    /// The qkv projection of the step's tokens, ne [C, n_t, n_s] (its mat-mul is out of scope).
+    qkv_mixed: StepInput, F32, [d.c, d.n_t, d.n_s, 1];
+    /// The attention-norm output, ne [E, n_t·n_s] (sequence-major columns): input of the
+    /// alpha/beta mat-vecs.
+    cur: StepInput, F32, [d.e, d.cols, 1, 1];
     /// ssm_conv1d weight [d_conv, C].
     conv_weight: Weight, F32, [d.kc, d.c, 1, 1];
     /// alpha projection weight [E, H_v].
@@ -127,31 +132,31 @@ layer_tensor_table!(|d| {
     /// A \[H_v\] (MUL of the gate).
     ssm_a: Weight, F32, [d.hv, 1, 1, 1];
     /// Intermediates (in [`LayerTensors::alloc`] each in its own buffer; a graph plans them).
-    conv_states: Intermediate, F32, [d.conv_row, 1, 1, 1];
-    /// CONCAT output [d_conv−1+n_t, C].
-    conv_input: Intermediate, F32, [d.conv_cols, d.c, 1, 1];
-    /// SSM_CONV+SiLU output [C, n_t].
-    conv_out: Product, F32, [d.c, d.n_t, 1, 1];
+    conv_states: Intermediate, F32, [d.conv_row, d.n_s, 1, 1];
+    /// CONCAT output.
+    conv_input: Intermediate, F32, [d.conv_cols, d.c, d.n_s, 1];
+    /// SSM_CONV+SiLU output.
+    conv_out: Product, F32, [d.c, d.n_t, d.n_s, 1];
     /// L2-normalised q heads.
-    q_norm: Product, F32, [d.d, d.hk, d.n_t, 1];
+    q_norm: Product, F32, [d.d, d.hk, d.n_t, d.n_s];
     /// L2-normalised k heads.
-    k_norm: Product, F32, [d.d, d.hk, d.n_t, 1];
+    k_norm: Product, F32, [d.d, d.hk, d.n_t, d.n_s];
     /// The ssm-state GET_ROWS output.
-    ssm_state: Intermediate, F32, [d.ssm_row, 1, 1, 1];
-    /// alpha product [H_v, n_t].
-    alpha: Product, F32, [d.hv, d.n_t, 1, 1];
-    /// beta product [H_v, n_t].
-    beta_raw: Product, F32, [d.hv, d.n_t, 1, 1];
+    ssm_state: Intermediate, F32, [d.ssm_row, d.n_s, 1, 1];
+    /// The alpha/beta products and the gate path, ne [H_v, n_t·n_s] (sequence-major columns).
+    alpha: Product, F32, [d.hv, d.cols, 1, 1];
+    /// beta product.
+    beta_raw: Product, F32, [d.hv, d.cols, 1, 1];
     /// SIGMOID(beta_raw).
-    beta: Product, F32, [d.hv, d.n_t, 1, 1];
+    beta: Product, F32, [d.hv, d.cols, 1, 1];
     /// alpha + dt_bias.
-    alpha_biased: Intermediate, F32, [d.hv, d.n_t, 1, 1];
+    alpha_biased: Intermediate, F32, [d.hv, d.cols, 1, 1];
     /// SOFTPLUS(alpha + dt_bias).
-    softplus: Intermediate, F32, [d.hv, d.n_t, 1, 1];
+    softplus: Intermediate, F32, [d.hv, d.cols, 1, 1];
     /// softplus · A: the gate.
-    gate: Product, F32, [d.hv, d.n_t, 1, 1];
-    /// Attention output, ne [D, H_v, n_t, 1].
-    attn_out: Output, F32, [d.d, d.hv, d.n_t, 1];
+    gate: Product, F32, [d.hv, d.cols, 1, 1];
+    /// Attention output, ne [D, H_v, n_t, n_s].
+    attn_out: Output, F32, [d.d, d.hv, d.n_t, d.n_s];
 });
 
 /// How the layer's tensors are filled.
@@ -195,7 +200,8 @@ impl LayerTensors {
         for ((t, (_, dtype, ne)), kind) in tensors.iter_mut().zip(specs).zip(Self::KINDS) {
             *t = match kind {
                 // source_row < cache rows ≤ 2^31 − 1 (validated).
-                TensorKind::Index => mem.try_alloc_indices(&[step.source_row() as i32])?,
+                // source rows < cache rows ≤ 2^31 − 1 (validated).
+                TensorKind::Index => mem.try_alloc_indices(&step.source_rows_i32())?,
                 _ => mem.try_alloc_tensor(dtype, ne)?,
             };
         }
@@ -212,9 +218,13 @@ impl LayerTensors {
             arg: "d_conv",
             what: format!("conv input columns d_conv − 1 + n_t ({} − 1 + {n_t})", shape.d_conv),
         })?;
+        let n_s = step.n_seqs();
+        let cols = n_t.checked_mul(n_s).ok_or_else(|| Error::Overflow { op: OP, arg: "step", what: "token columns n_t·n_s".into() })?;
         Ok(TableDims {
             c: shape.try_channels()?,
             n_t,
+            n_s,
+            cols,
             e: shape.n_embd,
             d: shape.head_dim,
             hk: shape.n_k_heads,
@@ -333,30 +343,40 @@ impl LayerTensors {
         cache.try_view(OP, arg, [cache.ne()[0], 1, 1, 1], [nb[0], nb[1], nb[1], nb[1]], offset)
     }
 
-    /// `window(o)` of the conv input (spec §1.3): columns o … o+K_c−2 of every channel, ne
-    /// [K_c−1, C, 1, 1] — the conv state after the first `o` tokens (saturating; see
-    /// [`LayerTensors::try_window`]).
+    /// `n` consecutive rows of a cache tensor from row `first`, as a [row_len, n, 1, 1] view
+    /// (what a step of n sequences writes for one slot), or [`Error::Overflow`].
+    pub fn try_cache_rows(arg: &'static str, cache: &Tensor, first: usize, n: usize) -> Result<Tensor> {
+        let nb = cache.layout.nb;
+        let offset = product(arg, "cache row offset row·nb[1]", &[first, nb[1]])?;
+        let all = product(arg, "cache rows bytes n·nb[1]", &[n, nb[1]])?;
+        cache.try_view(OP, arg, [cache.ne()[0], n, 1, 1], [nb[0], nb[1], all, all], offset)
+    }
+
+    /// `window(o)` of the conv input (spec §1.3): columns o … o+K_c−2 of every channel and
+    /// sequence, ne [K_c−1, C, n_s, 1] — the conv states after the first `o` tokens
+    /// (saturating; see [`LayerTensors::try_window`]).
     pub fn window(&self, shape: &GdnShape, offset: usize) -> Tensor {
         let nb = self.conv_input.layout.nb;
-        self.conv_input.view([shape.d_conv.saturating_sub(1), shape.channels(), 1, 1], [4, nb[1], nb[2], nb[3]], offset.saturating_mul(4))
+        let ne = [shape.d_conv.saturating_sub(1), shape.channels(), self.conv_input.ne()[2], 1];
+        self.conv_input.view(ne, [4, nb[1], nb[2], nb[3]], offset.saturating_mul(4))
     }
 
     /// [`LayerTensors::window`] with checked arithmetic.
     pub fn try_window(&self, shape: &GdnShape, offset: usize) -> Result<Tensor> {
         let nb = self.conv_input.layout.nb;
-        let ne = [shape.d_conv.saturating_sub(1), shape.try_channels()?, 1, 1];
+        let ne = [shape.d_conv.saturating_sub(1), shape.try_channels()?, self.conv_input.ne()[2], 1];
         self.conv_input.try_view(OP, "conv_input", ne, [4, nb[1], nb[2], nb[3]], product("conv_input", "window offset", &[4, offset])?)
     }
 
     /// The q (`which = 0`), k (1) or v (2) heads of the SiLU'd conv output as ggml views them:
-    /// ne [D, heads, n_t, 1], strides (4, 4·D, 4·C, 4·C·n_t) (saturating; see
+    /// ne [D, heads, n_t, n_s], strides (4, 4·D, 4·C, 4·C·n_t) (saturating; see
     /// [`LayerTensors::try_head_view`]).
     pub fn head_view(&self, shape: &GdnShape, which: usize) -> Tensor {
         let (d, hk) = (shape.head_dim, shape.n_k_heads);
         let heads = if which == 2 { shape.n_v_heads } else { hk };
         let nb = self.conv_out.layout.nb;
         let offset = checked_product(&[4, which, hk, d]).unwrap_or(usize::MAX);
-        self.conv_out.view([d, heads, self.conv_out.ne()[1], 1], [4, d.saturating_mul(4), nb[1], nb[2]], offset)
+        self.conv_out.view([d, heads, self.conv_out.ne()[1], self.conv_out.ne()[2]], [4, d.saturating_mul(4), nb[1], nb[2]], offset)
     }
 
     /// [`LayerTensors::head_view`] with checked arithmetic.
@@ -366,7 +386,7 @@ impl LayerTensors {
         let nb = self.conv_out.layout.nb;
         let offset = product("conv_out", "head view offset 4·which·H_k·D", &[4, which, hk, d])?;
         let row = product("conv_out", "head row bytes 4·D", &[4, d])?;
-        self.conv_out.try_view(OP, "conv_out", [d, heads, self.conv_out.ne()[1], 1], [4, row, nb[1], nb[2]], offset)
+        self.conv_out.try_view(OP, "conv_out", [d, heads, self.conv_out.ne()[1], self.conv_out.ne()[2]], [4, row, nb[1], nb[2]], offset)
     }
 }
 
