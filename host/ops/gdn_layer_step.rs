@@ -297,3 +297,184 @@ impl Op for GdnLayerStep {
         v
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fusion::{Options, fuse, sweep};
+    use crate::graph::layer::{Built, LayerLayout, LayerSpec, Outputs, StackSpec};
+    use crate::layer::{GdnShape, Step};
+    use crate::ops::Precision;
+    use crate::reference::math::ExactMufu;
+    use crate::tensor::DType;
+
+    /// C = (2·1 + 2)·128 = 512: four conv tiles, two value heads.
+    const SMALL: GdnShape = GdnShape { n_embd: 64, n_k_heads: 1, n_v_heads: 2, head_dim: 128, d_conv: 4, eps: 1e-6 };
+
+    fn spec(shape: GdnShape, step: Step, weights: DType, precision: Precision, layout: LayerLayout) -> StackSpec {
+        StackSpec { layers: vec![LayerSpec { weights, precision, layout, ..LayerSpec::new(shape, step) }], outputs: Outputs::Products }
+    }
+
+    /// A built one-layer graph and the layer step the fusion pass makes of it.
+    fn built(spec: &StackSpec) -> (Built, GdnLayerStep) {
+        let b = sweep::build(spec, 5, sweep::Planning::FusionAware).unwrap();
+        let (nodes, report) = fuse(b.fresh_nodes().unwrap(), &b.live_out(), Options::ON);
+        let op = nodes.iter().find_map(|n| n.get::<GdnLayerStep>()).cloned().unwrap_or_else(|| panic!("no layer step:\n{report}"));
+        (b, op)
+    }
+
+    fn base() -> (Built, GdnLayerStep) {
+        built(&spec(SMALL, Step::new(4, 3), DType::F32, Precision::Default, LayerLayout::Ggml))
+    }
+
+    #[test]
+    fn params_have_no_padding_and_entries_are_named() {
+        assert_eq!(std::mem::size_of::<abi::GdnLayerStepParams>(), 272 + 144 + 280 + 8 + 4 * 4);
+        assert_eq!(std::mem::align_of::<abi::GdnLayerStepParams>(), 8);
+        assert!(std::mem::size_of::<abi::GdnLayerStepParams>() <= crate::gpu::PARAM_BLOCK_BYTES);
+        use abi::mul_mat_vec_kind::*;
+        assert_eq!(abi::gdn_layer_step_entry(F32, 4), Some("gdn_layer_step_f32_d4"));
+        assert_eq!(abi::gdn_layer_step_entry(F16_F32, 3), Some("gdn_layer_step_f16_f32acc_d3"));
+        assert_eq!(abi::gdn_layer_step_entry(BF16, 5), Some("gdn_layer_step_bf16_d5"));
+        assert_eq!(abi::gdn_layer_step_entry(F16_HALF, 2), None);
+        assert_eq!(abi::gdn_layer_step_entry(9, 4), None);
+        // The mat-vec rows' reduction buffer fits in the chain's shared memory.
+        assert!(abi::gdn_layer_step_shared_bytes(3, 1) >= abi::MUL_MAT_VEC_SHARED_BYTES);
+        assert_eq!(abi::gdn_layer_step_shared_bytes(4, 8), abi::gdn_conv_chain_shared_bytes(4, 8));
+    }
+
+    /// The fused graph (one GDN_LAYER_STEP, plus a fresh cell's SCALEs) equals the unfused
+    /// chain on the CPU, every output and both caches, for every weight kind, both layouts, the
+    /// read row among the written rows and not, a fresh cell, n_t 1–8.
+    #[test]
+    fn the_fused_step_equals_the_unfused_chain_on_the_cpu() {
+        let other_cell = Step { cells: 3, kv_head: 2, src_cell: 1, zero_cell: Some(1), ..Step::new(3, 2) };
+        let cases = [
+            (SMALL, Step::new(1, 0), DType::F32, Precision::Default, LayerLayout::Ggml),
+            (SMALL, Step::new(4, 3), DType::BF16, Precision::Default, LayerLayout::PrAliasing),
+            (SMALL, Step::new(8, 15), DType::F16, Precision::Default, LayerLayout::Ggml),
+            (SMALL, Step::new(5, 2), DType::F16, Precision::F32, LayerLayout::PrAliasing),
+            (
+                GdnShape { d_conv: 3, n_k_heads: 2, n_v_heads: 4, n_embd: 96, ..SMALL },
+                other_cell,
+                DType::F32,
+                Precision::Default,
+                LayerLayout::Ggml,
+            ),
+            (GdnShape { d_conv: 5, ..SMALL }, Step::new(2, 7), DType::BF16, Precision::Default, LayerLayout::Ggml),
+        ];
+        for (i, (shape, step, weights, precision, layout)) in cases.into_iter().enumerate() {
+            let spec = spec(shape, step, weights, precision, layout);
+            let r = sweep::off_on_cpu(&spec, i as u64, &mut ExactMufu).unwrap();
+            assert_eq!(r.report.fired("layer_step"), 1, "case {i}: {}", r.report);
+            assert!(r.identical(), "case {i}: {:?}", r.mismatches);
+            let b = sweep::build(&spec, i as u64, sweep::Planning::FusionAware).unwrap();
+            let (_, on, _) = sweep::compile_off_on(&b, Options::ON).unwrap();
+            let names: Vec<&str> = on.iter().map(|n| n.op.name()).collect();
+            assert!(names.iter().all(|n| [OP, "SCALE", "STAGE"].contains(n)) && names.contains(&OP), "case {i}: {names:?}");
+        }
+    }
+
+    #[test]
+    fn a_valid_step_passes_and_declares_its_effects() {
+        let (b, op) = base();
+        let shape = op.check(&b.mem).unwrap();
+        assert_eq!((shape.chain.n_tokens, shape.products.ncols, shape.gdn.n_heads, shape.gdn.n_seqs), (4, 4, 2, 1));
+        assert_eq!(shape.items().unwrap(), (2 * 2 + 512 / 128, 2 * 32));
+        // The GDN's q, k, v, g and β are the step's own outputs, not inputs.
+        let inputs = op.inputs();
+        for t in [op.gdn.q, op.gdn.k, op.gdn.g, op.gdn.beta] {
+            assert!(!inputs.contains(&t));
+        }
+        assert!(inputs.contains(&op.gdn.ssm_cache) && inputs.contains(&op.chain.qkv) && inputs.contains(&op.gate.pair.first.input));
+        let outputs = op.outputs();
+        for t in [op.chain.conv_out, op.chain.q_norm, op.gate.gate, op.gate.beta, op.gdn.out, op.gdn.states] {
+            assert!(outputs.contains(&t));
+        }
+        assert_eq!(op.must_write().len(), op.chain.must_write().len() + op.gate.must_write().len() + op.gdn.must_write().len());
+        assert_eq!(op.name(), OP);
+        let mut mem = b.mem.clone();
+        op.reference(&mut mem, &mut ExactMufu).unwrap();
+    }
+
+    #[test]
+    fn refuses_steps_out_of_scope() {
+        let (mut b, op) = base();
+        // Nine tokens: the products would need a second column group.
+        let mut o = op.clone();
+        o.chain.qkv = b.mem.alloc_tensor(DType::F32, [512, 9, 1, 1]);
+        assert!(matches!(o.validate(&b.mem), Err(Error::Unsupported { op: OP, .. })));
+        // A conv chain of head dim 64.
+        let mut o = op.clone();
+        o.chain.head_dim = 64;
+        assert!(matches!(o.validate(&b.mem), Err(Error::Unsupported { op: OP, .. })));
+        // A part's own error is that part's.
+        let mut o = op.clone();
+        o.chain.eps = f32::NAN;
+        assert!(matches!(o.validate(&b.mem), Err(Error::Invalid { op: "GDN_CONV_CHAIN", .. })));
+        // Nothing is written when validation fails.
+        let before = b.mem.clone();
+        assert!(o.reference(&mut b.mem, &mut ExactMufu).is_err());
+        assert!(b.mem.bytes(b.arena) == before.bytes(b.arena));
+    }
+
+    #[test]
+    fn refuses_parts_that_are_not_linked() {
+        let (mut b, op) = base();
+        let is_link = |r: &Result<()>| matches!(r, Err(Error::Invalid { op: OP, what }) if what.contains("not linked"));
+        type Edit = fn(&mut GdnLayerStep, &mut HostMemory);
+        let edits: [(&str, Edit); 6] = [
+            ("q", |o, m| o.gdn.q = m.alloc_tensor(DType::F32, o.gdn.q.ne())),
+            ("k from q_norm", |o, _| o.gdn.k = o.chain.q_norm),
+            ("v from the k channels", |o, _| {
+                // One head earlier: channels 128 … 384 of conv_out (still a valid view for the GDN).
+                let nb = o.chain.conv_out.layout.nb;
+                o.gdn.v = o.chain.conv_out.view(o.gdn.v.ne(), [4, 4 * 128, nb[1], nb[2]], 4 * 128);
+            }),
+            ("g", |o, m| o.gdn.g = m.alloc_tensor(DType::F32, o.gdn.g.ne())),
+            ("beta from the gate", |o, _| o.gdn.beta = o.gdn.g),
+            ("g from beta", |o, _| o.gdn.g = o.gdn.beta),
+        ];
+        for (what, edit) in edits {
+            let mut o = op.clone();
+            edit(&mut o, &mut b.mem);
+            let r = o.validate(&b.mem);
+            assert!(is_link(&r), "{what}: {r:?}");
+            assert!(o.broken_link().is_some(), "{what}");
+        }
+        assert_eq!(op.broken_link(), None);
+    }
+
+    #[test]
+    fn refuses_parts_that_share_bytes_across_phases() {
+        let (mut b, op) = base();
+        // The alpha product written over the conv weight (each part alone is valid).
+        let mut o = op.clone();
+        let shared = b.mem.alloc_tensor(DType::F32, [4 * 512 + 64, 1, 1, 1]);
+        o.chain.weight = shared.view(o.chain.weight.ne(), o.chain.weight.layout.nb, 0);
+        o.gate.pair.first.dst = shared.view(o.gate.pair.first.dst.ne(), o.gate.pair.first.dst.layout.nb, 4 * (4 * 512 - 1));
+        assert!(o.gate.check(&b.mem).is_ok() && o.chain.check(&b.mem).is_ok());
+        assert!(
+            matches!(o.validate(&b.mem), Err(Error::Aliasing { op: OP, a: "alpha", b: "conv_weight", .. })),
+            "{:?}",
+            o.validate(&b.mem)
+        );
+        // The attention output written over the products' input `cur`.
+        let mut o = op.clone();
+        let (cur, out) = (o.gate.pair.first.input, o.gdn.out);
+        let n_cur = 64 * 4;
+        let shared = b.mem.alloc_tensor(DType::F32, [n_cur + 128 * 2 * 4, 1, 1, 1]);
+        let cur = shared.view(cur.ne(), cur.layout.nb, 0);
+        o.gate.pair.first.input = cur;
+        o.gate.pair.second.input = cur;
+        o.gdn.out = shared.view(out.ne(), out.layout.nb, 4 * (n_cur - 1));
+        assert!(matches!(o.validate(&b.mem), Err(Error::Aliasing { op: OP, a: "out", b: "cur", .. })), "{:?}", o.validate(&b.mem));
+        // The conv chain's q norm written over the products' dt_bias.
+        let mut o = op.clone();
+        let shared = b.mem.alloc_tensor(DType::F32, [128 * 4 + 2, 1, 1, 1]);
+        o.gate.dt_bias = shared.view(o.gate.dt_bias.ne(), o.gate.dt_bias.layout.nb, 0);
+        o.chain.q_norm = shared.view(o.chain.q_norm.ne(), o.chain.q_norm.layout.nb, 4);
+        o.gdn.q = o.chain.q_norm;
+        assert!(matches!(o.validate(&b.mem), Err(Error::Aliasing { op: OP, a: "q_norm", b: "dt_bias", .. })), "{:?}", o.validate(&b.mem));
+    }
+}

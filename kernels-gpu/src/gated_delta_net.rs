@@ -52,6 +52,7 @@
 use crate::abi::{self, GDN_HEAD_DIM, GDN_WARPS};
 use crate::device::math::add;
 use crate::device::math::{fma, mul};
+use crate::device::grid::load_l2_f32;
 use crate::device::load::coherent_f32;
 use crate::device::memory::{
     load_nc_f32, load_nc_f32_at, load_nc_u32, load_nc_f32x4_stride32, prefetch_l1, prefetch_l2, store_f32_at, store_f32x4_stride32,
@@ -191,9 +192,10 @@ impl TokenSource {
         }
     }
 
-    /// [layer-step] [`TokenSource::load`] with coherent `ld.global` loads ([`coherent_f32`]):
-    /// the same elements and bits, for inputs that other blocks of the launch wrote before a
-    /// grid barrier (the `.nc` path may serve stale lines for those).
+    /// [layer-step] [`TokenSource::load`] with L2 loads ([`load_l2_f32`], `ld.global.cg`): the
+    /// same elements and bits, for inputs that other blocks of the launch wrote before a grid
+    /// barrier (the `.nc` path, and a line L1 cached before the barrier, may be stale for
+    /// those).
     ///
     /// # Safety
     /// The pointers address validated input elements that no thread writes from the grid
@@ -201,14 +203,24 @@ impl TokenSource {
     #[inline(always)]
     unsafe fn load_coherent(&self) -> TokenInputs {
         let lane = self.lane as usize;
+        let row = |p: *const f32| {
+            let mut x = [0.0f32; ROWS_PER_LANE];
+            let mut r = 0;
+            while r < ROWS_PER_LANE {
+                // SAFETY: 32·r + lane < D of a validated row (caller).
+                x[r] = unsafe { load_l2_f32(p.add(32 * r + lane)) };
+                r += 1;
+            }
+            x
+        };
         // SAFETY: forwarded to the caller.
         unsafe {
             TokenInputs {
-                k: load_lane_coherent(self.k, lane),
-                q: load_lane_coherent(self.q, lane),
-                v: coherent_f32(self.v.add(self.col as usize)),
-                g: coherent_f32(self.g),
-                beta: coherent_f32(self.beta),
+                k: row(self.k),
+                q: row(self.q),
+                v: load_l2_f32(self.v.add(self.col as usize)),
+                g: load_l2_f32(self.g),
+                beta: load_l2_f32(self.beta),
             }
         }
     }

@@ -39,7 +39,8 @@
 //! **Phase 2**: items 0 … H_v·32 − 1: GATED_DELTA_NET's (value head, column group) blocks,
 //! item i = head i / 32, group i mod 32, warp w of the block = column 4·(i mod 32) + w — the
 //! same per-column body ([`run_at`], GATED_DELTA_NET_FROM_CACHE's), with q, k, v, g and β read
-//! by coherent loads (they were written in phase 1, by other blocks) instead of `ld.global.nc`.
+//! by L2 loads (`ld.global.cg`: they were written in phase 1, by other blocks) instead of
+//! `ld.global.nc`.
 //! Each column's operations and their order are GATED_DELTA_NET's; only which block runs a
 //! column differs.
 //!
@@ -63,7 +64,8 @@
 //!   element is read and written by the one lane owning it, read first (GATED_DELTA_NET_FROM_
 //!   CACHE's argument, unchanged); phase 1 does not touch the ssm cache (host: disjoint).
 //! - **Phase 1 → phase 2 values** (q/k norms, v, gate, β): written before the grid barrier,
-//!   read after it with coherent loads; nothing writes them in phase 2.
+//!   read after it with L2 loads (no stale L1 line of a block that read the same bytes as an
+//!   input before the barrier); nothing writes them in phase 2.
 //! - **Across phase-1 items**: the host proves every output of the conv chain disjoint from
 //!   every input and output of the products and vice versa, and the phase-2 outputs (`out`, the
 //!   state slots) disjoint from everything phase 1 reads or writes; the `.nc` loads (weights,

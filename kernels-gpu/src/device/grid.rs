@@ -18,6 +18,10 @@
 //!
 //! Loads after the barrier of data written before it must not use the non-coherent path
 //! (`ld.global.nc`): it is not covered by the memory model for data written during the launch.
+//! [`load_l2_f32`] (`ld.global.cg`, cached in L2 only) is what GDN_LAYER_STEP uses for them: the
+//! acquire fence already makes plain loads see those writes, and bypassing L1 additionally
+//! rules out a line this multiprocessor cached before the barrier (from a block that read the
+//! same bytes as an input, e.g. qkv under conv_out).
 
 use super::thread::{sync_threads, thread_idx_x, thread_idx_y, thread_idx_z};
 use core::arch::asm;
@@ -28,6 +32,28 @@ use core::arch::asm;
 pub fn fence_acq_rel_gpu() {
     // SAFETY: a fence has no operands and no preconditions.
     unsafe { asm!("fence.acq_rel.gpu;", options(nostack, preserves_flags)) }
+}
+
+/// `*p` with `ld.global.cg.f32` (cached in L2, not in L1): a coherent load for data other
+/// blocks wrote before a [`grid_barrier`]. Not `pure`: kept in program order with the thread's
+/// stores.
+///
+/// # Safety
+/// `p` must point to 4 readable bytes of global memory, 4-byte aligned, that no thread writes
+/// from the barrier until the load.
+#[inline(always)]
+pub unsafe fn load_l2_f32(p: *const f32) -> f32 {
+    let r: f32;
+    // SAFETY: forwarded to the caller.
+    unsafe {
+        asm!(
+            "{{ .reg .b64 ga; cvta.to.global.u64 ga, {p}; ld.global.cg.f32 {r}, [ga]; }}",
+            p = in(reg64) p as u64,
+            r = out(reg32) r,
+            options(readonly, nostack, preserves_flags)
+        );
+    }
+    r
 }
 
 /// `ld.relaxed.gpu.global.u32`.
