@@ -343,6 +343,22 @@ mod tests {
         assert_eq!(abi::gdn_layer_step_shared_bytes(4, 8), abi::gdn_conv_chain_shared_bytes(4, 8));
     }
 
+    /// The kernel assumes 128-thread blocks: every entry's PTX says so (`.maxntid`), with the
+    /// occupancy bound ptxas allocates registers for.
+    #[test]
+    fn every_entry_carries_its_launch_bounds() {
+        let ptx = crate::kernels::PTX;
+        for kind in 0..4 {
+            for d_conv in abi::GDN_CONV_CHAIN_WIDTHS {
+                let entry = abi::gdn_layer_step_entry(kind, d_conv).unwrap();
+                let start = ptx.find(&format!(".entry {entry}(")).unwrap_or_else(|| panic!("{entry} missing"));
+                let header = &ptx[start..start + ptx[start..].find('{').unwrap()];
+                assert!(header.contains(".maxntid 128, 1, 1") && header.contains(".minnctapersm 2"), "{entry}: {header}");
+            }
+        }
+        assert!(abi::PTX_LAUNCH_BOUNDS.contains(&("gdn_layer_step_", abi::GDN_LAYER_STEP_BLOCK, 2)));
+    }
+
     /// The fused graph (one GDN_LAYER_STEP, plus a fresh cell's SCALEs) equals the unfused
     /// chain on the CPU, every output and both caches, for every weight kind, both layouts, the
     /// read row among the written rows and not, a fresh cell, n_t 1–8.
