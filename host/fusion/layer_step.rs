@@ -80,3 +80,65 @@ pub fn find(graph: &Graph, layer: usize) -> Result<Candidate, Refusal> {
     overlaps.push((gdn.ssm_cache, gdn.states));
     Ok(Candidate { nodes: vec![c, g, n], at: n, fused: Box::new(op), edges: vec![(c, n), (g, n)], eliminated: vec![], overlaps })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fusion::{Options, fuse, sweep, try_fusion};
+    use crate::graph::Node;
+    use crate::graph::layer::{LayerSpec, Outputs, StackSpec};
+    use crate::layer::{GdnShape, Step};
+
+    const SMALL: GdnShape = GdnShape { n_embd: 64, n_k_heads: 1, n_v_heads: 2, head_dim: 128, d_conv: 4, eps: 1e-6 };
+
+    /// A one-layer graph after the three part fusions, and what the caller observes.
+    fn parts(step: Step) -> (Vec<Node>, crate::graph::ByteSet) {
+        let spec = StackSpec { layers: vec![LayerSpec::new(SMALL, step)], outputs: Outputs::Products };
+        let b = sweep::build(&spec, 3, sweep::Planning::FusionAware).unwrap();
+        let options = Options::only(&["conv_chain", "pair", "gate_pair", "state_read"]).unwrap();
+        let (nodes, report) = fuse(b.fresh_nodes().unwrap(), &b.live_out(), options);
+        assert_eq!(report.fired("state_read") + report.fired("gate_pair") + report.fired("conv_chain"), 3, "{report}");
+        (nodes, b.live_out())
+    }
+
+    fn at<T: Op + 'static>(nodes: &[Node]) -> usize {
+        nodes.iter().position(|n| n.get::<T>().is_some()).unwrap()
+    }
+
+    #[test]
+    fn the_three_parts_become_one_step_at_the_gdn() {
+        let (nodes, live_out) = parts(Step::new(4, 3));
+        let (c, accepted) = try_fusion(&nodes, &live_out, &FUSION, 0).unwrap();
+        let (chain, gate, gdn) = (at::<GdnConvChain>(&nodes), at::<MulMatVecPairGate>(&nodes), at::<GatedDeltaNetFromCache>(&nodes));
+        assert_eq!((c.nodes.clone(), c.at), (vec![chain, gate, gdn], gdn));
+        assert!(c.eliminated.is_empty() && accepted.eliminated.is_empty());
+        assert_eq!(c.fused.name(), "GDN_LAYER_STEP");
+    }
+
+    #[test]
+    fn refuses_what_is_not_one_layer_step() {
+        // A part missing.
+        let (nodes, live_out) = parts(Step::new(4, 3));
+        let without_gate: Vec<Node> = nodes.iter().filter(|n| n.get::<MulMatVecPairGate>().is_none()).cloned().collect();
+        assert!(matches!(try_fusion(&without_gate, &live_out, &FUSION, 0), Err(Refusal::NoPattern(_))));
+        // The GDN reading q from elsewhere.
+        let mut relinked = nodes.clone();
+        let g = at::<GatedDeltaNetFromCache>(&relinked);
+        let mut gdn = relinked[g].get::<GatedDeltaNetFromCache>().unwrap().clone();
+        gdn.q = gdn.k;
+        relinked[g] = Node::new(Box::new(gdn), Some(0));
+        assert!(matches!(try_fusion(&relinked, &live_out, &FUSION, 0), Err(Refusal::Layout(_))));
+        // A node in between that writes what the conv chain reads, once it has to move down.
+        let mut blocked = nodes.clone();
+        let chain = at::<GdnConvChain>(&blocked);
+        let qkv = blocked[chain].get::<GdnConvChain>().unwrap().qkv;
+        let src = blocked[chain].get::<GdnConvChain>().unwrap().conv_out;
+        blocked.insert(chain + 1, Node::new(Box::new(crate::graph::Stage { src, dst: qkv }), Some(0)));
+        let r = try_fusion(&blocked, &live_out, &FUSION, 0).map(|_| ());
+        assert!(matches!(r, Err(Refusal::Reorder { pattern_node, .. }) if pattern_node == chain), "{r:?}");
+        // Out of the registry's scope: fires_on says no above 8 tokens or without the GDN tail.
+        assert!(!(FUSION.fires_on)(&LayerSpec::new(SMALL, Step::new(9, 3))));
+        assert!(!(FUSION.fires_on)(&LayerSpec::new(GdnShape { head_dim: 64, ..SMALL }, Step::new(4, 3))));
+        assert!((FUSION.fires_on)(&LayerSpec::new(SMALL, Step::new(8, 15))));
+    }
+}
