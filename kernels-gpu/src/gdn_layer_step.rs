@@ -71,6 +71,13 @@
 //!   state slots) disjoint from everything phase 1 reads or writes; the `.nc` loads (weights,
 //!   `cur`, dt_bias, ssm_a, the index buffers) are of bytes no thread writes during the launch.
 //!
+//! # Several sequences (not built yet)
+//! Nothing here is per-launch but the grid barrier: n_s sequences would add n_s × the chain
+//! tiles (each sequence its own source row and snapshot rows: the chain's parameters per
+//! sequence), the mat-vec rows' columns are already the n_t·n_s tokens, and phase 2's items
+//! would run over (sequence, head, group) — GATED_DELTA_NET's per-column body takes the
+//! sequence. The one barrier still separates every read from every write.
+//!
 //! # Bits
 //! Every float operation is one of the unfused kernels' `#[inline(always)]` bodies on the same
 //! operands in the same order (conv chain: GDN_CONV_CHAIN's; products: `thread_partials_of` /
