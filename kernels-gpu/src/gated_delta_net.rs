@@ -418,7 +418,7 @@ pub(crate) struct ColumnAt {
 }
 
 /// [`run`]'s body for the column `at` names. `COHERENT`: every token input (q, k, v, g, β) is
-/// read with coherent loads instead of `ld.global.nc` (GDN_LAYER_STEP, whose first phase
+/// read with L2 loads (`ld.global.cg`) instead of `ld.global.nc` (GDN_LAYER_STEP, whose first phase
 /// wrote them); the arithmetic is the same either way.
 ///
 /// # Safety
