@@ -24,11 +24,16 @@ suite)
   export RGDN_REQUIRE_GPU=1 RGDN_SKIP_PARITY=1 RGDN_SWEEP_FORWARDS=0
   RGDN_SWEEP_STRIDE=4 timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 bundle/tests/gpu_sweep > "$o/memcheck-sweep.log" 2>&1
   echo "memcheck gpu_sweep (every 4th case): exit $?" >> "$o/summary.txt"
-  timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 bundle/tests/gpu_ops GDN_CONV_CHAIN,MUL_MAT_VEC_PAIR,GATED_DELTA_NET_FROM_CACHE > "$o/memcheck-fused-ops.log" 2>&1
-  echo "memcheck gpu_ops GDN_CONV_CHAIN,MUL_MAT_VEC_PAIR(_GATE),GATED_DELTA_NET_FROM_CACHE: exit $?" >> "$o/summary.txt"
+  timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 bundle/tests/gpu_ops GDN_CONV_CHAIN,MUL_MAT_VEC_PAIR,GATED_DELTA_NET_FROM_CACHE,GDN_LAYER_STEP > "$o/memcheck-fused-ops.log" 2>&1
+  echo "memcheck gpu_ops GDN_CONV_CHAIN,MUL_MAT_VEC_PAIR(_GATE),GATED_DELTA_NET_FROM_CACHE,GDN_LAYER_STEP: exit $?" >> "$o/summary.txt"
+  # [layer-step] racecheck (shared memory) and synccheck (barriers) on the one-launch layer step.
+  timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 bundle/tests/gpu_ops GDN_LAYER_STEP_VS_CHAIN > "$o/racecheck-layer-step.log" 2>&1
+  echo "racecheck gpu_ops GDN_LAYER_STEP_VS_CHAIN: exit $?" >> "$o/summary.txt"
+  timeout 150 compute-sanitizer --tool synccheck --error-exitcode 9 bundle/tests/gpu_ops GDN_LAYER_STEP_VS_CHAIN > "$o/synccheck-layer-step.log" 2>&1
+  echo "synccheck gpu_ops GDN_LAYER_STEP_VS_CHAIN: exit $?" >> "$o/summary.txt"
   RGDN_SWEEP_STRIDE=8 timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 bundle/tests/gpu_sweep > "$o/racecheck-sweep.log" 2>&1
   echo "racecheck gpu_sweep (every 8th case): exit $?" >> "$o/summary.txt"
-  for f in memcheck-sweep memcheck-fused-ops racecheck-sweep; do
+  for f in memcheck-sweep memcheck-fused-ops racecheck-sweep racecheck-layer-step synccheck-layer-step; do
     echo "$f: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|SWEEP:|GPU suite:' "$o/$f.log" | tr '\n' ' ')" >> "$o/summary.txt"
   done
   ;;

@@ -191,7 +191,8 @@ mod tests {
 
     /// The default builder runs the fusion pass: at T = 4 the conv chain (GET_ROWS, CONCAT,
     /// CPY_SNAPSHOTS, SSM_CONV, L2_NORM ×2), the two mat-vecs with the gate path, and the
-    /// ssm-state read with GATED_DELTA_NET become one launch each.
+    /// ssm-state read with GATED_DELTA_NET become one launch each, and [layer-step] those three
+    /// one GDN_LAYER_STEP.
     #[test]
     fn the_default_builder_fuses_the_conv_chain_and_the_pair() {
         let b = default_builder();
@@ -199,7 +200,7 @@ mod tests {
         let built = ChainPair::new(b, &cfg(4, 3), 1).unwrap();
         let names = |ops: &[Box<dyn Op>]| ops.iter().map(|o| o.name()).collect::<Vec<_>>();
         let on = names(&built.on);
-        assert_eq!(on, ["GDN_CONV_CHAIN", "MUL_MAT_VEC_PAIR_GATE", "GATED_DELTA_NET_FROM_CACHE"], "{on:?}");
+        assert_eq!(on, ["GDN_LAYER_STEP"], "{on:?}");
         assert_eq!(built.off.len(), 14, "{:?}", names(&built.off));
         // The fused chain no longer writes the CONCAT's inputs and output, the ssm state, the
         // biased alpha and the softplus.

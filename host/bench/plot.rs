@@ -35,6 +35,7 @@ pub fn short_name(key: &str) -> String {
         "MUL_MAT_VEC_PAIR" => "pair",
         "MUL_MAT_VEC_PAIR_GATE" => "pair+gate",
         "GATED_DELTA_NET_FROM_CACHE" => "gdn+read",
+        "GDN_LAYER_STEP" => "step",
         "UNARY_MUL" => "splus·mul",
         "GDN_CONV_CHAIN" => "chain",
         "SIGMOID" => "sigm",

@@ -20,10 +20,14 @@
 //! - `gate_pair` ([`gate_pair`]): that pair plus SIGMOID, ADD, SOFTPLUS, MUL (or UNARY_MUL) →
 //!   one MUL_MAT_VEC_PAIR_GATE (the gate path as the pair's epilogue);
 //! - `state_read` ([`state_read`]): the ssm-state GET_ROWS and GATED_DELTA_NET → one
-//!   GATED_DELTA_NET_FROM_CACHE (the state read straight from its cache row).
+//!   GATED_DELTA_NET_FROM_CACHE (the state read straight from its cache row);
+//! - `layer_step` ([`layer_step`]): those three fused nodes (GDN_CONV_CHAIN,
+//!   MUL_MAT_VEC_PAIR_GATE, GATED_DELTA_NET_FROM_CACHE) → one GDN_LAYER_STEP (the whole verify
+//!   step in one cooperative launch).
 
 pub mod conv_chain;
 pub mod gate_pair;
+pub mod layer_step;
 pub mod legality;
 pub mod pair;
 pub mod state_read;
@@ -70,7 +74,7 @@ impl fmt::Debug for Fusion {
 }
 
 /// Every fusion, in the order the pass tries them on a layer.
-pub static REGISTRY: &[Fusion] = &[conv_chain::FUSION, pair::FUSION, gate_pair::FUSION, state_read::FUSION];
+pub static REGISTRY: &[Fusion] = &[conv_chain::FUSION, pair::FUSION, gate_pair::FUSION, state_read::FUSION, layer_step::FUSION];
 
 /// The registered fusion named `name`.
 pub fn fusion(name: &str) -> Option<&'static Fusion> {

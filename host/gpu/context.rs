@@ -72,7 +72,7 @@ pub enum KernelArg {
 }
 
 /// Capacity of a [`ParamBlock`] in bytes (CUDA allows 4 KiB of kernel parameters; ours are small).
-pub const PARAM_BLOCK_BYTES: usize = 512;
+pub const PARAM_BLOCK_BYTES: usize = 1024;
 
 /// The bytes of one by-value parameter struct. The driver copies exactly the parameter's
 /// declared size (from the PTX signature) from this block, so a block larger than the struct is
@@ -178,6 +178,10 @@ pub struct Gpu {
     module: Arc<CudaModule>,
     functions: Mutex<HashMap<&'static str, CudaFunction>>,
     log: Mutex<LaunchLog>,
+    /// [layer-step] The grid barrier's state (two u32: arrival count, generation) for
+    /// cooperative launches on this Gpu's one stream; zero at creation, and the count is back to
+    /// zero at the end of every launch that uses it (the last block to arrive resets it).
+    grid_barrier: DeviceBuffer,
 }
 
 impl Gpu {
@@ -210,7 +214,9 @@ impl Gpu {
     fn on(info: GpuInfo, stream: Arc<CudaStream>) -> Result<Self> {
         let ctx = stream.context().clone();
         let module = ctx.load_module(Ptx::from_src(crate::kernels::PTX))?;
-        Ok(Gpu { info, ctx, stream, module, functions: Mutex::new(HashMap::new()), log: Mutex::new(LaunchLog::default()) })
+        // Allocated here, not lazily: an allocation during stream capture would fail.
+        let grid_barrier = Self::wrap(stream.alloc_zeros::<u8>(8)?, 8, &stream);
+        Ok(Gpu { info, ctx, stream, module, functions: Mutex::new(HashMap::new()), log: Mutex::new(LaunchLog::default()), grid_barrier })
     }
 
     /// What the probe found about the device this `Gpu` runs on.
@@ -326,11 +332,56 @@ impl Gpu {
         unsafe { self.launch_function(&func, entry, dims, args) }
     }
 
+    /// [layer-step] Device address of the grid barrier's state (see the field's docs), for the
+    /// kernels launched with [`Gpu::launch_cooperative`].
+    pub fn grid_barrier(&self) -> u64 {
+        self.grid_barrier.device_ptr()
+    }
+
+    /// [layer-step] How many blocks of `entry` with `block_threads` threads and `shared_bytes`
+    /// of dynamic shared memory can be resident at once on the whole device (the driver's
+    /// occupancy for the compiled kernel × the multiprocessor count): the largest grid a
+    /// cooperative launch of it takes.
+    pub fn co_resident_blocks(&self, entry: &'static str, block_threads: u32, shared_bytes: u32) -> Result<u32> {
+        let func = self.function(entry)?;
+        let per_sm = func.occupancy_max_active_blocks_per_multiprocessor(block_threads, shared_bytes as usize, None)?;
+        let sms = self.ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+        Ok(per_sm.saturating_mul(u32::try_from(sms).unwrap_or(0)))
+    }
+
+    /// [layer-step] Launches `entry` cooperatively (`cuLaunchCooperativeKernel`): the driver
+    /// runs every block of the grid at once or refuses the launch, which a grid-wide barrier
+    /// needs.
+    ///
+    /// # Safety
+    /// As [`Gpu::launch`].
+    pub unsafe fn launch_cooperative(&self, entry: &'static str, dims: LaunchDims, args: &[KernelArg]) -> Result<()> {
+        let func = self.function(entry)?;
+        // SAFETY: forwarded to the caller.
+        unsafe { self.launch_with(&func, entry, dims, args, true) }
+    }
+
     /// Launches a function of any loaded module; `label` names it in the launch log.
     ///
     /// # Safety
     /// As [`Gpu::launch`].
     pub unsafe fn launch_function(&self, func: &CudaFunction, label: &'static str, dims: LaunchDims, args: &[KernelArg]) -> Result<()> {
+        // SAFETY: forwarded to the caller.
+        unsafe { self.launch_with(func, label, dims, args, false) }
+    }
+
+    /// The one launch path: a plain or a cooperative launch.
+    ///
+    /// # Safety
+    /// As [`Gpu::launch`].
+    unsafe fn launch_with(
+        &self,
+        func: &CudaFunction,
+        label: &'static str,
+        dims: LaunchDims,
+        args: &[KernelArg],
+        cooperative: bool,
+    ) -> Result<()> {
         check_dims(label, &dims)?;
         let cfg = LaunchConfig { grid_dim: dims.grid, block_dim: dims.block, shared_mem_bytes: dims.shared_bytes };
         let mut builder = self.stream.launch_builder(func);
@@ -353,7 +404,13 @@ impl Gpu {
         let timed = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
         let start = if log.timing { Some(self.stream.record_event(timed)?) } else { None };
         // SAFETY: the caller guarantees the argument list and extents (see `launch`).
-        unsafe { builder.launch(cfg) }?;
+        if cooperative {
+            // SAFETY: as above.
+            unsafe { builder.launch_cooperative(cfg) }?;
+        } else {
+            // SAFETY: as above.
+            unsafe { builder.launch(cfg) }?;
+        }
         let index = log.records.len();
         log.records.push(LaunchRecord { entry: label, dims, elapsed_ms: None });
         if let Some(start) = start {

@@ -507,7 +507,21 @@ pub fn build_planned(spec: &StackSpec, seed: u64, budget: usize, groups: &Groups
             .iter(),
         Bound::Over,
     );
-    let plan = plan::plan_with_groups(&values, &nodes, &pins, &groups(&nodes, &observed))?;
+    let groups = groups(&nodes, &observed);
+    // [layer-step] A pin cannot hold when one group both reads the block's owner and writes the
+    // pinned value (the group's values all live at its anchor): the layer step's group holds the
+    // CONCAT reading qkv and the ssm-state GET_ROWS the PR layout puts on qkv. The fused graph
+    // never writes the ssm state (`state_read` eliminated it), so that layer is planned without
+    // the pin; every other pin is kept.
+    let touches = |g: &plan::Group, v: usize, write: bool| {
+        g.nodes.iter().any(|&i| {
+            let ts = if write { nodes[i].op.outputs() } else { nodes[i].op.inputs() };
+            ts.iter().any(|t| t.buffer.0 == v)
+        })
+    };
+    let pins: Vec<Pin> =
+        pins.into_iter().filter(|p| !groups.iter().any(|g| touches(g, p.value, true) && touches(g, p.onto, false))).collect();
+    let plan = plan::plan_with_groups(&values, &nodes, &pins, &groups)?;
 
     // Everything through the budgeted allocators: the whole graph's bytes are summed
     // (checked) and compared with the budget before anything is allocated, so a spec whose

@@ -333,6 +333,14 @@ impl GatedDeltaNetFromCache {
         check_views(FROM_CACHE_OP, &views, StateSource::FromCache { cache: &self.ssm_cache, source_rows: &self.source_rows }, mem)
     }
 
+    /// The kernel's parameters for a validated op (`shape` from [`GatedDeltaNetFromCache::check`]).
+    pub(crate) fn params(&self, shape: &GdnShape, mem: &DeviceMemory) -> abi::GatedDeltaNetFromCacheParams {
+        let [_, cache_row, ..] = check::elem_strides(&self.ssm_cache);
+        let [source_rows_stride, ..] = check::elem_strides(&self.source_rows);
+        let gdn = gdn_params(&self.as_gated_delta_net(), shape, mem, [D as u64, (D * D) as u64, cache_row]);
+        abi::GatedDeltaNetFromCacheParams { gdn, source_rows: mem.device_ptr(&self.source_rows), source_rows_stride }
+    }
+
     /// The GATED_DELTA_NET views of this op (for the shared reference), `state_in` = the cache
     /// (not read: the reference takes the state from the gathered rows).
     pub fn as_gated_delta_net(&self) -> GatedDeltaNet {
@@ -360,10 +368,7 @@ impl Op for GatedDeltaNetFromCache {
 
     fn launch(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<()> {
         let shape = self.check(mem)?;
-        let [_, cache_row, ..] = check::elem_strides(&self.ssm_cache);
-        let [source_rows_stride, ..] = check::elem_strides(&self.source_rows);
-        let gdn = gdn_params(&self.as_gated_delta_net(), &shape, mem, [D as u64, (D * D) as u64, cache_row]);
-        let params = abi::GatedDeltaNetFromCacheParams { gdn, source_rows: mem.device_ptr(&self.source_rows), source_rows_stride };
+        let params = self.params(&shape, mem);
         let grid = (shape.n_heads as u32, shape.n_seqs as u32, D as u32 / abi::GDN_WARPS);
         let dims = LaunchDims::new(grid, (32, abi::GDN_WARPS, 1));
         let args = [KernelArg::Params(ParamBlock::of(&params)?)];

@@ -203,7 +203,7 @@ impl GdnConvChain {
     }
 
     /// The kernel's parameter block for a validated op.
-    fn params(&self, shape: &ChainShape, mem: &DeviceMemory) -> abi::GdnConvChainParams {
+    pub(crate) fn params(&self, shape: &ChainShape, mem: &DeviceMemory) -> abi::GdnConvChainParams {
         let [_, cache_row, ..] = check::elem_strides(&self.conv_cache);
         let [_, qkv_token, ..] = check::elem_strides(&self.qkv);
         let [_, w_channel, ..] = check::elem_strides(&self.weight);

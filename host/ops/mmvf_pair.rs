@@ -274,6 +274,24 @@ impl MulMatVecPairGate {
     }
 }
 
+impl MulMatVecPairGate {
+    /// The entries' parameters with the gate epilogue on, for a validated op (`shape` from
+    /// [`MulMatVecPairGate::check`]).
+    pub(crate) fn params(&self, mem: &DeviceMemory, shape: &MatVecShape) -> abi::MulMatVecPairGateParams {
+        abi::MulMatVecPairGateParams {
+            pair: self.pair.params(mem, shape),
+            dt_bias: mem.device_ptr(&self.dt_bias),
+            ssm_a: mem.device_ptr(&self.ssm_a),
+            beta: mem.device_ptr(&self.beta),
+            beta_col: check::elem_strides(&self.beta)[1],
+            gate: mem.device_ptr(&self.gate),
+            gate_col: check::elem_strides(&self.gate)[1],
+            epilogue: abi::PAIR_EPILOGUE_GATE,
+            _pad: 0,
+        }
+    }
+}
+
 impl Op for MulMatVecPairGate {
     fn name(&self) -> &'static str {
         GATE_OP
@@ -287,17 +305,7 @@ impl Op for MulMatVecPairGate {
         let shape = self.check(mem)?;
         let per_block = super::mmvf::cols_per_block(shape.ncols);
         let entry = abi::mul_mat_vec_pair_gate_entry(shape.kind, per_block).expect("checked: kind and ncols have an entry");
-        let params = abi::MulMatVecPairGateParams {
-            pair: self.pair.params(mem, &shape),
-            dt_bias: mem.device_ptr(&self.dt_bias),
-            ssm_a: mem.device_ptr(&self.ssm_a),
-            beta: mem.device_ptr(&self.beta),
-            beta_col: check::elem_strides(&self.beta)[1],
-            gate: mem.device_ptr(&self.gate),
-            gate_col: check::elem_strides(&self.gate)[1],
-            epilogue: abi::PAIR_EPILOGUE_GATE,
-            _pad: 0,
-        };
+        let params = self.params(mem, &shape);
         let groups = (shape.ncols / per_block) as u32;
         let dims =
             LaunchDims::new((shape.rows as u32, 2, groups), (shape.block_size, 1, 1)).with_shared_bytes(abi::MUL_MAT_VEC_SHARED_BYTES);

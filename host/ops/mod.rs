@@ -43,6 +43,9 @@ pub use gdn_conv_chain::{GdnConvChain, SnapshotWrite};
 pub use mmvf_pair::MulMatVecPair;
 // [pair-gate]
 pub use mmvf_pair::MulMatVecPairGate;
+// [layer-step] the whole layer step in one launch
+pub mod gdn_layer_step;
+pub use gdn_layer_step::GdnLayerStep;
 
 // [speed] fused SOFTPLUS·MUL (its file is unary.rs)
 pub use unary::UnaryMul;

@@ -109,6 +109,42 @@ macro_rules! entry_name {
     (gdn_conv_chain, 5) => {
         "gdn_conv_chain_f32_d5"
     };
+    (gdn_layer_step, f32, 3) => {
+        "gdn_layer_step_f32_d3"
+    };
+    (gdn_layer_step, f32, 4) => {
+        "gdn_layer_step_f32_d4"
+    };
+    (gdn_layer_step, f32, 5) => {
+        "gdn_layer_step_f32_d5"
+    };
+    (gdn_layer_step, bf16, 3) => {
+        "gdn_layer_step_bf16_d3"
+    };
+    (gdn_layer_step, bf16, 4) => {
+        "gdn_layer_step_bf16_d4"
+    };
+    (gdn_layer_step, bf16, 5) => {
+        "gdn_layer_step_bf16_d5"
+    };
+    (gdn_layer_step, f16, 3) => {
+        "gdn_layer_step_f16_d3"
+    };
+    (gdn_layer_step, f16, 4) => {
+        "gdn_layer_step_f16_d4"
+    };
+    (gdn_layer_step, f16, 5) => {
+        "gdn_layer_step_f16_d5"
+    };
+    (gdn_layer_step, f16_f32acc, 3) => {
+        "gdn_layer_step_f16_f32acc_d3"
+    };
+    (gdn_layer_step, f16_f32acc, 4) => {
+        "gdn_layer_step_f16_f32acc_d4"
+    };
+    (gdn_layer_step, f16_f32acc, 5) => {
+        "gdn_layer_step_f16_f32acc_d5"
+    };
     (math_probe) => {
         "test_math_probe_f32"
     };
@@ -766,7 +802,11 @@ param_struct! {
 /// mul_mat_vec_f blocks have at most 256 threads (ggml's rule), and the grids are small (one
 /// block per row): with the bounds, ptxas keeps every load of a thread's chunk in flight at once
 /// instead of budgeting registers for full occupancy (NOTES.md, mul_mat_vec_f speed).
-pub const PTX_LAUNCH_BOUNDS: &[(&str, u32, u32)] = &[("mul_mat_vec_", 32 * MUL_MAT_VEC_MAX_WARPS, 1)];
+/// [layer-step] GDN_LAYER_STEP blocks have 128 threads; with `.minnctapersm 2` ptxas may give
+/// the mat-vec rows' chunks their registers (the occupancy the driver then reports bounds the
+/// cooperative grid).
+pub const PTX_LAUNCH_BOUNDS: &[(&str, u32, u32)] =
+    &[("mul_mat_vec_", 32 * MUL_MAT_VEC_MAX_WARPS, 1), ("gdn_layer_step_", GDN_LAYER_STEP_BLOCK, 2)];
 
 /// The MUL_MAT_VEC_PAIR entry for a [`mul_mat_vec_kind`] and 1 ≤ `ncols` ≤ 8 input columns.
 pub const fn mul_mat_vec_pair_entry(kind: u32, ncols: usize) -> Option<&'static str> {
@@ -903,6 +943,74 @@ param_struct! {
     }
 }
 
+// ---- [layer-step] GDN_LAYER_STEP: one launch per GDN layer verify step ----
+/// GDN_LAYER_STEP: threads per block (the conv chain's tile and GATED_DELTA_NET's 32 × 4 block;
+/// the mat-vec rows of up to 256 threads run as two virtual halves, see `gdn_layer_step.rs`).
+pub const GDN_LAYER_STEP_BLOCK: u32 = 128;
+/// GDN_LAYER_STEP: most tokens (the alpha/beta products run in one column group: ggml's
+/// `MMVF_MAX_BATCH_SIZE`).
+pub const GDN_LAYER_STEP_MAX_TOKENS: usize = MUL_MAT_VEC_MAX_COLS;
+/// GDN_LAYER_STEP: columns every mat-vec row computes (columns ≥ n_t repeat column n_t − 1 and
+/// are dropped), so that one entry per weight kind and d_conv serves every n_t.
+pub const GDN_LAYER_STEP_COLS: usize = MUL_MAT_VEC_MAX_COLS;
+/// GDN_LAYER_STEP: GATED_DELTA_NET column groups per value head (one warp per column, four
+/// warps per group: GATED_DELTA_NET's grid z).
+pub const GDN_LAYER_STEP_GROUPS_PER_HEAD: u32 = GDN_HEAD_DIM as u32 / GDN_WARPS;
+
+/// The GDN_LAYER_STEP entry for a [`mul_mat_vec_kind`] of the alpha/beta weights and `d_conv`.
+pub const fn gdn_layer_step_entry(kind: u32, d_conv: usize) -> Option<&'static str> {
+    use mul_mat_vec_kind::*;
+    Some(match (kind, d_conv) {
+        (F32, 3) => entry_name!(gdn_layer_step, f32, 3),
+        (F32, 4) => entry_name!(gdn_layer_step, f32, 4),
+        (F32, 5) => entry_name!(gdn_layer_step, f32, 5),
+        (BF16, 3) => entry_name!(gdn_layer_step, bf16, 3),
+        (BF16, 4) => entry_name!(gdn_layer_step, bf16, 4),
+        (BF16, 5) => entry_name!(gdn_layer_step, bf16, 5),
+        (F16_HALF, 3) => entry_name!(gdn_layer_step, f16, 3),
+        (F16_HALF, 4) => entry_name!(gdn_layer_step, f16, 4),
+        (F16_HALF, 5) => entry_name!(gdn_layer_step, f16, 5),
+        (F16_F32, 3) => entry_name!(gdn_layer_step, f16_f32acc, 3),
+        (F16_F32, 4) => entry_name!(gdn_layer_step, f16_f32acc, 4),
+        (F16_F32, 5) => entry_name!(gdn_layer_step, f16_f32acc, 5),
+        _ => return None,
+    })
+}
+
+/// GDN_LAYER_STEP: dynamic shared memory in bytes — the conv chain's tile and staging area,
+/// which the mat-vec rows' reduction buffer ([`MUL_MAT_VEC_SHARED_BYTES`]) reuses (an item
+/// uses one or the other, a block barrier between items).
+pub const fn gdn_layer_step_shared_bytes(d_conv: usize, n_tokens: usize) -> u32 {
+    let chain = gdn_conv_chain_shared_bytes(d_conv, n_tokens);
+    if chain > MUL_MAT_VEC_SHARED_BYTES { chain } else { MUL_MAT_VEC_SHARED_BYTES }
+}
+
+param_struct! {
+    /// GDN_LAYER_STEP's parameters, passed by value: the three fused ops' own parameter structs
+    /// (each exactly what its kernel would take: the conv chain's, the pair-gate's with
+    /// `epilogue` = [`PAIR_EPILOGUE_GATE`], GATED_DELTA_NET_FROM_CACHE's with n_s = 1), the grid
+    /// barrier's state and the work split. 720 bytes, alignment 8, no padding.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    pub struct GdnLayerStepParams {
+        pub chain: GdnConvChainParams,
+        pub gate: MulMatVecPairGateParams,
+        pub gdn: GatedDeltaNetFromCacheParams,
+        /// Device address of the grid barrier's two u32 (arrival count, generation); the count
+        /// is 0 between launches (the last block to arrive resets it).
+        pub barrier: u64,
+        /// ggml's mul_mat_vec_f block size for the row length E (32 … 256, a multiple of 32):
+        /// the thread count whose partial sums and reduction the mat-vec rows reproduce.
+        pub pair_block: u32,
+        /// H_v: rows of each product (alpha, beta_raw) and value heads of GATED_DELTA_NET.
+        pub n_heads: u32,
+        /// C / 128: conv-chain tiles.
+        pub n_chain_tiles: u32,
+        /// n_t (1 ..= [`GDN_LAYER_STEP_MAX_TOKENS`]), the products' column count.
+        pub n_tokens: u32,
+    }
+}
+
 // ---- the entry table ----
 
 /// Every entry, with the size and alignment of the parameter struct it takes.
@@ -936,6 +1044,18 @@ const LISTED_ENTRIES: &[EntrySig] = &[
     EntrySig::of::<GdnConvChainParams>(entry_name!(gdn_conv_chain, 3)),
     EntrySig::of::<GdnConvChainParams>(entry_name!(gdn_conv_chain, 4)),
     EntrySig::of::<GdnConvChainParams>(entry_name!(gdn_conv_chain, 5)),
+    EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step, f32, 3)),
+    EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step, f32, 4)),
+    EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step, f32, 5)),
+    EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step, bf16, 3)),
+    EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step, bf16, 4)),
+    EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step, bf16, 5)),
+    EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step, f16, 3)),
+    EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step, f16, 4)),
+    EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step, f16, 5)),
+    EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step, f16_f32acc, 3)),
+    EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step, f16_f32acc, 4)),
+    EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step, f16_f32acc, 5)),
     EntrySig::of::<MathProbeParams>(MATH_PROBE_ENTRY),
     EntrySig::of::<CountMismatchesParams>(COUNT_MISMATCHES_ENTRY),
     EntrySig::of::<MufuEvalParams>(MUFU_EVAL_ENTRY),

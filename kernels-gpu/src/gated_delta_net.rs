@@ -52,6 +52,7 @@
 use crate::abi::{self, GDN_HEAD_DIM, GDN_WARPS};
 use crate::device::math::add;
 use crate::device::math::{fma, mul};
+use crate::device::grid::load_l2_f32;
 use crate::device::load::coherent_f32;
 use crate::device::memory::{
     load_nc_f32, load_nc_f32_at, load_nc_u32, load_nc_f32x4_stride32, prefetch_l1, prefetch_l2, store_f32_at, store_f32x4_stride32,
@@ -189,6 +190,49 @@ impl TokenSource {
                 beta: load_nc_f32(self.beta),
             }
         }
+    }
+
+    /// [layer-step] [`TokenSource::load`] with L2 loads ([`load_l2_f32`], `ld.global.cg`): the
+    /// same elements and bits, for inputs that other blocks of the launch wrote before a grid
+    /// barrier (the `.nc` path, and a line L1 cached before the barrier, may be stale for
+    /// those).
+    ///
+    /// # Safety
+    /// The pointers address validated input elements that no thread writes from the grid
+    /// barrier on.
+    #[inline(always)]
+    unsafe fn load_coherent(&self) -> TokenInputs {
+        let lane = self.lane as usize;
+        let row = |p: *const f32| {
+            let mut x = [0.0f32; ROWS_PER_LANE];
+            let mut r = 0;
+            while r < ROWS_PER_LANE {
+                // SAFETY: 32·r + lane < D of a validated row (caller).
+                x[r] = unsafe { load_l2_f32(p.add(32 * r + lane)) };
+                r += 1;
+            }
+            x
+        };
+        // SAFETY: forwarded to the caller.
+        unsafe {
+            TokenInputs {
+                k: row(self.k),
+                q: row(self.q),
+                v: load_l2_f32(self.v.add(self.col as usize)),
+                g: load_l2_f32(self.g),
+                beta: load_l2_f32(self.beta),
+            }
+        }
+    }
+
+    /// [`TokenSource::load`], or [`TokenSource::load_coherent`] when `COHERENT`.
+    ///
+    /// # Safety
+    /// As the function it calls.
+    #[inline(always)]
+    unsafe fn load_with<const COHERENT: bool>(&self) -> TokenInputs {
+        // SAFETY: forwarded to the caller.
+        unsafe { if COHERENT { self.load_coherent() } else { self.load() } }
     }
 
     /// L1 prefetch of the lines the *next* token's [`TokenSource::load`] will read (this lane's
@@ -354,6 +398,40 @@ pub unsafe fn token_step(
 /// `source_rows` is unused.
 #[inline(always)]
 unsafe fn run<const FROM_CACHE: bool>(p: &abi::GatedDeltaNetParams, source_rows: *const i32, source_rows_stride: usize) {
+    let at = ColumnAt { head: block_idx_x(), seq: block_idx_y(), group: block_idx_z(), warp: thread_idx_y(), lane: thread_idx_x() };
+    // SAFETY: forwarded from the launch contract (the indices are the launch's own).
+    unsafe { run_at::<FROM_CACHE, false>(p, source_rows, source_rows_stride, at) }
+}
+
+/// Which value column a warp runs, and which lane this thread is: GATED_DELTA_NET's block
+/// (head, seq, group) = `%ctaid` and (lane, warp) = `%tid`, or [layer-step] a work item of
+/// GDN_LAYER_STEP's second phase.
+#[derive(Clone, Copy)]
+pub(crate) struct ColumnAt {
+    pub head: u32,
+    pub seq: u32,
+    /// Column group z: columns 4·z … 4·z + 3.
+    pub group: u32,
+    /// Warp 0 … 3 of the group (column 4·z + warp).
+    pub warp: u32,
+    pub lane: u32,
+}
+
+/// [`run`]'s body for the column `at` names. `COHERENT`: every token input (q, k, v, g, β) is
+/// read with L2 loads (`ld.global.cg`) instead of `ld.global.nc` (GDN_LAYER_STEP, whose first phase
+/// wrote them); the arithmetic is the same either way.
+///
+/// # Safety
+/// As [`run`], for the (head, seq, group) of `at` inside the grid the host validated, `at.warp`
+/// < [`GDN_WARPS`], `at.lane` < 32, all 32 lanes of the warp calling together; with
+/// `COHERENT`, no thread writes any token input from before the call until the warp returns.
+#[inline(always)]
+pub(crate) unsafe fn run_at<const FROM_CACHE: bool, const COHERENT: bool>(
+    p: &abi::GatedDeltaNetParams,
+    source_rows: *const i32,
+    source_rows_stride: usize,
+    at: ColumnAt,
+) {
     let (q, q_head, q_token, q_seq) = (p.q as usize as *const f32, p.q_head as usize, p.q_token as usize, p.q_seq as usize);
     let (k, k_head, k_token, k_seq) = (p.k as usize as *const f32, p.k_head as usize, p.k_token as usize, p.k_seq as usize);
     let (v, v_head, v_token, v_seq) = (p.v as usize as *const f32, p.v_head as usize, p.v_token as usize, p.v_seq as usize);
@@ -364,15 +442,15 @@ unsafe fn run<const FROM_CACHE: bool>(p: &abi::GatedDeltaNetParams, source_rows:
     let (out, out_head, out_token, out_seq) = (p.out as usize as *mut f32, p.out_head as usize, p.out_token as usize, p.out_seq as usize);
     let (states, states_seq, states_slot) = (p.states as usize as *mut f32, p.states_seq as usize, p.states_slot as usize);
     let (n_tokens, n_key_heads, n_slots, scale) = (p.n_tokens, p.n_key_heads, p.n_slots, p.scale);
-    let head = block_idx_x();
+    let head = at.head;
     // The host validated n_key_heads ≥ 1; `checked_rem` keeps core's divide-by-zero panic
     // path out of the PTX, and a violated contract aborts the launch.
     let Some(key_head) = head.checked_rem(n_key_heads) else { trap() };
     let key_head = key_head as usize;
     let head = head as usize;
-    let seq = block_idx_y() as usize;
-    let col = (block_idx_z() * GDN_WARPS + thread_idx_y()) as usize;
-    let lane = thread_idx_x() as usize;
+    let seq = at.seq as usize;
+    let col = (at.group * GDN_WARPS + at.warp) as usize;
+    let lane = at.lane as usize;
     let n_tokens = n_tokens as usize;
 
     // SAFETY (every offset and access below): the host checked that each view holds all the
@@ -414,8 +492,9 @@ unsafe fn run<const FROM_CACHE: bool>(p: &abi::GatedDeltaNetParams, source_rows:
     // hits instead of one DRAM round trip per token. Hints only: nothing is read back. Capped
     // at the first L2_PREFETCH_TOKENS tokens (a verify step has ≤ 17; a long prompt must not
     // flood L2).
-    if block_idx_z() == 0 && thread_idx_y() == 0 {
-        prefetch_tokens(&src, lane, n_tokens.min(L2_PREFETCH_TOKENS));
+    if at.group == 0 && at.warp == 0 {
+        // SAFETY: `src` is at token 0 of the validated views (hints only).
+        unsafe { prefetch_tokens(&src, lane, n_tokens.min(L2_PREFETCH_TOKENS)) };
     }
     let mut s = if FROM_CACHE {
         // SAFETY: seq < n_s indices (host-validated), each in 0..n_rows of the cache, so the cast
@@ -447,11 +526,11 @@ unsafe fn run<const FROM_CACHE: bool>(p: &abi::GatedDeltaNetParams, source_rows:
     // peeled off so that the prefetched values are used on every path out of the loop (ptxas
     // would otherwise sink the loads past the loop's exit test, next to their use).
     // SAFETY (loads): token t + 1 < n_tokens of the validated input views, written by nobody.
-    let mut cur = unsafe { src.load() };
+    let mut cur = unsafe { src.load_with::<COHERENT>() };
     let mut t = 0;
     while t + 1 < n_tokens {
         src.advance();
-        let next = unsafe { src.load() };
+        let next = unsafe { src.load_with::<COHERENT>() };
         // SAFETY: every lane of the warp runs the same trip count with no early exit.
         let a = unsafe { token_step(&mut s, &cur.k, &cur.q, cur.v, cur.g, cur.beta) };
         finish(&s, a, t);

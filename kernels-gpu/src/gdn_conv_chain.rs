@@ -132,16 +132,23 @@ fn conv_chunk<const D_CONV: usize>(cols: &[f32; 4 + GDN_CONV_CHAIN_MAX_TOKENS], 
     y
 }
 
+/// The conv chain of channel tile `tile` (channels `tile·128 … tile·128+127`), run by the
+/// calling block: phases 1–4 of the module docs. GDN_CONV_CHAIN runs tile `%ctaid.x`;
+/// [layer-step] GDN_LAYER_STEP runs tiles as work items of its first phase (same body).
+///
 /// # Safety
-/// See the module docs: the host validated every view and index for the grid (C/128) and the
-/// launch's dynamic shared memory is `gdn_conv_chain_shared_bytes(D_CONV, n_tokens)`.
+/// See the module docs: the host validated every view and index for C/128 tiles (`tile` one of
+/// them); the block has 128 threads, all of which call this together, and its dynamic shared
+/// memory holds at least `gdn_conv_chain_shared_bytes(D_CONV, n_tokens)` that no other code
+/// accesses until every thread has returned (a caller running several tiles puts a block
+/// barrier between them).
 #[inline(always)]
-unsafe fn gdn_conv_chain<const D_CONV: usize>(p: &GdnConvChainParams) {
+pub(crate) unsafe fn gdn_conv_chain_tile<const D_CONV: usize>(p: &GdnConvChainParams, tile: usize) {
     const { assert!(D_CONV >= 2 && D_CONV <= 5, "the state arrays hold up to 4 columns") };
     let state_len = D_CONV - 1;
     let n_t = p.n_tokens as usize;
     let tid = thread_idx_x() as usize;
-    let c0 = block_idx_x() as usize * BLOCK;
+    let c0 = tile * BLOCK;
     let c = c0 + tid;
     let stride = gdn_conv_chain_tile_stride(D_CONV, n_t);
     let tile = shared::base();
@@ -335,7 +342,7 @@ macro_rules! gdn_conv_chain_entries {
         #[unsafe(export_name = crate::abi::entry_name!(gdn_conv_chain, $d))]
         pub unsafe extern "ptx-kernel" fn $name(p: GdnConvChainParams) {
             // SAFETY: forwarded from the launch contract above.
-            unsafe { gdn_conv_chain::<$d>(&p) }
+            unsafe { gdn_conv_chain_tile::<$d>(&p, block_idx_x() as usize) }
         }
     )*};
 }

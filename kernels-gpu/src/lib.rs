@@ -36,6 +36,9 @@ pub mod gated_delta_net;
 // [convchain] the fused GDN conv chain
 pub mod gdn_conv_chain;
 
+// [layer-step] the whole GDN layer step in one launch
+pub mod gdn_layer_step;
+
 #[panic_handler]
 fn panic(_: &core::panic::PanicInfo) -> ! {
     device::trap()

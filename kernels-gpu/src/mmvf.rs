@@ -316,6 +316,25 @@ pub unsafe fn thread_partials<A: Accumulation, const NCOLS: usize>(
         cols[j] = unsafe { y.add(j * y_col) };
         j += 1;
     }
+    // SAFETY: forwarded to the caller (every column pointer addresses its n_pairs pairs).
+    unsafe { thread_partials_of::<A, NCOLS>(w, &cols, n_pairs, tid, block) }
+}
+
+/// [`thread_partials`] with the columns given by their first pairs (`cols[j]`, each holding
+/// `n_pairs` pairs): the same loop, chunks and accumulation. [layer-step] GDN_LAYER_STEP passes
+/// column n_t − 1 again for the columns it does not use.
+///
+/// # Safety
+/// `w` must point to `n_pairs` readable, aligned pairs and every `cols[j]` to `n_pairs`
+/// readable, aligned [`F32Pair`]s, none of them written during the launch.
+#[inline(always)]
+pub unsafe fn thread_partials_of<A: Accumulation, const NCOLS: usize>(
+    w: *const A::Pair,
+    cols: &[*const F32Pair; NCOLS],
+    n_pairs: u32,
+    tid: u32,
+    block: u32,
+) -> [f32; NCOLS] {
     let mut acc = [A::ZERO; NCOLS];
     if tid < n_pairs {
         let mut p = tid;
@@ -324,9 +343,9 @@ pub unsafe fn thread_partials<A: Accumulation, const NCOLS: usize>(
             // SAFETY: forwarded to the caller; p < n_pairs.
             unsafe {
                 if left > (CHUNK - 1) * block {
-                    chunk::<A, NCOLS, true>(&mut acc, w, &cols, p, block, left);
+                    chunk::<A, NCOLS, true>(&mut acc, w, cols, p, block, left);
                 } else {
-                    chunk::<A, NCOLS, false>(&mut acc, w, &cols, p, block, left);
+                    chunk::<A, NCOLS, false>(&mut acc, w, cols, p, block, left);
                 }
             }
             if left <= CHUNK * block {
@@ -384,6 +403,63 @@ pub unsafe fn block_reduce<const NCOLS: usize>(partials: [f32; NCOLS], buf: u32,
         while j < NCOLS {
             // SAFETY: lane tid < warps was written before the barrier; warp 0 is a full warp,
             // converged here for the butterfly.
+            let v = if tid < warps { unsafe { shared::load_f32(slot(j, tid)) } } else { 0.0 };
+            sums[j] = unsafe { warp_sum(v) };
+            j += 1;
+        }
+    }
+    sums
+}
+
+/// [layer-step] [`block_reduce`] of a block of `block` ≤ 256 *virtual* threads run by 128 real
+/// threads: real thread `tid` holds the partials of virtual threads `tid` (`low`) and
+/// `tid + 128` (`high`), so real warp w holds virtual warps w and w + 4, lane for lane. Each
+/// virtual warp's butterfly is [`warp_sum`] over its 32 values in lane order (as in a block of
+/// `block` threads); with more than one virtual warp, virtual warp v's sum is stored at
+/// `buf[j][v]`, barrier, and warp 0 runs the butterfly over `buf[j][lane]` for lanes below
+/// `block / 32` and +0 for the others — [`block_reduce`]'s additions in its order, so every
+/// column's sum has its bits. Virtual threads at or above `block` do not exist: their warps'
+/// sums land in slots that are never read (`block` is a multiple of 32). Column j's sum is
+/// returned in every lane of warp 0.
+///
+/// # Safety
+/// All 128 threads of the block must call it together; `buf` must be the shared address of
+/// `NCOLS · MUL_MAT_VEC_MAX_WARPS` floats that no thread reads or writes from the previous
+/// barrier until every thread has returned; `block` a multiple of 32, at most 256.
+#[inline(always)]
+pub unsafe fn block_reduce_halves<const NCOLS: usize>(low: [f32; NCOLS], high: [f32; NCOLS], buf: u32, tid: u32, block: u32) -> [f32; NCOLS] {
+    let mut sums = [0.0f32; NCOLS];
+    let mut sums_high = [0.0f32; NCOLS];
+    let mut j = 0;
+    while j < NCOLS {
+        // SAFETY: all 128 threads (so all 32 lanes of every warp) are here together (caller).
+        unsafe {
+            sums[j] = warp_sum(low[j]);
+            sums_high[j] = warp_sum(high[j]);
+        }
+        j += 1;
+    }
+    if block <= 32 {
+        return sums;
+    }
+    let slot = |j: usize, w: u32| buf + 4 * (j as u32 * MUL_MAT_VEC_MAX_WARPS + w);
+    let warp = tid / 32;
+    let mut j = 0;
+    while j < NCOLS {
+        // SAFETY: warp < 4 and warp + 4 < 8 = MUL_MAT_VEC_MAX_WARPS: inside column j's slots.
+        unsafe {
+            shared::store_f32(slot(j, warp), sums[j]);
+            shared::store_f32(slot(j, warp + 4), sums_high[j]);
+        }
+        j += 1;
+    }
+    // SAFETY: `block` is uniform, so every thread of the block reaches the barrier.
+    unsafe { sync_threads() };
+    if tid < 32 {
+        let warps = block / 32;
+        let mut j = 0;
+        while j < NCOLS {
+            // SAFETY: slot tid < warps was written before the barrier; warp 0 is converged.
             let v = if tid < warps { unsafe { shared::load_f32(slot(j, tid)) } } else { 0.0 };
             sums[j] = unsafe { warp_sum(v) };
             j += 1;
@@ -575,6 +651,80 @@ unsafe fn mul_mat_vec_pair<A: Accumulation, const NCOLS: usize>(gp: &abi::MulMat
     };
     // SAFETY: forwarded from the launch contract.
     unsafe { mul_mat_vec_row::<A, NCOLS, GateEpilogue>(w, input, in_col, dst, dst_col, row, p.n_pairs, &epilogue) }
+}
+
+/// [layer-step] Row `row` of product `product` (0: alpha → gate, 1: beta_raw → beta) of the
+/// pair-gate `gp`, for columns 0 … `n_cols`−1, computed by a 128-thread block exactly as a
+/// `mul_mat_vec_pair_*` block of `block` threads (ggml's block size for E) computes it:
+/// virtual thread v < `block` takes the pairs v, v + block, … ([`thread_partials_of`], the
+/// same loop and accumulation), real thread `tid` runs virtual threads `tid` and `tid + 128`,
+/// [`block_reduce_halves`] reduces in ggml's order, and thread j < `n_cols` stores element
+/// (row, j) and runs [`GateEpilogue::apply`] on the register it stored, as thread j of the
+/// pair's block does. The row always runs [`abi::GDN_LAYER_STEP_COLS`] columns; column
+/// j ≥ `n_cols` reads column `n_cols` − 1 again and its sums are dropped (a column's sums do
+/// not depend on the other columns of its block).
+///
+/// # Safety
+/// All 128 threads of the block call it together; `gp` is a valid MUL_MAT_VEC_PAIR_GATE (the
+/// host validated both products for `n_cols` columns, 1 ≤ `n_cols` ≤ 8, `row` < their rows,
+/// and the gate views) whose inputs nobody writes during the launch; the block's dynamic
+/// shared memory starts with [`abi::MUL_MAT_VEC_SHARED_BYTES`] that no other code accesses
+/// until every thread has returned.
+#[inline(always)]
+pub(crate) unsafe fn pair_gate_row_halves<A: Accumulation>(gp: &abi::MulMatVecPairGateParams, product: u32, row: usize, n_cols: usize, block: u32) {
+    const NCOLS: usize = abi::GDN_LAYER_STEP_COLS;
+    let p = &gp.pair;
+    let tid = thread_idx_x();
+    // Field selects, no indexing: the parameter struct stays in the parameter space.
+    let (weight, w_row, dst, dst_col) =
+        if product == 0 { (p.weight_0, p.w_row_0, p.dst_0, p.dst_col_0) } else { (p.weight_1, p.w_row_1, p.dst_1, p.dst_col_1) };
+    let weight = weight as usize as *const A::Elem;
+    // SAFETY: the host checked that row `row` lies inside the weight view and starts pair-aligned.
+    let w = unsafe { weight.add(row * w_row as usize) } as *const A::Pair;
+    let input = p.input as usize as *const F32Pair;
+    // Input columns are pair-aligned (host), so in_col / 2 is exact.
+    let in_col = p.in_col as usize / 2;
+    let mut cols = [input; NCOLS];
+    let mut j = 0;
+    while j < NCOLS {
+        let c = if j < n_cols { j } else { n_cols - 1 };
+        // SAFETY: column c < n_cols of the validated input view.
+        cols[j] = unsafe { input.add(c * in_col) };
+        j += 1;
+    }
+    let none = [0.0f32; NCOLS];
+    // SAFETY: forwarded from the caller for virtual threads tid and tid + 128 below `block`.
+    let low = if tid < block { unsafe { thread_partials_of::<A, NCOLS>(w, &cols, p.n_pairs, tid, block) } } else { none };
+    let high = if tid + 128 < block { unsafe { thread_partials_of::<A, NCOLS>(w, &cols, p.n_pairs, tid + 128, block) } } else { none };
+    // SAFETY: every thread calls it once per item (caller); the buffer is the block's.
+    let sums = unsafe { block_reduce_halves::<NCOLS>(low, high, shared::base(), tid, block) };
+    let (out, out_col) = if product == 0 { (gp.gate, gp.gate_col) } else { (gp.beta, gp.beta_col) };
+    let epilogue = GateEpilogue {
+        mode: gp.epilogue,
+        product,
+        dt_bias: gp.dt_bias as usize as *const f32,
+        ssm_a: gp.ssm_a as usize as *const f32,
+        out: out as usize as *mut f32,
+        out_col: out_col as usize,
+    };
+    let dst = dst as usize as *mut f32;
+    // Thread j < n_cols takes column j's sum by selects (no runtime index into `sums`).
+    let mut mine = 0.0f32;
+    let mut j = 0;
+    while j < NCOLS {
+        if tid as usize == j {
+            mine = sums[j];
+        }
+        j += 1;
+    }
+    if (tid as usize) < n_cols {
+        // SAFETY: thread tid < n_cols is in warp 0 and holds column tid's sum; element
+        // (row, tid) lies inside the dst, gate and beta views (host-validated).
+        unsafe {
+            *dst.add(tid as usize * dst_col as usize + row) = mine;
+            epilogue.apply(row, tid as usize, mine);
+        }
+    }
 }
 
 macro_rules! mul_mat_vec_entries {

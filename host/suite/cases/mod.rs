@@ -34,6 +34,9 @@ pub mod mmvf_pair_gate;
 // [gdn-from-cache]
 pub mod gated_delta_net_from_cache;
 
+// [layer-step]
+pub mod gdn_layer_step;
+
 use super::Case;
 
 /// Every case, grouped by op, in a stable order.
@@ -70,6 +73,9 @@ pub fn all() -> Vec<Case> {
 
     // [gdn-from-cache]
     cases.extend(gated_delta_net_from_cache::cases());
+
+    // [layer-step]
+    cases.extend(gdn_layer_step::cases());
 
     cases.extend(layer::cases());
     cases

@@ -9,7 +9,8 @@
 //! - [`half`]: f16/bf16 conversions and the packed f16x2 fma of ggml's half accumulation;
 //! - [`shared`]: the dynamic shared-memory window, addressed with 32-bit shared addresses;
 //! - [`atomic`]: global atomics (used by test-support kernels only);
-//! - [`memory`]: read-only (`ld.global.nc`) global loads.
+//! - [`memory`]: read-only (`ld.global.nc`) global loads;
+//! - [`grid`]: the grid-wide barrier of GDN_LAYER_STEP (fences, acquire/release atomics).
 //!
 //! Why inline PTX instead of Rust float operators: LLVM's NVPTX backend lowers `a + b` to
 //! `add.rn.f32` (no flush-to-zero) and never contracts, while ggml's build runs `.ftz` forms
@@ -32,6 +33,9 @@ pub mod load;
 
 // [speed] read-only global loads
 pub mod memory;
+
+// [layer-step] the grid-wide barrier of cooperative launches (fences, acquire/release atomics)
+pub mod grid;
 
 /// Aborts the kernel (PTX `trap`); the launch reports an error to the host.
 #[inline(always)]

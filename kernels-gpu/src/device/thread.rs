@@ -24,6 +24,8 @@ special_register! {
     thread_idx_x => _thread_idx_x;
     /// `%tid.y`: this thread's y index within its block.
     thread_idx_y => _thread_idx_y;
+    /// `%tid.z`: this thread's z index within its block.
+    thread_idx_z => _thread_idx_z;
     /// `%ctaid.x`: this block's x index within the grid.
     block_idx_x => _block_idx_x;
     /// `%ctaid.y`: this block's y index within the grid.

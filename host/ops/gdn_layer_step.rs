@@ -1,0 +1,496 @@
+//! GDN_LAYER_STEP — one GDN layer verify step in one launch: the fused conv chain
+//! ([`GdnConvChain`]), the alpha/beta products with the gate path ([`MulMatVecPairGate`]) and
+//! GATED_DELTA_NET reading its state from the ssm cache ([`GatedDeltaNetFromCache`]), bit-identical
+//! to those three ops run one after the other (hence to the unfused chain, which each of them
+//! equals). Kernel: `kernels-gpu/src/gdn_layer_step.rs` (its docs: the two phases, the grid
+//! barrier, whose block writes what, the read-among-written hazards); reference: the three ops'
+//! references in graph order.
+//!
+//! The op struct is the contract between the `layer_step` fusion (`host/fusion/layer_step.rs`),
+//! the kernel and its reference.
+
+use super::gated_delta_net::GdnShape;
+use super::gdn_conv_chain::ChainShape;
+use super::mmvf::MatVecShape;
+use super::{GatedDeltaNetFromCache, GdnConvChain, MulMatVecPairGate, Op, check};
+use crate::error::{Error, Result};
+use crate::gpu::{Gpu, KernelArg, KernelParams, LaunchDims, ParamBlock};
+use crate::kernels::abi;
+use crate::memory::{DeviceMemory, HostMemory, Memory};
+use crate::reference::math::Mufu;
+use crate::tensor::Tensor;
+
+const OP: &str = "GDN_LAYER_STEP";
+
+/// The three fused ops of one GDN layer step, as one launch.
+///
+/// Valid when each part is valid on its own (its own errors, as that op reports them) and:
+/// - **scope**: one sequence, n_t ≤ [`abi::GDN_LAYER_STEP_MAX_TOKENS`] (the products in one
+///   column group), D = 128 for the conv chain's heads (GATED_DELTA_NET's), d_conv 3–5 (the
+///   chain's) — else [`Error::Unsupported`];
+/// - **links** (the values the kernel passes from its first phase to its second): the GDN's q
+///   and k are the chain's `q_norm` and `k_norm`; its v is the v channels of the chain's
+///   `conv_out` (channels 2·H_k·D … 2·H_k·D + H_v·D as [D, H_v, n_t, 1]); its g and β are the
+///   pair-gate's `gate` and `beta` as [1, H_v, n_t, 1]; the products' input columns are the
+///   n_t tokens and their rows the H_v value heads — else [`Error::Invalid`];
+/// - **disjointness** (blocks of the first phase run the chain and the products at the same
+///   time; the second phase runs after the grid barrier): every output of the products is
+///   disjoint from every tensor of the chain and vice versa (the conv cache taken whole), the
+///   GDN's `out` and `states` from every tensor of the chain and of the products, and the ssm
+///   cache and its index from every output of the chain and the products — else
+///   [`Error::Aliasing`]. (Each part's own overlaps — conv_out on qkv, a snapshot row on the
+///   source row, a state slot on the row read — stay admitted as each part admits them.)
+#[derive(Clone, Debug)]
+pub struct GdnLayerStep {
+    pub chain: GdnConvChain,
+    pub gate: MulMatVecPairGate,
+    pub gdn: GatedDeltaNetFromCache,
+}
+
+/// The sizes a valid [`GdnLayerStep`] runs with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StepShape {
+    pub chain: ChainShape,
+    pub products: MatVecShape,
+    pub gdn: GdnShape,
+}
+
+impl StepShape {
+    /// Work items of the kernel's first phase (2·H_v mat-vec rows + C/128 conv tiles) and of
+    /// its second (H_v·32 GATED_DELTA_NET column groups), checked to fit u32.
+    fn items(&self) -> Result<(u32, u32)> {
+        let h_v = self.gdn.n_heads;
+        let tiles = self.chain.n_channels / abi::GDN_CONV_CHAIN_BLOCK as usize;
+        let first = check::sum(OP, "weight", "work items 2·H_v + C/128", &[2 * h_v, tiles])?;
+        let second = check::product(OP, "v", "work items H_v·32", &[h_v, abi::GDN_LAYER_STEP_GROUPS_PER_HEAD as usize])?;
+        Ok((check::fits_u32(OP, "first-phase work items", first)?, check::fits_u32(OP, "second-phase work items", second)?))
+    }
+}
+
+/// True when `a` and `b` address the same elements: same buffer, type, offset and sizes, and
+/// the same stride in every dimension of size > 1 (a stride of a size-1 dimension is never
+/// used).
+fn same_elements(a: &Tensor, b: &Tensor) -> bool {
+    let (la, lb) = (&a.layout, &b.layout);
+    a.buffer == b.buffer
+        && la.dtype == lb.dtype
+        && la.offset == lb.offset
+        && la.ne == lb.ne
+        && (0..4).all(|d| la.ne[d] <= 1 || la.nb[d] == lb.nb[d])
+}
+
+fn link(ok: bool, what: &str) -> Result<()> {
+    if ok { Ok(()) } else { Err(Error::Invalid { op: OP, what: format!("the parts are not linked as one layer step: {what}") }) }
+}
+
+impl GdnLayerStep {
+    /// Validates the op (see the struct docs) and returns its sizes.
+    pub fn check(&self, mem: &dyn Memory) -> Result<StepShape> {
+        let (chain, gate, gdn) = (&self.chain, &self.gate, &self.gdn);
+        // Scope first, with this op's reasons.
+        let n_t = chain.qkv.ne()[1];
+        if n_t > abi::GDN_LAYER_STEP_MAX_TOKENS {
+            return Err(Error::Unsupported {
+                op: OP,
+                what: format!("n_t = {n_t} tokens (at most {}: the products in one column group)", abi::GDN_LAYER_STEP_MAX_TOKENS),
+            });
+        }
+        if chain.head_dim != abi::GDN_HEAD_DIM {
+            return Err(Error::Unsupported {
+                op: OP,
+                what: format!("head_dim = {} (GATED_DELTA_NET's D = {})", chain.head_dim, abi::GDN_HEAD_DIM),
+            });
+        }
+        // Each part on its own.
+        let chain_shape = chain.check(mem)?;
+        let products = gate.check(mem)?;
+        let gdn_shape = gdn.check(mem)?;
+        if gdn_shape.n_seqs != 1 {
+            return Err(Error::Unsupported { op: OP, what: format!("{} sequences (one sequence per launch)", gdn_shape.n_seqs) });
+        }
+        if abi::gdn_layer_step_entry(products.kind, chain_shape.d_conv).is_none() {
+            return Err(Error::Unsupported {
+                op: OP,
+                what: format!("mat-vec kind {} with d_conv = {} has no entry", products.kind, chain_shape.d_conv),
+            });
+        }
+
+        // Links.
+        link(gdn_shape.n_tokens == n_t && products.ncols == n_t, "the token counts of the parts differ")?;
+        link(products.rows == gdn_shape.n_heads, "the products' rows are not the GDN's value heads")?;
+        link(
+            2 * chain.n_k_heads + gdn_shape.n_heads <= chain_shape.n_channels / abi::GDN_HEAD_DIM,
+            "the conv output has no v channels for every value head",
+        )?;
+        if let Some(what) = self.broken_link() {
+            link(false, what)?;
+        }
+
+        // Disjointness across the parts (the kernel runs them in other blocks at once).
+        let (first, second) = (&gate.pair.first, &gate.pair.second);
+        let chain_reads: [(&'static str, &Tensor); 4] =
+            [("conv_cache", &chain.conv_cache), ("source_row", &chain.source_row), ("qkv", &chain.qkv), ("conv_weight", &chain.weight)];
+        let chain_writes: [(&'static str, &Tensor); 4] =
+            [("conv_out", &chain.conv_out), ("q_norm", &chain.q_norm), ("k_norm", &chain.k_norm), ("conv_cache", &chain.conv_cache)];
+        let pair_reads: [(&'static str, &Tensor); 5] = [
+            ("alpha_weight", &first.weight),
+            ("beta_weight", &second.weight),
+            ("cur", &first.input),
+            ("dt_bias", &gate.dt_bias),
+            ("ssm_a", &gate.ssm_a),
+        ];
+        let pair_writes: [(&'static str, &Tensor); 4] =
+            [("alpha", &first.dst), ("beta_raw", &second.dst), ("beta", &gate.beta), ("gate", &gate.gate)];
+        for (a, ta) in pair_writes {
+            for (b, tb) in chain_reads.iter().chain(&chain_writes) {
+                check::disjoint(OP, a, ta, b, tb)?;
+            }
+        }
+        for (a, ta) in chain_writes {
+            for (b, tb) in pair_reads {
+                check::disjoint(OP, a, ta, b, tb)?;
+            }
+        }
+        let first_phase = chain_reads.iter().chain(&chain_writes).chain(&pair_reads).chain(&pair_writes);
+        for (a, ta) in [("out", &gdn.out), ("states", &gdn.states)] {
+            for (b, tb) in first_phase.clone() {
+                check::disjoint(OP, a, ta, b, tb)?;
+            }
+        }
+        for (a, ta) in [("ssm_cache", &gdn.ssm_cache), ("ssm_source_rows", &gdn.source_rows)] {
+            for (b, tb) in chain_writes.iter().chain(&pair_writes) {
+                check::disjoint(OP, a, ta, b, tb)?;
+            }
+        }
+        let shape = StepShape { chain: chain_shape, products, gdn: gdn_shape };
+        shape.items()?;
+        Ok(shape)
+    }
+
+    /// The first link of the struct docs the views break (None when the GDN reads exactly the
+    /// chain's and the pair-gate's outputs): structure only, no memory needed — what the
+    /// `layer_step` matcher asks too.
+    pub fn broken_link(&self) -> Option<&'static str> {
+        let (chain, gate, gdn) = (&self.chain, &self.gate, &self.gdn);
+        let (d, h_k, h_v, n_t) = (chain.head_dim, chain.n_k_heads, gdn.v.ne()[1], chain.qkv.ne()[1]);
+        if !same_elements(&gdn.q, &chain.q_norm) {
+            return Some("GATED_DELTA_NET's q is not the chain's q_norm");
+        }
+        if !same_elements(&gdn.k, &chain.k_norm) {
+            return Some("GATED_DELTA_NET's k is not the chain's k_norm");
+        }
+        let nb = chain.conv_out.layout.nb;
+        let v_offset = [4, 2, h_k, d].iter().try_fold(1usize, |a, &b| a.checked_mul(b));
+        let row = d.checked_mul(4);
+        let v = match (v_offset, row) {
+            (Some(off), Some(row)) => chain.conv_out.checked_view([d, h_v, n_t, 1], [4, row, nb[1], nb[2]], off),
+            _ => None,
+        };
+        if !v.is_some_and(|v| same_elements(&gdn.v, &v)) {
+            return Some("GATED_DELTA_NET's v is not the v channels of the chain's conv_out");
+        }
+        let as_heads = |t: &Tensor| t.reshape([1, h_v, n_t, 1]);
+        if !as_heads(&gate.gate).is_some_and(|g| same_elements(&gdn.g, &g)) {
+            return Some("GATED_DELTA_NET's g is not the pair-gate's gate");
+        }
+        if !as_heads(&gate.beta).is_some_and(|b| same_elements(&gdn.beta, &b)) {
+            return Some("GATED_DELTA_NET's beta is not the pair-gate's beta");
+        }
+        None
+    }
+
+    /// The kernel's parameters for a validated op.
+    fn params(&self, shape: &StepShape, mem: &DeviceMemory, barrier: u64) -> abi::GdnLayerStepParams {
+        abi::GdnLayerStepParams {
+            chain: self.chain.params(&shape.chain, mem),
+            gate: self.gate.params(mem, &shape.products),
+            gdn: self.gdn.params(&shape.gdn, mem),
+            barrier,
+            pair_block: shape.products.block_size,
+            // Validated: H_v, C/128 and n_t ≤ 8 fit u32 (the work items do).
+            n_heads: shape.gdn.n_heads as u32,
+            n_chain_tiles: (shape.chain.n_channels / abi::GDN_CONV_CHAIN_BLOCK as usize) as u32,
+            n_tokens: shape.chain.n_tokens as u32,
+        }
+    }
+}
+
+// SAFETY: `#[repr(C)]`, `Copy`: the 272-byte GdnConvChainParams, the 144-byte
+// MulMatVecPairGateParams and the 280-byte GatedDeltaNetFromCacheParams (each alignment 8 with no
+// padding), one u64 and four u32: 720 bytes, alignment 8, no padding (`param_struct!` asserts
+// it); it is exactly the type the `gdn_layer_step_*` entries take.
+unsafe impl KernelParams for abi::GdnLayerStepParams {}
+
+impl Op for GdnLayerStep {
+    fn name(&self) -> &'static str {
+        OP
+    }
+
+    fn validate(&self, mem: &dyn Memory) -> Result<()> {
+        self.check(mem).map(|_| ())
+    }
+
+    fn launch(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<()> {
+        let shape = self.check(mem)?;
+        let entry = abi::gdn_layer_step_entry(shape.products.kind, shape.chain.d_conv).expect("checked: the kind and d_conv have an entry");
+        let shared = abi::gdn_layer_step_shared_bytes(shape.chain.d_conv, shape.chain.n_tokens);
+        let (first, second) = shape.items()?;
+        let co_resident = gpu.co_resident_blocks(entry, abi::GDN_LAYER_STEP_BLOCK, shared)?;
+        if co_resident == 0 {
+            return Err(Error::Unsupported {
+                op: OP,
+                what: format!("{entry} with {shared} bytes of shared memory fits no multiprocessor"),
+            });
+        }
+        // Persistent blocks: every block runs items b, b + G, …; no more blocks than items.
+        let grid = first.max(second).min(co_resident);
+        if first.max(second).checked_add(grid).is_none() {
+            return Err(Error::Unsupported { op: OP, what: "work items + grid overflow u32".into() });
+        }
+        let params = self.params(&shape, mem, gpu.grid_barrier());
+        let dims = LaunchDims::new((grid, 1, 1), (abi::GDN_LAYER_STEP_BLOCK, 1, 1)).with_shared_bytes(shared);
+        let args = [KernelArg::Params(ParamBlock::of(&params)?)];
+        // SAFETY: `check` proved each part valid for the views its kernel body reads and writes
+        // (as its own launch would: the chain for C/128 tiles, the products for H_v rows and n_t
+        // columns of ggml's block size, the GDN for H_v heads × 32 column groups of one
+        // sequence), the links that make the second phase read exactly the first phase's
+        // outputs, and the disjointness the kernel's docs rely on; the grid is at most the
+        // device's co-resident block count for this entry, block and shared memory, and the
+        // launch is cooperative (the driver refuses a grid that cannot be resident at once), so
+        // the grid barrier cannot wait on an unscheduled block; the barrier state is this Gpu's,
+        // whose one stream runs launches in order (count 0 at the start of each); every work
+        // index fits u32 with the grid added; the shared memory is the entry's layout; `params`
+        // is the entry's parameter struct.
+        unsafe { gpu.launch_cooperative(entry, dims, &args) }
+    }
+
+    fn reference(&self, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()> {
+        // Everything validated before anything is written.
+        self.check(mem)?;
+        // The three parts' references in graph order: equal to them (and to the unfused chain)
+        // by construction.
+        self.chain.reference(mem, mufu)?;
+        self.gate.reference(mem, mufu)?;
+        self.gdn.reference(mem, mufu)
+    }
+
+    /// Every input of the parts from outside the step: the GDN's q, k, v, g and β are the
+    /// step's own outputs (read after it wrote them), not inputs.
+    fn inputs(&self) -> Vec<Tensor> {
+        let mut v = self.chain.inputs();
+        v.extend(self.gate.inputs());
+        v.extend([self.gdn.ssm_cache, self.gdn.source_rows]);
+        v
+    }
+
+    fn outputs(&self) -> Vec<Tensor> {
+        let mut v = self.chain.outputs();
+        v.extend(self.gate.outputs());
+        v.extend(self.gdn.outputs());
+        v
+    }
+
+    fn must_write(&self) -> Vec<Tensor> {
+        let mut v = self.chain.must_write();
+        v.extend(self.gate.must_write());
+        v.extend(self.gdn.must_write());
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fusion::{Options, fuse, sweep};
+    use crate::graph::layer::{Built, LayerLayout, LayerSpec, Outputs, StackSpec};
+    use crate::layer::{GdnShape, Step};
+    use crate::ops::Precision;
+    use crate::reference::math::ExactMufu;
+    use crate::tensor::DType;
+
+    /// C = (2·1 + 2)·128 = 512: four conv tiles, two value heads.
+    const SMALL: GdnShape = GdnShape { n_embd: 64, n_k_heads: 1, n_v_heads: 2, head_dim: 128, d_conv: 4, eps: 1e-6 };
+
+    fn spec(shape: GdnShape, step: Step, weights: DType, precision: Precision, layout: LayerLayout) -> StackSpec {
+        StackSpec { layers: vec![LayerSpec { weights, precision, layout, ..LayerSpec::new(shape, step) }], outputs: Outputs::Products }
+    }
+
+    /// A built one-layer graph and the layer step the fusion pass makes of it.
+    fn built(spec: &StackSpec) -> (Built, GdnLayerStep) {
+        let b = sweep::build(spec, 5, sweep::Planning::FusionAware).unwrap();
+        let (nodes, report) = fuse(b.fresh_nodes().unwrap(), &b.live_out(), Options::ON);
+        let op = nodes.iter().find_map(|n| n.get::<GdnLayerStep>()).cloned().unwrap_or_else(|| panic!("no layer step:\n{report}"));
+        (b, op)
+    }
+
+    fn base() -> (Built, GdnLayerStep) {
+        built(&spec(SMALL, Step::new(4, 3), DType::F32, Precision::Default, LayerLayout::Ggml))
+    }
+
+    #[test]
+    fn params_have_no_padding_and_entries_are_named() {
+        assert_eq!(std::mem::size_of::<abi::GdnLayerStepParams>(), 272 + 144 + 280 + 8 + 4 * 4);
+        assert_eq!(std::mem::align_of::<abi::GdnLayerStepParams>(), 8);
+        assert!(std::mem::size_of::<abi::GdnLayerStepParams>() <= crate::gpu::PARAM_BLOCK_BYTES);
+        use abi::mul_mat_vec_kind::*;
+        assert_eq!(abi::gdn_layer_step_entry(F32, 4), Some("gdn_layer_step_f32_d4"));
+        assert_eq!(abi::gdn_layer_step_entry(F16_F32, 3), Some("gdn_layer_step_f16_f32acc_d3"));
+        assert_eq!(abi::gdn_layer_step_entry(BF16, 5), Some("gdn_layer_step_bf16_d5"));
+        assert_eq!(abi::gdn_layer_step_entry(F16_HALF, 2), None);
+        assert_eq!(abi::gdn_layer_step_entry(9, 4), None);
+        // The mat-vec rows' reduction buffer fits in the chain's shared memory.
+        assert!(abi::gdn_layer_step_shared_bytes(3, 1) >= abi::MUL_MAT_VEC_SHARED_BYTES);
+        assert_eq!(abi::gdn_layer_step_shared_bytes(4, 8), abi::gdn_conv_chain_shared_bytes(4, 8));
+    }
+
+    /// The kernel assumes 128-thread blocks: every entry's PTX says so (`.maxntid`), with the
+    /// occupancy bound ptxas allocates registers for.
+    #[test]
+    fn every_entry_carries_its_launch_bounds() {
+        let ptx = crate::kernels::PTX;
+        for kind in 0..4 {
+            for d_conv in abi::GDN_CONV_CHAIN_WIDTHS {
+                let entry = abi::gdn_layer_step_entry(kind, d_conv).unwrap();
+                let start = ptx.find(&format!(".entry {entry}(")).unwrap_or_else(|| panic!("{entry} missing"));
+                let header = &ptx[start..start + ptx[start..].find('{').unwrap()];
+                assert!(header.contains(".maxntid 128, 1, 1") && header.contains(".minnctapersm 2"), "{entry}: {header}");
+            }
+        }
+        assert!(abi::PTX_LAUNCH_BOUNDS.contains(&("gdn_layer_step_", abi::GDN_LAYER_STEP_BLOCK, 2)));
+    }
+
+    /// The fused graph (one GDN_LAYER_STEP, plus a fresh cell's SCALEs) equals the unfused
+    /// chain on the CPU, every output and both caches, for every weight kind, both layouts, the
+    /// read row among the written rows and not, a fresh cell, n_t 1–8.
+    #[test]
+    fn the_fused_step_equals_the_unfused_chain_on_the_cpu() {
+        let other_cell = Step { cells: 3, kv_head: 2, src_cell: 1, zero_cell: Some(1), ..Step::new(3, 2) };
+        let cases = [
+            (SMALL, Step::new(1, 0), DType::F32, Precision::Default, LayerLayout::Ggml),
+            (SMALL, Step::new(4, 3), DType::BF16, Precision::Default, LayerLayout::PrAliasing),
+            (SMALL, Step::new(8, 15), DType::F16, Precision::Default, LayerLayout::Ggml),
+            (SMALL, Step::new(5, 2), DType::F16, Precision::F32, LayerLayout::PrAliasing),
+            (
+                GdnShape { d_conv: 3, n_k_heads: 2, n_v_heads: 4, n_embd: 96, ..SMALL },
+                other_cell,
+                DType::F32,
+                Precision::Default,
+                LayerLayout::Ggml,
+            ),
+            (GdnShape { d_conv: 5, ..SMALL }, Step::new(2, 7), DType::BF16, Precision::Default, LayerLayout::Ggml),
+        ];
+        for (i, (shape, step, weights, precision, layout)) in cases.into_iter().enumerate() {
+            let spec = spec(shape, step, weights, precision, layout);
+            let r = sweep::off_on_cpu(&spec, i as u64, &mut ExactMufu).unwrap();
+            assert_eq!(r.report.fired("layer_step"), 1, "case {i}: {}", r.report);
+            assert!(r.identical(), "case {i}: {:?}", r.mismatches);
+            let b = sweep::build(&spec, i as u64, sweep::Planning::FusionAware).unwrap();
+            let (_, on, _) = sweep::compile_off_on(&b, Options::ON).unwrap();
+            let names: Vec<&str> = on.iter().map(|n| n.op.name()).collect();
+            assert!(names.iter().all(|n| [OP, "SCALE", "STAGE"].contains(n)) && names.contains(&OP), "case {i}: {names:?}");
+        }
+    }
+
+    #[test]
+    fn a_valid_step_passes_and_declares_its_effects() {
+        let (b, op) = base();
+        let shape = op.check(&b.mem).unwrap();
+        assert_eq!((shape.chain.n_tokens, shape.products.ncols, shape.gdn.n_heads, shape.gdn.n_seqs), (4, 4, 2, 1));
+        assert_eq!(shape.items().unwrap(), (2 * 2 + 512 / 128, 2 * 32));
+        // The GDN's q, k, v, g and β are the step's own outputs, not inputs.
+        let inputs = op.inputs();
+        for t in [op.gdn.q, op.gdn.k, op.gdn.g, op.gdn.beta] {
+            assert!(!inputs.contains(&t));
+        }
+        assert!(inputs.contains(&op.gdn.ssm_cache) && inputs.contains(&op.chain.qkv) && inputs.contains(&op.gate.pair.first.input));
+        let outputs = op.outputs();
+        for t in [op.chain.conv_out, op.chain.q_norm, op.gate.gate, op.gate.beta, op.gdn.out, op.gdn.states] {
+            assert!(outputs.contains(&t));
+        }
+        assert_eq!(op.must_write().len(), op.chain.must_write().len() + op.gate.must_write().len() + op.gdn.must_write().len());
+        assert_eq!(op.name(), OP);
+        let mut mem = b.mem.clone();
+        op.reference(&mut mem, &mut ExactMufu).unwrap();
+    }
+
+    #[test]
+    fn refuses_steps_out_of_scope() {
+        let (mut b, op) = base();
+        // Nine tokens: the products would need a second column group.
+        let mut o = op.clone();
+        o.chain.qkv = b.mem.alloc_tensor(DType::F32, [512, 9, 1, 1]);
+        assert!(matches!(o.validate(&b.mem), Err(Error::Unsupported { op: OP, .. })));
+        // A conv chain of head dim 64.
+        let mut o = op.clone();
+        o.chain.head_dim = 64;
+        assert!(matches!(o.validate(&b.mem), Err(Error::Unsupported { op: OP, .. })));
+        // A part's own error is that part's.
+        let mut o = op.clone();
+        o.chain.eps = f32::NAN;
+        assert!(matches!(o.validate(&b.mem), Err(Error::Invalid { op: "GDN_CONV_CHAIN", .. })));
+        // Nothing is written when validation fails.
+        let before = b.mem.clone();
+        assert!(o.reference(&mut b.mem, &mut ExactMufu).is_err());
+        assert!(b.mem.bytes(b.arena) == before.bytes(b.arena));
+    }
+
+    #[test]
+    fn refuses_parts_that_are_not_linked() {
+        let (mut b, op) = base();
+        let is_link = |r: &Result<()>| matches!(r, Err(Error::Invalid { op: OP, what }) if what.contains("not linked"));
+        type Edit = fn(&mut GdnLayerStep, &mut HostMemory);
+        let edits: [(&str, Edit); 6] = [
+            ("q", |o, m| o.gdn.q = m.alloc_tensor(DType::F32, o.gdn.q.ne())),
+            ("k from q_norm", |o, _| o.gdn.k = o.chain.q_norm),
+            ("v from the k channels", |o, _| {
+                // One head earlier: channels 128 … 384 of conv_out (still a valid view for the GDN).
+                let nb = o.chain.conv_out.layout.nb;
+                o.gdn.v = o.chain.conv_out.view(o.gdn.v.ne(), [4, 4 * 128, nb[1], nb[2]], 4 * 128);
+            }),
+            ("g", |o, m| o.gdn.g = m.alloc_tensor(DType::F32, o.gdn.g.ne())),
+            ("beta from the gate", |o, _| o.gdn.beta = o.gdn.g),
+            ("g from beta", |o, _| o.gdn.g = o.gdn.beta),
+        ];
+        for (what, edit) in edits {
+            let mut o = op.clone();
+            edit(&mut o, &mut b.mem);
+            let r = o.validate(&b.mem);
+            assert!(is_link(&r), "{what}: {r:?}");
+            assert!(o.broken_link().is_some(), "{what}");
+        }
+        assert_eq!(op.broken_link(), None);
+    }
+
+    #[test]
+    fn refuses_parts_that_share_bytes_across_phases() {
+        let (mut b, op) = base();
+        // The alpha product written over the conv weight (each part alone is valid).
+        let mut o = op.clone();
+        let shared = b.mem.alloc_tensor(DType::F32, [4 * 512 + 64, 1, 1, 1]);
+        o.chain.weight = shared.view(o.chain.weight.ne(), o.chain.weight.layout.nb, 0);
+        o.gate.pair.first.dst = shared.view(o.gate.pair.first.dst.ne(), o.gate.pair.first.dst.layout.nb, 4 * (4 * 512 - 1));
+        assert!(o.gate.check(&b.mem).is_ok() && o.chain.check(&b.mem).is_ok());
+        assert!(
+            matches!(o.validate(&b.mem), Err(Error::Aliasing { op: OP, a: "alpha", b: "conv_weight", .. })),
+            "{:?}",
+            o.validate(&b.mem)
+        );
+        // The attention output written over the products' input `cur`.
+        let mut o = op.clone();
+        let (cur, out) = (o.gate.pair.first.input, o.gdn.out);
+        let n_cur = 64 * 4;
+        let shared = b.mem.alloc_tensor(DType::F32, [n_cur + 128 * 2 * 4, 1, 1, 1]);
+        let cur = shared.view(cur.ne(), cur.layout.nb, 0);
+        o.gate.pair.first.input = cur;
+        o.gate.pair.second.input = cur;
+        o.gdn.out = shared.view(out.ne(), out.layout.nb, 4 * (n_cur - 1));
+        assert!(matches!(o.validate(&b.mem), Err(Error::Aliasing { op: OP, a: "out", b: "cur", .. })), "{:?}", o.validate(&b.mem));
+        // The conv chain's q norm written over the products' dt_bias.
+        let mut o = op.clone();
+        let shared = b.mem.alloc_tensor(DType::F32, [128 * 4 + 2, 1, 1, 1]);
+        o.gate.dt_bias = shared.view(o.gate.dt_bias.ne(), o.gate.dt_bias.layout.nb, 0);
+        o.chain.q_norm = shared.view(o.chain.q_norm.ne(), o.chain.q_norm.layout.nb, 4);
+        o.gdn.q = o.chain.q_norm;
+        assert!(matches!(o.validate(&b.mem), Err(Error::Aliasing { op: OP, a: "q_norm", b: "dt_bias", .. })), "{:?}", o.validate(&b.mem));
+    }
+}

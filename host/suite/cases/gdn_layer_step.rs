@@ -1,0 +1,263 @@
+//! [layer-step] GDN_LAYER_STEP cases: a whole layer step of the Qwen3.5 presets in one launch.
+//! Each case builds the unfused layer ([`ggml_layer_ops`]) and lets the fusion pass fuse it
+//! (`conv_chain`, `pair`, `gate_pair`, `state_read`, then `layer_step`): what is left is a fresh
+//! cell's SCALEs and one GDN_LAYER_STEP.
+//!
+//! - `GDN_LAYER_STEP`: the fused step on the GPU against its CPU reference (the three parts'
+//!   references, exact math within the layer tolerance; the MUFU replay bit for bit);
+//! - `GDN_LAYER_STEP_VS_CHAIN`: twins — the fused step and the three-kernel chain it replaces
+//!   (GDN_CONV_CHAIN, MUL_MAT_VEC_PAIR_GATE, GATED_DELTA_NET_FROM_CACHE) from the same memory,
+//!   every output and both caches byte for byte, every other buffer too;
+//! - `GDN_LAYER_STEP_VS_UNFUSED`: twins against the whole unfused chain (every ggml kernel);
+//! - refusals: nine tokens, a head dim other than 128, parts that are not linked, parts whose
+//!   bytes meet across the kernel's phases.
+//!
+//! Shapes: 9B at n_t 1–8 with R 0–15, the read row among the written rows (M = 2, cell 1 read
+//! and written) and not (cell 0 read, cell 1 written), a fresh (zeroed) cell, a pending rollback
+//! depth, BF16 / F16 (both precisions) weights, special values, 4B and 27B.
+
+use super::layer::EXACT_MATH_TOLERANCE;
+use crate::error::{Error, Result};
+use crate::fusion::{Options, compile};
+use crate::graph::layer::{LayerSpec, ggml_layer_ops};
+use crate::graph::{Bound, ByteSet, Node};
+use crate::layer::{GdnShape, LayerInit, LayerTensors, Step};
+use crate::memory::HostMemory;
+use crate::ops::{GdnLayerStep, Op, Precision};
+use crate::suite::{Builder, Case, Equivalence, Expect, Scenario};
+use crate::tensor::{DType, Tensor};
+
+pub const GROUP: &str = "GDN_LAYER_STEP";
+/// The fused step against the three-kernel chain it replaces, bitwise on the GPU.
+pub const VS_CHAIN: &str = "GDN_LAYER_STEP_VS_CHAIN";
+/// The fused step against the whole unfused chain, bitwise on the GPU.
+pub const VS_UNFUSED: &str = "GDN_LAYER_STEP_VS_UNFUSED";
+
+/// The fusions that make the three-kernel chain.
+const CHAIN: [&str; 4] = ["conv_chain", "pair", "gate_pair", "state_read"];
+
+#[derive(Clone, Copy, Debug)]
+struct StepCase {
+    preset: &'static str,
+    step: Step,
+    init: LayerInit,
+}
+
+/// One layer built from a case: its tensors, the unfused ops, and what the caller observes.
+struct Layer {
+    t: LayerTensors,
+    unfused: Vec<Box<dyn Op>>,
+}
+
+impl Layer {
+    /// Everything a verify step leaves behind: both caches, the conv and norm outputs, the
+    /// products, β, the gate and the attention output.
+    fn observed(&self) -> Vec<Tensor> {
+        let t = &self.t;
+        vec![t.conv_cache, t.ssm_cache, t.conv_out, t.q_norm, t.k_norm, t.alpha, t.beta_raw, t.beta, t.gate, t.attn_out]
+    }
+
+    /// The unfused ops after the fusion pass with `options`.
+    fn fused(&self, options: Options) -> Vec<Box<dyn Op>> {
+        let nodes: Vec<Node> = self.unfused.iter().map(|op| Node::new(op.clone(), Some(0))).collect();
+        let (nodes, _) = compile(nodes, &ByteSet::of_all(&self.observed(), Bound::Over), options);
+        nodes.into_iter().map(|n| n.op).collect()
+    }
+}
+
+impl StepCase {
+    fn name(&self, group: &str) -> String {
+        let s = &self.step;
+        let mut name =
+            format!("{group}({},n_t={},R={},M={},read={},write={}", self.preset, s.n_tokens, s.n_rollback, s.cells, s.src_cell, s.kv_head);
+        if s.rollback_depth > 0 {
+            name += &format!(",rs_idx={}", s.rollback_depth);
+        }
+        if s.zero_cell.is_some() {
+            name += ",zeroed";
+        }
+        if self.init.mat_vec_weights != DType::F32 {
+            name += &format!(",{:?}", self.init.mat_vec_weights);
+        }
+        if self.init.precision == Precision::F32 {
+            name += ",f32acc";
+        }
+        if self.init.specials {
+            name += ",specials";
+        }
+        name + ")"
+    }
+
+    fn layer(&self, b: &mut Builder) -> Result<Layer> {
+        let shape = GdnShape::preset(self.preset).expect("known preset");
+        let t = LayerTensors::alloc(&mut b.mem, &shape, &self.step, &self.init)?;
+        t.fill_random(&mut b.mem, &shape, &mut b.rng, &self.init);
+        // ggml's graph (separate snapshot CPYs): what the fusion pass matches.
+        let spec = LayerSpec { weights: self.init.mat_vec_weights, precision: self.init.precision, ..LayerSpec::new(shape, self.step) };
+        let unfused = ggml_layer_ops(&t, &spec)?;
+        Ok(Layer { t, unfused })
+    }
+
+    /// The fused ops (SCALEs and one GDN_LAYER_STEP), or an error naming what else came out.
+    fn step_ops(layer: &Layer) -> Result<Vec<Box<dyn Op>>> {
+        let ops = layer.fused(Options::ON);
+        let names: Vec<&str> = ops.iter().map(|o| o.name()).collect();
+        if names.iter().filter(|n| **n == GROUP).count() != 1 || names.iter().any(|n| *n != GROUP && *n != "SCALE") {
+            return Err(Error::Invalid { op: GROUP, what: format!("the fusion pass did not make one layer step: {names:?}") });
+        }
+        Ok(ops)
+    }
+
+    fn match_case(self) -> Case {
+        Case::seeded(GROUP, self.name(GROUP), move |mut b| {
+            let layer = self.layer(&mut b)?;
+            let ops = Self::step_ops(&layer)?;
+            Ok(Expect::Match(Scenario { mem: b.mem, ops, tolerance: EXACT_MATH_TOLERANCE, exact_nan_payloads: false }))
+        })
+    }
+
+    fn twin_case(self, group: &'static str) -> Case {
+        Case::seeded(group, self.name(group), move |mut b| {
+            let layer = self.layer(&mut b)?;
+            let ops = Self::step_ops(&layer)?;
+            // Options::OFF: the unfused chain as the backend runs it (snapshot CPYs batched).
+            let other = if group == VS_CHAIN { layer.fused(Options::only(&CHAIN)?) } else { layer.fused(Options::OFF) };
+            let compare = layer.observed().into_iter().map(|t| (t, t)).collect();
+            Ok(Expect::Equivalent(Equivalence::new(b.mem, ops, other, compare)))
+        })
+    }
+}
+
+fn setups() -> Vec<StepCase> {
+    let f32w = LayerInit::default();
+    // Two cells, reading and writing cell 1: the row read is among the rows written.
+    let among = |n_tokens, n_rollback| Step { cells: 2, kv_head: 1, src_cell: 1, ..Step::new(n_tokens, n_rollback) };
+    // Reading cell 0, writing cell 1: no row read is written.
+    let other = |n_tokens, n_rollback| Step { cells: 2, kv_head: 1, src_cell: 0, ..Step::new(n_tokens, n_rollback) };
+    let c = |step| StepCase { preset: "9b", step, init: f32w };
+    let mut out = Vec::new();
+    for (n_t, r) in [(1, 0), (2, 1), (3, 7), (4, 3), (5, 2), (6, 5), (7, 15), (8, 7), (8, 15), (1, 4)] {
+        out.push(c(among(n_t, r)));
+    }
+    for (n_t, r) in [(1, 0), (4, 3), (8, 7)] {
+        out.push(c(other(n_t, r)));
+    }
+    out.push(c(Step::new(4, 3)));
+    out.push(c(Step { zero_cell: Some(1), ..among(4, 3) }));
+    out.push(c(Step { zero_cell: Some(0), ..other(2, 2) }));
+    out.push(c(Step { rollback_depth: 2, ..among(5, 3) }));
+    for (weights, precision) in [(DType::BF16, Precision::Default), (DType::F16, Precision::Default), (DType::F16, Precision::F32)] {
+        for (n_t, r) in [(1, 0), (4, 3), (8, 7)] {
+            out.push(StepCase { preset: "9b", step: among(n_t, r), init: LayerInit { mat_vec_weights: weights, precision, ..f32w } });
+        }
+    }
+    out.push(StepCase { preset: "9b", step: among(4, 3), init: LayerInit { specials: true, ..f32w } });
+    out.push(StepCase { preset: "4b", step: among(4, 3), init: f32w });
+    out.push(StepCase { preset: "4b", step: other(8, 7), init: LayerInit { mat_vec_weights: DType::BF16, ..f32w } });
+    out.push(StepCase { preset: "27b", step: among(8, 7), init: f32w });
+    out.push(StepCase { preset: "27b", step: among(1, 0), init: LayerInit { mat_vec_weights: DType::F16, ..f32w } });
+    out
+}
+
+/// A fused 9B step (n_t = 4, R = 3) for the refusals to spoil, in `b`'s memory.
+fn plain_step(b: &mut Builder) -> Result<GdnLayerStep> {
+    let case = StepCase { preset: "9b", step: Step::new(4, 3), init: LayerInit::default() };
+    let layer = case.layer(b)?;
+    StepCase::step_ops(&layer)?
+        .iter()
+        .find_map(|o| o.as_ref().downcast_ref::<GdnLayerStep>().cloned())
+        .ok_or_else(|| Error::Invalid { op: GROUP, what: "no layer step".into() })
+}
+
+/// A case the op must refuse with the error `predicate` accepts.
+fn refusal(name: &str, edit: fn(&mut GdnLayerStep, &mut HostMemory), predicate: fn(&Error) -> bool, expected: &'static str) -> Case {
+    Case::seeded(GROUP, format!("{GROUP}(refuse:{name})"), move |mut b| {
+        let mut op = plain_step(&mut b)?;
+        edit(&mut op, &mut b.mem);
+        let scenario = Scenario { mem: b.mem, ops: vec![Box::new(op)], tolerance: EXACT_MATH_TOLERANCE, exact_nan_payloads: false };
+        Ok(Expect::Refusal { scenario, predicate, expected })
+    })
+}
+
+fn not_linked(e: &Error) -> bool {
+    matches!(e, Error::Invalid { op: GROUP, what } if what.contains("not linked"))
+}
+
+pub fn cases() -> Vec<Case> {
+    let setups = setups();
+    let mut cases: Vec<Case> = setups.iter().map(|s| s.match_case()).collect();
+    cases.extend(setups.iter().map(|s| s.twin_case(VS_CHAIN)));
+    cases.extend(setups.iter().step_by(3).map(|s| s.twin_case(VS_UNFUSED)));
+    cases.push(refusal(
+        "n_t=9",
+        |o, m| o.chain.qkv = m.alloc_tensor(DType::F32, [o.chain.qkv.ne()[0], 9, 1, 1]),
+        |e| matches!(e, Error::Unsupported { op: GROUP, what } if what.contains("n_t = 9")),
+        "Unsupported (n_t = 9)",
+    ));
+    cases.push(refusal(
+        "head_dim=64",
+        |o, _| o.chain.head_dim = 64,
+        |e| matches!(e, Error::Unsupported { op: GROUP, what } if what.contains("head_dim = 64")),
+        "Unsupported (head_dim 64)",
+    ));
+    cases.push(refusal("q_elsewhere", |o, m| o.gdn.q = m.alloc_tensor(DType::F32, o.gdn.q.ne()), not_linked, "Invalid (q not q_norm)"));
+    cases.push(refusal(
+        "v_from_k_channels",
+        |o, _| {
+            let nb = o.chain.conv_out.layout.nb;
+            let (d, h_k) = (o.chain.head_dim, o.chain.n_k_heads);
+            o.gdn.v = o.chain.conv_out.view(o.gdn.v.ne(), [4, 4 * d, nb[1], nb[2]], 4 * h_k * d);
+        },
+        not_linked,
+        "Invalid (v not the v channels)",
+    ));
+    cases.push(refusal("beta_is_gate", |o, _| o.gdn.beta = o.gdn.g, not_linked, "Invalid (beta not the pair's beta)"));
+    cases.push(refusal(
+        "out_over_cur",
+        |o, m| {
+            let (cur, out) = (o.gate.pair.first.input, o.gdn.out);
+            let n_cur = cur.layout.n_elements();
+            let shared = m.alloc_tensor(DType::F32, [n_cur + out.layout.n_elements(), 1, 1, 1]);
+            let cur = shared.view(cur.ne(), cur.layout.nb, 0);
+            o.gate.pair.first.input = cur;
+            o.gate.pair.second.input = cur;
+            o.gdn.out = shared.view(out.ne(), out.layout.nb, 4 * (n_cur - 1));
+        },
+        |e| matches!(e, Error::Aliasing { op: GROUP, a: "out", b: "cur", .. }),
+        "Aliasing (out, cur)",
+    ));
+    cases.push(refusal(
+        "alpha_over_conv_weight",
+        |o, m| {
+            let (w, alpha) = (o.chain.weight, o.gate.pair.first.dst);
+            let n_w = w.layout.n_elements();
+            let shared = m.alloc_tensor(DType::F32, [n_w + alpha.layout.n_elements(), 1, 1, 1]);
+            o.chain.weight = shared.view(w.ne(), w.layout.nb, 0);
+            o.gate.pair.first.dst = shared.view(alpha.ne(), alpha.layout.nb, 4 * (n_w - 1));
+        },
+        |e| matches!(e, Error::Aliasing { op: GROUP, a: "alpha", b: "conv_weight", .. }),
+        "Aliasing (alpha, conv_weight)",
+    ));
+    cases
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_case_passes_on_the_cpu() {
+        let failed: Vec<String> =
+            cases().iter().map(crate::suite::run_case_cpu).filter(|r| !r.passed).map(|r| format!("{}: {}", r.name, r.detail)).collect();
+        assert!(failed.is_empty(), "{}", failed.join("\n"));
+    }
+
+    #[test]
+    fn every_setup_has_a_chain_twin_and_the_refusals_are_there() {
+        let cases = cases();
+        let count = |g: &str| cases.iter().filter(|c| c.group == g && !c.name.contains("refuse:")).count();
+        assert_eq!(count(GROUP), count(VS_CHAIN));
+        assert!(count(VS_UNFUSED) >= 8);
+        assert_eq!(cases.iter().filter(|c| c.name.contains("refuse:")).count(), 7);
+    }
+}
