@@ -92,8 +92,12 @@ exit $failures
 RUN
 chmod +x "$bundle/run-all.sh"
 du -sh "$bundle"
-size=$(du -sb "$bundle" | cut -f1)
-if [ "$size" -gt $((60 * 1024 * 1024)) ]; then
-  echo "bundle is $size bytes: over the 60 MiB budget (the device tool carries 64 MiB)" >&2
+# Every test binary embeds the PTX (6.5 MB of text): carry the bundle compressed
+# (`tar xzf bundle.tgz` on the GPU machine first).
+tar czf "$root/bundle.tgz" -C "$root" bundle
+size=$(stat -c %s "$root/bundle.tgz")
+echo "bundle.tgz: $size bytes ($(du -sb "$bundle" | cut -f1) unpacked)"
+if (( size > 40 * 1024 * 1024 )); then
+  echo "bundle.tgz is $size bytes: over the 40 MiB budget (the device tool carries 64 MiB with the tree)" >&2
   exit 1
 fi
