@@ -364,6 +364,26 @@ fn case(seed: u64, stats: &mut Stats) -> std::result::Result<(), String> {
     }
     // Bytes a rewrite left unwritten and nobody observes may differ; nothing else.
     let skip = report.eliminated().minus(&live_out);
+    if std::env::var("RGDN_FUZZ_VERBOSE").is_ok() {
+        for (i, n) in off_nodes.iter().enumerate() {
+            eprintln!("off {i}: {} reads {:?} writes {:?}", n.op.name(), n.effects().reads, n.effects().may_write);
+        }
+        for (i, n) in on_nodes.iter().enumerate() {
+            eprintln!("on  {i}: {} reads {:?} writes {:?}", n.op.name(), n.effects().reads, n.effects().may_write);
+        }
+        for (v, info) in b.values.iter().enumerate() {
+            eprintln!(
+                "value {v} {} {:?} at {:?}",
+                info.name,
+                info.role,
+                b.value_tensors[v].layout.byte_range().map(|r| (b.value_tensors[v].buffer.0, r))
+            );
+        }
+        eprintln!("stale {:?}", report.eliminated());
+        let (x, y) = (off.bytes(rgdn::tensor::BufferId(0)), on.bytes(rgdn::tensor::BufferId(0)));
+        let diff: Vec<usize> = (0..x.len()).filter(|&i| x[i] != y[i]).collect();
+        eprintln!("buffer 0 differs at {} bytes: first {:?} last {:?}", diff.len(), diff.first(), diff.last());
+    }
     let t0 = std::time::Instant::now();
     let diff = first_difference(&off, &on, &skip);
     stats.seconds[4] += t0.elapsed().as_secs_f64();

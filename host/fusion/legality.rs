@@ -25,8 +25,9 @@
 //!    the pattern intends* — checked byte for byte:
 //!    - each byte a pattern node reads holds the value of the last pattern node before it that
 //!      may write it; that must be a declared edge, a byte the producer always writes, and
-//!      one F does not read from memory (it has the value inside) unless its kernel reads it
-//!      before writing it (a supported overlap) — [`Refusal::UndeclaredDataflow`],
+//!      one F does not read from memory (it has the value inside) unless the pattern also
+//!      reads that byte as it was before the pattern and F's kernel reads it before writing it
+//!      (a supported overlap) — [`Refusal::UndeclaredDataflow`],
 //!      [`Refusal::PartialValue`], [`Refusal::FusedReadsInternal`];
 //!    - every other byte the pattern reads (its inputs from outside) F reads too
 //!      ([`Refusal::FusedMissesInput`]), and since no pattern node wrote it before it was
@@ -156,7 +157,19 @@ pub fn check(nodes: &[Node], effects: &[Effects], live_out: &ByteSet, c: &Candid
 
     // The pattern's own dataflow, and its inputs from outside: each byte a pattern node reads
     // holds the value of the last pattern node before it that may write it (walking back), or
-    // what it held before the pattern.
+    // what it held before the pattern. First the bytes the pattern reads from before it: F
+    // reads its inputs from memory at its start, so the only pattern-internal bytes it may
+    // read there are ones the pattern also reads as they were before it (an input it then
+    // overwrites in a supported overlap, like the SiLU output on qkv).
+    let mut read_from_before = ByteSet::new();
+    for (jj, &j) in pattern.iter().enumerate() {
+        let mut unexplained = e(j).reads.clone();
+        for &i in &pattern[..jj] {
+            unexplained.subtract(&e(i).may_write);
+        }
+        read_from_before.union_with(&unexplained);
+    }
+    let readable = allowed.intersection(&read_from_before);
     for (jj, &j) in pattern.iter().enumerate() {
         let mut unexplained = e(j).reads.clone();
         for &i in pattern[..jj].iter().rev() {
@@ -170,9 +183,9 @@ pub fn check(nodes: &[Node], effects: &[Effects], live_out: &ByteSet, c: &Candid
             if !value.is_subset(&e(i).must_write) {
                 return Err(Refusal::PartialValue { producer: i, consumer: j });
             }
-            // F may read such bytes only where its kernel reads them before it writes them (a
-            // supported overlap): it then reads what the pattern read before its write.
-            if !value.intersection(&fused.reads).is_subset(&allowed) {
+            // F may read such bytes only where the pattern read them before writing them and
+            // F's kernel does the same (a supported overlap): it then reads what the pattern read.
+            if !value.intersection(&fused.reads).is_subset(&readable) {
                 return Err(Refusal::FusedReadsInternal { producer: i, consumer: j });
             }
             unexplained.subtract(&value);
@@ -393,6 +406,20 @@ mod tests {
         let nodes = vec![copy(t(X, 0, 8), t(Z, 0, 8)), Node::new(Box::new(partial), Some(0))];
         let c = Candidate { edges: vec![], eliminated: vec![], ..candidate(0, 1) };
         assert_eq!(run(&nodes, &ByteSet::new(), &c), Err(Refusal::WrittenTwice { first: 0, second: 1 }));
+    }
+
+    /// The hole the long fuzz run found: the fused op's input placed on the bytes an eliminated
+    /// node writes and the pattern reads back. Pattern: x → y (eliminated), then y scaled in
+    /// place; F = x + y → y with (y, y) declared a supported overlap. F would read y from
+    /// memory, where the pattern reads the first node's value: refused, because the pattern
+    /// never reads y as it was before it.
+    #[test]
+    fn a_fused_input_on_an_eliminated_value_is_refused_even_as_a_declared_overlap() {
+        let scale = crate::ops::Scale { src: t(Y, 0, 8), dst: t(Y, 0, 8), scale: 2.0, bias: 0.0 };
+        let nodes = vec![copy(t(X, 0, 8), t(Y, 0, 8)), Node::new(Box::new(scale), Some(0))];
+        let fused = crate::ops::Binary { kind: crate::ops::BinaryKind::Add, a: t(X, 0, 8), b: t(Y, 0, 8), dst: t(Y, 0, 8) };
+        let c = Candidate { fused: Box::new(fused), overlaps: vec![(t(Y, 0, 8), t(Y, 0, 8))], ..candidate(0, 1) };
+        assert_eq!(run(&nodes, &ByteSet::new(), &c), Err(Refusal::FusedReadsInternal { producer: 0, consumer: 1 }));
     }
 
     #[test]
