@@ -213,7 +213,11 @@ pub fn run_case_cpu(case: &Case) -> CaseReport {
             run(&eq.a)
                 .and_then(|a| Ok((a, run(&eq.b)?)))
                 .and_then(|(a, b)| {
-                    Ok(format!("{}; {}", compare_pairs(&a, &b, &eq.compare, true)?, compare_shared_buffers(&a, &b, &eq.private)?))
+                    Ok(format!(
+                        "{}; {}",
+                        compare_pairs(&a, &b, &eq.compare, true)?,
+                        compare_shared_buffers(&a, &b, &eq.private, &eq.compare)?
+                    ))
                 })
                 .map(|d| format!("references agree: {d}"))
         }
