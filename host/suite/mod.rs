@@ -554,12 +554,12 @@ mod tests {
             mem
         };
         let (a, mut b) = (run(&eq.a), run(&eq.b));
-        compare_shared_buffers(&a, &b, &eq.private).unwrap();
+        compare_shared_buffers(&a, &b, &eq.private, &[]).unwrap();
         // A stray write into the guard bytes of the cache, or into an input, is caught.
         for id in [eq.compare[3].0.buffer, BufferId(2)] {
             let saved = b.bytes(id)[0];
             b.bytes_mut(id)[0] ^= 1;
-            assert!(compare_shared_buffers(&a, &b, &eq.private).is_err(), "buffer {}", id.0);
+            assert!(compare_shared_buffers(&a, &b, &eq.private, &[]).is_err(), "buffer {}", id.0);
             b.bytes_mut(id)[0] = saved;
         }
     }
