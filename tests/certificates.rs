@@ -124,7 +124,7 @@ impl Path<'_> {
 }
 
 const UNFUSED: Path<'static> = Path { options: Options::OFF, gpu: None };
-const FUSED: Path<'static> = Path { options: Options::ON, gpu: None };
+const FUSED: Path<'static> = Path { options: Options::ALL, gpu: None };
 
 /// One layer graph compiled for one path, run from caches and inputs the caller sets.
 struct Runner<'g> {
@@ -656,7 +656,7 @@ fn gpu_or_skip(what: &str) -> Option<Gpu> {
 fn speculation_invariance_on_the_gpu() {
     let Some(gpu) = gpu_or_skip("speculation invariance") else { return };
     let mut certified = 0;
-    for options in [Options::OFF, Options::ON] {
+    for options in [Options::OFF, Options::ALL] {
         let path = Path { options, gpu: Some(&gpu) };
         for t in [1, 2, 3, 4, 5, 8, 9, 12, 16] {
             for r in sweep::ROLLBACKS {
@@ -675,7 +675,7 @@ fn speculation_invariance_on_the_gpu() {
 #[test]
 fn batch_invariance_on_the_gpu() {
     let Some(gpu) = gpu_or_skip("batch invariance") else { return };
-    for options in [Options::OFF, Options::ON] {
+    for options in [Options::OFF, Options::ALL] {
         over_batches(Path { options, gpu: Some(&gpu) }, &[2, 5, 16, 64], |c| c);
     }
     println!("batch invariance on the GPU: n_s 2, 5, 16, 64 hold");

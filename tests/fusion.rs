@@ -117,7 +117,7 @@ fn the_base_graphs_fuse() {
     assert_eq!(c.chain(), Ok(()));
     assert_eq!(c.pair(), Ok(()));
     let live_out = c.live_out();
-    let (nodes, report) = compile(c.nodes, &live_out, Options::ON);
+    let (nodes, report) = compile(c.nodes, &live_out, Options::ALL);
     assert_eq!((report.fired("conv_chain"), report.fired("pair")), (1, 1));
     let names: Vec<_> = nodes.iter().map(|n| n.op.name()).collect();
     assert_eq!(names, ["GDN_CONV_CHAIN", "GET_ROWS", "MUL_MAT_VEC_PAIR_GATE"]);
@@ -323,13 +323,13 @@ fn nodes_in_between_that_break_no_rule_are_fine() {
 fn ggml_planning_can_defeat_a_fusion_and_fusion_aware_planning_does_not() {
     let spec = StackSpec { layers: vec![LayerSpec::new(TINY, Step::new(1, 0))], outputs: Outputs::Products };
     let b = layer::build(&spec, 1).unwrap();
-    let (_, report) = fuse(b.fresh_nodes().unwrap(), &b.live_out(), Options::ON);
+    let (_, report) = fuse(b.fresh_nodes().unwrap(), &b.live_out(), Options::ALL);
     assert_eq!(report.layers[0].outcome("gate_pair"), Some(&Outcome::Refused(Refusal::FusedOverlap)), "{report}");
     let (cur, beta) = (b.value("L0.cur").unwrap(), b.value("L0.beta").unwrap());
     assert!(b.plan.shares_bytes(cur, beta));
     let b = sweep::build(&spec, 1, sweep::Planning::FusionAware).unwrap();
     assert!(!b.plan.shares_bytes(cur, beta));
-    let (_, report) = fuse(b.fresh_nodes().unwrap(), &b.live_out(), Options::ON);
+    let (_, report) = fuse(b.fresh_nodes().unwrap(), &b.live_out(), Options::ALL);
     assert!(REGISTRY.iter().all(|f| report.fired(f.name) == usize::from((f.fires_on)(&spec.layers[0]))), "{report}");
     // Both plans run both graphs to the same bytes.
     for planning in [sweep::Planning::Ggml, sweep::Planning::FusionAware] {
@@ -394,7 +394,7 @@ fn every_fusion_fires_where_the_registry_says() {
         for r in 0..=4 {
             let spec = StackSpec { layers: vec![LayerSpec::new(TINY, Step::new(n_t, r))], outputs: Outputs::Products };
             let b = sweep::build(&spec, 1, sweep::Planning::FusionAware).unwrap();
-            let (_, report) = fuse(b.fresh_nodes().unwrap(), &b.live_out(), Options::ON);
+            let (_, report) = fuse(b.fresh_nodes().unwrap(), &b.live_out(), Options::ALL);
             for f in REGISTRY {
                 assert_eq!(report.fired(f.name), usize::from((f.fires_on)(&spec.layers[0])), "n_t {n_t} R {r}: {report}");
             }

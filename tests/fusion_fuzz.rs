@@ -1,6 +1,6 @@
 //! The differential fuzzer of the fusion pass: random layer graphs from the builder, randomly
 //! perturbed the way an adversarial user (or planner) would, executed on the CPU reference
-//! unfused and after `fusion::compile(Options::ON)`; every byte compared, except the bytes the
+//! unfused and after `fusion::compile(Options::ALL)`; every byte compared, except the bytes the
 //! report says a rewrite left unwritten (and that nobody observes). Any difference after an
 //! accepted rewrite fails.
 //!
@@ -335,7 +335,7 @@ fn case(seed: u64, stats: &mut Stats) -> std::result::Result<(), String> {
         return Ok(());
     };
     let t0 = std::time::Instant::now();
-    let (on_nodes, report) = compile_for(nodes, &live_out, Options::ON, Some(&b.mem));
+    let (on_nodes, report) = compile_for(nodes, &live_out, Options::ALL, Some(&b.mem));
     stats.seconds[2] += t0.elapsed().as_secs_f64();
     let mut any = false;
     for l in &report.layers {

@@ -31,6 +31,7 @@ pub const FUSION: Fusion = Fusion {
     summary: "GET_ROWS + CONCAT + snapshot CPYs + SSM_CONV·SiLU + L2_NORM q/k → GDN_CONV_CHAIN",
     find,
     fires_on,
+    default: true,
 };
 
 fn fires_on(spec: &LayerSpec) -> bool {

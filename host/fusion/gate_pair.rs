@@ -17,6 +17,7 @@ pub const FUSION: Fusion = Fusion {
     summary: "MUL_MAT_VEC_PAIR + SIGMOID, ADD, SOFTPLUS, MUL (or UNARY_MUL) → MUL_MAT_VEC_PAIR_GATE",
     find,
     fires_on,
+    default: true,
 };
 
 /// Column-wise like the pair (n_t·n_s columns; the epilogue is element-wise).

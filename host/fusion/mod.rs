@@ -65,6 +65,9 @@ pub struct Fusion {
     /// `spec` (with every fusion before it in the registry applied): what the sweep and the
     /// CPU off/on tests hold it to.
     pub fires_on: fn(spec: &LayerSpec) -> bool,
+    /// In [`Options::ON`], the default set: the fusions that measured faster than what they
+    /// replace (`layer_step` is not: it is opt-in, in [`Options::ALL`]).
+    pub default: bool,
 }
 
 impl fmt::Debug for Fusion {
@@ -74,7 +77,22 @@ impl fmt::Debug for Fusion {
 }
 
 /// Every fusion, in the order the pass tries them on a layer.
-pub static REGISTRY: &[Fusion] = &[conv_chain::FUSION, pair::FUSION, gate_pair::FUSION, state_read::FUSION, layer_step::FUSION];
+pub static REGISTRY: &[Fusion] = &FUSIONS;
+
+const FUSIONS: [Fusion; 5] = [conv_chain::FUSION, pair::FUSION, gate_pair::FUSION, state_read::FUSION, layer_step::FUSION];
+
+/// The bits of the fusions marked `default`.
+const fn default_bits() -> u64 {
+    let mut bits = 0;
+    let mut i = 0;
+    while i < FUSIONS.len() {
+        if FUSIONS[i].default {
+            bits |= 1 << i;
+        }
+        i += 1;
+    }
+    bits
+}
 
 /// The registered fusion named `name`.
 pub fn fusion(name: &str) -> Option<&'static Fusion> {
@@ -87,8 +105,10 @@ pub struct Options(u64);
 
 impl Options {
     pub const OFF: Options = Options(0);
-    /// Every registered fusion.
-    pub const ON: Options = Options(u64::MAX);
+    /// The default set: every registered fusion marked `default` (the fastest measured).
+    pub const ON: Options = Options(default_bits());
+    /// Every registered fusion (what the proofs exercise; `RGDN_GDN_FUSION=1`, `RGDN_FUSION=all`).
+    pub const ALL: Options = Options(u64::MAX);
 
     /// Exactly the fusions named (unknown names are an error naming the known ones).
     pub fn only(names: &[&str]) -> Result<Options> {
@@ -113,14 +133,15 @@ impl Options {
         REGISTRY.iter().map(|f| f.name).filter(|n| self.allows(n)).collect()
     }
 
-    /// `RGDN_FUSION=name,name,…` (or `all`, `none`); else `RGDN_GDN_FUSION=1` turns every fusion
-    /// on; unset (or anything else) leaves them off. An unknown name is an error.
+    /// `RGDN_FUSION=name,name,…` (or `all`, `default`, `none`); else `RGDN_GDN_FUSION=1` turns
+    /// every fusion on; unset (or anything else) leaves them off. An unknown name is an error.
     pub fn from_env() -> Result<Options> {
         match std::env::var("RGDN_FUSION") {
-            Ok(v) if v.trim() == "all" => Ok(Options::ON),
+            Ok(v) if v.trim() == "all" => Ok(Options::ALL),
+            Ok(v) if v.trim() == "default" => Ok(Options::ON),
             Ok(v) if v.trim().is_empty() || v.trim() == "none" => Ok(Options::OFF),
             Ok(v) => Options::only(&v.split(',').map(str::trim).collect::<Vec<_>>()),
-            Err(_) => Ok(if std::env::var("RGDN_GDN_FUSION").is_ok_and(|v| v == "1") { Options::ON } else { Options::OFF }),
+            Err(_) => Ok(if std::env::var("RGDN_GDN_FUSION").is_ok_and(|v| v == "1") { Options::ALL } else { Options::OFF }),
         }
     }
 }
@@ -523,7 +544,9 @@ mod tests {
     #[test]
     fn options_name_registered_fusions() {
         assert_eq!(Options::only(&["pair"]).unwrap().names(), ["pair"]);
-        assert_eq!(Options::ON.names(), REGISTRY.iter().map(|f| f.name).collect::<Vec<_>>());
+        assert_eq!(Options::ALL.names(), REGISTRY.iter().map(|f| f.name).collect::<Vec<_>>());
+        assert_eq!(Options::ON.names(), REGISTRY.iter().filter(|f| f.default).map(|f| f.name).collect::<Vec<_>>());
+        assert!(!Options::ON.allows("layer_step") && Options::ALL.allows("layer_step"));
         assert!(Options::OFF.names().is_empty());
         let e = Options::only(&["conv_chain", "nope"]).unwrap_err().to_string();
         assert!(e.contains("nope") && e.contains("conv_chain"), "{e}");

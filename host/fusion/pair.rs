@@ -13,7 +13,8 @@ use crate::tensor::Tensor;
 /// The pair's column limit (mul_mat_vec_f's).
 pub const MAX_COLS: usize = 8;
 
-pub const FUSION: Fusion = Fusion { name: "pair", summary: "the alpha and beta MUL_MAT_VECs → MUL_MAT_VEC_PAIR", find, fires_on };
+pub const FUSION: Fusion =
+    Fusion { name: "pair", summary: "the alpha and beta MUL_MAT_VECs → MUL_MAT_VEC_PAIR", find, fires_on, default: true };
 
 /// The products have n_t·n_s columns (sequence-major); the pair is column-wise, so n_s does
 /// not matter beyond the column count.

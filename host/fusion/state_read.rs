@@ -14,8 +14,13 @@ use crate::graph::{Bound, ByteSet};
 use crate::ops::{GatedDeltaNet, GatedDeltaNetFromCache, GetRows};
 use crate::tensor::DType;
 
-pub const FUSION: Fusion =
-    Fusion { name: "state_read", summary: "ssm-state GET_ROWS + GATED_DELTA_NET → GATED_DELTA_NET_FROM_CACHE", find, fires_on };
+pub const FUSION: Fusion = Fusion {
+    name: "state_read",
+    summary: "ssm-state GET_ROWS + GATED_DELTA_NET → GATED_DELTA_NET_FROM_CACHE",
+    find,
+    fires_on,
+    default: true,
+};
 
 /// One sequence only: with n_s > 1 a sequence's source row may be another sequence's written
 /// slot, an overlap the fused kernel does not support (the unfused GET_ROWS reads every

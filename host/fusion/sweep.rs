@@ -194,7 +194,7 @@ pub fn build(spec: &StackSpec, seed: u64, planning: Planning) -> Result<Built> {
     match planning {
         Planning::Ggml => layer::build(spec, seed),
         Planning::FusionAware => layer::build_planned(spec, seed, crate::memory::default_host_budget(), &|nodes, live_out| {
-            super::groups(nodes, live_out, Options::ON)
+            super::groups(nodes, live_out, Options::ALL)
         }),
     }
 }
@@ -202,7 +202,7 @@ pub fn build(spec: &StackSpec, seed: u64, planning: Planning) -> Result<Built> {
 /// [`off_on_gpu`] with a choice of planning.
 pub fn off_on_gpu_planned(gpu: &Gpu, spec: &StackSpec, seed: u64, planning: Planning) -> Result<OffOn> {
     let b = build(spec, seed, planning)?;
-    let (off_nodes, on_nodes, report) = compile_off_on(&b, Options::ON)?;
+    let (off_nodes, on_nodes, report) = compile_off_on(&b, Options::ALL)?;
     let run = |nodes| -> Result<(HostMemory, Launches)> {
         let dev = DeviceMemory::upload(gpu, &b.mem)?;
         let launches = exec::run_gpu(gpu, nodes, &dev)?;
@@ -222,7 +222,7 @@ pub fn off_on_cpu(spec: &StackSpec, seed: u64, mufu: &mut dyn Mufu) -> Result<Of
 /// [`off_on_cpu`] with a choice of planning.
 pub fn off_on_cpu_planned(spec: &StackSpec, seed: u64, mufu: &mut dyn Mufu, planning: Planning) -> Result<OffOn> {
     let b = build(spec, seed, planning)?;
-    let (off_nodes, on_nodes, report) = compile_off_on(&b, Options::ON)?;
+    let (off_nodes, on_nodes, report) = compile_off_on(&b, Options::ALL)?;
     let mut off_mem = b.mem.clone();
     exec::run_cpu(&off_nodes, &mut off_mem, mufu)?;
     let mut on_mem = b.mem.clone();

@@ -318,7 +318,7 @@ mod tests {
     /// A built one-layer graph and the layer step the fusion pass makes of it.
     fn built(spec: &StackSpec) -> (Built, GdnLayerStep) {
         let b = sweep::build(spec, 5, sweep::Planning::FusionAware).unwrap();
-        let (nodes, report) = fuse(b.fresh_nodes().unwrap(), &b.live_out(), Options::ON);
+        let (nodes, report) = fuse(b.fresh_nodes().unwrap(), &b.live_out(), Options::ALL);
         let op = nodes.iter().find_map(|n| n.get::<GdnLayerStep>()).cloned().unwrap_or_else(|| panic!("no layer step:\n{report}"));
         (b, op)
     }
@@ -385,7 +385,7 @@ mod tests {
             assert_eq!(r.report.fired("layer_step"), 1, "case {i}: {}", r.report);
             assert!(r.identical(), "case {i}: {:?}", r.mismatches);
             let b = sweep::build(&spec, i as u64, sweep::Planning::FusionAware).unwrap();
-            let (_, on, _) = sweep::compile_off_on(&b, Options::ON).unwrap();
+            let (_, on, _) = sweep::compile_off_on(&b, Options::ALL).unwrap();
             let names: Vec<&str> = on.iter().map(|n| n.op.name()).collect();
             assert!(names.iter().all(|n| [OP, "SCALE", "STAGE"].contains(n)) && names.contains(&OP), "case {i}: {names:?}");
         }

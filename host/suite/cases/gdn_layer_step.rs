@@ -100,7 +100,7 @@ impl StepCase {
 
     /// The fused ops (SCALEs and one GDN_LAYER_STEP), or an error naming what else came out.
     fn step_ops(layer: &Layer) -> Result<Vec<Box<dyn Op>>> {
-        let ops = layer.fused(Options::ON);
+        let ops = layer.fused(Options::ALL);
         let names: Vec<&str> = ops.iter().map(|o| o.name()).collect();
         if names.iter().filter(|n| **n == GROUP).count() != 1 || names.iter().any(|n| *n != GROUP && *n != "SCALE") {
             return Err(Error::Invalid { op: GROUP, what: format!("the fusion pass did not make one layer step: {names:?}") });
