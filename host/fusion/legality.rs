@@ -98,6 +98,8 @@ impl fmt::Display for Hazard {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Accepted {
     pub eliminated: ByteSet,
+    /// The fused node's effects (computed by the check; the pass keeps them for the new graph).
+    pub fused: Effects,
 }
 
 /// Checks `c` against `nodes` (the graph as it stands) and `live_out` (what the caller reads
@@ -246,7 +248,7 @@ pub fn check(nodes: &[Node], effects: &[Effects], live_out: &ByteSet, c: &Candid
     if stale.intersects(live_out) {
         return Err(Refusal::EliminatedLive);
     }
-    Ok(Accepted { eliminated: stale })
+    Ok(Accepted { eliminated: stale, fused })
 }
 
 #[cfg(test)]

@@ -423,7 +423,7 @@ pub fn fuse_for(mut nodes: Vec<Node>, live_out: &ByteSet, options: Options, mem:
                         original.sort_unstable();
                         let anchor = origin[candidate.at].1;
                         let fused_op = candidate.fused.name();
-                        let fused_effects = Effects::of(candidate.fused.as_ref());
+                        let fused_effects = accepted.fused;
                         let (next, at) = rewrite(nodes, &replaced, candidate.at, Node::new(candidate.fused, Some(layer)));
                         let (next_origin, _) = rewrite(origin, &replaced, candidate.at, (original.clone(), anchor));
                         let (next_effects, _) = rewrite(effects, &replaced, candidate.at, fused_effects);
