@@ -300,7 +300,15 @@ fn index_bytes(values: &[i32]) -> Vec<u8> {
 /// accepts them; what it refuses stays unfused). Both compute the same bytes in every buffer the
 /// fused step writes, bit for bit.
 pub fn layer_step(t: &LayerTensors, shape: &GdnShape, step: &Step, init: &LayerInit, fused: bool) -> Result<Vec<Box<dyn Op>>> {
-    if !fused {
+    let fusions = if fused { crate::fusion::Options::ON } else { crate::fusion::Options::OFF };
+    layer_step_with(t, shape, step, init, fusions)
+}
+
+/// [`layer_step`] with the fusions in `fusions` (e.g. [`crate::fusion::Options::ALL`] for the
+/// one-launch GDN_LAYER_STEP where it applies); [`crate::fusion::Options::OFF`] is the unfused
+/// chain.
+pub fn layer_step_with(t: &LayerTensors, shape: &GdnShape, step: &Step, init: &LayerInit, fusions: crate::fusion::Options) -> Result<Vec<Box<dyn Op>>> {
+    if fusions == crate::fusion::Options::OFF {
         return unfused_ops(t, shape, step, init.precision);
     }
     let spec = crate::graph::layer::LayerSpec {
@@ -313,7 +321,7 @@ pub fn layer_step(t: &LayerTensors, shape: &GdnShape, step: &Step, init: &LayerI
     // intermediates in between may be eliminated).
     let observed = [t.conv_cache, t.ssm_cache, t.conv_out, t.q_norm, t.k_norm, t.alpha, t.beta_raw, t.beta, t.gate, t.attn_out];
     let live_out = crate::graph::ByteSet::of_all(&observed, crate::graph::Bound::Over);
-    let (nodes, _report) = crate::fusion::compile(nodes, &live_out, crate::fusion::Options::ON);
+    let (nodes, _report) = crate::fusion::compile(nodes, &live_out, fusions);
     Ok(nodes.into_iter().map(|n| n.op).collect())
 }
 

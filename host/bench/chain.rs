@@ -52,8 +52,9 @@ impl ChainBuilder for UnfusedOnly {
 
 /// "off": the unfused chain; "on": ggml's graph of the layer through the fusion pass (the GDN
 /// conv chain and the alpha/beta pair wherever the matcher accepts them; each refusal leaves
-/// those nodes unfused), then the backend's snapshot batching.
-pub struct Fused;
+/// those nodes unfused), then the backend's snapshot batching. The "on" arm applies the
+/// fusions in `.0` (the default set unless `rgdn bench --fusions` names others).
+pub struct Fused(pub crate::fusion::Options);
 
 impl ChainBuilder for Fused {
     fn fusion_available(&self) -> bool {
@@ -61,18 +62,20 @@ impl ChainBuilder for Fused {
     }
 
     fn label(&self, fusion: bool) -> String {
-        if fusion { format!("fused ({} where the pass accepts)", crate::fusion::Options::ON.names().join(" + ")) } else { "unfused".into() }
+        if fusion { format!("fused ({} where the pass accepts)", self.0.names().join(" + ")) } else { "unfused".into() }
     }
 
     fn layer_ops(&self, _mem: &mut HostMemory, t: &LayerTensors, cfg: &ChainConfig, fusion: bool) -> Result<Vec<Box<dyn Op>>> {
         // The library's own entry (what an engine calls): one definition of the fused step.
-        crate::engine::layer_step(t, &cfg.shape, &cfg.step, &cfg.init, fusion)
+        let fusions = if fusion { self.0 } else { crate::fusion::Options::OFF };
+        crate::engine::layer_step_with(t, &cfg.shape, &cfg.step, &cfg.init, fusions)
     }
 }
 
-/// THE plug-in point: the builder `rgdn bench`, `cargo bench` and the main command use.
+/// THE plug-in point: the builder `rgdn bench`, `cargo bench` and the main command use (the
+/// default fusion set).
 pub fn default_builder() -> &'static dyn ChainBuilder {
-    &Fused
+    &Fused(crate::fusion::Options::ON)
 }
 
 /// One layer's memory (random caches, inputs and weights, seeded) and both chains over it
@@ -187,8 +190,8 @@ mod tests {
 
     /// The default builder runs the fusion pass: at T = 4 the conv chain (GET_ROWS, CONCAT,
     /// CPY_SNAPSHOTS, SSM_CONV, L2_NORM ×2), the two mat-vecs with the gate path, and the
-    /// ssm-state read with GATED_DELTA_NET become one launch each (the default set: the
-    /// one-launch GDN_LAYER_STEP measured slower on the H200 and is opt-in).
+    /// ssm-state read with GATED_DELTA_NET become one GDN_LAYER_STEP launch (the default set);
+    /// without layer_step, one launch each.
     #[test]
     fn the_default_builder_fuses_the_conv_chain_and_the_pair() {
         let b = default_builder();
@@ -196,6 +199,9 @@ mod tests {
         let built = ChainPair::new(b, &cfg(4, 3), 1).unwrap();
         let names = |ops: &[Box<dyn Op>]| ops.iter().map(|o| o.name()).collect::<Vec<_>>();
         let on = names(&built.on);
+        assert_eq!(on, ["GDN_LAYER_STEP"], "{on:?}");
+        let three = Fused(crate::fusion::Options::only(&["conv_chain", "pair", "gate_pair", "state_read"]).unwrap());
+        let on = names(&ChainPair::new(&three, &cfg(4, 3), 1).unwrap().on);
         assert_eq!(on, ["GDN_CONV_CHAIN", "MUL_MAT_VEC_PAIR_GATE", "GATED_DELTA_NET_FROM_CACHE"], "{on:?}");
         assert_eq!(built.off.len(), 14, "{:?}", names(&built.off));
         // The fused chain no longer writes the CONCAT's inputs and output, the ssm state, the

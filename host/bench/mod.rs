@@ -66,6 +66,10 @@ pub struct BenchArgs {
     /// Type of the alpha/beta mat-vec weights: f32, f16 or bf16.
     #[arg(long, default_value = "f32")]
     pub weights: String,
+    /// Fusions of the "on" arm: `default` (the registry's default set), `all` (also the
+    /// one-launch layer_step), or registered names, comma-separated (e.g. `conv_chain,pair`).
+    #[arg(long, default_value = "default")]
+    pub fusions: String,
     /// Sequences per verify step, comma-separated (1 to 64): every mode runs at each n_s
     /// ([`seqs_step`]: sequence s writes and reads cell s).
     #[arg(long, value_delimiter = ',', default_value = "1")]
@@ -347,7 +351,13 @@ fn progress(total: u64, hidden: bool) -> indicatif::ProgressBar {
 
 /// Runs the benchmark with the default chain builder.
 pub fn run(args: &BenchArgs, out: &mut dyn std::io::Write) -> Result<Report> {
-    run_with(args, chain::default_builder(), out)
+    let fusions = match args.fusions.trim() {
+        "default" => crate::fusion::Options::ON,
+        "all" => crate::fusion::Options::ALL,
+        "none" => crate::fusion::Options::OFF,
+        names => crate::fusion::Options::only(&names.split(',').map(str::trim).collect::<Vec<_>>())?,
+    };
+    run_with(args, &chain::Fused(fusions), out)
 }
 
 /// Runs the benchmark with `builder`; writes the report files under `args.out` and prints the

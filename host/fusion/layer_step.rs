@@ -26,7 +26,7 @@ pub const FUSION: Fusion = Fusion {
     summary: "GDN_CONV_CHAIN + MUL_MAT_VEC_PAIR_GATE + GATED_DELTA_NET_FROM_CACHE → GDN_LAYER_STEP",
     find,
     fires_on,
-    default: false,
+    default: true,
 };
 
 /// Where the three parts fire, and D = 128 (GATED_DELTA_NET's).

@@ -2,6 +2,7 @@
 
 use super::probe::{GpuInfo, probe};
 use crate::error::{Error, Result};
+use crate::kernels::abi;
 use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
 use std::collections::{BTreeMap, HashMap};
@@ -178,9 +179,10 @@ pub struct Gpu {
     module: Arc<CudaModule>,
     functions: Mutex<HashMap<&'static str, CudaFunction>>,
     log: Mutex<LaunchLog>,
-    /// [layer-step] The grid barrier's state (two u32: arrival count, generation) for
-    /// cooperative launches on this Gpu's one stream; zero at creation, and the count is back to
-    /// zero at the end of every launch that uses it (the last block to arrive resets it).
+    /// [layer-step] The grid barrier's state (`kernels-gpu/src/device/grid.rs`: two u64,
+    /// `[done, arrived]`, [`abi::GRID_BARRIER_BYTES`]) for cooperative launches on this Gpu's
+    /// one stream; zero at creation, and each launch that uses it leaves `done` = `arrived`
+    /// for the next.
     grid_barrier: DeviceBuffer,
 }
 
@@ -215,7 +217,7 @@ impl Gpu {
         let ctx = stream.context().clone();
         let module = ctx.load_module(Ptx::from_src(crate::kernels::PTX))?;
         // Allocated here, not lazily: an allocation during stream capture would fail.
-        let grid_barrier = Self::wrap(stream.alloc_zeros::<u8>(8)?, 8, &stream);
+        let grid_barrier = Self::wrap(stream.alloc_zeros::<u8>(abi::GRID_BARRIER_BYTES)?, abi::GRID_BARRIER_BYTES, &stream);
         Ok(Gpu { info, ctx, stream, module, functions: Mutex::new(HashMap::new()), log: Mutex::new(LaunchLog::default()), grid_barrier })
     }
 

@@ -56,12 +56,14 @@ pub struct StepShape {
 }
 
 impl StepShape {
-    /// Work items of the kernel's first phase (2·H_v mat-vec rows + C/128 conv tiles) and of
-    /// its second (H_v·32 GATED_DELTA_NET column groups), checked to fit u32.
+    /// Work items of the kernel's first phase (2·H_v mat-vec rows × ⌈n_t/2⌉ column pairs + C/128
+    /// conv tiles, one block each) and of its second (H_v·32 GATED_DELTA_NET column groups, one warp each), checked to
+    /// fit u32.
     fn items(&self) -> Result<(u32, u32)> {
         let h_v = self.gdn.n_heads;
         let tiles = self.chain.n_channels / abi::GDN_CONV_CHAIN_BLOCK as usize;
-        let first = check::sum(OP, "weight", "work items 2·H_v + C/128", &[2 * h_v, tiles])?;
+        let rows = check::product(OP, "weight", "row items 2·H_v·⌈n_t/2⌉", &[2, h_v, self.gdn.n_tokens.div_ceil(abi::GDN_LAYER_STEP_COLS)])?;
+        let first = check::sum(OP, "weight", "work items 2·H_v·⌈n_t/2⌉ + C/128", &[rows, tiles])?;
         let second = check::product(OP, "v", "work items H_v·32", &[h_v, abi::GDN_LAYER_STEP_GROUPS_PER_HEAD as usize])?;
         Ok((check::fits_u32(OP, "first-phase work items", first)?, check::fits_u32(OP, "second-phase work items", second)?))
     }
@@ -242,9 +244,12 @@ impl Op for GdnLayerStep {
                 what: format!("{entry} with {shared} bytes of shared memory fits no multiprocessor"),
             });
         }
-        // Persistent blocks: every block runs items b, b + G, …; no more blocks than items.
-        let grid = first.max(second).min(co_resident);
-        if first.max(second).checked_add(grid).is_none() {
+        // Persistent blocks: block b runs the first-phase items b, b + G, … and its warp w the
+        // column groups 4·b + w, 4·b + w + 4·G, …; no more blocks than either phase fills.
+        let second_blocks = second.div_ceil(abi::GDN_LAYER_STEP_WARPS);
+        let grid = first.max(second_blocks).min(co_resident);
+        let warps = grid.checked_mul(abi::GDN_LAYER_STEP_WARPS);
+        if first.checked_add(grid).is_none() || warps.and_then(|w| second.checked_add(w)).is_none() {
             return Err(Error::Unsupported { op: OP, what: "work items + grid overflow u32".into() });
         }
         let params = self.params(&shape, mem, gpu.grid_barrier());
@@ -353,10 +358,11 @@ mod tests {
                 let entry = abi::gdn_layer_step_entry(kind, d_conv).unwrap();
                 let start = ptx.find(&format!(".entry {entry}(")).unwrap_or_else(|| panic!("{entry} missing"));
                 let header = &ptx[start..start + ptx[start..].find('{').unwrap()];
-                assert!(header.contains(".maxntid 128, 1, 1") && header.contains(".minnctapersm 2"), "{entry}: {header}");
+                let blocks = if d_conv == 5 { 2 } else { 3 };
+                assert!(header.contains(".maxntid 128, 1, 1") && header.contains(&format!(".minnctapersm {blocks}")), "{entry}: {header}");
             }
         }
-        assert!(abi::PTX_LAUNCH_BOUNDS.contains(&("gdn_layer_step_", abi::GDN_LAYER_STEP_BLOCK, 2)));
+        assert!(abi::PTX_LAUNCH_BOUNDS.contains(&("gdn_layer_step_", abi::GDN_LAYER_STEP_BLOCK, 3)));
     }
 
     /// The fused graph (one GDN_LAYER_STEP, plus a fresh cell's SCALEs) equals the unfused
@@ -396,7 +402,8 @@ mod tests {
         let (b, op) = base();
         let shape = op.check(&b.mem).unwrap();
         assert_eq!((shape.chain.n_tokens, shape.products.ncols, shape.gdn.n_heads, shape.gdn.n_seqs), (4, 4, 2, 1));
-        assert_eq!(shape.items().unwrap(), (2 * 2 + 512 / 128, 2 * 32));
+        // 2 products × 2 rows × ⌈4/2⌉ column pairs + 4 tiles; 2 heads × 32 column groups.
+        assert_eq!(shape.items().unwrap(), (2 * 2 * 2 + 512 / 128, 2 * 32));
         // The GDN's q, k, v, g and β are the step's own outputs, not inputs.
         let inputs = op.inputs();
         for t in [op.gdn.q, op.gdn.k, op.gdn.g, op.gdn.beta] {

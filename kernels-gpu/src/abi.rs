@@ -802,11 +802,18 @@ param_struct! {
 /// mul_mat_vec_f blocks have at most 256 threads (ggml's rule), and the grids are small (one
 /// block per row): with the bounds, ptxas keeps every load of a thread's chunk in flight at once
 /// instead of budgeting registers for full occupancy (NOTES.md, mul_mat_vec_f speed).
-/// [layer-step] GDN_LAYER_STEP blocks have 128 threads; with `.minnctapersm 2` ptxas may give
-/// the mat-vec rows' chunks their registers (the occupancy the driver then reports bounds the
-/// cooperative grid).
-pub const PTX_LAUNCH_BOUNDS: &[(&str, u32, u32)] =
-    &[("mul_mat_vec_", 32 * MUL_MAT_VEC_MAX_WARPS, 1), ("gdn_layer_step_", GDN_LAYER_STEP_BLOCK, 2)];
+/// [layer-step] GDN_LAYER_STEP blocks have 128 threads; `.minnctapersm 3` (≤ 168 registers)
+/// lets three blocks share a multiprocessor, so the cooperative grid (bounded by the occupancy
+/// the driver reports) holds every first-phase item at n_t = 8 (320 for 9B) at once. The
+/// d_conv = 5 entries would spill at 168 registers: they keep `.minnctapersm 2`.
+pub const PTX_LAUNCH_BOUNDS: &[(&str, u32, u32)] = &[
+    ("mul_mat_vec_", 32 * MUL_MAT_VEC_MAX_WARPS, 1),
+    (entry_name!(gdn_layer_step, f32, 5), GDN_LAYER_STEP_BLOCK, 2),
+    (entry_name!(gdn_layer_step, bf16, 5), GDN_LAYER_STEP_BLOCK, 2),
+    (entry_name!(gdn_layer_step, f16, 5), GDN_LAYER_STEP_BLOCK, 2),
+    (entry_name!(gdn_layer_step, f16_f32acc, 5), GDN_LAYER_STEP_BLOCK, 2),
+    ("gdn_layer_step_", GDN_LAYER_STEP_BLOCK, 3),
+];
 
 /// The MUL_MAT_VEC_PAIR entry for a [`mul_mat_vec_kind`] and 1 ≤ `ncols` ≤ 8 input columns.
 pub const fn mul_mat_vec_pair_entry(kind: u32, ncols: usize) -> Option<&'static str> {
@@ -950,12 +957,20 @@ pub const GDN_LAYER_STEP_BLOCK: u32 = 128;
 /// GDN_LAYER_STEP: most tokens (the alpha/beta products run in one column group: ggml's
 /// `MMVF_MAX_BATCH_SIZE`).
 pub const GDN_LAYER_STEP_MAX_TOKENS: usize = MUL_MAT_VEC_MAX_COLS;
-/// GDN_LAYER_STEP: columns every mat-vec row computes (columns ≥ n_t repeat column n_t − 1 and
-/// are dropped), so that one entry per weight kind and d_conv serves every n_t.
-pub const GDN_LAYER_STEP_COLS: usize = MUL_MAT_VEC_MAX_COLS;
+/// GDN_LAYER_STEP: columns one mat-vec row item computes (the n_t columns split into
+/// ⌈n_t / 2⌉ items per row; a column ≥ n_t repeats column n_t − 1 and is dropped), so that one
+/// entry per weight kind and d_conv serves every n_t and the row items spread over the grid.
+pub const GDN_LAYER_STEP_COLS: usize = 2;
 /// GDN_LAYER_STEP: GATED_DELTA_NET column groups per value head (one warp per column, four
 /// warps per group: GATED_DELTA_NET's grid z).
-pub const GDN_LAYER_STEP_GROUPS_PER_HEAD: u32 = GDN_HEAD_DIM as u32 / GDN_WARPS;
+pub const GDN_LAYER_STEP_GROUPS_PER_HEAD: u32 = GDN_HEAD_DIM as u32 / GDN_LAYER_STEP_GROUP_COLUMNS;
+/// GDN_LAYER_STEP: value columns one warp runs at once in the second phase (interleaved).
+pub const GDN_LAYER_STEP_GROUP_COLUMNS: u32 = 4;
+/// Bytes of a grid barrier's state (`device/grid.rs`: two u64, `[done, arrived]`).
+pub const GRID_BARRIER_BYTES: usize = 16;
+/// GDN_LAYER_STEP: warps per block; in the second phase each warp runs whole column groups
+/// (the group's four columns interleaved), so a grid of G blocks runs 4·G groups at a time.
+pub const GDN_LAYER_STEP_WARPS: u32 = GDN_LAYER_STEP_BLOCK / 32;
 
 /// The GDN_LAYER_STEP entry for a [`mul_mat_vec_kind`] of the alpha/beta weights and `d_conv`.
 pub const fn gdn_layer_step_entry(kind: u32, d_conv: usize) -> Option<&'static str> {
@@ -996,8 +1011,8 @@ param_struct! {
         pub chain: GdnConvChainParams,
         pub gate: MulMatVecPairGateParams,
         pub gdn: GatedDeltaNetFromCacheParams,
-        /// Device address of the grid barrier's two u32 (arrival count, generation); the count
-        /// is 0 between launches (the last block to arrive resets it).
+        /// Device address of the grid barrier's state ([`GRID_BARRIER_BYTES`],
+        /// `device/grid.rs`).
         pub barrier: u64,
         /// ggml's mul_mat_vec_f block size for the row length E (32 … 256, a multiple of 32):
         /// the thread count whose partial sums and reduction the mat-vec rows reproduce.

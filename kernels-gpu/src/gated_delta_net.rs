@@ -52,7 +52,6 @@
 use crate::abi::{self, GDN_HEAD_DIM, GDN_WARPS};
 use crate::device::math::add;
 use crate::device::math::{fma, mul};
-use crate::device::grid::load_l2_f32;
 use crate::device::load::coherent_f32;
 use crate::device::memory::{
     load_nc_f32, load_nc_f32_at, load_nc_u32, load_nc_f32x4_stride32, prefetch_l1, prefetch_l2, store_f32_at, store_f32x4_stride32,
@@ -60,7 +59,7 @@ use crate::device::memory::{
 use crate::device::thread::{block_idx_x, block_idx_y, block_idx_z, thread_idx_x, thread_idx_y};
 use crate::device::trap;
 use crate::device::warp::shfl_xor;
-use crate::device::warp::warp_sum;
+use crate::device::warp::{warp_sum, warp_sum_each};
 use crate::fast_math::exp;
 
 /// State rows each lane keeps: lane l holds rows `32·r + l`, r = 0 … 3.
@@ -190,49 +189,6 @@ impl TokenSource {
                 beta: load_nc_f32(self.beta),
             }
         }
-    }
-
-    /// [layer-step] [`TokenSource::load`] with L2 loads ([`load_l2_f32`], `ld.global.cg`): the
-    /// same elements and bits, for inputs that other blocks of the launch wrote before a grid
-    /// barrier (the `.nc` path, and a line L1 cached before the barrier, may be stale for
-    /// those).
-    ///
-    /// # Safety
-    /// The pointers address validated input elements that no thread writes from the grid
-    /// barrier on.
-    #[inline(always)]
-    unsafe fn load_coherent(&self) -> TokenInputs {
-        let lane = self.lane as usize;
-        let row = |p: *const f32| {
-            let mut x = [0.0f32; ROWS_PER_LANE];
-            let mut r = 0;
-            while r < ROWS_PER_LANE {
-                // SAFETY: 32·r + lane < D of a validated row (caller).
-                x[r] = unsafe { load_l2_f32(p.add(32 * r + lane)) };
-                r += 1;
-            }
-            x
-        };
-        // SAFETY: forwarded to the caller.
-        unsafe {
-            TokenInputs {
-                k: row(self.k),
-                q: row(self.q),
-                v: load_l2_f32(self.v.add(self.col as usize)),
-                g: load_l2_f32(self.g),
-                beta: load_l2_f32(self.beta),
-            }
-        }
-    }
-
-    /// [`TokenSource::load`], or [`TokenSource::load_coherent`] when `COHERENT`.
-    ///
-    /// # Safety
-    /// As the function it calls.
-    #[inline(always)]
-    unsafe fn load_with<const COHERENT: bool>(&self) -> TokenInputs {
-        // SAFETY: forwarded to the caller.
-        unsafe { if COHERENT { self.load_coherent() } else { self.load() } }
     }
 
     /// L1 prefetch of the lines the *next* token's [`TokenSource::load`] will read (this lane's
@@ -400,14 +356,115 @@ pub unsafe fn token_step(
 unsafe fn run<const FROM_CACHE: bool>(p: &abi::GatedDeltaNetParams, source_rows: *const i32, source_rows_stride: usize) {
     let at = ColumnAt { head: block_idx_x(), seq: block_idx_y(), group: block_idx_z(), warp: thread_idx_y(), lane: thread_idx_x() };
     // SAFETY: forwarded from the launch contract (the indices are the launch's own).
-    unsafe { run_at::<FROM_CACHE, false>(p, source_rows, source_rows_stride, at) }
+    unsafe { run_at::<FROM_CACHE>(p, source_rows, source_rows_stride, at) }
+}
+
+/// Where one (value head, sequence) of a GATED_DELTA_NET launch reads and writes: its token
+/// inputs at token 0, its `out` row, its state head block in slot 0, the state view, and the
+/// strides and sizes the column bodies step with.
+#[derive(Clone, Copy)]
+struct HeadViews {
+    q_row: *const f32,
+    k_row: *const f32,
+    v_row: *const f32,
+    g_elem: *const f32,
+    beta_elem: *const f32,
+    out_head_row: *mut f32,
+    state_head: *mut f32,
+    state_in: *const f32,
+    in_col: usize,
+    in_head: usize,
+    in_seq: usize,
+    q_token: usize,
+    k_token: usize,
+    v_token: usize,
+    g_token: usize,
+    beta_token: usize,
+    out_token: usize,
+    states_slot: usize,
+    n_tokens: usize,
+    n_slots: usize,
+    scale: f32,
+}
+
+impl HeadViews {
+    /// The views of value head `head` (key head `head mod n_key_heads`) of sequence `seq`.
+    ///
+    /// # Safety
+    /// `head` < H_v and `seq` < n_s of a launch whose views the host validated (module docs).
+    #[inline(always)]
+    unsafe fn at(p: &abi::GatedDeltaNetParams, head: u32, seq: u32) -> HeadViews {
+        // The host validated n_key_heads ≥ 1; `checked_rem` keeps core's divide-by-zero panic
+        // path out of the PTX, and a violated contract aborts the launch.
+        let Some(key_head) = head.checked_rem(p.n_key_heads) else { trap() };
+        let (key_head, head, seq) = (key_head as usize, head as usize, seq as usize);
+        let (q, k, v) = (p.q as usize as *const f32, p.k as usize as *const f32, p.v as usize as *const f32);
+        let (g, beta) = (p.g as usize as *const f32, p.beta as usize as *const f32);
+        let (out, states) = (p.out as usize as *mut f32, p.states as usize as *mut f32);
+        // SAFETY (every offset): the host checked that each view holds all the elements this
+        // (head, seq) reaches for t < n_tokens and slot < n_slots.
+        unsafe {
+            HeadViews {
+                q_row: q.add(key_head * p.q_head as usize + seq * p.q_seq as usize),
+                k_row: k.add(key_head * p.k_head as usize + seq * p.k_seq as usize),
+                v_row: v.add(head * p.v_head as usize + seq * p.v_seq as usize),
+                g_elem: g.add(head * p.g_head as usize + seq * p.g_seq as usize),
+                beta_elem: beta.add(head * p.beta_head as usize + seq * p.beta_seq as usize),
+                out_head_row: out.add(head * p.out_head as usize + seq * p.out_seq as usize),
+                state_head: states.add(seq * p.states_seq as usize + head * GDN_HEAD_DIM * GDN_HEAD_DIM),
+                state_in: p.state_in as usize as *const f32,
+                in_col: p.in_col as usize,
+                in_head: p.in_head as usize,
+                in_seq: p.in_seq as usize,
+                q_token: p.q_token as usize,
+                k_token: p.k_token as usize,
+                v_token: p.v_token as usize,
+                g_token: p.g_token as usize,
+                beta_token: p.beta_token as usize,
+                out_token: p.out_token as usize,
+                states_slot: p.states_slot as usize,
+                n_tokens: p.n_tokens as usize,
+                n_slots: p.n_slots as usize,
+                scale: p.scale,
+            }
+        }
+    }
+
+    /// The token inputs of this head at token 0, for `lane` and value column `col`.
+    #[inline(always)]
+    fn token_source(&self, lane: usize, col: usize) -> TokenSource {
+        TokenSource {
+            k: self.k_row,
+            q: self.q_row,
+            v: self.v_row,
+            g: self.g_elem,
+            beta: self.beta_elem,
+            lane: lane as u32,
+            col: col as u32,
+            k_token: self.k_token,
+            q_token: self.q_token,
+            v_token: self.v_token,
+            g_token: self.g_token,
+            beta_token: self.beta_token,
+        }
+    }
+
+    /// The cache row sequence `seq` reads its initial state from (GATED_DELTA_NET_FROM_CACHE).
+    ///
+    /// # Safety
+    /// `source_rows[seq·stride]` is a host-validated index in 0..n_rows of the cache, never
+    /// written.
+    #[inline(always)]
+    unsafe fn source_row(source_rows: *const i32, source_rows_stride: usize, seq: usize) -> usize {
+        // SAFETY: forwarded to the caller; the index is non-negative, so the cast is lossless.
+        unsafe { load_nc_u32(source_rows.add(seq * source_rows_stride) as *const u32) as usize }
+    }
 }
 
 /// Which value column a warp runs, and which lane this thread is: GATED_DELTA_NET's block
-/// (head, seq, group) = `%ctaid` and (lane, warp) = `%tid`, or [layer-step] a work item of
-/// GDN_LAYER_STEP's second phase.
+/// (head, seq, group) = `%ctaid` and (lane, warp) = `%tid`.
 #[derive(Clone, Copy)]
-pub(crate) struct ColumnAt {
+struct ColumnAt {
     pub head: u32,
     pub seq: u32,
     /// Column group z: columns 4·z … 4·z + 3.
@@ -417,52 +474,26 @@ pub(crate) struct ColumnAt {
     pub lane: u32,
 }
 
-/// [`run`]'s body for the column `at` names. `COHERENT`: every token input (q, k, v, g, β) is
-/// read with L2 loads (`ld.global.cg`) instead of `ld.global.nc` (GDN_LAYER_STEP, whose first phase
-/// wrote them); the arithmetic is the same either way.
+/// [`run`]'s body for the column `at` names.
 ///
 /// # Safety
 /// As [`run`], for the (head, seq, group) of `at` inside the grid the host validated, `at.warp`
-/// < [`GDN_WARPS`], `at.lane` < 32, all 32 lanes of the warp calling together; with
-/// `COHERENT`, no thread writes any token input from before the call until the warp returns.
+/// < [`GDN_WARPS`], `at.lane` < 32, all 32 lanes of the warp calling together.
 #[inline(always)]
-pub(crate) unsafe fn run_at<const FROM_CACHE: bool, const COHERENT: bool>(
+unsafe fn run_at<const FROM_CACHE: bool>(
     p: &abi::GatedDeltaNetParams,
     source_rows: *const i32,
     source_rows_stride: usize,
     at: ColumnAt,
 ) {
-    let (q, q_head, q_token, q_seq) = (p.q as usize as *const f32, p.q_head as usize, p.q_token as usize, p.q_seq as usize);
-    let (k, k_head, k_token, k_seq) = (p.k as usize as *const f32, p.k_head as usize, p.k_token as usize, p.k_seq as usize);
-    let (v, v_head, v_token, v_seq) = (p.v as usize as *const f32, p.v_head as usize, p.v_token as usize, p.v_seq as usize);
-    let (g, g_head, g_token, g_seq) = (p.g as usize as *const f32, p.g_head as usize, p.g_token as usize, p.g_seq as usize);
-    let (beta, beta_head, beta_token, beta_seq) =
-        (p.beta as usize as *const f32, p.beta_head as usize, p.beta_token as usize, p.beta_seq as usize);
-    let (state_in, in_col, in_head, in_seq) = (p.state_in as usize as *const f32, p.in_col as usize, p.in_head as usize, p.in_seq as usize);
-    let (out, out_head, out_token, out_seq) = (p.out as usize as *mut f32, p.out_head as usize, p.out_token as usize, p.out_seq as usize);
-    let (states, states_seq, states_slot) = (p.states as usize as *mut f32, p.states_seq as usize, p.states_slot as usize);
-    let (n_tokens, n_key_heads, n_slots, scale) = (p.n_tokens, p.n_key_heads, p.n_slots, p.scale);
-    let head = at.head;
-    // The host validated n_key_heads ≥ 1; `checked_rem` keeps core's divide-by-zero panic
-    // path out of the PTX, and a violated contract aborts the launch.
-    let Some(key_head) = head.checked_rem(n_key_heads) else { trap() };
-    let key_head = key_head as usize;
-    let head = head as usize;
-    let seq = at.seq as usize;
     let col = (at.group * GDN_WARPS + at.warp) as usize;
     let lane = at.lane as usize;
-    let n_tokens = n_tokens as usize;
-
-    // SAFETY (every offset and access below): the host checked that each view holds all the
-    // elements this (head, seq, col) reaches for t < n_tokens and slot < n_slots, and that the
-    // outputs overlap nothing else; each lane touches only its own rows 32·r + lane.
-    let q_row = unsafe { q.add(key_head * q_head + seq * q_seq) };
-    let k_row = unsafe { k.add(key_head * k_head + seq * k_seq) };
-    let v_row = unsafe { v.add(head * v_head + seq * v_seq) };
-    let g_elem = unsafe { g.add(head * g_head + seq * g_seq) };
-    let beta_elem = unsafe { beta.add(head * beta_head + seq * beta_seq) };
-    let out_head_row = unsafe { out.add(head * out_head + seq * out_seq) };
-    let state_head = unsafe { states.add(seq * states_seq + head * GDN_HEAD_DIM * GDN_HEAD_DIM) };
+    // SAFETY: forwarded from the caller (head, seq inside the validated grid).
+    let h = unsafe { HeadViews::at(p, at.head, at.seq) };
+    let HeadViews { q_row, k_row, v_row, g_elem, beta_elem, out_head_row, state_head, state_in, .. } = h;
+    let (n_tokens, n_slots, scale) = (h.n_tokens, h.n_slots, h.scale);
+    let (head, seq) = (at.head as usize, at.seq as usize);
+    let (in_col, in_head, in_seq, out_token, states_slot) = (h.in_col, h.in_head, h.in_seq, h.out_token, h.states_slot);
     // This lane's first element of its column within a state slot's head block: col·D + lane.
     let state_index = (col * GDN_HEAD_DIM + lane) as u32;
 
@@ -473,20 +504,7 @@ pub(crate) unsafe fn run_at<const FROM_CACHE: bool, const COHERENT: bool>(
     // input), and token t+1's inputs are loaded before token t's arithmetic: their memory
     // latency hides behind the two warp sums instead of stalling each token. Pure loads in
     // another order: the float operations and their operands are unchanged.
-    let mut src = TokenSource {
-        k: k_row,
-        q: q_row,
-        v: v_row,
-        g: g_elem,
-        beta: beta_elem,
-        lane: lane as u32,
-        col: col as u32,
-        k_token,
-        q_token,
-        v_token,
-        g_token,
-        beta_token,
-    };
+    let mut src = h.token_source(lane, col);
     // [speed] Warp 0 of the blocks with z = 0 (one per value head and sequence) asks L2 for every
     // token's k, q and v rows and its g and β now, all at once: the token loop then meets L2
     // hits instead of one DRAM round trip per token. Hints only: nothing is read back. Capped
@@ -497,9 +515,9 @@ pub(crate) unsafe fn run_at<const FROM_CACHE: bool, const COHERENT: bool>(
         unsafe { prefetch_tokens(&src, lane, n_tokens.min(L2_PREFETCH_TOKENS)) };
     }
     let mut s = if FROM_CACHE {
-        // SAFETY: seq < n_s indices (host-validated), each in 0..n_rows of the cache, so the cast
-        // is lossless and the row lies inside the cache view; the index buffer is never written.
-        let row = unsafe { load_nc_u32(source_rows.add(seq * source_rows_stride) as *const u32) } as usize;
+        // SAFETY: seq < n_s indices (host-validated), each in 0..n_rows of the cache, so the row
+        // lies inside the cache view; the index buffer is never written.
+        let row = unsafe { HeadViews::source_row(source_rows, source_rows_stride, seq) };
         // SAFETY: as above; this lane's elements (i, col, head) of the row, read before this
         // lane's first store, and no other thread writes them (module docs).
         unsafe { load_lane_coherent(state_in.add(row * in_seq + col * in_col + head * in_head), lane) }
@@ -514,7 +532,7 @@ pub(crate) unsafe fn run_at<const FROM_CACHE: bool, const COHERENT: bool>(
             unsafe { store_f32_at(out_t, col as u32, mul(a, scale)) };
         }
         let slot = n_tokens - 1 - t;
-        if slot < n_slots as usize {
+        if slot < n_slots {
             // SAFETY: slot < n_slots: this column's row of slot `slot`; each lane writes its own
             // four elements.
             unsafe { store_f32x4_stride32(state_head.wrapping_add(slot * states_slot), state_index, s) };
@@ -526,11 +544,11 @@ pub(crate) unsafe fn run_at<const FROM_CACHE: bool, const COHERENT: bool>(
     // peeled off so that the prefetched values are used on every path out of the loop (ptxas
     // would otherwise sink the loads past the loop's exit test, next to their use).
     // SAFETY (loads): token t + 1 < n_tokens of the validated input views, written by nobody.
-    let mut cur = unsafe { src.load_with::<COHERENT>() };
+    let mut cur = unsafe { src.load() };
     let mut t = 0;
     while t + 1 < n_tokens {
         src.advance();
-        let next = unsafe { src.load_with::<COHERENT>() };
+        let next = unsafe { src.load() };
         // SAFETY: every lane of the warp runs the same trip count with no early exit.
         let a = unsafe { token_step(&mut s, &cur.k, &cur.q, cur.v, cur.g, cur.beta) };
         finish(&s, a, t);
@@ -540,6 +558,245 @@ pub(crate) unsafe fn run_at<const FROM_CACHE: bool, const COHERENT: bool>(
     // SAFETY: as above.
     let a = unsafe { token_step(&mut s, &cur.k, &cur.q, cur.v, cur.g, cur.beta) };
     finish(&s, a, t);
+}
+
+/// [layer-step] Value columns one warp runs in GDN_LAYER_STEP's second phase: a whole column
+/// group (GATED_DELTA_NET's block z), the four columns' recurrences interleaved in one warp so
+/// that their latencies overlap instead of queueing as four block items.
+pub const GROUP_COLUMNS: usize = abi::GDN_LAYER_STEP_GROUP_COLUMNS as usize;
+
+/// [layer-step] Which column group a warp runs in GDN_LAYER_STEP's second phase, and which lane
+/// this thread is.
+#[derive(Clone, Copy)]
+pub(crate) struct GroupAt {
+    pub head: u32,
+    pub seq: u32,
+    /// Column group z: columns 4·z … 4·z + 3.
+    pub group: u32,
+    pub lane: u32,
+}
+
+/// [layer-step] This lane's entries of a [`TokenSource`]'s token for the [`GROUP_COLUMNS`]
+/// columns 4·z + j of a group: k and q (one key head for the whole group), each column's v, the
+/// head's gate and β — each element the one [`TokenSource::load`] reads for column 4·z + j
+/// (through [`group_load`]: GDN_LAYER_STEP's first phase wrote them).
+#[derive(Clone, Copy)]
+struct GroupInputs {
+    k: [f32; ROWS_PER_LANE],
+    q: [f32; ROWS_PER_LANE],
+    v: [f32; GROUP_COLUMNS],
+    g: f32,
+    beta: f32,
+}
+
+impl GroupInputs {
+    const ZERO: GroupInputs = GroupInputs { k: [0.0; ROWS_PER_LANE], q: [0.0; ROWS_PER_LANE], v: [0.0; GROUP_COLUMNS], g: 0.0, beta: 0.0 };
+}
+
+/// [layer-step] Tokens whose inputs [`run_group_at`] holds in registers at once (14 floats per
+/// token and lane): GDN_LAYER_STEP's n_t ≤ 8 in one chunk.
+const GROUP_TOKENS: usize = 4;
+
+/// `$body` for `$i` = 0 … [`GROUP_TOKENS`] − 1, each with a constant index.
+macro_rules! unroll_group_tokens {
+    ($i:ident => $body:expr) => {{
+        { let $i: usize = 0; $body }
+        { let $i: usize = 1; $body }
+        { let $i: usize = 2; $body }
+        { let $i: usize = 3; $body }
+    }};
+}
+const _: () = assert!(GROUP_TOKENS == 4, "unroll_group_tokens! spells out 4 tokens");
+
+impl TokenSource {
+    /// [layer-step] The current token's [`GroupInputs`] for the group starting at column
+    /// `self.col` (L2 loads).
+    ///
+    /// # Safety
+    /// The elements [`TokenSource::load`] reads for each of the group's columns, written before
+    /// the grid barrier and by no thread since.
+    #[inline(always)]
+    unsafe fn load_group_coherent(&self) -> GroupInputs {
+        let lane = self.lane as usize;
+        let row = |p: *const f32| {
+            let mut x = [0.0f32; ROWS_PER_LANE];
+            let mut r = 0;
+            while r < ROWS_PER_LANE {
+                // SAFETY: 32·r + lane < D of a validated row (caller).
+                x[r] = unsafe { group_load(p.add(32 * r + lane)) };
+                r += 1;
+            }
+            x
+        };
+        let mut v = [0.0f32; GROUP_COLUMNS];
+        let mut j = 0;
+        while j < GROUP_COLUMNS {
+            // SAFETY: column col + j's v element (caller).
+            v[j] = unsafe { group_load(self.v.add(self.col as usize + j)) };
+            j += 1;
+        }
+        // SAFETY: forwarded to the caller.
+        unsafe { GroupInputs { k: row(self.k), q: row(self.q), v, g: group_load(self.g), beta: group_load(self.beta) } }
+    }
+}
+
+/// [layer-step] How [`run_group_at`] reads the token inputs GDN_LAYER_STEP's first phase wrote:
+/// plain coherent loads (`ld.global`, cached in L1: the four warps of a block run four column
+/// groups of one head and share its k, q, g and β lines; on the H200 this beat L2-only
+/// `ld.global.cg` loads, NOTES.md). The grid barrier's acquire orders them after every
+/// phase-1 write (in the PTX memory model, weak loads after an acquire observe the released
+/// values; the acquire fence invalidates the multiprocessor's L1, so no line cached before it
+/// is read).
+///
+/// # Safety
+/// As [`coherent_f32`]: no thread writes the element from the grid barrier on.
+#[inline(always)]
+unsafe fn group_load(p: *const f32) -> f32 {
+    // SAFETY: forwarded to the caller.
+    unsafe { coherent_f32(p) }
+}
+
+/// [layer-step] [`token_step`] on the [`GROUP_COLUMNS`] columns of a group at once: for each
+/// column j the same operations on the same operands in the same order (`decay`, `lane_dot`,
+/// the butterfly `warp_sum`, `delta`, `update`, `lane_dot`, `warp_sum`); only the columns'
+/// instructions are interleaved (the shared γ = `decay(g)` is the value every column's own
+/// `token_step` computes from the same g). Returns each column's unscaled output.
+///
+/// # Safety
+/// All 32 lanes of the warp must call it together (warp sums).
+#[inline(always)]
+unsafe fn token_step_group(
+    s: &mut [[f32; ROWS_PER_LANE]; GROUP_COLUMNS],
+    k: &[f32; ROWS_PER_LANE],
+    q: &[f32; ROWS_PER_LANE],
+    v: &[f32; GROUP_COLUMNS],
+    g: f32,
+    beta: f32,
+) -> [f32; GROUP_COLUMNS] {
+    let gamma = decay(g);
+    let mut kv = [0.0f32; GROUP_COLUMNS];
+    let mut j = 0;
+    while j < GROUP_COLUMNS {
+        kv[j] = lane_dot(&s[j], k);
+        j += 1;
+    }
+    // SAFETY: forwarded to the caller (the whole warp is here).
+    let kv = unsafe { warp_sum_each(kv) };
+    let mut a = [0.0f32; GROUP_COLUMNS];
+    let mut j = 0;
+    while j < GROUP_COLUMNS {
+        update(&mut s[j], k, gamma, delta(kv[j], gamma, v[j], beta));
+        a[j] = lane_dot(&s[j], q);
+        j += 1;
+    }
+    // SAFETY: as above.
+    unsafe { warp_sum_each(a) }
+}
+
+/// [layer-step] The L2 prefetch of the initial state a [`run_group_at`] will read: the group's
+/// four columns of the cache row (lanes 4j … 4j + 3 ask for column j's four 128-byte lines at
+/// rows 0, 32, 64, 96, lanes 16 … 19 for row 127 in case a column is not line-aligned). A
+/// hint only — nothing is read back — issued before GDN_LAYER_STEP's first phase, so that the
+/// state reads after the grid barrier meet L2 instead of DRAM.
+///
+/// # Safety
+/// As [`run_group_at`] with `FROM_CACHE`; all lanes may call it (hints only).
+#[inline(always)]
+pub(crate) unsafe fn prefetch_group_state(p: &abi::GatedDeltaNetParams, source_rows: *const i32, source_rows_stride: usize, at: GroupAt) {
+    let lane = at.lane as usize;
+    let (col, row_in_col) =
+        if lane < 4 * GROUP_COLUMNS { (lane / 4, 32 * (lane % 4)) } else { (lane - 4 * GROUP_COLUMNS, GDN_HEAD_DIM - 1) };
+    if lane >= 5 * GROUP_COLUMNS {
+        return;
+    }
+    // SAFETY: seq < n_s (caller), a validated index of the cache.
+    let row = unsafe { HeadViews::source_row(source_rows, source_rows_stride, at.seq as usize) };
+    let col = at.group as usize * GROUP_COLUMNS + col;
+    let (state_in, in_seq, in_col, in_head) = (p.state_in as usize as *const f32, p.in_seq as usize, p.in_col as usize, p.in_head as usize);
+    // SAFETY: an element of the validated cache row's (i, col, head) view (hints only).
+    unsafe { prefetch_l2(state_in.wrapping_add(row * in_seq + col * in_col + at.head as usize * in_head + row_in_col)) };
+}
+
+/// [layer-step] The recurrences of the [`GROUP_COLUMNS`] value columns of group `at.group`
+/// (head, sequence) in one warp, reading the initial state from the cache (GATED_DELTA_NET_FROM_
+/// CACHE) and every token input with L2 loads: for each column the loads, operations, stores and
+/// their order of [`run_at`]`::<true>` for that column (its lane's state registers, the
+/// same token inputs, `token_step`'s arithmetic through [`token_step_group`], `out` element and
+/// state slots), so every written bit is the one GATED_DELTA_NET_FROM_CACHE's warp for that
+/// column writes (lane 0 stores the four `out` elements).
+///
+/// # Safety
+/// As [`run_at`]`::<true>` for the four columns of group (head, seq, group), all 32 lanes
+/// of the warp calling together; each column is run by this warp only.
+#[inline(always)]
+pub(crate) unsafe fn run_group_at(p: &abi::GatedDeltaNetParams, source_rows: *const i32, source_rows_stride: usize, at: GroupAt) {
+    let col0 = at.group as usize * GROUP_COLUMNS;
+    let lane = at.lane as usize;
+    // SAFETY: forwarded from the caller (head, seq inside the validated grid).
+    let h = unsafe { HeadViews::at(p, at.head, at.seq) };
+    let (head, seq) = (at.head as usize, at.seq as usize);
+    if h.n_tokens == 0 {
+        return;
+    }
+    // SAFETY: seq < n_s (caller); the row lies in the cache view, the index is never written.
+    let row = unsafe { HeadViews::source_row(source_rows, source_rows_stride, seq) };
+    let mut s = [[0.0f32; ROWS_PER_LANE]; GROUP_COLUMNS];
+    let mut j = 0;
+    while j < GROUP_COLUMNS {
+        // SAFETY: this lane's elements (i, col0 + j, head) of the row, read before this lane's
+        // first store, and no other thread writes them (module docs).
+        s[j] = unsafe { load_lane_coherent(h.state_in.add(row * h.in_seq + (col0 + j) * h.in_col + head * h.in_head), lane) };
+        j += 1;
+    }
+    let mut out_t = h.out_head_row;
+    let mut finish = |s: &[[f32; ROWS_PER_LANE]; GROUP_COLUMNS], a: &[f32; GROUP_COLUMNS], t: usize| {
+        if lane == 0 {
+            let mut j = 0;
+            while j < GROUP_COLUMNS {
+                // SAFETY: element (col0 + j, head, t, seq) of `out`, written by this warp's lane 0
+                // only.
+                unsafe { store_f32_at(out_t, (col0 + j) as u32, mul(a[j], h.scale)) };
+                j += 1;
+            }
+        }
+        let slot = h.n_tokens - 1 - t;
+        if slot < h.n_slots {
+            let slot_head = h.state_head.wrapping_add(slot * h.states_slot);
+            let mut j = 0;
+            while j < GROUP_COLUMNS {
+                // SAFETY: slot < n_slots: column col0 + j's row of slot `slot`; each lane
+                // writes its own four elements of it.
+                unsafe { store_f32x4_stride32(slot_head, ((col0 + j) * GDN_HEAD_DIM + lane) as u32, &s[j]) };
+                j += 1;
+            }
+        }
+        // One token further in `out`; dereferenced only for the next t < n_tokens.
+        out_t = out_t.wrapping_add(h.out_token);
+    };
+    let mut src = h.token_source(lane, col0);
+    // [speed] The tokens in chunks of GROUP_TOKENS: every input of a chunk is loaded before its
+    // first token's arithmetic (one L2 round trip per chunk instead of one per token: the
+    // recurrence then runs on registers). Pure loads in another order; the float operations and
+    // their operands are unchanged.
+    let mut t0 = 0;
+    while t0 < h.n_tokens {
+        let mut chunk = [GroupInputs::ZERO; GROUP_TOKENS];
+        // Unrolled by hand (constant indices): the chunk must live in registers, and LLVM does
+        // not unroll loops holding these asm loads.
+        unroll_group_tokens!(i => if t0 + i < h.n_tokens {
+            // SAFETY: token t0 + i < n_tokens of the validated input views, written before the
+            // grid barrier and by nobody since.
+            chunk[i] = unsafe { src.load_group_coherent() };
+            src.advance();
+        });
+        unroll_group_tokens!(i => if t0 + i < h.n_tokens {
+            let x = &chunk[i];
+            // SAFETY: every lane of the warp runs the same tokens (warp-uniform bounds).
+            let a = unsafe { token_step_group(&mut s, &x.k, &x.q, &x.v, x.g, x.beta) };
+            finish(&s, &a, t0 + i);
+        });
+        t0 += GROUP_TOKENS;
+    }
 }
 
 /// Entry point; see the module docs for the layouts.

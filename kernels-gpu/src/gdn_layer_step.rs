@@ -4,52 +4,65 @@
 //! gate path ([`mmvf`](crate::mmvf), MUL_MAT_VEC_PAIR_GATE: SIGMOID; ADD, SOFTPLUS, MUL) and
 //! GATED_DELTA_NET reading its state from the ssm-cache row and writing its state slots into
 //! the cache rows ([`gated_delta_net`](crate::gated_delta_net), GATED_DELTA_NET_FROM_CACHE).
-//! Scope: one sequence, n_t 1–8 (the products in one column group), d_conv 3–5, D = 128, F32 /
-//! BF16 / F16 weights (both F16 precisions); the host refuses everything else.
+//! Scope: one sequence, n_t 1–8, d_conv 3–5, D = 128, F32 / BF16 / F16 weights (both F16
+//! precisions); the host refuses everything else.
 //!
 //! # Design: two phases, one grid barrier, persistent blocks
 //!
 //! Block of [`GDN_LAYER_STEP_BLOCK`] = 128 threads — the conv chain's channel tile and
 //! GATED_DELTA_NET's 32 × 4 block — and a grid of G blocks that are all resident at once (a
 //! cooperative launch: the host takes G ≤ SMs × the occupancy the driver reports, and the
-//! driver refuses a cooperative grid that does not fit). Block b runs the work items b, b + G,
-//! b + 2G, … of each phase, a block barrier before each item (the items share the dynamic
-//! shared memory).
+//! driver refuses a cooperative grid that does not fit). Block b runs the first-phase items
+//! b, b + G, b + 2G, … (a block barrier before each: the items share the dynamic shared
+//! memory); in the second phase its warp w runs the column groups 4·b + w, 4·b + w + 4·G, ….
 //!
 //! **Phase 1** (everything GATED_DELTA_NET reads, none of it reading another item's output):
-//! - items 0 … 2·H_v − 1: the mat-vec rows. Item i is row i / 2 of product i mod 2 (0: alpha
-//!   with the gate epilogue, 1: beta_raw with SIGMOID). A `mul_mat_vec_pair_*` block of ggml's
-//!   block size bs (≤ 256 for E) computes a row; here 128 threads run its bs *virtual* threads
-//!   (thread t runs virtual threads t and t + 128, each with the pair's own per-thread loop),
-//!   and the reduction is the pair's, warp butterfly by warp butterfly in ggml's order
-//!   ([`pair_gate_row_halves`], [`block_reduce_halves`](crate::mmvf::block_reduce_halves)).
-//!   So each product is computed once per row, by one block, with the exact per-thread pair
-//!   partials, butterflies and block sum of the unfused kernel; the gate path runs on the
-//!   register the row's writer thread stores (the pair-gate's epilogue, the unfused unary and
-//!   binary bodies). Every row computes 8 columns; columns ≥ n_t repeat column n_t − 1 and
-//!   are dropped (one entry per weight kind and d_conv serves every n_t);
-//! - items 2·H_v … 2·H_v + C/128 − 1: the conv-chain tiles, each GDN_CONV_CHAIN's block body
-//!   verbatim ([`gdn_conv_chain_tile`]): tile k reads its channels' slice of the source row and
-//!   their tokens, writes its slice of every snapshot row, its channels of `conv_out`, and the
+//! - items 0 … 2·H_v·⌈n_t/2⌉ − 1: the mat-vec row items. Item i is (column pair i / (2·H_v),
+//!   row (i mod 2·H_v) / 2, product i mod 2 — 0: alpha with the gate epilogue, 1: beta_raw
+//!   with SIGMOID) for the [`abi::GDN_LAYER_STEP_COLS`](crate::abi::GDN_LAYER_STEP_COLS) = 2
+//!   columns of its pair. A `mul_mat_vec_pair_*` block of ggml's block size bs (≤ 256 for E)
+//!   computes a row; here 128 threads run its bs *virtual* threads (thread t runs virtual
+//!   threads t and t + 128, each with the pair's own per-thread loop), and the reduction is
+//!   the pair's, warp butterfly by warp butterfly in ggml's order ([`pair_gate_row_halves`],
+//!   [`block_reduce_halves`](crate::mmvf::block_reduce_halves)). A column's loop, butterflies
+//!   and block sum do not depend on the other columns of its block (ggml's own split of n_t > 8
+//!   into launches relies on it), so each product element is computed once, by one block, with
+//!   the unfused kernel's exact operations; the gate path runs on the register the element's
+//!   writer thread stores (the pair-gate's epilogue, the unfused unary and binary bodies).
+//!   Two columns per item (not n_t) spread the rows over the idle blocks and keep the
+//!   registers for three blocks per multiprocessor;
+//! - then C/128 conv-chain tiles, each GDN_CONV_CHAIN's block body verbatim
+//!   ([`gdn_conv_chain_tile`]): tile k reads its channels' slice of the source row and their
+//!   tokens, writes its slice of every snapshot row, its channels of `conv_out`, and the
 //!   L2-normalised q/k heads inside the tile.
 //!
-//! **Grid barrier** ([`grid_barrier`], `device/grid.rs`): release fence, arrival counter,
-//! acquire, fence — every write of phase 1 is visible to every coherent load of phase 2.
+//! Before phase 1 every warp asks L2 for its first column group's initial state
+//! ([`prefetch_group_state`]; the ssm cache is not touched by phase 1), so the state reads
+//! after the barrier meet L2.
 //!
-//! **Phase 2**: items 0 … H_v·32 − 1: GATED_DELTA_NET's (value head, column group) blocks,
-//! item i = head i / 32, group i mod 32, warp w of the block = column 4·(i mod 32) + w — the
-//! same per-column body ([`run_at`], GATED_DELTA_NET_FROM_CACHE's), with q, k, v, g and β read
-//! by L2 loads (`ld.global.cg`: they were written in phase 1, by other blocks) instead of
-//! `ld.global.nc`.
-//! Each column's operations and their order are GATED_DELTA_NET's; only which block runs a
-//! column differs.
+//! **Grid barrier** ([`grid_barrier`], `device/grid.rs`): each block a release reduction on one
+//! counter, an acquire poll until the launch's target — every write of phase 1 is visible to
+//! every coherent load of phase 2.
+//!
+//! **Phase 2**: H_v·32 column groups (head i / 32, columns 4·(i mod 32) … + 3 — GATED_DELTA_NET's
+//! block z), one per warp, the group's four columns interleaved in the warp ([`run_group_at`]):
+//! for each column the body of GATED_DELTA_NET_FROM_CACHE's warp — the same state registers,
+//! loads, `token_step` operations in the same order and the same stores — with the token inputs
+//! (q, k, v, g, β) read by coherent loads ([`coherent_f32`](crate::device::load::coherent_f32):
+//! they were written in phase 1, by other blocks) instead of `ld.global.nc`, four tokens' inputs
+//! at a time. One group per warp instead of one column per warp: the four recurrences' latencies
+//! overlap, and 4·G warps run all 1024 groups of 9B at once (GATED_DELTA_NET's grid would need
+//! 4096 warps, ~4 rounds of the co-resident grid).
+//! Each column's operations and their order are GATED_DELTA_NET's; only which warp runs a
+//! column, and what it interleaves them with, differ.
 //!
 //! # Whose block writes what
 //! Every element is written by exactly one thread of one item, the same thread that writes it
 //! in the unfused kernel's block: a snapshot-row element, a `conv_out` element and an L2 output
 //! by the conv tile owning its channel (q/k heads lie inside one tile: D divides 128); alpha /
-//! beta_raw / gate / beta element (r, j) by thread j of row r's item; `out` and the state slots
-//! by the lane owning (i, col) of the head's column item.
+//! beta_raw / gate / beta element (r, j) by thread j mod 2 of the item of row r and column pair
+//! j / 2; `out` (lane 0) and the state slots (the lane owning row i) by the warp running the
+//! column's group.
 //!
 //! # The read-among-written hazards, and why each is race-free
 //! - **Conv cache** (a snapshot row may be the source row): a tile reads its slice of the
@@ -64,8 +77,10 @@
 //!   element is read and written by the one lane owning it, read first (GATED_DELTA_NET_FROM_
 //!   CACHE's argument, unchanged); phase 1 does not touch the ssm cache (host: disjoint).
 //! - **Phase 1 → phase 2 values** (q/k norms, v, gate, β): written before the grid barrier,
-//!   read after it with L2 loads (no stale L1 line of a block that read the same bytes as an
-//!   input before the barrier); nothing writes them in phase 2.
+//!   read after it with coherent loads (the barrier's acquire fence also invalidates the
+//!   multiprocessor's L1, so no line a block cached before it — qkv under `conv_out` — is
+//!   read); nothing writes them in phase 2. The state prefetch before phase 1 is a hint
+//!   (no value is read back).
 //! - **Across phase-1 items**: the host proves every output of the conv chain disjoint from
 //!   every input and output of the products and vice versa, and the phase-2 outputs (`out`, the
 //!   state slots) disjoint from everything phase 1 reads or writes; the `.nc` loads (weights,
@@ -81,13 +96,14 @@
 //! # Bits
 //! Every float operation is one of the unfused kernels' `#[inline(always)]` bodies on the same
 //! operands in the same order (conv chain: GDN_CONV_CHAIN's; products: `thread_partials_of` /
-//! the pair's butterflies; gate path: the unary and binary `apply`; GDN: `token_step`). Copies
-//! move bit patterns.
+//! the pair's butterflies; gate path: the unary and binary `apply`; GDN: `token_step`'s
+//! operations through `token_step_group`, the columns interleaved, and the warp sums through
+//! `warp_sum_each`, each value's butterfly unchanged). Copies move bit patterns.
 
-use crate::abi::{GDN_LAYER_STEP_GROUPS_PER_HEAD, GdnLayerStepParams};
-use crate::device::grid::grid_barrier;
+use crate::abi::{GDN_LAYER_STEP_COLS, GDN_LAYER_STEP_GROUPS_PER_HEAD, GDN_LAYER_STEP_WARPS, GdnLayerStepParams};
+use crate::device::grid::{grid_barrier, grid_target};
 use crate::device::thread::{block_idx_x, grid_dim_x, sync_threads, thread_idx_x};
-use crate::gated_delta_net::{ColumnAt, run_at};
+use crate::gated_delta_net::{GroupAt, prefetch_group_state, run_group_at};
 use crate::gdn_conv_chain::gdn_conv_chain_tile;
 use crate::mmvf::{Accumulation, Bf16, F16F32, F16Half, F32, pair_gate_row_halves};
 
@@ -95,13 +111,36 @@ use crate::mmvf::{Accumulation, Bf16, F16F32, F16Half, F32, pair_gate_row_halves
 /// See the module docs: the host validated the three parts (each as its own op would), their
 /// links and disjointness; the grid is resident at once (cooperative launch) with block
 /// (128, 1, 1), the dynamic shared memory is `gdn_layer_step_shared_bytes(D_CONV, n_tokens)`,
-/// `p.barrier` is the launch's own barrier state with count 0, and 2·H_v + C/128 and
-/// H_v·32 plus gridDim.x fit in u32.
+/// `p.barrier` is the launch's own barrier state with count 0, and 2·H_v + C/128 plus gridDim.x
+/// and H_v·32 plus 4·gridDim.x fit in u32.
 #[inline(always)]
 unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepParams) {
     let (block, grid) = (block_idx_x(), grid_dim_x());
+    let tid = thread_idx_x();
+    let (warp, lane) = (tid / 32, tid % 32);
+    // Phase 2's work: H_v·32 column groups, one per warp, warps `block·4 + warp` of the grid.
+    let gdn_items = p.n_heads * GDN_LAYER_STEP_GROUPS_PER_HEAD;
+    let (first_group, warps) = (block * GDN_LAYER_STEP_WARPS + warp, grid * GDN_LAYER_STEP_WARPS);
+    let group_at = |item: u32| GroupAt {
+        head: item / GDN_LAYER_STEP_GROUPS_PER_HEAD,
+        seq: 0,
+        group: item % GDN_LAYER_STEP_GROUPS_PER_HEAD,
+        lane,
+    };
+    let (source_rows, source_rows_stride) = (p.gdn.source_rows as usize as *const i32, p.gdn.source_rows_stride as usize);
+    let barrier = p.barrier as usize as *mut u64;
+    // SAFETY: the launch's own barrier state (host), read before this block's arrival.
+    let target = unsafe { grid_target(barrier, grid) };
+    // [speed] Ask L2 for this warp's first column group's initial state now: phase 1 does not
+    // touch the ssm cache, so the lines arrive while it runs (hints only).
+    if first_group < gdn_items {
+        // SAFETY: a column group of the validated grid (host); hints only.
+        unsafe { prefetch_group_state(&p.gdn.gdn, source_rows, source_rows_stride, group_at(first_group)) };
+    }
     // ---- Phase 1: the mat-vec rows, then the conv-chain tiles. ----
-    let pair_items = 2 * p.n_heads;
+    // Row items: (column group, row, product), the product fastest.
+    let row_items = 2 * p.n_heads;
+    let pair_items = row_items * p.n_tokens.div_ceil(GDN_LAYER_STEP_COLS as u32);
     let items = pair_items + p.n_chain_tiles;
     let mut item = block;
     while item < items {
@@ -109,9 +148,19 @@ unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepP
         // item's shared-memory accesses end here.
         unsafe { sync_threads() };
         if item < pair_items {
-            // SAFETY: row item / 2 < H_v of product item mod 2; n_t ≤ 8 columns (host); all
-            // 128 threads call it.
-            unsafe { pair_gate_row_halves::<A>(&p.gate, item % 2, (item / 2) as usize, p.n_tokens as usize, p.pair_block) };
+            let (group, rem) = (item / row_items, item % row_items);
+            // SAFETY: row rem / 2 < H_v of product rem mod 2, first column 2·group < n_t (host:
+            // both products valid for n_t columns); all 128 threads call it.
+            unsafe {
+                pair_gate_row_halves::<A>(
+                    &p.gate,
+                    rem % 2,
+                    (rem / 2) as usize,
+                    group as usize * GDN_LAYER_STEP_COLS,
+                    p.n_tokens as usize,
+                    p.pair_block,
+                )
+            };
         } else {
             // SAFETY: tile < C / 128 (host); all 128 threads call it; the shared memory is the
             // chain's layout for (D_CONV, n_t).
@@ -122,25 +171,16 @@ unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepP
     // ---- Every phase-1 write before every phase-2 read. ----
     // SAFETY: every thread of every block calls it once (no early exit above); the grid is
     // co-resident and `barrier` is this launch's (host).
-    unsafe { grid_barrier(p.barrier as usize as *mut u32, grid) };
-    // ---- Phase 2: GATED_DELTA_NET's (head, column group) blocks. ----
-    let tid = thread_idx_x();
-    let (warp, lane) = (tid / 32, tid % 32);
-    let gdn_items = p.n_heads * GDN_LAYER_STEP_GROUPS_PER_HEAD;
-    let mut item = block;
+    unsafe { grid_barrier(barrier, target, block) };
+    // ---- Phase 2: GATED_DELTA_NET's column groups, one warp each. ----
+    let mut item = first_group;
     while item < gdn_items {
-        let at = ColumnAt {
-            head: item / GDN_LAYER_STEP_GROUPS_PER_HEAD,
-            seq: 0,
-            group: item % GDN_LAYER_STEP_GROUPS_PER_HEAD,
-            warp,
-            lane,
-        };
-        // SAFETY: head < H_v, sequence 0 of the one the host validated, group < D/4, warp < 4,
-        // every lane of the warp here; the token inputs were written before the grid barrier
-        // and nothing writes them in phase 2 (host: disjoint from `out` and the states).
-        unsafe { run_at::<true, true>(&p.gdn.gdn, p.gdn.source_rows as usize as *const i32, p.gdn.source_rows_stride as usize, at) };
-        item += grid;
+        // SAFETY: head < H_v, sequence 0 of the one the host validated, group < D/4, every lane
+        // of the warp here (the loop is warp-uniform); the token inputs were written before the
+        // grid barrier and nothing writes them in phase 2 (host: disjoint from `out` and the
+        // states); each group is this warp's alone.
+        unsafe { run_group_at(&p.gdn.gdn, source_rows, source_rows_stride, group_at(item)) };
+        item += warps;
     }
 }
 

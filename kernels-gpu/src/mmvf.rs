@@ -654,24 +654,33 @@ unsafe fn mul_mat_vec_pair<A: Accumulation, const NCOLS: usize>(gp: &abi::MulMat
 }
 
 /// [layer-step] Row `row` of product `product` (0: alpha → gate, 1: beta_raw → beta) of the
-/// pair-gate `gp`, for columns 0 … `n_cols`−1, computed by a 128-thread block exactly as a
-/// `mul_mat_vec_pair_*` block of `block` threads (ggml's block size for E) computes it:
-/// virtual thread v < `block` takes the pairs v, v + block, … ([`thread_partials_of`], the
-/// same loop and accumulation), real thread `tid` runs virtual threads `tid` and `tid + 128`,
-/// [`block_reduce_halves`] reduces in ggml's order, and thread j < `n_cols` stores element
-/// (row, j) and runs [`GateEpilogue::apply`] on the register it stored, as thread j of the
-/// pair's block does. The row always runs [`abi::GDN_LAYER_STEP_COLS`] columns; column
-/// j ≥ `n_cols` reads column `n_cols` − 1 again and its sums are dropped (a column's sums do
-/// not depend on the other columns of its block).
+/// pair-gate `gp`, for the [`abi::GDN_LAYER_STEP_COLS`] columns `first_col`, `first_col` + 1
+/// (those below `n_cols`), computed by a 128-thread block exactly as a `mul_mat_vec_pair_*`
+/// block of `block` threads (ggml's block size for E) computes them: virtual thread v <
+/// `block` takes the pairs v, v + block, … ([`thread_partials_of`], the same loop and
+/// accumulation), real thread `tid` runs virtual threads `tid` and `tid + 128`,
+/// [`block_reduce_halves`] reduces in ggml's order, and thread j writes element
+/// (row, `first_col` + j) and runs [`GateEpilogue::apply`] on the register it stored, as the
+/// pair's block does. A column's sums do not depend on which other columns share its block
+/// (spec §2.9: each column's loop, butterflies and block sum are its own), so any split of the
+/// n_t columns gives every element ggml's bits; a column ≥ `n_cols` reads column `n_cols` − 1
+/// again and its sums are dropped.
 ///
 /// # Safety
 /// All 128 threads of the block call it together; `gp` is a valid MUL_MAT_VEC_PAIR_GATE (the
-/// host validated both products for `n_cols` columns, 1 ≤ `n_cols` ≤ 8, `row` < their rows,
-/// and the gate views) whose inputs nobody writes during the launch; the block's dynamic
-/// shared memory starts with [`abi::MUL_MAT_VEC_SHARED_BYTES`] that no other code accesses
-/// until every thread has returned.
+/// host validated both products for `n_cols` columns, 1 ≤ `n_cols`, `first_col` < `n_cols`,
+/// `row` < their rows, and the gate views) whose inputs nobody writes during the launch; the
+/// block's dynamic shared memory starts with [`abi::MUL_MAT_VEC_SHARED_BYTES`] that no other
+/// code accesses until every thread has returned.
 #[inline(always)]
-pub(crate) unsafe fn pair_gate_row_halves<A: Accumulation>(gp: &abi::MulMatVecPairGateParams, product: u32, row: usize, n_cols: usize, block: u32) {
+pub(crate) unsafe fn pair_gate_row_halves<A: Accumulation>(
+    gp: &abi::MulMatVecPairGateParams,
+    product: u32,
+    row: usize,
+    first_col: usize,
+    n_cols: usize,
+    block: u32,
+) {
     const NCOLS: usize = abi::GDN_LAYER_STEP_COLS;
     let p = &gp.pair;
     let tid = thread_idx_x();
@@ -687,7 +696,7 @@ pub(crate) unsafe fn pair_gate_row_halves<A: Accumulation>(gp: &abi::MulMatVecPa
     let mut cols = [input; NCOLS];
     let mut j = 0;
     while j < NCOLS {
-        let c = if j < n_cols { j } else { n_cols - 1 };
+        let c = if first_col + j < n_cols { first_col + j } else { n_cols - 1 };
         // SAFETY: column c < n_cols of the validated input view.
         cols[j] = unsafe { input.add(c * in_col) };
         j += 1;
@@ -717,12 +726,13 @@ pub(crate) unsafe fn pair_gate_row_halves<A: Accumulation>(gp: &abi::MulMatVecPa
         }
         j += 1;
     }
-    if (tid as usize) < n_cols {
-        // SAFETY: thread tid < n_cols is in warp 0 and holds column tid's sum; element
-        // (row, tid) lies inside the dst, gate and beta views (host-validated).
+    let col = first_col + tid as usize;
+    if (tid as usize) < NCOLS && col < n_cols {
+        // SAFETY: thread tid < NCOLS is in warp 0 and holds column first_col + tid's sum;
+        // element (row, col) lies inside the dst, gate and beta views (host-validated).
         unsafe {
-            *dst.add(tid as usize * dst_col as usize + row) = mine;
-            epilogue.apply(row, tid as usize, mine);
+            *dst.add(col * dst_col as usize + row) = mine;
+            epilogue.apply(row, col, mine);
         }
     }
 }

@@ -40,3 +40,30 @@ pub unsafe fn warp_sum(mut x: f32) -> f32 {
     }
     x
 }
+
+/// [`warp_sum`] of N independent values, interleaved step by step: for each value the same
+/// `x + shfl_xor(x, offset)` sequence (offsets 16 … 1, own value first), so each result has
+/// exactly [`warp_sum`]'s bits; the N butterflies' latencies overlap.
+///
+/// # Safety
+/// All 32 lanes of the warp must call it together.
+#[inline(always)]
+pub unsafe fn warp_sum_each<const N: usize>(mut x: [f32; N]) -> [f32; N] {
+    let mut offset = 16;
+    while offset > 0 {
+        let mut shuffled = [0.0f32; N];
+        let mut j = 0;
+        while j < N {
+            // SAFETY: forwarded to the caller.
+            shuffled[j] = unsafe { shfl_xor(x[j], offset) };
+            j += 1;
+        }
+        let mut j = 0;
+        while j < N {
+            x[j] = math::add(x[j], shuffled[j]);
+            j += 1;
+        }
+        offset >>= 1;
+    }
+    x
+}
