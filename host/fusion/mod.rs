@@ -66,7 +66,7 @@ pub struct Fusion {
     /// CPU off/on tests hold it to.
     pub fires_on: fn(spec: &LayerSpec) -> bool,
     /// In [`Options::ON`], the default set: the fusions that measured faster than what they
-    /// replace (`layer_step` is not: it is opt-in, in [`Options::ALL`]).
+    /// replace on the H200 (all five today; `layer_step` since its second design, NOTES.md).
     pub default: bool,
 }
 
