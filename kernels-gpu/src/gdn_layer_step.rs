@@ -103,6 +103,7 @@
 use crate::abi::{GDN_LAYER_STEP_COLS, GDN_LAYER_STEP_GROUPS_PER_HEAD, GDN_LAYER_STEP_WARPS, GdnLayerStepParams};
 use crate::device::grid::{grid_barrier, grid_target};
 use crate::device::thread::{block_idx_x, grid_dim_x, sync_threads, thread_idx_x};
+use crate::device::trap;
 use crate::gated_delta_net::{GroupAt, prefetch_group_state, run_group_at};
 use crate::gdn_conv_chain::gdn_conv_chain_tile;
 use crate::mmvf::{Accumulation, Bf16, F16F32, F16Half, F32, pair_gate_row_halves};
@@ -148,7 +149,9 @@ unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepP
         // item's shared-memory accesses end here.
         unsafe { sync_threads() };
         if item < pair_items {
-            let (group, rem) = (item / row_items, item % row_items);
+            // row_items ≥ 2 here (item < pair_items); `checked_*` keeps core's divide-by-zero
+            // panic path out of the PTX, and a violated contract aborts the launch.
+            let (Some(group), Some(rem)) = (item.checked_div(row_items), item.checked_rem(row_items)) else { trap() };
             // SAFETY: row rem / 2 < H_v of product rem mod 2, first column 2·group < n_t (host:
             // both products valid for n_t columns); all 128 threads call it.
             unsafe {
