@@ -263,8 +263,8 @@ impl Op for GdnLayerStep {
         // device's co-resident block count for this entry, block and shared memory, and the
         // launch is cooperative (the driver refuses a grid that cannot be resident at once), so
         // the grid barrier cannot wait on an unscheduled block; the barrier state is this Gpu's,
-        // whose one stream runs launches in order (count 0 at the start of each); every work
-        // index fits u32 with the grid added; the shared memory is the entry's layout; `params`
+        // whose one stream runs launches in order (each leaves `done` = `arrived` for the
+        // next); every work index fits u32 with the grid added; the shared memory is the entry's layout; `params`
         // is the entry's parameter struct.
         unsafe { gpu.launch_cooperative(entry, dims, &args) }
     }

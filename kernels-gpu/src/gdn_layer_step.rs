@@ -112,8 +112,8 @@ use crate::mmvf::{Accumulation, Bf16, F16F32, F16Half, F32, pair_gate_row_halves
 /// See the module docs: the host validated the three parts (each as its own op would), their
 /// links and disjointness; the grid is resident at once (cooperative launch) with block
 /// (128, 1, 1), the dynamic shared memory is `gdn_layer_step_shared_bytes(D_CONV, n_tokens)`,
-/// `p.barrier` is the launch's own barrier state with count 0, and 2·H_v + C/128 plus gridDim.x
-/// and H_v·32 plus 4·gridDim.x fit in u32.
+/// `p.barrier` is the launch's own barrier state with `done` = `arrived`, and the first-phase
+/// items plus gridDim.x and H_v·32 plus 4·gridDim.x fit in u32.
 #[inline(always)]
 unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepParams) {
     let (block, grid) = (block_idx_x(), grid_dim_x());
