@@ -351,13 +351,7 @@ fn progress(total: u64, hidden: bool) -> indicatif::ProgressBar {
 
 /// Runs the benchmark with the default chain builder.
 pub fn run(args: &BenchArgs, out: &mut dyn std::io::Write) -> Result<Report> {
-    let fusions = match args.fusions.trim() {
-        "default" => crate::fusion::Options::ON,
-        "all" => crate::fusion::Options::ALL,
-        "none" => crate::fusion::Options::OFF,
-        names => crate::fusion::Options::only(&names.split(',').map(str::trim).collect::<Vec<_>>())?,
-    };
-    run_with(args, &chain::Fused(fusions), out)
+    run_with(args, &chain::Fused(crate::fusion::Options::parse(&args.fusions)?), out)
 }
 
 /// Runs the benchmark with `builder`; writes the report files under `args.out` and prints the

@@ -137,11 +137,19 @@ impl Options {
     /// every fusion on; unset (or anything else) leaves them off. An unknown name is an error.
     pub fn from_env() -> Result<Options> {
         match std::env::var("RGDN_FUSION") {
-            Ok(v) if v.trim() == "all" => Ok(Options::ALL),
-            Ok(v) if v.trim() == "default" => Ok(Options::ON),
-            Ok(v) if v.trim().is_empty() || v.trim() == "none" => Ok(Options::OFF),
-            Ok(v) => Options::only(&v.split(',').map(str::trim).collect::<Vec<_>>()),
+            Ok(v) => Options::parse(&v),
             Err(_) => Ok(if std::env::var("RGDN_GDN_FUSION").is_ok_and(|v| v == "1") { Options::ALL } else { Options::OFF }),
+        }
+    }
+
+    /// `all`, `default`, `none` (or empty), or registered names, comma-separated (what
+    /// `RGDN_FUSION` and `rgdn bench --fusions` take). An unknown name is an error.
+    pub fn parse(spec: &str) -> Result<Options> {
+        match spec.trim() {
+            "all" => Ok(Options::ALL),
+            "default" => Ok(Options::ON),
+            "" | "none" => Ok(Options::OFF),
+            names => Options::only(&names.split(',').map(str::trim).collect::<Vec<_>>()),
         }
     }
 }

@@ -50,7 +50,6 @@
 //! (an index buffer) is never written, so it keeps the `.nc` load.
 
 use crate::abi::{self, GDN_HEAD_DIM, GDN_WARPS};
-use crate::device::math::add;
 use crate::device::math::{fma, mul};
 use crate::device::load::coherent_f32;
 use crate::device::memory::{
@@ -58,7 +57,6 @@ use crate::device::memory::{
 };
 use crate::device::thread::{block_idx_x, block_idx_y, block_idx_z, thread_idx_x, thread_idx_y};
 use crate::device::trap;
-use crate::device::warp::shfl_xor;
 use crate::device::warp::{warp_sum, warp_sum_each};
 use crate::fast_math::exp;
 
@@ -253,24 +251,6 @@ unsafe fn prefetch_tokens(src: &TokenSource, lane: usize, n_tokens: usize) {
         }
         t += 32;
     }
-}
-
-/// [speed] Two independent butterfly warp sums (spec §2.0) run interleaved: step by step the
-/// same `x + shfl_xor(x, o)` as [`warp_sum`] on each value, so each result has its bits.
-///
-/// # Safety
-/// All 32 lanes of the warp must call it together.
-#[inline(always)]
-pub unsafe fn warp_sum_pair(mut x: f32, mut y: f32) -> (f32, f32) {
-    let mut offset = 16;
-    while offset > 0 {
-        // SAFETY: forwarded to the caller.
-        let (sx, sy) = unsafe { (shfl_xor(x, offset), shfl_xor(y, offset)) };
-        x = add(x, sx);
-        y = add(y, sy);
-        offset >>= 1;
-    }
-    (x, y)
 }
 
 /// This lane's part of a column dot product `Σ_r s[r]·x[r]`: an fma chain from a +0 addend
