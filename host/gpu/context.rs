@@ -179,11 +179,11 @@ pub struct Gpu {
     module: Arc<CudaModule>,
     functions: Mutex<HashMap<&'static str, CudaFunction>>,
     log: Mutex<LaunchLog>,
-    /// [layer-step] The grid barrier's state (`kernels-gpu/src/device/grid.rs`: two u64,
-    /// `[done, arrived]`, [`abi::GRID_BARRIER_BYTES`]) for cooperative launches on this Gpu's
-    /// one stream; zero at creation, and each launch that uses it leaves `done` = `arrived`
-    /// for the next.
-    grid_barrier: DeviceBuffer,
+    /// [layer-step] The cross-block readiness state (`kernels-gpu/src/device/grid.rs`: `done`,
+    /// `arrived` and the work-item flags, [`abi::GRID_SYNC_BYTES`]) for cooperative launches on
+    /// this Gpu's one stream; zero at creation, and each launch that uses it leaves `done` =
+    /// `arrived` for the next.
+    grid_sync: DeviceBuffer,
 }
 
 impl Gpu {
@@ -217,8 +217,8 @@ impl Gpu {
         let ctx = stream.context().clone();
         let module = ctx.load_module(Ptx::from_src(crate::kernels::PTX))?;
         // Allocated here, not lazily: an allocation during stream capture would fail.
-        let grid_barrier = Self::wrap(stream.alloc_zeros::<u8>(abi::GRID_BARRIER_BYTES)?, abi::GRID_BARRIER_BYTES, &stream);
-        Ok(Gpu { info, ctx, stream, module, functions: Mutex::new(HashMap::new()), log: Mutex::new(LaunchLog::default()), grid_barrier })
+        let grid_sync = Self::wrap(stream.alloc_zeros::<u8>(abi::GRID_SYNC_BYTES)?, abi::GRID_SYNC_BYTES, &stream);
+        Ok(Gpu { info, ctx, stream, module, functions: Mutex::new(HashMap::new()), log: Mutex::new(LaunchLog::default()), grid_sync })
     }
 
     /// What the probe found about the device this `Gpu` runs on.
@@ -334,10 +334,10 @@ impl Gpu {
         unsafe { self.launch_function(&func, entry, dims, args) }
     }
 
-    /// [layer-step] Device address of the grid barrier's state (see the field's docs), for the
-    /// kernels launched with [`Gpu::launch_cooperative`].
-    pub fn grid_barrier(&self) -> u64 {
-        self.grid_barrier.device_ptr()
+    /// [layer-step] Device address of the cross-block readiness state (see the field's docs),
+    /// for the kernels launched with [`Gpu::launch_cooperative`].
+    pub fn grid_sync(&self) -> u64 {
+        self.grid_sync.device_ptr()
     }
 
     /// [layer-step] How many blocks of `entry` with `block_threads` threads and `shared_bytes`

@@ -2,8 +2,8 @@
 //! ([`GdnConvChain`]), the alpha/beta products with the gate path ([`MulMatVecPairGate`]) and
 //! GATED_DELTA_NET reading its state from the ssm cache ([`GatedDeltaNetFromCache`]), bit-identical
 //! to those three ops run one after the other (hence to the unfused chain, which each of them
-//! equals). Kernel: `kernels-gpu/src/gdn_layer_step.rs` (its docs: the two phases, the grid
-//! barrier, whose block writes what, the read-among-written hazards); reference: the three ops'
+//! equals). Kernel: `kernels-gpu/src/gdn_layer_step.rs` (its docs: the two phases, the
+//! readiness flags between them, whose block writes what, the read-among-written hazards); reference: the three ops'
 //! references in graph order.
 //!
 //! The op struct is the contract between the `layer_step` fusion (`host/fusion/layer_step.rs`),
@@ -34,7 +34,7 @@ const OP: &str = "GDN_LAYER_STEP";
 ///   pair-gate's `gate` and `beta` as [1, H_v, n_t, 1]; the products' input columns are the
 ///   n_t tokens and their rows the H_v value heads — else [`Error::Invalid`];
 /// - **disjointness** (blocks of the first phase run the chain and the products at the same
-///   time; the second phase runs after the grid barrier): every output of the products is
+///   time; the second phase reads their outputs once their items are published): every output of the products is
 ///   disjoint from every tensor of the chain and vice versa (the conv cache taken whole), the
 ///   GDN's `out` and `states` from every tensor of the chain and of the products, and the ssm
 ///   cache and its index from every output of the chain and the products — else
@@ -65,6 +65,12 @@ impl StepShape {
         let rows = check::product(OP, "weight", "row items 2·H_v·⌈n_t/2⌉", &[2, h_v, self.gdn.n_tokens.div_ceil(abi::GDN_LAYER_STEP_COLS)])?;
         let first = check::sum(OP, "weight", "work items 2·H_v·⌈n_t/2⌉ + C/128", &[rows, tiles])?;
         let second = check::product(OP, "v", "work items H_v·32", &[h_v, abi::GDN_LAYER_STEP_GROUPS_PER_HEAD as usize])?;
+        if first > abi::GRID_SYNC_FLAGS {
+            return Err(Error::Unsupported {
+                op: OP,
+                what: format!("{first} first-phase work items (2·H_v·⌈n_t/2⌉ + C/128; the readiness state has {} flags)", abi::GRID_SYNC_FLAGS),
+            });
+        }
         Ok((check::fits_u32(OP, "first-phase work items", first)?, check::fits_u32(OP, "second-phase work items", second)?))
     }
 }
@@ -202,12 +208,12 @@ impl GdnLayerStep {
     }
 
     /// The kernel's parameters for a validated op.
-    fn params(&self, shape: &StepShape, mem: &DeviceMemory, barrier: u64) -> abi::GdnLayerStepParams {
+    fn params(&self, shape: &StepShape, mem: &DeviceMemory, sync_state: u64) -> abi::GdnLayerStepParams {
         abi::GdnLayerStepParams {
             chain: self.chain.params(&shape.chain, mem),
             gate: self.gate.params(mem, &shape.products),
             gdn: self.gdn.params(&shape.gdn, mem),
-            barrier,
+            sync_state,
             pair_block: shape.products.block_size,
             // Validated: H_v, C/128 and n_t ≤ 8 fit u32 (the work items do).
             n_heads: shape.gdn.n_heads as u32,
@@ -244,15 +250,16 @@ impl Op for GdnLayerStep {
                 what: format!("{entry} with {shared} bytes of shared memory fits no multiprocessor"),
             });
         }
-        // Persistent blocks: block b runs the first-phase items b, b + G, … and its warp w the
-        // column groups 4·b + w, 4·b + w + 4·G, …; no more blocks than either phase fills.
-        let second_blocks = second.div_ceil(abi::GDN_LAYER_STEP_WARPS);
-        let grid = first.max(second_blocks).min(co_resident);
+        // Persistent blocks: block b runs the first-phase items b, b + G, … and block G − 1 − b's
+        // warp w the column groups 4·b + w, 4·b + w + 4·G, …; as many blocks as are resident at
+        // once, so that the items and the groups share blocks only when together they need
+        // more than the grid.
+        let grid = co_resident;
         let warps = grid.checked_mul(abi::GDN_LAYER_STEP_WARPS);
         if first.checked_add(grid).is_none() || warps.and_then(|w| second.checked_add(w)).is_none() {
             return Err(Error::Unsupported { op: OP, what: "work items + grid overflow u32".into() });
         }
-        let params = self.params(&shape, mem, gpu.grid_barrier());
+        let params = self.params(&shape, mem, gpu.grid_sync());
         let dims = LaunchDims::new((grid, 1, 1), (abi::GDN_LAYER_STEP_BLOCK, 1, 1)).with_shared_bytes(shared);
         let args = [KernelArg::Params(ParamBlock::of(&params)?)];
         // SAFETY: `check` proved each part valid for the views its kernel body reads and writes
@@ -262,10 +269,11 @@ impl Op for GdnLayerStep {
         // outputs, and the disjointness the kernel's docs rely on; the grid is at most the
         // device's co-resident block count for this entry, block and shared memory, and the
         // launch is cooperative (the driver refuses a grid that cannot be resident at once), so
-        // the grid barrier cannot wait on an unscheduled block; the barrier state is this Gpu's,
-        // whose one stream runs launches in order (each leaves `done` = `arrived` for the
-        // next); every work index fits u32 with the grid added; the shared memory is the entry's layout; `params`
-        // is the entry's parameter struct.
+        // no wait for an item's flag can wait on an unscheduled block; the first-phase items fit
+        // the readiness state's flags (`items`) and one warp's lanes (2·⌈n_t/2⌉ + 3 ≤ 32: abi);
+        // the state is this Gpu's, whose one stream runs launches in order (each leaves `done` =
+        // `arrived` for the next); every work index fits u32 with the grid added; the shared
+        // memory is the entry's layout; `params` is the entry's parameter struct.
         unsafe { gpu.launch_cooperative(entry, dims, &args) }
     }
 

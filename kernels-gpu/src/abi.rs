@@ -957,6 +957,9 @@ pub const GDN_LAYER_STEP_BLOCK: u32 = 128;
 /// GDN_LAYER_STEP: most tokens (the alpha/beta products run in one column group: ggml's
 /// `MMVF_MAX_BATCH_SIZE`).
 pub const GDN_LAYER_STEP_MAX_TOKENS: usize = MUL_MAT_VEC_MAX_COLS;
+// Phase 2 of GDN_LAYER_STEP waits with one warp, a lane per item it reads: 2·⌈n_t/2⌉ row items
+// and three conv tiles (`gdn_layer_step.rs`, `item_read_by`).
+const _: () = assert!(2 * GDN_LAYER_STEP_MAX_TOKENS.div_ceil(GDN_LAYER_STEP_COLS) + 3 <= 32);
 /// GDN_LAYER_STEP: columns one mat-vec row item computes (the n_t columns split into
 /// ⌈n_t / 2⌉ items per row; a column ≥ n_t repeats column n_t − 1 and is dropped), so that one
 /// entry per weight kind and d_conv serves every n_t and the row items spread over the grid.
@@ -966,8 +969,15 @@ pub const GDN_LAYER_STEP_COLS: usize = 2;
 pub const GDN_LAYER_STEP_GROUPS_PER_HEAD: u32 = GDN_HEAD_DIM as u32 / GDN_LAYER_STEP_GROUP_COLUMNS;
 /// GDN_LAYER_STEP: value columns one warp runs at once in the second phase (interleaved).
 pub const GDN_LAYER_STEP_GROUP_COLUMNS: u32 = 4;
-/// Bytes of a grid barrier's state (`device/grid.rs`: two u64, `[done, arrived]`).
-pub const GRID_BARRIER_BYTES: usize = 16;
+/// Bytes between the u64 of the cross-block readiness state (`device/grid.rs`): one per L2 line,
+/// so that pollers of different flags never meet in a line.
+pub const GRID_SYNC_LINE: usize = 128;
+/// Work-item flags of the readiness state: GDN_LAYER_STEP's first-phase items
+/// (2·H_v·⌈n_t/2⌉ + C/128) must not exceed it (the host refuses more).
+pub const GRID_SYNC_FLAGS: usize = 2048;
+/// Bytes of the readiness state (`device/grid.rs`): `done`, `arrived`, then
+/// [`GRID_SYNC_FLAGS`] flags, one per [`GRID_SYNC_LINE`].
+pub const GRID_SYNC_BYTES: usize = (2 + GRID_SYNC_FLAGS) * GRID_SYNC_LINE;
 /// GDN_LAYER_STEP: warps per block; in the second phase each warp runs whole column groups
 /// (the group's four columns interleaved), so a grid of G blocks runs 4·G groups at a time.
 pub const GDN_LAYER_STEP_WARPS: u32 = GDN_LAYER_STEP_BLOCK / 32;
@@ -1003,17 +1013,17 @@ pub const fn gdn_layer_step_shared_bytes(d_conv: usize, n_tokens: usize) -> u32 
 param_struct! {
     /// GDN_LAYER_STEP's parameters, passed by value: the three fused ops' own parameter structs
     /// (each exactly what its kernel would take: the conv chain's, the pair-gate's with
-    /// `epilogue` = [`PAIR_EPILOGUE_GATE`], GATED_DELTA_NET_FROM_CACHE's with n_s = 1), the grid
-    /// barrier's state and the work split. 720 bytes, alignment 8, no padding.
+    /// `epilogue` = [`PAIR_EPILOGUE_GATE`], GATED_DELTA_NET_FROM_CACHE's with n_s = 1), the
+    /// cross-block readiness state and the work split. 720 bytes, alignment 8, no padding.
     #[repr(C)]
     #[derive(Clone, Copy, Debug, PartialEq)]
     pub struct GdnLayerStepParams {
         pub chain: GdnConvChainParams,
         pub gate: MulMatVecPairGateParams,
         pub gdn: GatedDeltaNetFromCacheParams,
-        /// Device address of the grid barrier's state ([`GRID_BARRIER_BYTES`],
+        /// Device address of the cross-block readiness state ([`GRID_SYNC_BYTES`],
         /// `device/grid.rs`).
-        pub barrier: u64,
+        pub sync_state: u64,
         /// ggml's mul_mat_vec_f block size for the row length E (32 … 256, a multiple of 32):
         /// the thread count whose partial sums and reduction the mat-vec rows reproduce.
         pub pair_block: u32,

@@ -593,8 +593,9 @@ impl TokenSource {
     /// `self.col` (L2 loads).
     ///
     /// # Safety
-    /// The elements [`TokenSource::load`] reads for each of the group's columns, written before
-    /// the grid barrier and by no thread since.
+    /// The elements [`TokenSource::load`] reads for each of the group's columns, written and
+    /// made visible to this warp before (GDN_LAYER_STEP: the writers' items published, their
+    /// flags observed) and by no thread since.
     #[inline(always)]
     unsafe fn load_group_coherent(&self) -> GroupInputs {
         let lane = self.lane as usize;
@@ -623,13 +624,14 @@ impl TokenSource {
 /// [layer-step] How [`run_group_at`] reads the token inputs GDN_LAYER_STEP's first phase wrote:
 /// plain coherent loads (`ld.global`, cached in L1: the four warps of a block run four column
 /// groups of one head and share its k, q, g and β lines; on the H200 this beat L2-only
-/// `ld.global.cg` loads, NOTES.md). The grid barrier's acquire orders them after every
-/// phase-1 write (in the PTX memory model, weak loads after an acquire observe the released
-/// values; the acquire fence invalidates the multiprocessor's L1, so no line cached before it
-/// is read).
+/// `ld.global.cg` loads, NOTES.md). The warp's acquire of the writers' flags
+/// (`device/grid.rs`, `wait_items`) orders them after every phase-1 write they read (in the
+/// PTX memory model, weak loads after an acquire observe the released values; the acquire
+/// fence invalidates the multiprocessor's L1, so no line cached before it is read).
 ///
 /// # Safety
-/// As [`coherent_f32`]: no thread writes the element from the grid barrier on.
+/// As [`coherent_f32`]: the element was written and made visible to this thread before, and no
+/// thread writes it any more.
 #[inline(always)]
 unsafe fn group_load(p: *const f32) -> f32 {
     // SAFETY: forwarded to the caller.
@@ -677,7 +679,7 @@ unsafe fn token_step_group(
 /// four columns of the cache row (lanes 4j … 4j + 3 ask for column j's four 128-byte lines at
 /// rows 0, 32, 64, 96, lanes 16 … 19 for row 127 in case a column is not line-aligned). A
 /// hint only — nothing is read back — issued before GDN_LAYER_STEP's first phase, so that the
-/// state reads after the grid barrier meet L2 instead of DRAM.
+/// state reads of its second phase meet L2 instead of DRAM.
 ///
 /// # Safety
 /// As [`run_group_at`] with `FROM_CACHE`; all lanes may call it (hints only).
@@ -705,11 +707,22 @@ pub(crate) unsafe fn prefetch_group_state(p: &abi::GatedDeltaNetParams, source_r
 /// state slots), so every written bit is the one GATED_DELTA_NET_FROM_CACHE's warp for that
 /// column writes (lane 0 stores the four `out` elements).
 ///
+/// `inputs_ready` runs in every lane after the initial state is loaded and before the first
+/// token input is (the caller's wait for the token inputs, which other blocks write).
+///
 /// # Safety
 /// As [`run_at`]`::<true>` for the four columns of group (head, seq, group), all 32 lanes
-/// of the warp calling together; each column is run by this warp only.
+/// of the warp calling together; each column is run by this warp only; once `inputs_ready`
+/// returned, every token input of the group is written and visible to this warp's coherent
+/// loads, and nothing writes them any more.
 #[inline(always)]
-pub(crate) unsafe fn run_group_at(p: &abi::GatedDeltaNetParams, source_rows: *const i32, source_rows_stride: usize, at: GroupAt) {
+pub(crate) unsafe fn run_group_at(
+    p: &abi::GatedDeltaNetParams,
+    source_rows: *const i32,
+    source_rows_stride: usize,
+    at: GroupAt,
+    inputs_ready: impl FnOnce(),
+) {
     let col0 = at.group as usize * GROUP_COLUMNS;
     let lane = at.lane as usize;
     // SAFETY: forwarded from the caller (head, seq inside the validated grid).
@@ -753,6 +766,8 @@ pub(crate) unsafe fn run_group_at(p: &abi::GatedDeltaNetParams, source_rows: *co
         // One token further in `out`; dereferenced only for the next t < n_tokens.
         out_t = out_t.wrapping_add(h.out_token);
     };
+    // [speed] The state loads above are in flight while the caller waits.
+    inputs_ready();
     let mut src = h.token_source(lane, col0);
     // [speed] The tokens in chunks of GROUP_TOKENS: every input of a chunk is loaded before its
     // first token's arithmetic (one L2 round trip per chunk instead of one per token: the
@@ -764,8 +779,8 @@ pub(crate) unsafe fn run_group_at(p: &abi::GatedDeltaNetParams, source_rows: *co
         // Unrolled by hand (constant indices): the chunk must live in registers, and LLVM does
         // not unroll loops holding these asm loads.
         unroll_group_tokens!(i => if t0 + i < h.n_tokens {
-            // SAFETY: token t0 + i < n_tokens of the validated input views, written before the
-            // grid barrier and by nobody since.
+            // SAFETY: token t0 + i < n_tokens of the validated input views, written and
+            // visible once `inputs_ready` returned, and by nobody since (caller).
             chunk[i] = unsafe { src.load_group_coherent() };
             src.advance();
         });

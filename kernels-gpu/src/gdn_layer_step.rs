@@ -7,14 +7,18 @@
 //! Scope: one sequence, n_t 1–8, d_conv 3–5, D = 128, F32 / BF16 / F16 weights (both F16
 //! precisions); the host refuses everything else.
 //!
-//! # Design: two phases, one grid barrier, persistent blocks
+//! # Design: two phases, per-item readiness flags, persistent blocks
 //!
 //! Block of [`GDN_LAYER_STEP_BLOCK`] = 128 threads — the conv chain's channel tile and
 //! GATED_DELTA_NET's 32 × 4 block — and a grid of G blocks that are all resident at once (a
 //! cooperative launch: the host takes G ≤ SMs × the occupancy the driver reports, and the
-//! driver refuses a cooperative grid that does not fit). Block b runs the first-phase items
-//! b, b + G, b + 2G, … (a block barrier before each: the items share the dynamic shared
-//! memory); in the second phase its warp w runs the column groups 4·b + w, 4·b + w + 4·G, ….
+//! driver refuses a cooperative grid that does not fit; the host takes every block that fits).
+//! Block b runs the first-phase items b, b + G, b + 2G, … (a block barrier after each: the items
+//! share the dynamic shared memory), publishing each; in the second phase warp w of block
+//! G − 1 − b runs the column groups 4·b + w, 4·b + w + 4·G, … — counted from the grid's last
+//! block, so that a block runs both items and groups only when the two together need more
+//! blocks than the grid has (9B at T = 1: 128 items on blocks 0 …, 1024 groups on 256 blocks
+//! from the top; at three blocks per multiprocessor of the H200's 132 none runs both).
 //!
 //! **Phase 1** (everything GATED_DELTA_NET reads, none of it reading another item's output):
 //! - items 0 … 2·H_v·⌈n_t/2⌉ − 1: the mat-vec row items. Item i is (column pair i / (2·H_v),
@@ -34,15 +38,25 @@
 //! - then C/128 conv-chain tiles, each GDN_CONV_CHAIN's block body verbatim
 //!   ([`gdn_conv_chain_tile`]): tile k reads its channels' slice of the source row and their
 //!   tokens, writes its slice of every snapshot row, its channels of `conv_out`, and the
-//!   L2-normalised q/k heads inside the tile.
+//!   L2-normalised q/k heads inside the tile (D = 128: tile kh holds q head kh, tile H_k + kh k
+//!   head kh, tile 2·H_k + h v head h).
 //!
-//! Before phase 1 every warp asks L2 for its first column group's initial state
+//! Before phase 1 every warp with a column group asks L2 for its first column group's initial state
 //! ([`prefetch_group_state`]; the ssm cache is not touched by phase 1), so the state reads
-//! after the barrier meet L2.
+//! of phase 2 meet L2.
 //!
-//! **Grid barrier** ([`grid_barrier`], `device/grid.rs`): each block a release reduction on one
-//! counter, an acquire poll until the launch's target — every write of phase 1 is visible to
-//! every coherent load of phase 2.
+//! **Readiness** (`device/grid.rs`): after each item, its block releases the item's flag
+//! ([`publish_item`]: block barrier, fence, store of the launch's target); a phase-2 warp, once
+//! it loaded its group's initial state, waits for exactly the items its head reads
+//! ([`item_read_by`]: the 2·⌈n_t/2⌉ row items of its row — its g and β for every token — and
+//! the conv tiles of its q, k and v heads), one lane per flag ([`wait_items`]: poll, acquire
+//! fence, warp barrier) — every write of those items is then visible to every coherent load of
+//! the warp. No block waits before it published all its items and arrived, and every block is
+//! resident, so every awaited flag is stored. A head's recurrences start as soon as its
+//! 2·⌈n_t/2⌉ + 3 items are done, not when the slowest item of the grid is (the grid barrier this
+//! replaced cost ≈ 1.7 µs on its own: 256 blocks on one counter, NOTES.md). Each block's
+//! arrival and block 0's wait for all of them at its end ([`arrive`], [`close_launch`]) only
+//! keep the state ready for the next launch.
 //!
 //! **Phase 2**: H_v·32 column groups (head i / 32, columns 4·(i mod 32) … + 3 — GATED_DELTA_NET's
 //! block z), one per warp, the group's four columns interleaved in the warp ([`run_group_at`]):
@@ -71,27 +85,34 @@
 //!   c0·(d_conv−1) … (c0+128)·(d_conv−1) of a row). No other item touches the conv cache.
 //! - **`conv_out` on `qkv`** (element for element): a thread reads its channel's tokens before
 //!   it writes that channel's outputs; other tiles touch other channels; the mat-vec rows do
-//!   not read qkv; GATED_DELTA_NET reads the v channels of `conv_out` only after the grid
-//!   barrier.
+//!   not read qkv; GATED_DELTA_NET reads the v channels of a head's tile only after that
+//!   tile's flag.
 //! - **ssm cache** (a written state slot may be the row read): in phase 2 only, each state
 //!   element is read and written by the one lane owning it, read first (GATED_DELTA_NET_FROM_
 //!   CACHE's argument, unchanged); phase 1 does not touch the ssm cache (host: disjoint).
-//! - **Phase 1 → phase 2 values** (q/k norms, v, gate, β): written before the grid barrier,
-//!   read after it with coherent loads (the barrier's acquire fence also invalidates the
-//!   multiprocessor's L1, so no line a block cached before it — qkv under `conv_out` — is
-//!   read); nothing writes them in phase 2. The state prefetch before phase 1 is a hint
+//! - **Phase 1 → phase 2 values** (q/k norms, v, gate, β): each written by one item, read by a
+//!   warp only after it observed that item's flag, with coherent loads (the warp's acquire
+//!   fence also invalidates the multiprocessor's L1, so no line cached before it — qkv under
+//!   `conv_out`, or a line shared with a neighbouring head that was not ready then — is read);
+//!   nothing writes them in phase 2. A warp reads exactly the elements of its items: q/k of
+//!   its key head (the chain's q_norm/k_norm, host link), v of its head (conv_out's v
+//!   channels, host link), g and β of its row. The state prefetch before phase 1 is a hint
 //!   (no value is read back).
+//! - **Phase 2 beside phase 1** (a head's recurrences run while other items still do): the host
+//!   proves the phase-2 outputs (`out`, the state slots) disjoint from everything phase 1 reads
+//!   or writes, and the ssm cache and its index disjoint from every phase-1 output, so no
+//!   phase-2 access meets a phase-1 access of another item.
 //! - **Across phase-1 items**: the host proves every output of the conv chain disjoint from
 //!   every input and output of the products and vice versa, and the phase-2 outputs (`out`, the
 //!   state slots) disjoint from everything phase 1 reads or writes; the `.nc` loads (weights,
 //!   `cur`, dt_bias, ssm_a, the index buffers) are of bytes no thread writes during the launch.
 //!
 //! # Several sequences (not built yet)
-//! Nothing here is per-launch but the grid barrier: n_s sequences would add n_s × the chain
-//! tiles (each sequence its own source row and snapshot rows: the chain's parameters per
-//! sequence), the mat-vec rows' columns are already the n_t·n_s tokens, and phase 2's items
-//! would run over (sequence, head, group) — GATED_DELTA_NET's per-column body takes the
-//! sequence. The one barrier still separates every read from every write.
+//! Nothing here is per-sequence-limited: n_s sequences would add n_s × the chain tiles (each
+//! sequence its own source row and snapshot rows: the chain's parameters per sequence), the
+//! mat-vec rows' columns are already the n_t·n_s tokens, and phase 2's items would run over
+//! (sequence, head, group) — GATED_DELTA_NET's per-column body takes the sequence — each
+//! waiting for its sequence's tiles and its columns' row items.
 //!
 //! # Bits
 //! Every float operation is one of the unfused kernels' `#[inline(always)]` bodies on the same
@@ -101,27 +122,55 @@
 //! `warp_sum_each`, each value's butterfly unchanged). Copies move bit patterns.
 
 use crate::abi::{GDN_LAYER_STEP_COLS, GDN_LAYER_STEP_GROUPS_PER_HEAD, GDN_LAYER_STEP_WARPS, GdnLayerStepParams};
-use crate::device::grid::{grid_barrier, grid_target};
-use crate::device::thread::{block_idx_x, grid_dim_x, sync_threads, thread_idx_x};
+use crate::device::grid::{arrive, close_launch, grid_target, publish_item, wait_items};
+use crate::device::thread::{block_idx_x, grid_dim_x, thread_idx_x};
 use crate::device::trap;
 use crate::gated_delta_net::{GroupAt, prefetch_group_state, run_group_at};
 use crate::gdn_conv_chain::gdn_conv_chain_tile;
 use crate::mmvf::{Accumulation, Bf16, F16F32, F16Half, F32, pair_gate_row_halves};
 
+/// The first-phase items value head `head`'s column groups read, one per lane (module docs,
+/// "Readiness"): lanes 0 … 2·⌈n_t/2⌉ − 1 the row items of row `head` (column pair lane / 2,
+/// product lane mod 2), the next three the conv tiles of its q, k and v heads; the other lanes
+/// none.
+#[inline(always)]
+fn item_read_by(p: &GdnLayerStepParams, head: u32, lane: u32) -> Option<u32> {
+    let row_items = 2 * p.n_heads;
+    let pair_items = row_items * p.n_tokens.div_ceil(GDN_LAYER_STEP_COLS as u32);
+    let n_rows = 2 * p.n_tokens.div_ceil(GDN_LAYER_STEP_COLS as u32);
+    let h_k = p.chain.n_k_heads;
+    if lane < n_rows {
+        return Some((lane / 2) * row_items + 2 * head + lane % 2);
+    }
+    // GATED_DELTA_NET's key head of value head `head` (`HeadViews::at`); n_key_heads ≥ 1 (host).
+    let Some(key_head) = head.checked_rem(p.gdn.gdn.n_key_heads) else { trap() };
+    // D = 128 = the tile width: q head kh is tile kh, k head kh tile H_k + kh, v head h tile
+    // 2·H_k + h (channels q | k | v of conv_out).
+    match lane - n_rows {
+        0 => Some(pair_items + key_head),
+        1 => Some(pair_items + h_k + key_head),
+        2 => Some(pair_items + 2 * h_k + head),
+        _ => None,
+    }
+}
+
 /// # Safety
 /// See the module docs: the host validated the three parts (each as its own op would), their
 /// links and disjointness; the grid is resident at once (cooperative launch) with block
 /// (128, 1, 1), the dynamic shared memory is `gdn_layer_step_shared_bytes(D_CONV, n_tokens)`,
-/// `p.barrier` is the launch's own barrier state with `done` = `arrived`, and the first-phase
-/// items plus gridDim.x and H_v·32 plus 4·gridDim.x fit in u32.
+/// `p.sync_state` is the launch's own readiness state with `done` = `arrived`, the first-phase
+/// items are at most `GRID_SYNC_FLAGS`, 2·⌈n_t/2⌉ + 3 ≤ 32, and the first-phase items plus
+/// gridDim.x and H_v·32 plus 4·gridDim.x fit in u32.
 #[inline(always)]
 unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepParams) {
     let (block, grid) = (block_idx_x(), grid_dim_x());
     let tid = thread_idx_x();
     let (warp, lane) = (tid / 32, tid % 32);
-    // Phase 2's work: H_v·32 column groups, one per warp, warps `block·4 + warp` of the grid.
+    // Phase 2's work: H_v·32 column groups, one per warp, from the grid's last block down
+    // (block G − 1 − b's warp w runs groups 4·b + w, 4·b + w + 4·G, …), so that the blocks
+    // running first-phase items (0, 1, …) run groups only when the grid has too few blocks.
     let gdn_items = p.n_heads * GDN_LAYER_STEP_GROUPS_PER_HEAD;
-    let (first_group, warps) = (block * GDN_LAYER_STEP_WARPS + warp, grid * GDN_LAYER_STEP_WARPS);
+    let (first_group, warps) = ((grid - 1 - block) * GDN_LAYER_STEP_WARPS + warp, grid * GDN_LAYER_STEP_WARPS);
     let group_at = |item: u32| GroupAt {
         head: item / GDN_LAYER_STEP_GROUPS_PER_HEAD,
         seq: 0,
@@ -129,25 +178,22 @@ unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepP
         lane,
     };
     let (source_rows, source_rows_stride) = (p.gdn.source_rows as usize as *const i32, p.gdn.source_rows_stride as usize);
-    let barrier = p.barrier as usize as *mut u64;
-    // SAFETY: the launch's own barrier state (host), read before this block's arrival.
-    let target = unsafe { grid_target(barrier, grid) };
+    let state = p.sync_state as usize as *mut u64;
+    // SAFETY: the launch's own readiness state (host), read before this block's arrival.
+    let target = unsafe { grid_target(state, grid) };
     // [speed] Ask L2 for this warp's first column group's initial state now: phase 1 does not
     // touch the ssm cache, so the lines arrive while it runs (hints only).
     if first_group < gdn_items {
         // SAFETY: a column group of the validated grid (host); hints only.
         unsafe { prefetch_group_state(&p.gdn.gdn, source_rows, source_rows_stride, group_at(first_group)) };
     }
-    // ---- Phase 1: the mat-vec rows, then the conv-chain tiles. ----
+    // ---- Phase 1: the mat-vec rows, then the conv-chain tiles; each item published. ----
     // Row items: (column group, row, product), the product fastest.
     let row_items = 2 * p.n_heads;
     let pair_items = row_items * p.n_tokens.div_ceil(GDN_LAYER_STEP_COLS as u32);
     let items = pair_items + p.n_chain_tiles;
     let mut item = block;
     while item < items {
-        // SAFETY: `item` is block-uniform, so every thread reaches the barrier; the previous
-        // item's shared-memory accesses end here.
-        unsafe { sync_threads() };
         if item < pair_items {
             // row_items ≥ 2 here (item < pair_items); `checked_*` keeps core's divide-by-zero
             // panic path out of the PTX, and a violated contract aborts the launch.
@@ -169,21 +215,38 @@ unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepP
             // chain's layout for (D_CONV, n_t).
             unsafe { gdn_conv_chain_tile::<D_CONV>(&p.chain, (item - pair_items) as usize) };
         }
+        // SAFETY: `item` is block-uniform, so every thread is here, after its last write of the
+        // item; item < GRID_SYNC_FLAGS (host), published once (items are b, b + G, …). The
+        // block barrier inside also ends the item's shared-memory accesses.
+        unsafe { publish_item(state, item, target) };
         item += grid;
     }
-    // ---- Every phase-1 write before every phase-2 read. ----
-    // SAFETY: every thread of every block calls it once (no early exit above); the grid is
-    // co-resident and `barrier` is this launch's (host).
-    unsafe { grid_barrier(barrier, target, block) };
-    // ---- Phase 2: GATED_DELTA_NET's column groups, one warp each. ----
+    // SAFETY: every thread of the block, once, after its last publication.
+    unsafe { arrive(state) };
+    // ---- Phase 2: GATED_DELTA_NET's column groups, one warp each, each waiting only for the
+    // items it reads. ----
     let mut item = first_group;
     while item < gdn_items {
+        let at = group_at(item);
+        let read = item_read_by(p, at.head, lane);
         // SAFETY: head < H_v, sequence 0 of the one the host validated, group < D/4, every lane
-        // of the warp here (the loop is warp-uniform); the token inputs were written before the
-        // grid barrier and nothing writes them in phase 2 (host: disjoint from `out` and the
+        // of the warp here (the loop is warp-uniform); once `wait_items` returned, every token
+        // input of the group was written by its items (module docs, "Readiness") and is
+        // visible, and nothing writes them in phase 2 (host: disjoint from `out` and the
         // states); each group is this warp's alone.
-        unsafe { run_group_at(&p.gdn.gdn, source_rows, source_rows_stride, group_at(item)) };
+        unsafe {
+            run_group_at(&p.gdn.gdn, source_rows, source_rows_stride, at, || {
+                // SAFETY: every lane of the warp (warp-uniform loop); each item < the
+                // first-phase items (row rem < 2·H_v, tiles < C/128: host links), published by
+                // its block, and this block published and arrived above.
+                wait_items(state, read, target)
+            })
+        };
         item += warps;
+    }
+    if block == 0 {
+        // SAFETY: block 0 after its arrival; every block arrives (co-resident grid).
+        unsafe { close_launch(state, target) };
     }
 }
 

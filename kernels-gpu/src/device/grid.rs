@@ -1,39 +1,46 @@
-//! [layer-step] A grid-wide barrier for launches whose blocks are all resident at once
-//! (cooperative launches: the driver refuses a cooperative grid that does not fit).
+//! [layer-step] Cross-block readiness for launches whose blocks are all resident at once
+//! (cooperative launches: the driver refuses a cooperative grid that does not fit): one flag
+//! per first-phase work item instead of one grid barrier, so a consumer waits only for the
+//! items it reads, and no two hundred blocks meet on one counter.
 //!
-//! State (global memory, zero when first allocated): two u64, `[done, arrived]` — `arrived`
+//! State (global memory, zero when first allocated, [`GRID_SYNC_BYTES`](crate::abi::GRID_SYNC_BYTES)), one u64 per 128-byte
+//! line ([`GRID_SYNC_LINE`](crate::abi::GRID_SYNC_LINE): pollers of different flags meet in no L2 line): line 0 `done`,
+//! line 1 `arrived`, line 2 + i the flag of work item i (i < [`GRID_SYNC_FLAGS`](crate::abi::GRID_SYNC_FLAGS)). `arrived`
 //! counts every block arrival of every launch that used the state, `done` is its value at the
-//! end of the last launch. Launches that share the state run one after another (one stream),
-//! so at a launch's start `done` = `arrived` and every block reads the same `done`; the
-//! launch's barrier opens at `target = done + n_blocks` ([`grid_target`]).
+//! end of the last launch. Launches that share the state run one after another (one stream), so
+//! at a launch's start `done` = `arrived`, every block reads the same `done`, and the launch's
+//! **target** is `done + n_blocks` ([`grid_target`]) — larger than every value any earlier
+//! launch stored anywhere in the state (each stored at most its own target, and targets grow by
+//! n_blocks ≥ 1 per launch; u64 does not wrap).
 //!
-//! [`grid_barrier`]: once all its threads arrived (`bar.sync`), each block's thread 0
-//! 1. `red.release.gpu.add` of 1 on `arrived` — the release (a fence before the add) publishes
-//!    the block's writes before the barrier at GPU scope (ordered before thread 0's fence by
-//!    `bar.sync`, cumulative at CTA scope). A reduction returns nothing, so no block waits for
-//!    its own add: the critical path after the last arrival is one release and one observing
-//!    load (the counter barrier this replaced — read the generation, atomic add with return,
-//!    the last block resets the count and bumps the generation, everyone polls it — spent
-//!    ≈ 2.1 µs on the H200's 256-block grid);
-//! 2. polls `arrived` (`ld.relaxed.gpu`) until it reaches `target`, then `fence.acq_rel.gpu`
-//!    (observing load + fence is the PTX memory model's acquire pattern: every write a block
-//!    released with its add is visible to this thread), then `bar.sync`: every thread of the
-//!    block is ordered after that acquire (CUDA's cooperative-groups `grid.sync` is the same
-//!    pattern);
-//! 3. block 0's thread 0, after that `bar.sync`, stores `target` into `done` for the next
-//!    launch: every block read `done` before its arrival, and block 0 has observed every
-//!    arrival, so no block of this launch can read the new value.
+//! - [`publish_item`]: once every thread of the block finished item i (`bar.sync`), thread 0
+//!   `fence.acq_rel.gpu` then `st.relaxed.gpu` of the target into flag i — the PTX memory
+//!   model's release pattern; the block's writes are ordered before thread 0's fence by
+//!   `bar.sync` (cumulative at CTA scope), so every write of the item is released.
+//! - [`wait_items`]: each lane of a warp polls (`ld.relaxed.gpu`) the flag of at most one item
+//!   until it holds the target (a flag ≥ the target was stored by this launch: see above), then
+//!   every lane runs `fence.acq_rel.gpu` (observing load + fence: the acquire pattern — every
+//!   write the item's block released is visible to that lane) and the warp meets at
+//!   `bar.warp.sync`, which orders each lane's acquire before every lane's later accesses.
+//! - [`arrive`] (every block once, after all its `publish_item`s) and [`close_launch`] (block 0,
+//!   last): thread 0's `red.release.gpu.add` of 1 on `arrived`; block 0's thread 0 at its end
+//!   polls `arrived` until it reaches the target and stores the target into `done` for the next
+//!   launch: every block read `done` before its arrival (its threads' reads are ordered before
+//!   thread 0's release by `bar.sync`), and block 0 has observed every arrival, so no thread of
+//!   this launch can read the new value.
 //!
-//! u64 counts do not wrap (2^64 arrivals), so `arrived ≥ target` holds only once every block
-//! of this launch has arrived.
+//! Waiting cannot deadlock when no thread waits before its block published all its own items
+//! and arrived, and every block is resident: every item is then published.
 //!
-//! Loads after the barrier of data written before it must not use the non-coherent path
-//! (`ld.global.nc`): it is not covered by the memory model for data written during the launch.
-//! Plain coherent loads (`ld.global`) are: after the acquire, a weak load observes every write
-//! released before the barrier (the acquire fence also invalidates the multiprocessor's L1, so
-//! a line cached before it — e.g. qkv read under conv_out — is not read again).
+//! Loads of data another block wrote during the launch, after its flag was observed, must not
+//! use the non-coherent path (`ld.global.nc`): it is not covered by the memory model for data
+//! written during the launch. Plain coherent loads (`ld.global`, weak) are: after the acquire, a
+//! weak load observes every write the item released (the acquire fence invalidates the
+//! multiprocessor's L1, so a line cached before it — e.g. qkv read under conv_out — is not read
+//! again).
 
 use super::thread::{sync_threads, thread_idx_x, thread_idx_y, thread_idx_z};
+use crate::abi::GRID_SYNC_LINE;
 use core::arch::asm;
 
 /// `fence.acq_rel.gpu` (`membar.gl`): orders this thread's memory accesses before it against
@@ -97,47 +104,99 @@ unsafe fn reduce_add_release_gpu_u64(p: *mut u64, v: u64) {
     }
 }
 
-/// The arrival count at which this launch's barrier opens: `done + n_blocks` (module docs).
-/// Every thread that takes part in [`grid_barrier`] calls it at the kernel's start, before the
-/// barrier.
+/// This launch's target, `done + n_blocks` (module docs). Every thread that publishes, waits or
+/// arrives calls it at the kernel's start, before its block's arrival.
 ///
 /// # Safety
-/// `state` must point to the barrier state of the module docs, used by no launch running at
-/// the same time.
+/// `state` must point to the state of the module docs, used by no launch running at the same
+/// time.
 #[inline(always)]
 pub unsafe fn grid_target(state: *const u64, n_blocks: u32) -> u64 {
     // SAFETY: forwarded to the caller.
     unsafe { load_relaxed_gpu_u64(state) }.wrapping_add(n_blocks as u64)
 }
 
-/// The grid barrier (module docs): returns in every thread of every block once every block of
-/// the grid has called it, with every write made before the call visible to every coherent load
-/// after it.
+/// Address of the state's u64 at line `line` (module docs: 0 `done`, 1 `arrived`, 2 + i flag i).
+#[inline(always)]
+fn line_at(state: *mut u64, line: u32) -> *mut u64 {
+    state.wrapping_byte_add(line as usize * GRID_SYNC_LINE)
+}
+
+/// Publishes work item `item` of this launch (module docs): returns in every thread of the
+/// block once the block's writes for the item are released under the item's flag. Also a block
+/// barrier: the item's shared-memory accesses end here.
 ///
 /// # Safety
-/// Every thread of every block of the launch must call it, exactly once per launch, outside
-/// divergent control flow, with the `target` [`grid_target`] gave it; all gridDim blocks must be
-/// resident together (a cooperative launch); `state` must point to the two u64 of the module
-/// docs, used by no other launch running at the same time.
+/// Every thread of the block must call it together (block-uniform control flow), after its
+/// last write of the item; `state` must be the launch's state (module docs) and
+/// `item` < [`GRID_SYNC_FLAGS`](crate::abi::GRID_SYNC_FLAGS), published once per launch;
+/// `target` is [`grid_target`]'s.
 #[inline(always)]
-pub unsafe fn grid_barrier(state: *mut u64, target: u64, block: u32) {
+pub unsafe fn publish_item(state: *mut u64, item: u32, target: u64) {
     // SAFETY: every thread of the block is here (caller).
     unsafe { sync_threads() };
-    let first = thread_idx_x() == 0 && thread_idx_y() == 0 && thread_idx_z() == 0;
-    let arrived = state.wrapping_add(1);
-    if first {
-        // SAFETY: the state's second word (caller).
-        unsafe {
-            reduce_add_release_gpu_u64(arrived, 1);
-            while load_relaxed_gpu_u64(arrived) < target {}
-        }
+    if is_first_thread() {
         fence_acq_rel_gpu();
+        // SAFETY: flag `item` of the state (caller: item < GRID_SYNC_FLAGS).
+        unsafe { store_relaxed_gpu_u64(line_at(state, 2 + item), target) };
     }
-    // SAFETY: as above; the block's threads leave together, after thread 0's acquire.
+}
+
+/// Waits, in every lane of the calling warp, until each lane's item (`None`: nothing) is
+/// published by this launch; afterwards every write those items released is visible to every
+/// lane's coherent loads (module docs).
+///
+/// # Safety
+/// All 32 lanes of the warp must call it together; `state` must be the launch's state, each
+/// item < [`GRID_SYNC_FLAGS`](crate::abi::GRID_SYNC_FLAGS) an item some block of the launch
+/// publishes, and this thread's block must have published its own items and arrived before
+/// (module docs: no deadlock); `target` is [`grid_target`]'s.
+#[inline(always)]
+pub unsafe fn wait_items(state: *mut u64, item: Option<u32>, target: u64) {
+    if let Some(item) = item {
+        let flag = line_at(state, 2 + item);
+        // SAFETY: flag `item` of the state (caller).
+        while unsafe { load_relaxed_gpu_u64(flag) } < target {}
+    }
+    fence_acq_rel_gpu();
+    // SAFETY: every lane of the warp is here (caller).
+    unsafe { super::warp::sync_warp() };
+}
+
+/// This block's arrival (module docs), after its last [`publish_item`]; also a block barrier.
+///
+/// # Safety
+/// Every thread of the block must call it together, once per launch; `state` must be the
+/// launch's state.
+#[inline(always)]
+pub unsafe fn arrive(state: *mut u64) {
+    // SAFETY: every thread of the block is here (caller); orders every thread's read of `done`
+    // before thread 0's release.
     unsafe { sync_threads() };
-    if block == 0 && first {
-        // SAFETY: `done`, the state's first word; every block's read of it precedes its
-        // arrival, which this thread has observed (module docs, step 3).
-        unsafe { store_relaxed_gpu_u64(state, target) };
+    if is_first_thread() {
+        // SAFETY: `arrived`, line 1 of the state (caller).
+        unsafe { reduce_add_release_gpu_u64(line_at(state, 1), 1) };
     }
+}
+
+/// Block 0's end of the launch (module docs): thread 0 waits for every block's arrival, then
+/// stores the target into `done` for the next launch. Other threads return at once.
+///
+/// # Safety
+/// Called by block 0 only, after its [`arrive`], with [`grid_target`]'s `target`; every block of
+/// the grid arrives (they are resident together); `state` must be the launch's state.
+#[inline(always)]
+pub unsafe fn close_launch(state: *mut u64, target: u64) {
+    if is_first_thread() {
+        // SAFETY: lines 0 and 1 of the state (caller); every block's read of `done` precedes its
+        // arrival, which this thread observes before the store.
+        unsafe {
+            while load_relaxed_gpu_u64(line_at(state, 1)) < target {}
+            store_relaxed_gpu_u64(state, target);
+        }
+    }
+}
+
+fn is_first_thread() -> bool {
+    thread_idx_x() == 0 && thread_idx_y() == 0 && thread_idx_z() == 0
 }
