@@ -307,7 +307,13 @@ pub fn layer_step(t: &LayerTensors, shape: &GdnShape, step: &Step, init: &LayerI
 /// [`layer_step`] with the fusions in `fusions` (e.g. [`crate::fusion::Options::ALL`] for the
 /// one-launch GDN_LAYER_STEP where it applies); [`crate::fusion::Options::OFF`] is the unfused
 /// chain.
-pub fn layer_step_with(t: &LayerTensors, shape: &GdnShape, step: &Step, init: &LayerInit, fusions: crate::fusion::Options) -> Result<Vec<Box<dyn Op>>> {
+pub fn layer_step_with(
+    t: &LayerTensors,
+    shape: &GdnShape,
+    step: &Step,
+    init: &LayerInit,
+    fusions: crate::fusion::Options,
+) -> Result<Vec<Box<dyn Op>>> {
     if fusions == crate::fusion::Options::OFF {
         return unfused_ops(t, shape, step, init.precision);
     }

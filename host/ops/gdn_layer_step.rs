@@ -62,13 +62,17 @@ impl StepShape {
     fn items(&self) -> Result<(u32, u32)> {
         let h_v = self.gdn.n_heads;
         let tiles = self.chain.n_channels / abi::GDN_CONV_CHAIN_BLOCK as usize;
-        let rows = check::product(OP, "weight", "row items 2·H_v·⌈n_t/2⌉", &[2, h_v, self.gdn.n_tokens.div_ceil(abi::GDN_LAYER_STEP_COLS)])?;
+        let rows =
+            check::product(OP, "weight", "row items 2·H_v·⌈n_t/2⌉", &[2, h_v, self.gdn.n_tokens.div_ceil(abi::GDN_LAYER_STEP_COLS)])?;
         let first = check::sum(OP, "weight", "work items 2·H_v·⌈n_t/2⌉ + C/128", &[rows, tiles])?;
         let second = check::product(OP, "v", "work items H_v·32", &[h_v, abi::GDN_LAYER_STEP_GROUPS_PER_HEAD as usize])?;
         if first > abi::GRID_SYNC_FLAGS {
             return Err(Error::Unsupported {
                 op: OP,
-                what: format!("{first} first-phase work items (2·H_v·⌈n_t/2⌉ + C/128; the readiness state has {} flags)", abi::GRID_SYNC_FLAGS),
+                what: format!(
+                    "{first} first-phase work items (2·H_v·⌈n_t/2⌉ + C/128; the readiness state has {} flags)",
+                    abi::GRID_SYNC_FLAGS
+                ),
             });
         }
         Ok((check::fits_u32(OP, "first-phase work items", first)?, check::fits_u32(OP, "second-phase work items", second)?))
