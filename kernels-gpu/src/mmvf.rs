@@ -249,8 +249,9 @@ macro_rules! each_k {
 const _: () = assert!(CHUNK == 8, "each_k! writes out CHUNK iterations");
 
 /// One chunk of a thread's loop: iterations k = 0 … CHUNK−1 at pairs `p + k·block`, those with
-/// `k·block < left` (all of them when `FULL`; `left` = n_pairs − p > 0). Every load first, then
-/// per iteration (k increasing) and column the [`Accumulation::step`] — the plain loop's order.
+/// `k·block < left` (all of them when `FULL`; `left` = n_pairs − p > 0). Every load first
+/// ([`chunk_loads`]), then per iteration (k increasing) and column the [`Accumulation::step`]
+/// ([`chunk_steps`]) — the plain loop's order.
 ///
 /// # Safety
 /// As [`thread_partials`], for the pairs `p + k·block < n_pairs`.
@@ -263,6 +264,27 @@ unsafe fn chunk<A: Accumulation, const NCOLS: usize, const FULL: bool>(
     block: u32,
     left: u32,
 ) {
+    // SAFETY: forwarded to the caller.
+    let loaded = unsafe { chunk_loads::<A, NCOLS, FULL>(w, cols, p, block, left) };
+    chunk_steps::<A, NCOLS, FULL>(acc, &loaded, block, left);
+}
+
+/// A chunk's operands: weight pair and column pairs of iteration k (unloaded iterations hold
+/// placeholders that are never accumulated).
+type ChunkOperands<A, const NCOLS: usize> = ([<A as Accumulation>::Pair; CHUNK as usize], [[F32Pair; NCOLS]; CHUNK as usize]);
+
+/// [`chunk`]'s loads: the weight pair and every column's pair of each iteration it takes.
+///
+/// # Safety
+/// As [`chunk`].
+#[inline(always)]
+unsafe fn chunk_loads<A: Accumulation, const NCOLS: usize, const FULL: bool>(
+    w: *const A::Pair,
+    cols: &[*const F32Pair; NCOLS],
+    p: u32,
+    block: u32,
+    left: u32,
+) -> ChunkOperands<A, NCOLS> {
     const K: usize = CHUNK as usize;
     let mut xs = [A::NO_PAIR; K];
     let mut ys = [[F32Pair::ZERO; NCOLS]; K];
@@ -282,6 +304,17 @@ unsafe fn chunk<A: Accumulation, const NCOLS: usize, const FULL: bool>(
             }
         }
     });
+    (xs, ys)
+}
+
+/// [`chunk`]'s accumulation of what [`chunk_loads`] loaded for the same `block` and `left`.
+#[inline(always)]
+fn chunk_steps<A: Accumulation, const NCOLS: usize, const FULL: bool>(
+    acc: &mut [A::Acc; NCOLS],
+    (xs, ys): &ChunkOperands<A, NCOLS>,
+    block: u32,
+    left: u32,
+) {
     each_k!(k => {
         if FULL || (k as u32) * block < left {
             let mut j = 0;
@@ -516,21 +549,45 @@ impl Epilogue for GateEpilogue {
     /// chain's bits. dt_bias and ssm_a are read-only inputs (`ld.global.nc`).
     #[inline(always)]
     unsafe fn apply(&self, row: usize, j: usize, sum: f32) {
+        // SAFETY: forwarded to the caller (row < H_v, element (row, j) of the gate / beta view).
+        unsafe { self.apply_with(row, j, sum, self.operands(row)) }
+    }
+}
+
+impl GateEpilogue {
+    /// Row `row`'s (dt_bias, ssm_a) for product 0 (the gate), unread (+0, +0) otherwise or
+    /// without the gate epilogue.
+    ///
+    /// # Safety
+    /// With the gate epilogue and product 0, row < H_v: inside the [H_v] dt_bias and ssm_a
+    /// views, never written during the launch (host: disjoint from every output).
+    #[inline(always)]
+    pub(crate) unsafe fn operands(&self, row: usize) -> (f32, f32) {
+        if self.mode != abi::PAIR_EPILOGUE_GATE || self.product != 0 {
+            return (0.0, 0.0);
+        }
+        // SAFETY: forwarded to the caller.
+        unsafe { (load_nc_f32(self.dt_bias.add(row)), load_nc_f32(self.ssm_a.add(row))) }
+    }
+
+    /// [`Epilogue::apply`] with row `row`'s [`GateEpilogue::operands`] already loaded.
+    ///
+    /// # Safety
+    /// Element (row, j) of the gate / beta view (host-validated), written by this thread only;
+    /// `(bias, a)` = `self.operands(row)`.
+    #[inline(always)]
+    pub(crate) unsafe fn apply_with(&self, row: usize, j: usize, sum: f32, (bias, a): (f32, f32)) {
         use crate::abi::{binary_kind, unary_kind};
         if self.mode != abi::PAIR_EPILOGUE_GATE {
             return;
         }
         let v = if self.product == 0 {
-            // SAFETY: row < H_v: inside the [H_v] dt_bias and ssm_a views, never written
-            // during the launch (host: disjoint from every output).
-            let (bias, a) = unsafe { (load_nc_f32(self.dt_bias.add(row)), load_nc_f32(self.ssm_a.add(row))) };
             let biased = crate::binary::apply::<{ binary_kind::ADD }>(sum, bias);
             crate::binary::apply::<{ binary_kind::MUL }>(crate::unary::apply::<{ unary_kind::SOFTPLUS }>(biased), a)
         } else {
             crate::unary::apply::<{ unary_kind::SIGMOID }>(sum)
         };
-        // SAFETY: element (row, j) of the gate / beta view (host-validated), written by this
-        // thread only.
+        // SAFETY: forwarded to the caller.
         unsafe { *self.out.add(j * self.out_col + row) = v };
     }
 }
@@ -701,12 +758,9 @@ pub(crate) unsafe fn pair_gate_row_halves<A: Accumulation>(
         cols[j] = unsafe { input.add(c * in_col) };
         j += 1;
     }
-    let none = [0.0f32; NCOLS];
-    // SAFETY: forwarded from the caller for virtual threads tid and tid + 128 below `block`.
-    let low = if tid < block { unsafe { thread_partials_of::<A, NCOLS>(w, &cols, p.n_pairs, tid, block) } } else { none };
-    let high = if tid + 128 < block { unsafe { thread_partials_of::<A, NCOLS>(w, &cols, p.n_pairs, tid + 128, block) } } else { none };
-    // SAFETY: every thread calls it once per item (caller); the buffer is the block's.
-    let sums = unsafe { block_reduce_halves::<NCOLS>(low, high, shared::base(), tid, block) };
+    // [speed] The gate operands of this thread's element, loaded before the products (pure
+    // loads moved: dt_bias and ssm_a are read-only inputs), so their round trip overlaps the
+    // products' instead of following the reduction.
     let (out, out_col) = if product == 0 { (gp.gate, gp.gate_col) } else { (gp.beta, gp.beta_col) };
     let epilogue = GateEpilogue {
         mode: gp.epilogue,
@@ -716,6 +770,14 @@ pub(crate) unsafe fn pair_gate_row_halves<A: Accumulation>(
         out: out as usize as *mut f32,
         out_col: out_col as usize,
     };
+    // SAFETY: row < H_v (caller), read-only views (host).
+    let operands = if (tid as usize) < NCOLS && first_col + (tid as usize) < n_cols { unsafe { epilogue.operands(row) } } else { (0.0, 0.0) };
+    let none = [0.0f32; NCOLS];
+    // SAFETY: forwarded from the caller for virtual threads tid and tid + 128 below `block`.
+    let low = if tid < block { unsafe { thread_partials_of::<A, NCOLS>(w, &cols, p.n_pairs, tid, block) } } else { none };
+    let high = if tid + 128 < block { unsafe { thread_partials_of::<A, NCOLS>(w, &cols, p.n_pairs, tid + 128, block) } } else { none };
+    // SAFETY: every thread calls it once per item (caller); the buffer is the block's.
+    let sums = unsafe { block_reduce_halves::<NCOLS>(low, high, shared::base(), tid, block) };
     let dst = dst as usize as *mut f32;
     // Thread j < n_cols takes column j's sum by selects (no runtime index into `sums`).
     let mut mine = 0.0f32;
@@ -732,7 +794,7 @@ pub(crate) unsafe fn pair_gate_row_halves<A: Accumulation>(
         // element (row, col) lies inside the dst, gate and beta views (host-validated).
         unsafe {
             *dst.add(col * dst_col as usize + row) = mine;
-            epilogue.apply(row, col, mine);
+            epilogue.apply_with(row, col, mine, operands);
         }
     }
 }
