@@ -707,7 +707,7 @@ pub(crate) unsafe fn prefetch_group_state(p: &abi::GatedDeltaNetParams, source_r
 /// state slots), so every written bit is the one GATED_DELTA_NET_FROM_CACHE's warp for that
 /// column writes (lane 0 stores the four `out` elements).
 ///
-/// `inputs_ready` runs in every lane after the initial state is loaded and before the first
+/// `inputs_ready` runs in every lane (in none when n_t = 0) after the initial state is loaded and before the first
 /// token input is (the caller's wait for the token inputs, which other blocks write).
 ///
 /// # Safety

@@ -49,9 +49,10 @@
 //! ([`publish_item`]: block barrier, fence, store of the launch's target); a phase-2 warp, once
 //! it loaded its group's initial state, waits for exactly the items its head reads
 //! ([`item_read_by`]: the 2·⌈n_t/2⌉ row items of its row — its g and β for every token — and
-//! the conv tiles of its q, k and v heads), one lane per flag ([`wait_items`]: poll, acquire
-//! fence, warp barrier) — every write of those items is then visible to every coherent load of
-//! the warp. No block waits before it published all its items and arrived, and every block is
+//! the conv tiles of its q, k and v heads), one lane of the block's first warp per flag
+//! ([`wait_items`]: poll, acquire fence, block barrier; the block's four warps run four groups
+//! of one head) — every write of those items is then visible to every coherent load of the
+//! block. No block waits before it published all its items and arrived, and every block is
 //! resident, so every awaited flag is stored. A head's recurrences start as soon as its
 //! 2·⌈n_t/2⌉ + 3 items are done, not when the slowest item of the grid is (the grid barrier this
 //! replaced cost ≈ 1.7 µs on its own: 256 blocks on one counter, NOTES.md). Each block's
@@ -236,9 +237,11 @@ unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepP
         // states); each group is this warp's alone.
         unsafe {
             run_group_at(&p.gdn.gdn, source_rows, source_rows_stride, at, || {
-                // SAFETY: every lane of the warp (warp-uniform loop); each item < the
-                // first-phase items (row rem < 2·H_v, tiles < C/128: host links), published by
-                // its block, and this block published and arrived above.
+                // SAFETY: every thread of the block: the loop is block-uniform (H_v·32 groups,
+                // a multiple of 4: the block's four warps run the same number of groups, each
+                // round four groups of one head, so `read` is the same in every warp); each
+                // item < the first-phase items (row rem < 2·H_v, tiles < C/128: host links),
+                // published by its block, and this block published and arrived above.
                 wait_items(state, read, target)
             })
         };

@@ -14,14 +14,15 @@
 //! n_blocks ≥ 1 per launch; u64 does not wrap).
 //!
 //! - [`publish_item`]: once every thread of the block finished item i (`bar.sync`), thread 0
-//!   `fence.acq_rel.gpu` then `st.relaxed.gpu` of the target into flag i — the PTX memory
-//!   model's release pattern; the block's writes are ordered before thread 0's fence by
+//!   `st.release.gpu` of the target into flag i — the PTX memory model's release pattern (a
+//!   release only: an acquire fence here would also invalidate the multiprocessor's L1 under
+//!   the other blocks reading it); the block's writes are ordered before thread 0's fence by
 //!   `bar.sync` (cumulative at CTA scope), so every write of the item is released.
-//! - [`wait_items`]: each lane of a warp polls (`ld.relaxed.gpu`) the flag of at most one item
-//!   until it holds the target (a flag ≥ the target was stored by this launch: see above), then
-//!   every lane runs `fence.acq_rel.gpu` (observing load + fence: the acquire pattern — every
-//!   write the item's block released is visible to that lane) and the warp meets at
-//!   `bar.warp.sync`, which orders each lane's acquire before every lane's later accesses.
+//! - [`wait_items`]: each lane of a block's first warp polls (`ld.relaxed.gpu`) the flag of at
+//!   most one item until it holds the target (a flag ≥ the target was stored by this launch:
+//!   see above), then runs `fence.acq_rel.gpu` (observing load + fence: the acquire pattern —
+//!   every write the item's block released is visible to that lane), and the block meets at
+//!   `bar.sync`, which orders those acquires before every thread's later accesses.
 //! - [`arrive`] (every block once, after all its `publish_item`s) and [`close_launch`] (block 0,
 //!   last): thread 0's `red.release.gpu.add` of 1 on `arrived`; block 0's thread 0 at its end
 //!   polls `arrived` until it reaches the target and stores the target into `done` for the next
@@ -87,6 +88,24 @@ unsafe fn store_relaxed_gpu_u64(p: *mut u64, v: u64) {
     }
 }
 
+/// `st.release.gpu.global.u64`: a release store (the release fence without the acquire
+/// half's L1 invalidation, which would drop lines the multiprocessor's other blocks still read).
+///
+/// # Safety
+/// `p` must be a valid, aligned u64 of global memory.
+#[inline(always)]
+unsafe fn store_release_gpu_u64(p: *mut u64, v: u64) {
+    // SAFETY: forwarded to the caller.
+    unsafe {
+        asm!(
+            "{{ .reg .b64 ga; cvta.to.global.u64 ga, {p}; st.release.gpu.global.u64 [ga], {v}; }}",
+            p = in(reg64) p as u64,
+            v = in(reg64) v,
+            options(nostack, preserves_flags)
+        );
+    }
+}
+
 /// `red.release.gpu.global.add.u64`.
 ///
 /// # Safety
@@ -136,31 +155,35 @@ pub unsafe fn publish_item(state: *mut u64, item: u32, target: u64) {
     // SAFETY: every thread of the block is here (caller).
     unsafe { sync_threads() };
     if is_first_thread() {
-        fence_acq_rel_gpu();
         // SAFETY: flag `item` of the state (caller: item < GRID_SYNC_FLAGS).
-        unsafe { store_relaxed_gpu_u64(line_at(state, 2 + item), target) };
+        unsafe { store_release_gpu_u64(line_at(state, 2 + item), target) };
     }
 }
 
-/// Waits, in every lane of the calling warp, until each lane's item (`None`: nothing) is
-/// published by this launch; afterwards every write those items released is visible to every
-/// lane's coherent loads (module docs).
+/// Waits, in every thread of the block, until each item the first warp's lanes name (`None`:
+/// nothing; the other warps' `item` is not read) is published by this launch; afterwards every
+/// write those items released is visible to every thread's coherent loads (module docs): the
+/// first warp's lanes poll, each runs the acquire fence, and the block meets at `bar.sync`,
+/// which orders those acquires before every thread's later accesses. One poll and one L1
+/// invalidation per block, not per warp: the block's warps share the lines they read.
 ///
 /// # Safety
-/// All 32 lanes of the warp must call it together; `state` must be the launch's state, each
-/// item < [`GRID_SYNC_FLAGS`](crate::abi::GRID_SYNC_FLAGS) an item some block of the launch
-/// publishes, and this thread's block must have published its own items and arrived before
-/// (module docs: no deadlock); `target` is [`grid_target`]'s.
+/// Every thread of the block must call it together (block-uniform control flow); `state` must
+/// be the launch's state, each item of the first warp < [`GRID_SYNC_FLAGS`](crate::abi::GRID_SYNC_FLAGS)
+/// an item some block of the launch publishes, and this block must have published its own
+/// items and arrived before (module docs: no deadlock); `target` is [`grid_target`]'s.
 #[inline(always)]
 pub unsafe fn wait_items(state: *mut u64, item: Option<u32>, target: u64) {
-    if let Some(item) = item {
-        let flag = line_at(state, 2 + item);
-        // SAFETY: flag `item` of the state (caller).
-        while unsafe { load_relaxed_gpu_u64(flag) } < target {}
+    if thread_idx_x() < 32 && thread_idx_y() == 0 && thread_idx_z() == 0 {
+        if let Some(item) = item {
+            let flag = line_at(state, 2 + item);
+            // SAFETY: flag `item` of the state (caller).
+            while unsafe { load_relaxed_gpu_u64(flag) } < target {}
+        }
+        fence_acq_rel_gpu();
     }
-    fence_acq_rel_gpu();
-    // SAFETY: every lane of the warp is here (caller).
-    unsafe { super::warp::sync_warp() };
+    // SAFETY: every thread of the block is here (caller).
+    unsafe { sync_threads() };
 }
 
 /// This block's arrival (module docs), after its last [`publish_item`]; also a block barrier.

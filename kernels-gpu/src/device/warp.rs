@@ -24,17 +24,6 @@ pub unsafe fn shfl_xor(v: f32, lane_mask: u32) -> f32 {
     r
 }
 
-/// `bar.warp.sync` with a full mask: the warp's lanes meet, and each lane's memory accesses
-/// before it are ordered before every lane's accesses after it.
-///
-/// # Safety
-/// All 32 lanes of the warp must execute this call together.
-#[inline(always)]
-pub unsafe fn sync_warp() {
-    // SAFETY: forwarded to the caller (the whole warp is converged here).
-    unsafe { asm!("bar.warp.sync 0xffffffff;", options(nostack, preserves_flags)) }
-}
-
 /// ggml's `warp_reduce_sum` (width 32): for offsets 16, 8, 4, 2, 1 every lane computes
 /// `x = x + shfl_xor(x, offset)` with `add.rn.ftz`, own value first. Each step adds a
 /// commutative pair, so all lanes end with the same bits (spec §2.0).
