@@ -180,8 +180,10 @@ unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepP
     };
     let (source_rows, source_rows_stride) = (p.gdn.source_rows as usize as *const i32, p.gdn.source_rows_stride as usize);
     let state = p.sync_state as usize as *mut u64;
+    // The launch's target, in the first warp only: the one that publishes, waits and arrives
+    // (one load per block; a grid whose every warp loaded the line queued ~1600 requests on it).
     // SAFETY: the launch's own readiness state (host), read before this block's arrival.
-    let target = unsafe { grid_target(state, grid) };
+    let target = if warp == 0 { unsafe { grid_target(state, grid) } } else { 0 };
     // [speed] Ask L2 for this warp's first column group's initial state now: phase 1 does not
     // touch the ssm cache, so the lines arrive while it runs (hints only).
     if first_group < gdn_items {

@@ -124,7 +124,7 @@ unsafe fn reduce_add_release_gpu_u64(p: *mut u64, v: u64) {
 }
 
 /// This launch's target, `done + n_blocks` (module docs). Every thread that publishes, waits or
-/// arrives calls it at the kernel's start, before its block's arrival.
+/// closes calls it at the kernel's start, before its block's arrival.
 ///
 /// # Safety
 /// `state` must point to the state of the module docs, used by no launch running at the same
