@@ -54,8 +54,11 @@
 //! of one head) — every write of those items is then visible to every coherent load of the
 //! block. No block waits before it published all its items and arrived, and every block is
 //! resident, so every awaited flag is stored. A head's recurrences start as soon as its
-//! 2·⌈n_t/2⌉ + 3 items are done, not when the slowest item of the grid is (the grid barrier this
-//! replaced cost ≈ 1.7 µs on its own: 256 blocks on one counter, NOTES.md). Each block's
+//! 2·⌈n_t/2⌉ + 3 items are done, not when the slowest item of the grid is — what lets a head
+//! of a wide step (n_t > 8: more items than blocks) start before the last items run; at n_t ≤ 8
+//! on the H200 the flags measured within noise of the one grid barrier they replaced
+//! (`results/2026-12-01-h200-flags/`: the items' memory round trips, not the synchronisation,
+//! are the critical path). Each block's
 //! arrival and block 0's wait for all of them at its end ([`arrive`], [`close_launch`]) only
 //! keep the state ready for the next launch.
 //!
