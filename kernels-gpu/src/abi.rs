@@ -485,6 +485,13 @@ param_struct! {
 
 /// Most input columns one MUL_MAT_VEC launch takes (ggml's `MMVF_MAX_BATCH_SIZE`).
 pub const MUL_MAT_VEC_MAX_COLS: usize = 8;
+/// Most input columns of one MUL_MAT_VEC_PAIR (and MUL_MAT_VEC_PAIR_GATE, GDN_LAYER_STEP): the
+/// products ggml splits into launches of at most [`MUL_MAT_VEC_MAX_COLS`] columns, taken whole.
+/// The pair's launch runs column groups of at most [`MUL_MAT_VEC_MAX_COLS`] (grid z, the
+/// existing entries) and a column's loop, butterflies and block sum do not depend on the other
+/// columns of its block, so every element keeps ggml's bits; 16 is the layer step's token
+/// limit (the conv chain's, [`GDN_CONV_CHAIN_MAX_TOKENS`]).
+pub const MUL_MAT_VEC_PAIR_MAX_COLS: usize = 16;
 /// Most warps of a MUL_MAT_VEC block (ggml's block sizes go up to 256 threads).
 pub const MUL_MAT_VEC_MAX_WARPS: u32 = 8;
 /// Dynamic shared memory of a MUL_MAT_VEC (or MUL_MAT_VEC_PAIR) launch: the cross-warp step of
