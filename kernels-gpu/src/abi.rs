@@ -961,9 +961,11 @@ param_struct! {
 /// GDN_LAYER_STEP: threads per block (the conv chain's tile and GATED_DELTA_NET's 32 × 4 block;
 /// the mat-vec rows of up to 256 threads run as two virtual halves, see `gdn_layer_step.rs`).
 pub const GDN_LAYER_STEP_BLOCK: u32 = 128;
-/// GDN_LAYER_STEP: most tokens (the alpha/beta products run in one column group: ggml's
-/// `MMVF_MAX_BATCH_SIZE`).
-pub const GDN_LAYER_STEP_MAX_TOKENS: usize = MUL_MAT_VEC_MAX_COLS;
+/// GDN_LAYER_STEP: most tokens — the pair's column limit ([`MUL_MAT_VEC_PAIR_MAX_COLS`]; the
+/// row items take any n_t, two columns each) and the conv chain's token limit (its shared
+/// memory, [`gdn_layer_step_shared_bytes`], is sized for it).
+pub const GDN_LAYER_STEP_MAX_TOKENS: usize = MUL_MAT_VEC_PAIR_MAX_COLS;
+const _: () = assert!(GDN_LAYER_STEP_MAX_TOKENS <= GDN_CONV_CHAIN_MAX_TOKENS, "the layer step runs the conv chain's tiles");
 /// GDN_LAYER_STEP: columns one mat-vec row item computes (the n_t columns split into
 /// ⌈n_t / 2⌉ items per row; a column ≥ n_t repeats column n_t − 1 and is dropped), so that one
 /// entry per weight kind and d_conv serves every n_t and the row items spread over the grid.
