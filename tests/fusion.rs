@@ -292,7 +292,7 @@ fn every_rule_refuses_the_graph_that_breaks_it() {
     assert_eq!(c.pair(), Err(Reorder { node: mv + 1, pattern_node: mv + 2, hazard: Hazard::ReadsPatternOutput }));
 }
 
-/// [wide] Over 8 columns the builder splits each product into launches of ≤ 8 columns (ggml's
+/// [wide-pair] Over 8 columns the builder splits each product into launches of ≤ 8 columns (ggml's
 /// split); the pair takes them whole exactly when the slices tile one input and one dst.
 #[test]
 fn split_products_pair_only_when_their_slices_tile() {

@@ -1,5 +1,5 @@
 //! Fusion `pair` (the reference PR's alpha/beta pair): the two MUL_MAT_VECs of the layer
-//! input become one [`MulMatVecPair`] at ncols = n_t (1–16). [wide] Over 8 columns ggml (and
+//! input become one [`MulMatVecPair`] at ncols = n_t (1–16). [wide-pair] Over 8 columns ggml (and
 //! the graph builder) splits each product into launches of at most 8 columns — mat-vecs of one
 //! weight over consecutive column slices of one input, writing consecutive column slices of
 //! one dst; the matcher takes such a split product whole when its slices tile the input and

@@ -385,7 +385,7 @@ mod tests {
                 LayerLayout::Ggml,
             ),
             (GdnShape { d_conv: 5, ..SMALL }, Step::new(2, 7), DType::BF16, Precision::Default, LayerLayout::Ggml),
-            // [wide] n_t 9–16: ggml's products split into ≤ 8-column launches, the pair whole.
+            // [wide-pair] n_t 9–16: ggml's products split into ≤ 8-column launches, the pair whole.
             (SMALL, Step::new(9, 3), DType::F32, Precision::Default, LayerLayout::Ggml),
             (SMALL, Step::new(16, 15), DType::BF16, Precision::Default, LayerLayout::Ggml),
             (SMALL, Step::new(12, 7), DType::F16, Precision::F32, LayerLayout::PrAliasing),

@@ -5,7 +5,7 @@
 //! grid z the column group of at most 8), reference: the unfused [`crate::reference::mmvf`] per
 //! product.
 //!
-//! [wide] Over 8 columns ggml splits each product into launches of at most 8
+//! [wide-pair] Over 8 columns ggml splits each product into launches of at most 8
 //! (mul_mat_vec_f's limit); the pair takes the whole product and runs it in column groups of at
 //! most 8 in one launch ([`super::mmvf::pair_cols_per_block`]). A column's per-thread loop, warp
 //! butterflies and block sum do not depend on which other columns share its block (ggml's own

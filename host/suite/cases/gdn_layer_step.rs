@@ -157,7 +157,7 @@ fn setups() -> Vec<StepCase> {
     out.push(StepCase { preset: "4b", step: other(8, 7), init: LayerInit { mat_vec_weights: DType::BF16, ..f32w } });
     out.push(StepCase { preset: "27b", step: among(8, 7), init: f32w });
     out.push(StepCase { preset: "27b", step: among(1, 0), init: LayerInit { mat_vec_weights: DType::F16, ..f32w } });
-    // [wide] n_t 9–16 (a few: each case runs the 9B step's CPU reference, twice with its
+    // [wide-pair] n_t 9–16 (a few: each case runs the 9B step's CPU reference, twice with its
     // twin): the read row among the written rows and not, a fresh cell with a pending rollback
     // depth, BF16 and F16 (f32 accumulation) weights, special values, 4B.
     out.push(c(among(9, 8)));

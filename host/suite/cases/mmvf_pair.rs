@@ -5,7 +5,7 @@
 //! products are refusals. Every case compares both products bit for bit with the unfused
 //! mul_mat_vec_f reference, which the unfused kernels match on the GPU.
 //!
-//! [wide] Over 8 columns ggml runs each product as several launches of ≤ 8 columns; the pair
+//! [wide-pair] Over 8 columns ggml runs each product as several launches of ≤ 8 columns; the pair
 //! takes the product whole. [`VS_SPLIT`] twins run the pair and ggml's split launches
 //! ([`split_launches`]) from the same memory on the GPU, every byte compared.
 
@@ -18,7 +18,7 @@ use crate::suite::{Builder, Case, Equivalence, Expect, Scenario, Tolerance};
 use crate::tensor::{DType, Tensor};
 
 pub const GROUP: &str = "MUL_MAT_VEC_PAIR";
-/// [wide] The pair over 9–16 columns against ggml's split launches, bitwise on the GPU.
+/// [wide-pair] The pair over 9–16 columns against ggml's split launches, bitwise on the GPU.
 pub const VS_SPLIT: &str = "MUL_MAT_VEC_PAIR_VS_SPLIT";
 
 /// ggml's launches for the pair's products (`MMVF_MAX_BATCH_SIZE` = 8): per product (alpha,
@@ -93,7 +93,7 @@ pub fn cases() -> Vec<Case> {
     for ncols in [1, 2, 4, 8] {
         out.push(MatVecCase { kind: Kind::F16F32, ncols, ..base });
     }
-    // [wide] 9–16 columns (ggml: two launches per product), the three types; F16 at F32
+    // [wide-pair] 9–16 columns (ggml: two launches per product), the three types; F16 at F32
     // precision, another block size, specials and strided views at a few widths.
     let wide = wide_setups(base);
     out.extend(wide.iter().copied());
@@ -220,7 +220,7 @@ pub fn cases() -> Vec<Case> {
     cases
 }
 
-/// [wide] The 9–16-column setups (each also a [`VS_SPLIT`] twin).
+/// [wide-pair] The 9–16-column setups (each also a [`VS_SPLIT`] twin).
 pub(super) fn wide_setups(base: MatVecCase) -> Vec<MatVecCase> {
     let mut out = Vec::new();
     for kind in [Kind::F32, Kind::F16Half, Kind::Bf16] {

@@ -174,7 +174,7 @@ fn setups() -> Vec<GateCase> {
     for ncols in [1, 2, 4, 8] {
         out.push(g(MatVecCase { kind: Kind::F16F32, ncols, ..base }));
     }
-    // [wide] 9–16 columns (the layer step's n_t 9–16), the three types; F16 at F32 precision,
+    // [wide-pair] 9–16 columns (the layer step's n_t 9–16), the three types; F16 at F32 precision,
     // specials in the products and the epilogue, a strided view.
     for kind in [Kind::F32, Kind::F16Half, Kind::Bf16] {
         for ncols in [9, 12, 16] {
