@@ -263,7 +263,8 @@ fn every_rule_refuses_the_graph_that_breaks_it() {
     assert_eq!(try_fusion(&c.nodes, &live_out, fusion("conv_chain").unwrap(), 0).map(|_| ()).unwrap_err(), EliminatedLive);
 
     // The pair.
-    assert_eq!(case(TINY, Step::new(12, 0)).pair(), Err(PairTooWide { ncols: 12 }));
+    assert_eq!(case(TINY, Step::new(17, 0)).pair(), Err(PairTooWide { ncols: 17 }));
+    assert_eq!(case(TINY, Step::new(17, 0)).chain(), Err(TooManyTokens { n_tokens: 17 }));
     assert_eq!(case(TINY, Step::new(12, 0)).chain(), Ok(()));
     let mut c = base();
     let mv = 6 + c.k;
@@ -289,6 +290,76 @@ fn every_rule_refuses_the_graph_that_breaks_it() {
     let r = c.reader(c.t.beta_raw);
     c.insert(mv + 1, r);
     assert_eq!(c.pair(), Err(Reorder { node: mv + 1, pattern_node: mv + 2, hazard: Hazard::ReadsPatternOutput }));
+}
+
+/// [wide-pair] Over 8 columns the builder splits each product into launches of ≤ 8 columns (ggml's
+/// split); the pair takes them whole exactly when the slices tile one input and one dst.
+#[test]
+fn split_products_pair_only_when_their_slices_tile() {
+    use Refusal::*;
+    let wide = || case(TINY, Step::new(12, 0));
+    let c = wide();
+    let mv = 6 + c.k;
+    let slices: Vec<MulMatVec> = (mv..mv + 4).map(|i| c.nodes[i].get::<MulMatVec>().unwrap().clone()).collect();
+    // alpha 0..8, alpha 8..12, beta 0..8, beta 8..12.
+    assert_eq!(slices.iter().map(|m| m.input.ne()[1]).collect::<Vec<_>>(), [8, 4, 8, 4]);
+    assert_eq!(c.pair(), Ok(()));
+    let (m, _) = try_fusion(&c.nodes, &c.live_out(), fusion("pair").unwrap(), 0).unwrap();
+    assert_eq!((m.nodes.clone(), m.at), ((mv..mv + 4).collect::<Vec<_>>(), mv));
+    let pair = m.fused.as_ref().downcast_ref::<rgdn::ops::MulMatVecPair>().unwrap();
+    assert_eq!((pair.first.input, pair.first.dst, pair.second.dst), (c.t.cur, c.t.alpha, c.t.beta_raw));
+    // Another split of the same columns (beta as 4 + 8) pairs too: each column's arithmetic is
+    // its own.
+    let mut c = wide();
+    let b = &slices[2];
+    let col = |t: &Tensor, first: usize, n: usize| t.view([t.ne()[0], n, 1, 1], t.layout.nb, first * t.layout.nb[1]);
+    c.replace(mv + 2, MulMatVec { input: col(&c.t.cur, 0, 4), dst: col(&c.t.beta_raw, 0, 4), ..b.clone() });
+    c.replace(mv + 3, MulMatVec { input: col(&c.t.cur, 4, 8), dst: col(&c.t.beta_raw, 4, 8), ..b.clone() });
+    assert_eq!(c.pair(), Ok(()));
+    // The slices in the other order.
+    let mut c = wide();
+    c.nodes.swap(mv, mv + 1);
+    assert!(matches!(c.pair(), Err(PairSlices(w)) if w.contains("do not follow")), "{:?}", c.pair());
+    // A gap: the second alpha launch one column further on (columns 9..12 of the input).
+    let a = &slices[1];
+    let mut c = wide();
+    c.replace(mv + 1, MulMatVec { input: col(&c.t.cur, 9, 3), dst: col(&c.t.alpha, 9, 3), ..a.clone() });
+    assert!(matches!(c.pair(), Err(PairSlices(w)) if w.contains("do not follow")), "{:?}", c.pair());
+    // An overlap: the second alpha launch from column 7.
+    let mut c = wide();
+    c.replace(mv + 1, MulMatVec { input: col(&c.t.cur, 7, 4), dst: col(&c.t.alpha, 7, 4), ..a.clone() });
+    assert!(matches!(c.pair(), Err(PairSlices(w)) if w.contains("do not follow")), "{:?}", c.pair());
+    // Only the dst slice shifted (the input tiles).
+    let mut c = wide();
+    c.replace(mv + 1, MulMatVec { dst: col(&c.t.alpha, 7, 4), ..a.clone() });
+    assert!(matches!(c.pair(), Err(PairSlices(w)) if w.contains("do not follow")), "{:?}", c.pair());
+    // Another input buffer for one slice.
+    let mut c = wide();
+    let cur = c.t.cur;
+    let other = c.fresh(&cur);
+    c.replace(mv + 1, MulMatVec { input: col(&other, 8, 4), ..a.clone() });
+    assert!(matches!(c.pair(), Err(PairSlices(w)) if w.contains("buffer")), "{:?}", c.pair());
+    // Input and dst slices of different widths.
+    let mut c = wide();
+    c.replace(mv + 1, MulMatVec { dst: col(&c.t.alpha, 8, 3), ..a.clone() });
+    assert!(matches!(c.pair(), Err(PairSlices(w)) if w.contains("differ in columns")), "{:?}", c.pair());
+    // A launch of another precision.
+    let mut c = wide();
+    c.replace(mv + 1, MulMatVec { precision: rgdn::ops::Precision::F32, ..a.clone() });
+    assert!(matches!(c.pair(), Err(PairSlices(w)) if w.contains("precision")), "{:?}", c.pair());
+    // A launch short of the last column: the tiles stop at 11 for alpha, 12 for beta.
+    let mut c = wide();
+    c.replace(mv + 1, MulMatVec { input: col(&c.t.cur, 8, 3), dst: col(&c.t.alpha, 8, 3), ..a.clone() });
+    assert_eq!(c.pair(), Err(PairMismatch("the two mat-vecs read different inputs")));
+    // A third launch of alpha repeating columns 8..12 (written twice).
+    let mut c = wide();
+    c.insert(mv + 2, a.clone());
+    assert!(matches!(c.pair(), Err(PairSlices(w)) if w.contains("do not follow")), "{:?}", c.pair());
+    // A slice of a strided view of the input (another column stride).
+    let mut c = wide();
+    let strided = a.input.view([64, 2, 1, 1], [4, 2 * a.input.layout.nb[1], 0, 0], 0);
+    c.replace(mv + 1, MulMatVec { input: strided, dst: col(&c.t.alpha, 8, 2), ..a.clone() });
+    assert!(matches!(c.pair(), Err(PairSlices(w)) if w.contains("strides")), "{:?}", c.pair());
 }
 
 #[test]

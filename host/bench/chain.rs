@@ -208,6 +208,14 @@ mod tests {
         // biased alpha and the softplus.
         assert_eq!(eliminated_buffers(&built.off, &built.on).len(), 5);
         assert!(op_keys(&built.off).contains(&("GET_ROWS#1".to_string(), Some("ssm state"))));
+        // [wide-pair] T = 9, 12 and 16 (R = T − 1: the bench's widest mode is T = 16, R = 15): the
+        // products ggml splits into 8 + the rest columns pair whole, so the default set still
+        // makes one GDN_LAYER_STEP launch.
+        for t in [9, 12, 16] {
+            let built = ChainPair::new(b, &cfg(t, t - 1), 1).unwrap();
+            assert_eq!(names(&built.on), ["GDN_LAYER_STEP"], "T = {t}");
+            assert_eq!(names(&built.off).iter().filter(|n| **n == "MUL_MAT_VEC").count(), 4, "T = {t}");
+        }
     }
 
     #[test]

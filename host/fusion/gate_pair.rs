@@ -1,8 +1,9 @@
 //! Fusion `gate_pair`: the gate path as the alpha/beta pair's epilogue. A MUL_MAT_VEC_PAIR
 //! (what the `pair` fusion made) and SIGMOID(beta_raw) → beta, ADD(alpha, dt_bias) →
 //! alpha_biased, SOFTPLUS → softplus, MUL(·, ssm_a) → gate — or, at n_t = 1, ggml's fused
-//! SOFTPLUS·MUL (UNARY_MUL) — become one [`MulMatVecPairGate`]; n_t 1–8 (the pair's scope),
-//! every weight type. The fused node takes the pair's place; eliminated: the ADD and SOFTPLUS
+//! SOFTPLUS·MUL (UNARY_MUL) — become one [`MulMatVecPairGate`]; n_t·n_s 1–16 columns (the
+//! pair's scope: over 8, the pair already took the split products whole, and the gate path's
+//! ops read the whole alpha and beta_raw), every weight type. The fused node takes the pair's place; eliminated: the ADD and SOFTPLUS
 //! outputs (the products, beta and the gate are still written).
 
 use super::legality::Candidate;

@@ -1,8 +1,9 @@
 //! Fusion `layer_step`: the whole GDN layer verify step in one launch. After `conv_chain`,
 //! `pair`, `gate_pair` and `state_read` fired (registry order), a layer holds three fused
 //! nodes — GDN_CONV_CHAIN, MUL_MAT_VEC_PAIR_GATE, GATED_DELTA_NET_FROM_CACHE — which become one
-//! [`GdnLayerStep`]. Scope: the three parts' (one sequence, n_t ≤ 8, d_conv 3–5, C a multiple of
-//! 128) with D = 128 and the GDN reading exactly the chain's q/k norms and v channels and the
+//! [`GdnLayerStep`]. Scope: the three parts' (one sequence, n_t ≤ 16 —
+//! [`abi::GDN_LAYER_STEP_MAX_TOKENS`]: over 8 the `pair` fusion took ggml's split products
+//! whole —, d_conv 3–5, C a multiple of 128) with D = 128 and the GDN reading exactly the chain's q/k norms and v channels and the
 //! pair-gate's gate and β.
 //!
 //! The fused node takes GATED_DELTA_NET_FROM_CACHE's place (the last of the three: a fresh
@@ -137,8 +138,10 @@ mod tests {
         blocked.insert(chain + 1, Node::new(Box::new(crate::graph::Stage { src, dst: qkv }), Some(0)));
         let r = try_fusion(&blocked, &live_out, &FUSION, 0).map(|_| ());
         assert!(matches!(r, Err(Refusal::Reorder { pattern_node, .. }) if pattern_node == chain), "{r:?}");
-        // Out of the registry's scope: fires_on says no above 8 tokens or without the GDN tail.
-        assert!(!(FUSION.fires_on)(&LayerSpec::new(SMALL, Step::new(9, 3))));
+        // Out of the registry's scope: fires_on says no above 16 tokens or without the GDN tail.
+        assert!(!(FUSION.fires_on)(&LayerSpec::new(SMALL, Step::new(17, 3))));
+        assert!((FUSION.fires_on)(&LayerSpec::new(SMALL, Step::new(9, 3))));
+        assert!((FUSION.fires_on)(&LayerSpec::new(SMALL, Step::new(16, 15))));
         assert!(!(FUSION.fires_on)(&LayerSpec::new(GdnShape { head_dim: 64, ..SMALL }, Step::new(4, 3))));
         assert!((FUSION.fires_on)(&LayerSpec::new(SMALL, Step::new(8, 15))));
     }

@@ -188,9 +188,12 @@ pub enum Refusal {
     RowWrittenTwice { row: usize },
     /// The two L2_NORMs of the q and k heads of the SiLU output were not found.
     L2NotFound,
-    /// The alpha/beta products are split over several launches (n_t > 8).
+    /// The alpha/beta products have more columns than the pair takes (n_t·n_s > 16).
     PairTooWide { ncols: usize },
-    /// Not exactly two single-launch mat-vecs in the layer.
+    /// A product split over several launches whose column slices do not tile one input and
+    /// one dst exactly (what is wrong).
+    PairSlices(&'static str),
+    /// Not exactly two products (mat-vec weights) in the layer.
     PairNotFound { mat_vecs: usize },
     /// The two mat-vecs differ in input, weight type/shape or precision.
     PairMismatch(&'static str),
@@ -248,7 +251,8 @@ impl fmt::Display for Refusal {
             RowWrittenTwice { row } => write!(f, "cache row {row} is written twice"),
             L2NotFound => write!(f, "no L2_NORM pair of the q and k heads of the SiLU output"),
             PairTooWide { ncols } => write!(f, "pair: {ncols} columns (at most {})", pair::MAX_COLS),
-            PairNotFound { mat_vecs } => write!(f, "pair: {mat_vecs} mat-vec launches, not two of one input"),
+            PairSlices(what) => write!(f, "pair: {what}"),
+            PairNotFound { mat_vecs } => write!(f, "pair: {mat_vecs} products (mat-vec weights), not two of one input"),
             PairMismatch(what) => write!(f, "pair: {what}"),
             Malformed(what) => write!(f, "malformed candidate: {what}"),
             Reorder { node, pattern_node, hazard } => {

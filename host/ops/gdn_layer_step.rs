@@ -25,8 +25,9 @@ const OP: &str = "GDN_LAYER_STEP";
 /// The three fused ops of one GDN layer step, as one launch.
 ///
 /// Valid when each part is valid on its own (its own errors, as that op reports them) and:
-/// - **scope**: one sequence, n_t ≤ [`abi::GDN_LAYER_STEP_MAX_TOKENS`] (the products in one
-///   column group), D = 128 for the conv chain's heads (GATED_DELTA_NET's), d_conv 3–5 (the
+/// - **scope**: one sequence, n_t ≤ [`abi::GDN_LAYER_STEP_MAX_TOKENS`] = 16 (the pair's column
+///   limit and the conv chain's token limit; the row items take two columns each, any n_t),
+///   D = 128 for the conv chain's heads (GATED_DELTA_NET's), d_conv 3–5 (the
 ///   chain's) — else [`Error::Unsupported`];
 /// - **links** (the values the kernel passes from its first phase to its second): the GDN's q
 ///   and k are the chain's `q_norm` and `k_norm`; its v is the v channels of the chain's
@@ -104,7 +105,7 @@ impl GdnLayerStep {
         if n_t > abi::GDN_LAYER_STEP_MAX_TOKENS {
             return Err(Error::Unsupported {
                 op: OP,
-                what: format!("n_t = {n_t} tokens (at most {}: the products in one column group)", abi::GDN_LAYER_STEP_MAX_TOKENS),
+                what: format!("n_t = {n_t} tokens (at most {}: GDN_LAYER_STEP_MAX_TOKENS)", abi::GDN_LAYER_STEP_MAX_TOKENS),
             });
         }
         if chain.head_dim != abi::GDN_HEAD_DIM {
@@ -219,7 +220,7 @@ impl GdnLayerStep {
             gdn: self.gdn.params(&shape.gdn, mem),
             sync_state,
             pair_block: shape.products.block_size,
-            // Validated: H_v, C/128 and n_t ≤ 8 fit u32 (the work items do).
+            // Validated: H_v, C/128 and n_t ≤ 16 fit u32 (the work items do).
             n_heads: shape.gdn.n_heads as u32,
             n_chain_tiles: (shape.chain.n_channels / abi::GDN_CONV_CHAIN_BLOCK as usize) as u32,
             n_tokens: shape.chain.n_tokens as u32,
@@ -379,7 +380,7 @@ mod tests {
 
     /// The fused graph (one GDN_LAYER_STEP, plus a fresh cell's SCALEs) equals the unfused
     /// chain on the CPU, every output and both caches, for every weight kind, both layouts, the
-    /// read row among the written rows and not, a fresh cell, n_t 1–8.
+    /// read row among the written rows and not, a fresh cell, n_t 1–16.
     #[test]
     fn the_fused_step_equals_the_unfused_chain_on_the_cpu() {
         let other_cell = Step { cells: 3, kv_head: 2, src_cell: 1, zero_cell: Some(1), ..Step::new(3, 2) };
@@ -396,6 +397,18 @@ mod tests {
                 LayerLayout::Ggml,
             ),
             (GdnShape { d_conv: 5, ..SMALL }, Step::new(2, 7), DType::BF16, Precision::Default, LayerLayout::Ggml),
+            // [wide-pair] n_t 9–16: ggml's products split into ≤ 8-column launches, the pair whole.
+            (SMALL, Step::new(9, 3), DType::F32, Precision::Default, LayerLayout::Ggml),
+            (SMALL, Step::new(16, 15), DType::BF16, Precision::Default, LayerLayout::Ggml),
+            (SMALL, Step::new(12, 7), DType::F16, Precision::F32, LayerLayout::PrAliasing),
+            (GdnShape { d_conv: 5, ..SMALL }, Step::new(13, 2), DType::F16, Precision::Default, LayerLayout::PrAliasing),
+            (
+                GdnShape { d_conv: 3, n_k_heads: 2, n_v_heads: 4, n_embd: 96, ..SMALL },
+                Step { n_tokens: 11, ..other_cell },
+                DType::BF16,
+                Precision::Default,
+                LayerLayout::Ggml,
+            ),
         ];
         for (i, (shape, step, weights, precision, layout)) in cases.into_iter().enumerate() {
             let spec = spec(shape, step, weights, precision, layout);
@@ -435,10 +448,20 @@ mod tests {
     #[test]
     fn refuses_steps_out_of_scope() {
         let (mut b, op) = base();
-        // Nine tokens: the products would need a second column group.
+        // Seventeen tokens: over GDN_LAYER_STEP_MAX_TOKENS (the scope check comes first,
+        // before the parts' own, with this op's reason naming the limit).
+        let mut o = op.clone();
+        o.chain.qkv = b.mem.alloc_tensor(DType::F32, [512, 17, 1, 1]);
+        assert!(
+            matches!(o.validate(&b.mem), Err(Error::Unsupported { op: OP, ref what }) if what.contains("at most 16")),
+            "{:?}",
+            o.validate(&b.mem)
+        );
+        // Nine tokens is in scope: the qkv alone of nine columns is then the chain's link error
+        // (the other parts still have the base step's four), not a scope refusal.
         let mut o = op.clone();
         o.chain.qkv = b.mem.alloc_tensor(DType::F32, [512, 9, 1, 1]);
-        assert!(matches!(o.validate(&b.mem), Err(Error::Unsupported { op: OP, .. })));
+        assert!(!matches!(o.validate(&b.mem), Err(Error::Unsupported { op: OP, .. })), "{:?}", o.validate(&b.mem));
         // A conv chain of head dim 64.
         let mut o = op.clone();
         o.chain.head_dim = 64;

@@ -52,7 +52,7 @@ pub struct MatVecShape {
     pub row_len: usize,
     /// Weight rows = dst rows (H_v for the projections); one block each.
     pub rows: usize,
-    /// Input (and dst) columns, 1 ≤ ncols ≤ 8.
+    /// Input (and dst) columns, 1 ≤ ncols ≤ 8 (≤ 16 for MUL_MAT_VEC_PAIR's products).
     pub ncols: usize,
     /// [`abi::mul_mat_vec_kind`] of the weight type and precision.
     pub kind: u32,
@@ -75,6 +75,15 @@ impl MulMatVec {
 
     /// Validates the op and returns its sizes.
     pub fn check(&self, mem: &dyn Memory) -> Result<MatVecShape> {
+        self.check_up_to(mem, abi::MUL_MAT_VEC_MAX_COLS)
+    }
+
+    /// [`MulMatVec::check`] with a column limit of `max_cols`: every other rule is per column
+    /// (a column's views, alignment and disjointness do not depend on the column count), so a
+    /// product of up to `max_cols` columns passes exactly when each of its column groups of at
+    /// most 8 would pass as an unfused MUL_MAT_VEC — what MUL_MAT_VEC_PAIR runs for products
+    /// ggml splits into several launches.
+    pub(crate) fn check_up_to(&self, mem: &dyn Memory, max_cols: usize) -> Result<MatVecShape> {
         let Some(kind) = self.kind() else {
             return Err(Error::DType { op: OP, arg: "weight", expected: "F32, F16 or BF16".into(), got: self.weight.dtype() });
         };
@@ -86,11 +95,8 @@ impl MulMatVec {
         }
         check::tensor(OP, "input", &self.input, DType::F32, mem)?;
         let ncols = self.input.ne()[1];
-        if ncols > abi::MUL_MAT_VEC_MAX_COLS {
-            return Err(Error::Unsupported {
-                op: OP,
-                what: format!("{ncols} input columns (kernels exist for 1 to {})", abi::MUL_MAT_VEC_MAX_COLS),
-            });
+        if ncols > max_cols {
+            return Err(Error::Unsupported { op: OP, what: format!("{ncols} input columns (kernels exist for 1 to {max_cols})") });
         }
         check::shape(OP, "input", &self.input, [row_len, ncols, 1, 1])?;
         check::output(OP, "dst", &self.dst, DType::F32, mem)?;
@@ -124,6 +130,16 @@ pub fn cols_per_block(ncols: usize) -> usize {
     static KNOB: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
     let cap = KNOB.get_or_init(|| std::env::var("RGDN_MMVF_COLS_PER_BLOCK").ok().and_then(|v| v.trim().parse().ok()).filter(|k| *k >= 1));
     cols_per_block_with(ncols, Some(cap.unwrap_or(DEFAULT_COLS_PER_BLOCK)))
+}
+
+/// [`cols_per_block`] capped at an entry's column count ([`abi::MUL_MAT_VEC_MAX_COLS`]): what
+/// MUL_MAT_VEC_PAIR launches, whose products may be wider than one entry (up to
+/// [`abi::MUL_MAT_VEC_PAIR_MAX_COLS`]). The largest divisor of `ncols` not above the cap, so
+/// every column group has the same width (grid z); for `ncols` ≤ 8 it equals
+/// [`cols_per_block`].
+pub fn pair_cols_per_block(ncols: usize) -> usize {
+    let per_block = cols_per_block(ncols);
+    if per_block <= abi::MUL_MAT_VEC_MAX_COLS { per_block } else { cols_per_block_with(ncols, Some(abi::MUL_MAT_VEC_MAX_COLS)) }
 }
 
 /// Columns per block unless the knob overrides it (see [`cols_per_block`]).

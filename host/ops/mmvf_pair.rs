@@ -1,8 +1,15 @@
 //! MUL_MAT_VEC_PAIR — the alpha and beta mat-vecs of one GDN layer (two `mul_mat_vec_f` of the
 //! same input) in one launch, each product computed with exactly the per-column arithmetic of
-//! the unfused [`MulMatVec`] (spec §2.9), 1 ..= 8 columns — kernel: `kernels-gpu/src/mmvf.rs`
-//! (`mul_mat_vec_pair_*` entries, the unfused kernel's bodies, grid y = 2 picks the product),
-//! reference: the unfused [`crate::reference::mmvf`] per product. [pair-gate] And
+//! the unfused [`MulMatVec`] (spec §2.9), 1 ..= 16 columns — kernel: `kernels-gpu/src/mmvf.rs`
+//! (`mul_mat_vec_pair_*` entries, the unfused kernel's bodies, grid y = 2 picks the product,
+//! grid z the column group of at most 8), reference: the unfused [`crate::reference::mmvf`] per
+//! product.
+//!
+//! [wide-pair] Over 8 columns ggml splits each product into launches of at most 8
+//! (mul_mat_vec_f's limit); the pair takes the whole product and runs it in column groups of at
+//! most 8 in one launch ([`super::mmvf::pair_cols_per_block`]). A column's per-thread loop, warp
+//! butterflies and block sum do not depend on which other columns share its block (ggml's own
+//! split relies on it), so every element has the bits of the split unfused launches. [pair-gate] And
 //! [`MulMatVecPairGate`]: the pair with the gate path (SIGMOID; ADD, SOFTPLUS, MUL) as its
 //! epilogue, the same entries with [`abi::PAIR_EPILOGUE_GATE`].
 
@@ -21,8 +28,9 @@ const OP: &str = "MUL_MAT_VEC_PAIR";
 /// the same precision; `first.dst` and `second.dst` disjoint from each other and the inputs.
 ///
 /// Each product must be a valid [`MulMatVec`] on its own (errors name the product:
-/// `first.weight`, `second.dst`, …); 9 or more input columns → [`Error::Unsupported`] (the
-/// pair, like mul_mat_vec_f, runs 1 to 8 columns).
+/// `first.weight`, `second.dst`, …) except for its column count, which may go up to
+/// [`abi::MUL_MAT_VEC_PAIR_MAX_COLS`] = 16 (what ggml runs as several ≤ 8-column launches);
+/// 17 or more input columns → [`Error::Unsupported`].
 #[derive(Clone, Debug)]
 pub struct MulMatVecPair {
     pub first: MulMatVec,
@@ -74,19 +82,22 @@ impl MulMatVecPair {
     /// Validates the pair and returns the (common) sizes of its products.
     pub fn check(&self, mem: &dyn Memory) -> Result<MatVecShape> {
         let (a, b) = (&self.first, &self.second);
-        // The column limit first, with the pair's own reason (the unfused op says the same).
+        // The column limit first, with the pair's own reason.
         let ncols = a.input.ne()[1];
-        if ncols > abi::MUL_MAT_VEC_MAX_COLS {
+        if ncols > abi::MUL_MAT_VEC_PAIR_MAX_COLS {
             return Err(Error::Unsupported {
                 op: OP,
                 what: format!(
-                    "{ncols} input columns: the pair runs mul_mat_vec_f, which takes 1 to {} (ggml's MMVF_MAX_BATCH_SIZE)",
+                    "{ncols} input columns: the pair takes 1 to {} (MUL_MAT_VEC_PAIR_MAX_COLS; mul_mat_vec_f column groups of at most {})",
+                    abi::MUL_MAT_VEC_PAIR_MAX_COLS,
                     abi::MUL_MAT_VEC_MAX_COLS
                 ),
             });
         }
-        let shape = a.check(mem).map_err(|e| in_pair(true, e))?;
-        let shape_b = b.check(mem).map_err(|e| in_pair(false, e))?;
+        // Each product as an unfused MUL_MAT_VEC but for the column count (its other rules
+        // are per column: each ≤ 8-column group the launch runs passes them too).
+        let shape = a.check_up_to(mem, abi::MUL_MAT_VEC_PAIR_MAX_COLS).map_err(|e| in_pair(true, e))?;
+        let shape_b = b.check_up_to(mem, abi::MUL_MAT_VEC_PAIR_MAX_COLS).map_err(|e| in_pair(false, e))?;
         if a.input != b.input {
             return Err(Error::Invalid { op: OP, what: "the two products must read the same input view".into() });
         }
@@ -144,7 +155,7 @@ impl Op for MulMatVecPair {
 
     fn launch(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<()> {
         let shape = self.check(mem)?;
-        let per_block = super::mmvf::cols_per_block(shape.ncols);
+        let per_block = super::mmvf::pair_cols_per_block(shape.ncols);
         let entry = abi::mul_mat_vec_pair_entry(shape.kind, per_block).expect("checked: kind and ncols have an entry");
         let params =
             abi::MulMatVecPairGateParams { pair: self.params(mem, &shape), epilogue: abi::PAIR_EPILOGUE_NONE, ..Default::default() };
@@ -152,9 +163,10 @@ impl Op for MulMatVecPair {
         let dims =
             LaunchDims::new((shape.rows as u32, 2, groups), (shape.block_size, 1, 1)).with_shared_bytes(abi::MUL_MAT_VEC_SHARED_BYTES);
         let args = [KernelArg::Params(ParamBlock::of(&params)?)];
-        // SAFETY: `check` proved each product valid as an unfused MUL_MAT_VEC (views inside their
-        // buffers for E = 2·n_pairs elements, rows = grid.x weight rows, ncols = grid.z × (the
-        // entry's column count) input and dst columns; weight rows and input columns pair-aligned; each dst disjoint from its weight
+        // SAFETY: `check` proved each product valid as an unfused MUL_MAT_VEC but for its column
+        // count (views inside their buffers for E = 2·n_pairs elements, rows = grid.x weight
+        // rows, ncols = grid.z × (the entry's column count, ≤ 8 and dividing ncols:
+        // `pair_cols_per_block`) input and dst columns; weight rows and input columns pair-aligned; each dst disjoint from its weight
         // and the input), that both read the same input with weights of one type and shape and
         // one precision (so one entry serves both), and that each dst is disjoint from the other
         // dst and the other weight; the block size is ggml's rule (≤ 256, the PTX launch bound)
@@ -165,10 +177,12 @@ impl Op for MulMatVecPair {
 
     fn reference(&self, mem: &mut HostMemory, _mufu: &mut dyn Mufu) -> Result<()> {
         self.check(mem)?;
-        // The unfused op's reference per product: the pair is bit-identical to two MUL_MAT_VECs.
-        let shape = self.first.check(mem)?;
+        // The unfused op's reference per product: the pair is bit-identical to two MUL_MAT_VECs
+        // (over 8 columns, to the ≤ 8-column launches ggml splits each into; the reference is
+        // per column, so one call over all the columns is the same).
+        let shape = self.first.check_up_to(mem, abi::MUL_MAT_VEC_PAIR_MAX_COLS)?;
         crate::reference::mmvf::mul_mat_vec(&self.first, &shape, mem);
-        let shape = self.second.check(mem)?;
+        let shape = self.second.check_up_to(mem, abi::MUL_MAT_VEC_PAIR_MAX_COLS)?;
         crate::reference::mmvf::mul_mat_vec(&self.second, &shape, mem);
         Ok(())
     }
@@ -199,7 +213,7 @@ const GATE_OP: &str = "MUL_MAT_VEC_PAIR_GATE";
 /// Kernel: the `mul_mat_vec_pair_*` entries of `kernels-gpu/src/mmvf.rs` with
 /// [`abi::PAIR_EPILOGUE_GATE`]; reference: the pair's, then the unfused element references.
 ///
-/// Valid when `pair` is a valid [`MulMatVecPair`] (1 ..= 8 columns, F32/F16/BF16 weights, both F16
+/// Valid when `pair` is a valid [`MulMatVecPair`] (1 ..= 16 columns, F32/F16/BF16 weights, both F16
 /// precisions; its errors are relabelled as this op's); `dt_bias`, `ssm_a` F32 [H_v, 1, 1, 1]
 /// contiguous; `beta`, `gate` F32 [H_v, ncols, 1, 1] with contiguous columns; the four outputs
 /// (alpha = `pair.first.dst`, beta_raw = `pair.second.dst`, `beta`, `gate`) disjoint from every
@@ -303,7 +317,7 @@ impl Op for MulMatVecPairGate {
 
     fn launch(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<()> {
         let shape = self.check(mem)?;
-        let per_block = super::mmvf::cols_per_block(shape.ncols);
+        let per_block = super::mmvf::pair_cols_per_block(shape.ncols);
         let entry = abi::mul_mat_vec_pair_gate_entry(shape.kind, per_block).expect("checked: kind and ncols have an entry");
         let params = self.params(mem, &shape);
         let groups = (shape.ncols / per_block) as u32;
@@ -392,7 +406,7 @@ mod tests {
             (DType::F16, Precision::Default),
             (DType::F16, Precision::F32),
         ] {
-            for ncols in [1, 3, 8] {
+            for ncols in [1, 3, 8, 9, 13, 16] {
                 let mut mem = HostMemory::new();
                 let mut p = pair(&mut mem, dtype, 300, 5, ncols);
                 p.first.precision = precision;
@@ -411,8 +425,15 @@ mod tests {
                 mem.fill_f32(&p.first.input, &(0..n).map(|_| rng.random_range(-2.0..2.0)).collect::<Vec<f32>>());
                 let mut unfused = mem.clone();
                 p.reference(&mut mem, &mut ExactMufu).unwrap();
-                p.first.reference(&mut unfused, &mut ExactMufu).unwrap();
-                p.second.reference(&mut unfused, &mut ExactMufu).unwrap();
+                // The unfused side as ggml runs it: over 8 columns, launches of ≤ 8 columns
+                // on column slices of the input and dst.
+                for product in [&p.first, &p.second] {
+                    for (first, cols) in column_groups(ncols) {
+                        let slice = |t: &Tensor, rows: usize| t.view([rows, cols, 1, 1], t.layout.nb, first * t.layout.nb[1]);
+                        let part = MulMatVec { input: slice(&product.input, 300), dst: slice(&product.dst, 5), ..product.clone() };
+                        part.reference(&mut unfused, &mut ExactMufu).unwrap();
+                    }
+                }
                 for d in [p.first.dst, p.second.dst] {
                     let got: Vec<u32> = d.layout.indices().map(|i| mem.read_u32(&d, i)).collect();
                     let want: Vec<u32> = d.layout.indices().map(|i| unfused.read_u32(&d, i)).collect();
@@ -423,19 +444,58 @@ mod tests {
     }
 
     #[test]
-    fn valid_pairs_pass_and_nine_columns_are_refused() {
+    fn valid_pairs_pass_and_seventeen_columns_are_refused() {
         let mut mem = HostMemory::new();
-        for ncols in 1..=8 {
+        for ncols in 1..=16 {
             let p = pair(&mut mem, DType::BF16, 4096, 32, ncols);
             let shape = p.check(&mem).unwrap();
             assert_eq!((shape.ncols, shape.rows, shape.block_size), (ncols, 32, 256));
+            // The launch's column groups: one entry's width (≤ 8), dividing the columns.
+            let per_block = crate::ops::mmvf::pair_cols_per_block(ncols);
+            assert!(per_block <= abi::MUL_MAT_VEC_MAX_COLS && ncols.is_multiple_of(per_block), "{ncols}: {per_block}");
+            assert!(abi::mul_mat_vec_pair_entry(shape.kind, per_block).is_some());
         }
-        let p = pair(&mut mem, DType::F32, 4096, 32, 9);
+        let p = pair(&mut mem, DType::F32, 4096, 32, 17);
         match p.validate(&mem) {
-            Err(Error::Unsupported { op: OP, what }) => assert!(what.contains("9 input columns"), "{what}"),
+            Err(Error::Unsupported { op: OP, what }) => {
+                assert!(what.contains("17 input columns") && what.contains("MUL_MAT_VEC_PAIR_MAX_COLS"), "{what}")
+            }
             other => panic!("{other:?}"),
         }
         assert!(matches!(p.reference(&mut mem, &mut ExactMufu), Err(Error::Unsupported { op: OP, .. })));
+        // ... and so does the pair-gate, as its own error.
+        let gate = MulMatVecPairGate {
+            dt_bias: mem.alloc_tensor(DType::F32, [32, 1, 1, 1]),
+            ssm_a: mem.alloc_tensor(DType::F32, [32, 1, 1, 1]),
+            beta: mem.alloc_tensor(DType::F32, [32, 17, 1, 1]),
+            gate: mem.alloc_tensor(DType::F32, [32, 17, 1, 1]),
+            pair: p,
+        };
+        assert!(matches!(gate.validate(&mem), Err(Error::Unsupported { op: GATE_OP, what }) if what.contains("17 input columns")));
+    }
+
+    #[test]
+    fn wide_pairs_keep_the_unfused_rules_per_column() {
+        let mut mem = HostMemory::new();
+        // A 12-column pair whose input columns are not pair-aligned (a stride of 65 F32):
+        // refused as the unfused op refuses it, whatever the column count.
+        let mut p = pair(&mut mem, DType::F32, 64, 4, 12);
+        let wide = mem.alloc_tensor(DType::F32, [65, 12, 1, 1]);
+        p.first.input = wide.view([64, 12, 1, 1], wide.layout.nb, 0);
+        p.second.input = p.first.input;
+        assert!(matches!(p.validate(&mem), Err(Error::Stride { op: OP, arg: "first.input", .. })), "{:?}", p.validate(&mem));
+        // A dst one column short of the input's 12.
+        let mut p = pair(&mut mem, DType::F32, 64, 4, 12);
+        p.second.dst = mem.alloc_tensor(DType::F32, [4, 11, 1, 1]);
+        assert!(matches!(p.validate(&mem), Err(Error::Shape { op: OP, arg: "second.dst", .. })));
+        // The unfused MUL_MAT_VEC itself still takes at most 8.
+        let p = pair(&mut mem, DType::F32, 64, 4, 9);
+        assert!(matches!(p.first.validate(&mem), Err(Error::Unsupported { op: "MUL_MAT_VEC", .. })));
+    }
+
+    /// ggml's split of `ncols` columns into launches: groups of 8, then the rest.
+    fn column_groups(ncols: usize) -> Vec<(usize, usize)> {
+        (0..ncols).step_by(abi::MUL_MAT_VEC_MAX_COLS).map(|first| (first, abi::MUL_MAT_VEC_MAX_COLS.min(ncols - first))).collect()
     }
 
     #[test]

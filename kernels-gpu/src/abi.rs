@@ -485,6 +485,13 @@ param_struct! {
 
 /// Most input columns one MUL_MAT_VEC launch takes (ggml's `MMVF_MAX_BATCH_SIZE`).
 pub const MUL_MAT_VEC_MAX_COLS: usize = 8;
+/// Most input columns of one MUL_MAT_VEC_PAIR (and MUL_MAT_VEC_PAIR_GATE, GDN_LAYER_STEP): the
+/// products ggml splits into launches of at most [`MUL_MAT_VEC_MAX_COLS`] columns, taken whole.
+/// The pair's launch runs column groups of at most [`MUL_MAT_VEC_MAX_COLS`] (grid z, the
+/// existing entries) and a column's loop, butterflies and block sum do not depend on the other
+/// columns of its block, so every element keeps ggml's bits; 16 is the layer step's token
+/// limit (the conv chain's, [`GDN_CONV_CHAIN_MAX_TOKENS`]).
+pub const MUL_MAT_VEC_PAIR_MAX_COLS: usize = 16;
 /// Most warps of a MUL_MAT_VEC block (ggml's block sizes go up to 256 threads).
 pub const MUL_MAT_VEC_MAX_WARPS: u32 = 8;
 /// Dynamic shared memory of a MUL_MAT_VEC (or MUL_MAT_VEC_PAIR) launch: the cross-warp step of
@@ -954,9 +961,11 @@ param_struct! {
 /// GDN_LAYER_STEP: threads per block (the conv chain's tile and GATED_DELTA_NET's 32 × 4 block;
 /// the mat-vec rows of up to 256 threads run as two virtual halves, see `gdn_layer_step.rs`).
 pub const GDN_LAYER_STEP_BLOCK: u32 = 128;
-/// GDN_LAYER_STEP: most tokens (the alpha/beta products run in one column group: ggml's
-/// `MMVF_MAX_BATCH_SIZE`).
-pub const GDN_LAYER_STEP_MAX_TOKENS: usize = MUL_MAT_VEC_MAX_COLS;
+/// GDN_LAYER_STEP: most tokens — the pair's column limit ([`MUL_MAT_VEC_PAIR_MAX_COLS`]; the
+/// row items take any n_t, two columns each) and the conv chain's token limit (its shared
+/// memory, [`gdn_layer_step_shared_bytes`], is sized for it).
+pub const GDN_LAYER_STEP_MAX_TOKENS: usize = MUL_MAT_VEC_PAIR_MAX_COLS;
+const _: () = assert!(GDN_LAYER_STEP_MAX_TOKENS <= GDN_CONV_CHAIN_MAX_TOKENS, "the layer step runs the conv chain's tiles");
 // Phase 2 of GDN_LAYER_STEP waits with one warp, a lane per item it reads: 2·⌈n_t/2⌉ row items
 // and three conv tiles (`gdn_layer_step.rs`, `item_read_by`).
 const _: () = assert!(2 * GDN_LAYER_STEP_MAX_TOKENS.div_ceil(GDN_LAYER_STEP_COLS) + 3 <= 32);

@@ -4,7 +4,7 @@
 //! gate path ([`mmvf`](crate::mmvf), MUL_MAT_VEC_PAIR_GATE: SIGMOID; ADD, SOFTPLUS, MUL) and
 //! GATED_DELTA_NET reading its state from the ssm-cache row and writing its state slots into
 //! the cache rows ([`gated_delta_net`](crate::gated_delta_net), GATED_DELTA_NET_FROM_CACHE).
-//! Scope: one sequence, n_t 1–8, d_conv 3–5, D = 128, F32 / BF16 / F16 weights (both F16
+//! Scope: one sequence, n_t 1–16, d_conv 3–5, D = 128, F32 / BF16 / F16 weights (both F16
 //! precisions); the host refuses everything else.
 //!
 //! # Design: two phases, per-item readiness flags, persistent blocks

@@ -9,10 +9,11 @@
 //!   (GDN_CONV_CHAIN, MUL_MAT_VEC_PAIR_GATE, GATED_DELTA_NET_FROM_CACHE) from the same memory,
 //!   every output and both caches byte for byte, every other buffer too;
 //! - `GDN_LAYER_STEP_VS_UNFUSED`: twins against the whole unfused chain (every ggml kernel);
-//! - refusals: nine tokens, a head dim other than 128, parts that are not linked, parts whose
+//! - refusals: seventeen tokens, a head dim other than 128, parts that are not linked, parts whose
 //!   bytes meet across the kernel's phases.
 //!
-//! Shapes: 9B at n_t 1–8 with R 0–15, the read row among the written rows (M = 2, cell 1 read
+//! Shapes: 9B at n_t 1–16 with R 0–15 (over 8 tokens ggml's products are split launches, which
+//! the `pair` fusion takes whole), the read row among the written rows (M = 2, cell 1 read
 //! and written) and not (cell 0 read, cell 1 written), a fresh (zeroed) cell, a pending rollback
 //! depth, BF16 / F16 (both precisions) weights, special values, 4B and 27B.
 
@@ -156,6 +157,20 @@ fn setups() -> Vec<StepCase> {
     out.push(StepCase { preset: "4b", step: other(8, 7), init: LayerInit { mat_vec_weights: DType::BF16, ..f32w } });
     out.push(StepCase { preset: "27b", step: among(8, 7), init: f32w });
     out.push(StepCase { preset: "27b", step: among(1, 0), init: LayerInit { mat_vec_weights: DType::F16, ..f32w } });
+    // [wide-pair] n_t 9–16 (a few: each case runs the 9B step's CPU reference, twice with its
+    // twin): the read row among the written rows and not, a fresh cell with a pending rollback
+    // depth, BF16 and F16 (f32 accumulation) weights, special values, 4B.
+    out.push(c(among(9, 8)));
+    out.push(c(among(16, 15)));
+    out.push(c(other(13, 7)));
+    out.push(c(Step { zero_cell: Some(1), rollback_depth: 3, ..among(12, 7) }));
+    out.push(StepCase { preset: "9b", step: among(16, 15), init: LayerInit { mat_vec_weights: DType::BF16, ..f32w } });
+    out.push(StepCase {
+        preset: "9b",
+        step: other(11, 2),
+        init: LayerInit { mat_vec_weights: DType::F16, precision: Precision::F32, ..f32w },
+    });
+    out.push(StepCase { preset: "4b", step: among(14, 3), init: LayerInit { specials: true, ..f32w } });
     out
 }
 
@@ -189,10 +204,10 @@ pub fn cases() -> Vec<Case> {
     cases.extend(setups.iter().map(|s| s.twin_case(VS_CHAIN)));
     cases.extend(setups.iter().step_by(3).map(|s| s.twin_case(VS_UNFUSED)));
     cases.push(refusal(
-        "n_t=9",
-        |o, m| o.chain.qkv = m.alloc_tensor(DType::F32, [o.chain.qkv.ne()[0], 9, 1, 1]),
-        |e| matches!(e, Error::Unsupported { op: GROUP, what } if what.contains("n_t = 9")),
-        "Unsupported (n_t = 9)",
+        "n_t=17",
+        |o, m| o.chain.qkv = m.alloc_tensor(DType::F32, [o.chain.qkv.ne()[0], 17, 1, 1]),
+        |e| matches!(e, Error::Unsupported { op: GROUP, what } if what.contains("n_t = 17") && what.contains("GDN_LAYER_STEP_MAX_TOKENS")),
+        "Unsupported (n_t = 17)",
     ));
     cases.push(refusal(
         "head_dim=64",

@@ -1,17 +1,55 @@
 //! MUL_MAT_VEC_PAIR cases: the alpha/beta pair of a GDN layer (two mul_mat_vec_f of one input,
-//! one launch) for 1–8 columns × F32, F16 (half accumulation), BF16 at the Qwen3.5-9B shape
+//! one launch) for 1–16 columns × F32, F16 (half accumulation), BF16 at the Qwen3.5-9B shape
 //! (E = 4096, H_v = 32), F16 with f32 accumulation, the 4B/27B shapes, every reduction path
-//! (one warp, partial chunks), special values, strided views; 9 columns and mismatched products
-//! are refusals. Every case compares both products bit for bit with the unfused mul_mat_vec_f
-//! reference, which the unfused kernels match on the GPU.
+//! (one warp, partial chunks), special values, strided views; 17 columns and mismatched
+//! products are refusals. Every case compares both products bit for bit with the unfused
+//! mul_mat_vec_f reference, which the unfused kernels match on the GPU.
+//!
+//! [wide-pair] Over 8 columns ggml runs each product as several launches of ≤ 8 columns; the pair
+//! takes the product whole. [`VS_SPLIT`] twins run the pair and ggml's split launches
+//! ([`split_launches`]) from the same memory on the GPU, every byte compared.
 
 use super::mmvf::{Data, Kind, MatVecCase, plain};
 use crate::error::Error;
+use crate::kernels::abi;
+use crate::ops::{MulMatVec, Op};
 use crate::ops::{MulMatVecPair, Precision};
-use crate::suite::{Builder, Case, Expect, Scenario, Tolerance};
-use crate::tensor::DType;
+use crate::suite::{Builder, Case, Equivalence, Expect, Scenario, Tolerance};
+use crate::tensor::{DType, Tensor};
 
 pub const GROUP: &str = "MUL_MAT_VEC_PAIR";
+/// [wide-pair] The pair over 9–16 columns against ggml's split launches, bitwise on the GPU.
+pub const VS_SPLIT: &str = "MUL_MAT_VEC_PAIR_VS_SPLIT";
+
+/// ggml's launches for the pair's products (`MMVF_MAX_BATCH_SIZE` = 8): per product (alpha,
+/// then beta, as the graph builder orders them), one unfused MUL_MAT_VEC per column slice of at
+/// most 8 of the input and the dst — views moved on by whole columns, so any view the pair
+/// takes is sliced as ggml's `ggml_view` slices it.
+pub fn split_launches(op: &MulMatVecPair) -> Vec<Box<dyn Op>> {
+    let slice = |t: &Tensor, first: usize, cols: usize| t.view([t.ne()[0], cols, 1, 1], t.layout.nb, first * t.layout.nb[1]);
+    let ncols = op.first.input.ne()[1];
+    let mut ops: Vec<Box<dyn Op>> = Vec::new();
+    for product in [&op.first, &op.second] {
+        for first in (0..ncols).step_by(abi::MUL_MAT_VEC_MAX_COLS) {
+            let cols = abi::MUL_MAT_VEC_MAX_COLS.min(ncols - first);
+            let part = MulMatVec { input: slice(&product.input, first, cols), dst: slice(&product.dst, first, cols), ..product.clone() };
+            ops.push(Box::new(part));
+        }
+    }
+    ops
+}
+
+/// The pair drawn as `p` describes against [`split_launches`].
+fn vs_split_case(p: MatVecCase) -> Case {
+    Case::seeded(VS_SPLIT, p.name_in(VS_SPLIT), move |mut b| {
+        let first = p.product(&mut b, None);
+        let second = p.product(&mut b, Some(first.input));
+        let op = MulMatVecPair { first, second };
+        let split = split_launches(&op);
+        let compare = op.outputs().into_iter().map(|t| (t, t)).collect();
+        Ok(Expect::Equivalent(Equivalence::new(b.mem, vec![Box::new(op)], split, compare)))
+    })
+}
 
 /// Both products drawn as `p` describes (own weights, one shared input, own dsts).
 fn pair_case(p: MatVecCase) -> Case {
@@ -55,6 +93,10 @@ pub fn cases() -> Vec<Case> {
     for ncols in [1, 2, 4, 8] {
         out.push(MatVecCase { kind: Kind::F16F32, ncols, ..base });
     }
+    // [wide-pair] 9–16 columns (ggml: two launches per product), the three types; F16 at F32
+    // precision, another block size, specials and strided views at a few widths.
+    let wide = wide_setups(base);
+    out.extend(wide.iter().copied());
     // The 4B (E 2560: 5 pairs per thread, one partial chunk) and 27B (E 5120: a full chunk and
     // a partial one) shapes. (E 2560 with 16 rows: every grid shape but the 9B one's differs
     // from it, so tools/twins/ncu-mmvf.sh can tell the 9B launches by their grid.)
@@ -91,25 +133,39 @@ pub fn cases() -> Vec<Case> {
     out.push(MatVecCase { kind: Kind::Bf16, e: 5120, rows: 48, ncols: 4, padded: true, ..base });
     out.push(MatVecCase { kind: Kind::F16Half, e: 200, rows: 3, ncols: 8, padded: true, data: Data::Specials });
     let mut cases: Vec<Case> = out.into_iter().map(pair_case).collect();
+    cases.extend(wide.into_iter().map(vs_split_case));
 
-    // 9 columns: beyond mul_mat_vec_f, for each weight type.
+    // 17 columns: beyond the pair's 16 (MUL_MAT_VEC_PAIR_MAX_COLS), for each weight type.
     cases.push(refusal(
-        "type=f32,ncols=9",
-        |b| plain_pair(b, DType::F32, 4096, 32, 9),
-        |e| matches!(e, Error::Unsupported { op: GROUP, what } if what.contains("9 input columns")),
-        "Unsupported (9 columns)",
+        "type=f32,ncols=17",
+        |b| plain_pair(b, DType::F32, 4096, 32, 17),
+        |e| matches!(e, Error::Unsupported { op: GROUP, what } if what.contains("17 input columns") && what.contains("MUL_MAT_VEC_PAIR_MAX_COLS")),
+        "Unsupported (17 columns)",
     ));
     cases.push(refusal(
-        "type=f16,ncols=9",
-        |b| plain_pair(b, DType::F16, 4096, 32, 9),
-        |e| matches!(e, Error::Unsupported { op: GROUP, what } if what.contains("9 input columns")),
-        "Unsupported (9 columns)",
+        "type=f16,ncols=17",
+        |b| plain_pair(b, DType::F16, 4096, 32, 17),
+        |e| matches!(e, Error::Unsupported { op: GROUP, what } if what.contains("17 input columns") && what.contains("MUL_MAT_VEC_PAIR_MAX_COLS")),
+        "Unsupported (17 columns)",
     ));
     cases.push(refusal(
-        "type=bf16,ncols=9",
-        |b| plain_pair(b, DType::BF16, 4096, 32, 9),
-        |e| matches!(e, Error::Unsupported { op: GROUP, what } if what.contains("9 input columns")),
-        "Unsupported (9 columns)",
+        "type=bf16,ncols=17",
+        |b| plain_pair(b, DType::BF16, 4096, 32, 17),
+        |e| matches!(e, Error::Unsupported { op: GROUP, what } if what.contains("17 input columns") && what.contains("MUL_MAT_VEC_PAIR_MAX_COLS")),
+        "Unsupported (17 columns)",
+    ));
+    // A wide pair keeps the unfused op's per-column rules: input columns off the element pairs.
+    cases.push(refusal(
+        "ncols=12,input_columns_not_pair_aligned",
+        |b| {
+            let mut p = plain_pair(b, DType::F32, 64, 4, 12);
+            let wide = b.input([65, 12, 1, 1], crate::suite::inputs::Values::Uniform(1.0));
+            p.first.input = wide.view([64, 12, 1, 1], wide.layout.nb, 0);
+            p.second.input = p.first.input;
+            p
+        },
+        |e| matches!(e, Error::Stride { op: GROUP, arg: "first.input", .. }),
+        "Stride (first.input)",
     ));
     cases.push(refusal(
         "different_inputs",
@@ -164,23 +220,48 @@ pub fn cases() -> Vec<Case> {
     cases
 }
 
+/// [wide-pair] The 9–16-column setups (each also a [`VS_SPLIT`] twin).
+pub(super) fn wide_setups(base: MatVecCase) -> Vec<MatVecCase> {
+    let mut out = Vec::new();
+    for kind in [Kind::F32, Kind::F16Half, Kind::Bf16] {
+        for ncols in 9..=16 {
+            out.push(MatVecCase { kind, ncols, ..base });
+        }
+    }
+    for ncols in [12, 16] {
+        out.push(MatVecCase { kind: Kind::F16F32, ncols, ..base });
+    }
+    out.push(MatVecCase { kind: Kind::Bf16, e: 1000, rows: 9, ncols: 13, ..base });
+    out.push(MatVecCase { kind: Kind::F32, e: 64, rows: 3, ncols: 10, ..base });
+    for kind in Kind::ALL {
+        out.push(MatVecCase { kind, ncols: 11, data: Data::Specials, ..base });
+    }
+    out.push(MatVecCase { kind: Kind::Bf16, e: 5120, rows: 48, ncols: 12, padded: true, ..base });
+    out.push(MatVecCase { kind: Kind::F16Half, e: 200, rows: 3, ncols: 16, padded: true, data: Data::Specials });
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::ops::Op;
 
     #[test]
-    fn at_least_45_cases_cover_one_to_nine_columns_of_each_type() {
+    fn cases_cover_one_to_seventeen_columns_of_each_type() {
         let cases = cases();
         assert!(cases.len() >= 45, "{} cases", cases.len());
         for label in ["type=f32", "type=f16,acc=half", "type=bf16"] {
-            for ncols in 1..=8 {
+            for ncols in 1..=16 {
                 let name = format!("{GROUP}({label},E=4096,rows=32,ncols={ncols})");
+                assert!(cases.iter().any(|c| c.name == name), "missing {name}");
+            }
+            for ncols in 9..=16 {
+                let name = format!("{VS_SPLIT}({label},E=4096,rows=32,ncols={ncols})");
                 assert!(cases.iter().any(|c| c.name == name), "missing {name}");
             }
         }
         for t in ["f32", "f16", "bf16"] {
-            let name = format!("{GROUP}(refuse:type={t},ncols=9)");
+            let name = format!("{GROUP}(refuse:type={t},ncols=17)");
             let case = cases.iter().find(|c| c.name == name).unwrap_or_else(|| panic!("missing {name}"));
             assert!(matches!(case.build(), Ok(Expect::Refusal { .. })));
         }
@@ -194,5 +275,30 @@ mod tests {
         assert_eq!(op.first.input, op.second.input);
         assert_ne!(op.first.weight.buffer, op.second.weight.buffer);
         op.validate(&s.mem).unwrap();
+    }
+
+    #[test]
+    fn every_case_passes_on_the_cpu() {
+        let failed: Vec<String> =
+            cases().iter().map(crate::suite::run_case_cpu).filter(|r| !r.passed).map(|r| format!("{}: {}", r.name, r.detail)).collect();
+        assert!(failed.is_empty(), "{}", failed.join("\n"));
+    }
+
+    #[test]
+    fn the_split_launches_are_ggmls() {
+        let mut b = Builder::new(3);
+        for (ncols, widths) in [(9, vec![8, 1]), (13, vec![8, 5]), (16, vec![8, 8]), (5, vec![5])] {
+            let p = plain_pair(&mut b, DType::F32, 64, 4, ncols);
+            let ops = split_launches(&p);
+            let mvs: Vec<&MulMatVec> = ops.iter().map(|o| o.as_ref().downcast_ref::<MulMatVec>().unwrap()).collect();
+            let mut want = widths.clone();
+            want.extend(&widths);
+            assert_eq!(mvs.iter().map(|m| m.input.ne()[1]).collect::<Vec<_>>(), want);
+            // Every launch is a valid unfused MUL_MAT_VEC.
+            for m in &mvs {
+                m.validate(&b.mem).unwrap();
+            }
+            assert_eq!(mvs[widths.len()].weight, p.second.weight);
+        }
     }
 }

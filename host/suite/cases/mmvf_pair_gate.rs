@@ -1,8 +1,9 @@
 //! [pair-gate] MUL_MAT_VEC_PAIR_GATE cases: the alpha/beta pair with the gate path as its
-//! epilogue, 1–8 columns × F32, F16 (half and f32 accumulation), BF16 at the Qwen3.5-9B shape
+//! epilogue, 1–16 columns × F32, F16 (half and f32 accumulation), BF16 at the Qwen3.5-9B shape
 //! (E = 4096, H_v = 32), the 4B/27B shapes, one-warp blocks, padded views, special values in the
-//! weights, the input, dt_bias and ssm_a, alpha + dt_bias straddling softplus' threshold; 9
-//! columns, overlapping outputs and wrong shapes are refusals.
+//! weights, the input, dt_bias and ssm_a, alpha + dt_bias straddling softplus' threshold; 17
+//! columns, overlapping outputs and wrong shapes are refusals. (Over 8 columns the pair itself
+//! is checked against ggml's split launches: `MUL_MAT_VEC_PAIR_VS_SPLIT`.)
 //!
 //! Every match case with contiguous views (the unfused SIGMOID/SOFTPLUS need them) has a twin in
 //! [`VS_UNFUSED`]: the fused op and the unfused chain it replaces
@@ -173,6 +174,17 @@ fn setups() -> Vec<GateCase> {
     for ncols in [1, 2, 4, 8] {
         out.push(g(MatVecCase { kind: Kind::F16F32, ncols, ..base }));
     }
+    // [wide-pair] 9–16 columns (the layer step's n_t 9–16), the three types; F16 at F32 precision,
+    // specials in the products and the epilogue, a strided view.
+    for kind in [Kind::F32, Kind::F16Half, Kind::Bf16] {
+        for ncols in [9, 12, 16] {
+            out.push(g(MatVecCase { kind, ncols, ..base }));
+        }
+    }
+    out.push(g(MatVecCase { kind: Kind::F16F32, ncols: 13, ..base }));
+    out.push(GateCase { mv: MatVecCase { kind: Kind::Bf16, ncols: 11, data: Data::Specials, ..base }, epi: Epi::Specials });
+    out.push(GateCase { mv: MatVecCase { kind: Kind::F32, e: 64, rows: 12, ncols: 10, ..base }, epi: Epi::Threshold });
+    out.push(g(MatVecCase { kind: Kind::Bf16, e: 5120, rows: 48, ncols: 14, padded: true, ..base }));
     // 4B and 27B shapes, one-warp blocks (E 64: alpha small, softplus' log branch), long rows.
     for (kind, e, rows, ncols) in [
         (Kind::F32, 2560, 16, 1),
@@ -208,17 +220,17 @@ pub fn cases() -> Vec<Case> {
     let setups = setups();
     let mut cases: Vec<Case> = setups.iter().map(|s| s.match_case()).collect();
     for (t, dtype) in [("f32", DType::F32), ("f16", DType::F16), ("bf16", DType::BF16)] {
-        let name = format!("type={t},ncols=9");
+        let name = format!("type={t},ncols=17");
         let build: fn(&mut Builder) -> MulMatVecPairGate = match dtype {
-            DType::F32 => |b| plain_gate(b, DType::F32, 4096, 32, 9),
-            DType::F16 => |b| plain_gate(b, DType::F16, 4096, 32, 9),
-            _ => |b| plain_gate(b, DType::BF16, 4096, 32, 9),
+            DType::F32 => |b| plain_gate(b, DType::F32, 4096, 32, 17),
+            DType::F16 => |b| plain_gate(b, DType::F16, 4096, 32, 17),
+            _ => |b| plain_gate(b, DType::BF16, 4096, 32, 17),
         };
         cases.push(refusal(
             &name,
             build,
-            |e| matches!(e, Error::Unsupported { op: GROUP, what } if what.contains("9 input columns")),
-            "Unsupported (9 columns)",
+            |e| matches!(e, Error::Unsupported { op: GROUP, what } if what.contains("17 input columns") && what.contains("MUL_MAT_VEC_PAIR_MAX_COLS")),
+            "Unsupported (17 columns)",
         ));
     }
     cases.push(refusal(
@@ -375,7 +387,7 @@ mod tests {
     fn every_column_count_and_type_has_a_case_and_a_twin() {
         let cases = cases();
         for label in ["type=f32", "type=f16,acc=half", "type=bf16"] {
-            for ncols in 1..=8 {
+            for ncols in (1..=8).chain([9, 12, 16]) {
                 for group in [GROUP, VS_UNFUSED] {
                     let name = format!("{group}({label},E=4096,rows=32,ncols={ncols})");
                     assert!(cases.iter().any(|c| c.name == name), "missing {name}");
