@@ -186,6 +186,13 @@ pub fn run_case(gpu: &Gpu, case: &Case, table: &mut MufuTable) -> CaseReport {
     CaseReport { group: case.group, name: case.name.clone(), passed, detail }
 }
 
+/// Test helper: panics naming every case of `cases` that fails on the CPU ([`run_case_cpu`]).
+#[cfg(test)]
+pub(crate) fn assert_cpu_passes(cases: &[Case]) {
+    let failed: Vec<String> = cases.iter().map(run_case_cpu).filter(|r| !r.passed).map(|r| format!("{}: {}", r.name, r.detail)).collect();
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
 /// Runs one case on the CPU only (no GPU): the case must build, a `Match` case's ops must
 /// validate and run their exact-math reference, a `Refusal` case must be refused by validation.
 pub fn run_case_cpu(case: &Case) -> CaseReport {
