@@ -574,7 +574,7 @@ impl GroupInputs {
 }
 
 /// [layer-step] Tokens whose inputs [`run_group_at`] holds in registers at once (14 floats per
-/// token and lane): GDN_LAYER_STEP's n_t ≤ 8 in one chunk.
+/// token and lane): one load round per four tokens (GDN_LAYER_STEP's n_t ≤ 16: at most four).
 const GROUP_TOKENS: usize = 4;
 
 /// `$body` for `$i` = 0 … [`GROUP_TOKENS`] − 1, each with a constant index.
