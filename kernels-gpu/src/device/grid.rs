@@ -3,10 +3,11 @@
 //! per first-phase work item instead of one grid barrier, so a consumer waits only for the
 //! items it reads, and no two hundred blocks meet on one counter.
 //!
-//! State (global memory, zero when first allocated, [`GRID_SYNC_BYTES`](crate::abi::GRID_SYNC_BYTES)), one u64 per 128-byte
-//! line ([`GRID_SYNC_LINE`](crate::abi::GRID_SYNC_LINE): pollers of different flags meet in no L2 line): line 0 `done`,
-//! line 1 `arrived`, line 2 + i the flag of work item i (i < [`GRID_SYNC_FLAGS`](crate::abi::GRID_SYNC_FLAGS)). `arrived`
-//! counts every block arrival of every launch that used the state, `done` is its value at the
+//! State (global memory, zero when first allocated,
+//! [`GRID_SYNC_BYTES`](crate::abi::GRID_SYNC_BYTES)), one u64 per 128-byte line
+//! ([`GRID_SYNC_LINE`](crate::abi::GRID_SYNC_LINE): pollers of different flags meet in no L2
+//! line): line 0 `done`, line 1 `arrived`, line 2 + i the flag of work item i
+//! (i < [`GRID_SYNC_FLAGS`](crate::abi::GRID_SYNC_FLAGS)). `arrived` counts every block arrival of every launch that used the state, `done` is its value at the
 //! end of the last launch. Launches that share the state run one after another (one stream), so
 //! at a launch's start `done` = `arrived`, every block reads the same `done`, and the launch's
 //! **target** is `done + n_blocks` ([`grid_target`]) — larger than every value any earlier
@@ -16,8 +17,8 @@
 //! - [`publish_item`]: once every thread of the block finished item i (`bar.sync`), thread 0
 //!   `st.release.gpu` of the target into flag i — the PTX memory model's release pattern (a
 //!   release only: an acquire fence here would also invalidate the multiprocessor's L1 under
-//!   the other blocks reading it); the block's writes are ordered before thread 0's fence by
-//!   `bar.sync` (cumulative at CTA scope), so every write of the item is released.
+//!   the other blocks reading it); the block's writes are ordered before thread 0's release
+//!   by `bar.sync` (cumulative at CTA scope), so every write of the item is released.
 //! - [`wait_items`]: each lane of a block's first warp polls (`ld.relaxed.gpu`) the flag of at
 //!   most one item until it holds the target (a flag ≥ the target was stored by this launch:
 //!   see above), then runs `fence.acq_rel.gpu` (observing load + fence: the acquire pattern —
