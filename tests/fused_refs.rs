@@ -43,6 +43,16 @@ fn random_gate(b: &mut Builder, every: u32) -> MulMatVecPairGate {
     }
 }
 
+/// `words` with every NaN replaced by one quiet NaN: every other bit and every NaN's position
+/// kept. Which input's payload a CPU `a + b` or `a * b` of two NaNs returns is not fixed — LLVM
+/// may commute the operands, and does in optimized builds (`cargo test --release` saw the fused
+/// and the unfused reference return different payloads for the same gate) — so the two
+/// references can only be compared up to NaN payloads; the GPU kernels' own payloads are
+/// compared bitwise, fused against unfused, by the GPU suite's twins.
+fn nan_payloads_dropped(words: &[u32]) -> Vec<u32> {
+    words.iter().map(|&w| if f32::from_bits(w).is_nan() { 0x7FC0_0000 } else { w }).collect()
+}
+
 #[test]
 fn pair_gate_reference_equals_the_unfused_references() {
     let mut specials_seen = 0usize;
@@ -58,7 +68,11 @@ fn pair_gate_reference_equals_the_unfused_references() {
                 let unfused = unfused_ops(&op, &mut b, fused_softplus_mul);
                 let (fused, chain) = run_both(&b.mem, &op, &unfused).expect("valid ops");
                 for (k, name) in ["alpha", "beta_raw", "beta", "gate"].iter().enumerate() {
-                    assert_eq!(fused[k], chain[k], "seed {seed} every {every} {name} (fused softplus·mul {fused_softplus_mul})");
+                    assert_eq!(
+                        nan_payloads_dropped(&fused[k]),
+                        nan_payloads_dropped(&chain[k]),
+                        "seed {seed} every {every} {name} (fused softplus·mul {fused_softplus_mul})"
+                    );
                 }
                 specials_seen += fused[3].iter().filter(|&&g| !f32::from_bits(g).is_finite() || g & 0x7F80_0000 == 0).count();
             }
