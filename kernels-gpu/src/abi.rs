@@ -1016,8 +1016,14 @@ pub const fn gdn_layer_step_entry(kind: u32, d_conv: usize) -> Option<&'static s
 /// uses one or the other, a block barrier between items).
 pub const fn gdn_layer_step_shared_bytes(d_conv: usize, n_tokens: usize) -> u32 {
     let chain = gdn_conv_chain_shared_bytes(d_conv, n_tokens);
-    if chain > MUL_MAT_VEC_SHARED_BYTES { chain } else { MUL_MAT_VEC_SHARED_BYTES }
+    let rows = MUL_MAT_VEC_SHARED_BYTES + GDN_LAYER_STEP_ROW_STAGE_BYTES;
+    if chain > rows { chain } else { rows }
 }
+
+/// [layer-step] GDN_LAYER_STEP: shared bytes a mat-vec row item stages its high virtual
+/// threads' chunk in (after the reduction buffer): 8 iterations × (the weight + 2 columns) ×
+/// 128 threads × 8 bytes.
+pub const GDN_LAYER_STEP_ROW_STAGE_BYTES: u32 = 8 * (1 + GDN_LAYER_STEP_COLS as u32) * GDN_LAYER_STEP_BLOCK * 8;
 
 param_struct! {
     /// GDN_LAYER_STEP's parameters, passed by value: the three fused ops' own parameter structs

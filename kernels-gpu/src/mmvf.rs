@@ -78,6 +78,53 @@ impl F32Pair {
     }
 }
 
+/// [layer-step] A pair that a chunk can stage in shared memory instead of registers
+/// ([`shared::copy_async_8`] / [`shared::copy_async_4`]): the same bytes an `ld.global.nc` of
+/// it would load.
+pub trait Stageable: Copy {
+    /// Starts copying the pair at `src` to shared address `dst`.
+    ///
+    /// # Safety
+    /// As [`shared::copy_async_8`] for this pair's size: `src` a readable, aligned pair that
+    /// nothing writes during the launch, `dst` aligned to 8 inside the dynamic shared memory.
+    unsafe fn stage(src: *const Self, dst: u32);
+
+    /// The pair staged at `addr`.
+    ///
+    /// # Safety
+    /// This thread staged it there and then ran [`shared::wait_async_copies`].
+    unsafe fn load_staged(addr: u32) -> Self;
+}
+
+impl Stageable for F32Pair {
+    #[inline(always)]
+    unsafe fn stage(src: *const F32Pair, dst: u32) {
+        // SAFETY: forwarded to the caller; F32Pair is 8 bytes at 8-byte alignment.
+        unsafe { shared::copy_async_8(dst, src as *const u64) }
+    }
+
+    #[inline(always)]
+    unsafe fn load_staged(addr: u32) -> F32Pair {
+        // SAFETY: forwarded to the caller.
+        let (x, y) = unsafe { shared::load_f32x2(addr) };
+        F32Pair { x, y }
+    }
+}
+
+impl Stageable for u32 {
+    #[inline(always)]
+    unsafe fn stage(src: *const u32, dst: u32) {
+        // SAFETY: forwarded to the caller (4 bytes, 4-byte aligned).
+        unsafe { shared::copy_async_4(dst, src) }
+    }
+
+    #[inline(always)]
+    unsafe fn load_staged(addr: u32) -> u32 {
+        // SAFETY: forwarded to the caller.
+        unsafe { shared::load_u32(addr) }
+    }
+}
+
 /// One way of reading a weight row and accumulating its products with an input column (ggml's
 /// `T` × `type_acc`).
 pub trait Accumulation {
@@ -85,7 +132,7 @@ pub trait Accumulation {
     type Elem;
     /// Two adjacent weights, loaded at once: a [`F32Pair`], or a `half2`/`bf16x2` as `u32`
     /// (element 2p in the low 16 bits).
-    type Pair: Copy;
+    type Pair: Stageable;
     /// A column's per-thread accumulator: `f32`, or a `half2` as `u32`.
     type Acc: Copy;
     /// Placeholder for pairs a chunk does not load (never accumulated).
@@ -444,6 +491,103 @@ pub unsafe fn block_reduce<const NCOLS: usize>(partials: [f32; NCOLS], buf: u32,
     sums
 }
 
+/// [layer-step] The partials of virtual threads `tid` (low) and `tid + 128` (high) of a block of
+/// `block` ≤ 256 virtual threads, each exactly [`thread_partials_of`]'s (+0 for a virtual thread
+/// at or above `block`): the same chunks, loads and steps in the same order per virtual thread.
+/// [speed] Both in one memory round trip per chunk: the high thread's chunk is staged in shared
+/// memory (`cp.async`, no registers held) while the low thread's chunk loads into registers and
+/// accumulates; then the high thread accumulates from its staged copy. Pure loads moved; each
+/// virtual thread's steps are unchanged and the low thread's still come before the high's.
+///
+/// # Safety
+/// As [`thread_partials_of`] for both virtual threads; `stage` is the shared address of
+/// [`abi::GDN_LAYER_STEP_ROW_STAGE_BYTES`] bytes (8-aligned) that only this call touches
+/// between the block barriers around it; the block has 128 threads.
+#[inline(always)]
+unsafe fn thread_partials_halves<A: Accumulation, const NCOLS: usize>(
+    w: *const A::Pair,
+    cols: &[*const F32Pair; NCOLS],
+    n_pairs: u32,
+    tid: u32,
+    block: u32,
+    stage: u32,
+) -> ([f32; NCOLS], [f32; NCOLS]) {
+    const K: usize = CHUNK as usize;
+    const { assert!((K * (1 + NCOLS) * 128 * 8) as u32 <= abi::GDN_LAYER_STEP_ROW_STAGE_BYTES) };
+    let high = tid + 128;
+    let (mut acc_low, mut acc_high) = ([A::ZERO; NCOLS], [A::ZERO; NCOLS]);
+    // Iteration k's operand c (0: weight, 1 + j: column j) of this thread's staged chunk: 8-byte
+    // slots, a warp's 32 threads side by side (conflict-free).
+    let slot = |k: usize, c: usize| stage + 8 * ((k * (1 + NCOLS) + c) as u32 * 128 + tid);
+    // Chunk offsets 0, CHUNK·block, …: virtual thread t's chunk at pair t + offset, with
+    // `left` = n_pairs − t − offset pairs from there (0: it has no such chunk).
+    let mut offset = 0u32;
+    loop {
+        let left_of = |t: u32| if t < block && t < n_pairs && offset < n_pairs - t { n_pairs - t - offset } else { 0 };
+        let (low_left, high_left) = (left_of(tid), left_of(high));
+        if high_left > 0 {
+            let p = high + offset;
+            each_k!(k => {
+                if (k as u32) * block < high_left {
+                    // p + k·block < n_pairs: inside the row and every column (as `chunk_loads`).
+                    let pk = (p + k as u32 * block) as usize;
+                    // SAFETY: pk < n_pairs, forwarded to the caller; the slots are this
+                    // thread's, untouched until it waits below.
+                    unsafe {
+                        A::Pair::stage(w.add(pk), slot(k, 0));
+                        let mut j = 0;
+                        while j < NCOLS {
+                            F32Pair::stage(cols[j].add(pk), slot(k, 1 + j));
+                            j += 1;
+                        }
+                    }
+                }
+            });
+        }
+        if low_left > 0 {
+            // SAFETY: forwarded to the caller; tid + offset < n_pairs.
+            unsafe {
+                if low_left > (CHUNK - 1) * block {
+                    chunk::<A, NCOLS, true>(&mut acc_low, w, cols, tid + offset, block, low_left);
+                } else {
+                    chunk::<A, NCOLS, false>(&mut acc_low, w, cols, tid + offset, block, low_left);
+                }
+            }
+        }
+        if high_left > 0 {
+            shared::wait_async_copies();
+            // Iteration by iteration (k increasing, then the columns): `chunk_steps`' order;
+            // shared loads are short, so no chunk of registers is held.
+            each_k!(k => {
+                if (k as u32) * block < high_left {
+                    // SAFETY: staged above by this thread, which has waited for its copies.
+                    let x = unsafe { A::Pair::load_staged(slot(k, 0)) };
+                    let mut j = 0;
+                    while j < NCOLS {
+                        // SAFETY: as above.
+                        let y = unsafe { F32Pair::load_staged(slot(k, 1 + j)) };
+                        acc_high[j] = A::step(acc_high[j], x, y);
+                        j += 1;
+                    }
+                }
+            });
+        }
+        // The low thread's chunks outlast the high one's (its pairs start 128 earlier).
+        if low_left <= CHUNK * block {
+            break;
+        }
+        offset += CHUNK * block;
+    }
+    let (mut low, mut high) = ([0.0f32; NCOLS], [0.0f32; NCOLS]);
+    let mut j = 0;
+    while j < NCOLS {
+        low[j] = A::finish(acc_low[j]);
+        high[j] = A::finish(acc_high[j]);
+        j += 1;
+    }
+    (low, high)
+}
+
 /// [layer-step] [`block_reduce`] of a block of `block` ≤ 256 *virtual* threads run by 128 real
 /// threads: real thread `tid` holds the partials of virtual threads `tid` (`low`) and
 /// `tid + 128` (`high`), so real warp w holds virtual warps w and w + 4, lane for lane. Each
@@ -727,8 +871,9 @@ unsafe fn mul_mat_vec_pair<A: Accumulation, const NCOLS: usize>(gp: &abi::MulMat
 /// All 128 threads of the block call it together; `gp` is a valid MUL_MAT_VEC_PAIR_GATE (the
 /// host validated both products for `n_cols` columns, 1 ≤ `n_cols`, `first_col` < `n_cols`,
 /// `row` < their rows, and the gate views) whose inputs nobody writes during the launch; the
-/// block's dynamic shared memory starts with [`abi::MUL_MAT_VEC_SHARED_BYTES`] that no other
-/// code accesses until every thread has returned.
+/// block's dynamic shared memory starts with [`abi::MUL_MAT_VEC_SHARED_BYTES`] +
+/// [`abi::GDN_LAYER_STEP_ROW_STAGE_BYTES`] that no other code accesses until every thread has
+/// returned.
 #[inline(always)]
 pub(crate) unsafe fn pair_gate_row_halves<A: Accumulation>(
     gp: &abi::MulMatVecPairGateParams,
@@ -772,10 +917,10 @@ pub(crate) unsafe fn pair_gate_row_halves<A: Accumulation>(
     };
     // SAFETY: row < H_v (caller), read-only views (host).
     let operands = if (tid as usize) < NCOLS && first_col + (tid as usize) < n_cols { unsafe { epilogue.operands(row) } } else { (0.0, 0.0) };
-    let none = [0.0f32; NCOLS];
-    // SAFETY: forwarded from the caller for virtual threads tid and tid + 128 below `block`.
-    let low = if tid < block { unsafe { thread_partials_of::<A, NCOLS>(w, &cols, p.n_pairs, tid, block) } } else { none };
-    let high = if tid + 128 < block { unsafe { thread_partials_of::<A, NCOLS>(w, &cols, p.n_pairs, tid + 128, block) } } else { none };
+    // SAFETY: forwarded from the caller for virtual threads tid and tid + 128 below `block`;
+    // the staging area follows the reduction buffer inside the layer step's shared memory.
+    let (low, high) =
+        unsafe { thread_partials_halves::<A, NCOLS>(w, &cols, p.n_pairs, tid, block, shared::base() + abi::MUL_MAT_VEC_SHARED_BYTES) };
     // SAFETY: every thread calls it once per item (caller); the buffer is the block's.
     let sums = unsafe { block_reduce_halves::<NCOLS>(low, high, shared::base(), tid, block) };
     let dst = dst as usize as *mut f32;

@@ -46,3 +46,86 @@ pub unsafe fn load_f32(addr: u32) -> f32 {
     }
     r
 }
+
+/// [layer-step] Loads the u32 at shared address `addr`.
+///
+/// # Safety
+/// As [`load_f32`].
+#[inline(always)]
+pub unsafe fn load_u32(addr: u32) -> u32 {
+    let r: u32;
+    // SAFETY: forwarded to the caller.
+    unsafe {
+        asm!("ld.shared.b32 {r}, [{a}];", r = out(reg32) r, a = in(reg32) addr,
+             options(nostack, readonly));
+    }
+    r
+}
+
+/// [layer-step] Loads the two f32 at shared address `addr` (one `ld.shared.v2.f32`).
+///
+/// # Safety
+/// As [`load_f32`], with `addr` 8-byte aligned.
+#[inline(always)]
+pub unsafe fn load_f32x2(addr: u32) -> (f32, f32) {
+    let (x, y): (f32, f32);
+    // SAFETY: forwarded to the caller.
+    unsafe {
+        asm!("ld.shared.v2.f32 {{{x}, {y}}}, [{a}];", x = out(reg32) x, y = out(reg32) y, a = in(reg32) addr,
+             options(nostack, readonly));
+    }
+    (x, y)
+}
+
+/// [layer-step] Starts copying the 4 bytes at global address `src` to shared address `dst`
+/// (`cp.async.ca.shared.global`, sm_80+): a load whose data goes to shared memory instead of a
+/// register, so a thread can have a whole chunk in flight without the registers to hold it.
+/// The bytes are in shared memory, visible to this thread, once it ran [`wait_async_copies`];
+/// to other threads after that and a barrier. The read is an ordinary (weak) global load
+/// through L1, ordered after this thread's earlier fences like any load it issues later.
+///
+/// # Safety
+/// `src` must point to 4 readable, 4-byte aligned bytes of global memory that no thread writes
+/// until the copy completed; `dst` must be 4-byte aligned inside the launch's dynamic shared
+/// memory, and nothing may read or write it until this thread waited for the copy.
+#[inline(always)]
+pub unsafe fn copy_async_4(dst: u32, src: *const u32) {
+    // SAFETY: forwarded to the caller.
+    unsafe {
+        asm!(
+            "{{ .reg .b64 ga; cvta.to.global.u64 ga, {p}; cp.async.ca.shared.global [{d}], [ga], 4; }}",
+            d = in(reg32) dst,
+            p = in(reg64) src as u64,
+            options(nostack, preserves_flags)
+        );
+    }
+}
+
+/// [layer-step] [`copy_async_4`] for the 8 bytes at `src` (both addresses 8-byte aligned).
+///
+/// # Safety
+/// As [`copy_async_4`], for 8 bytes at 8-byte aligned addresses.
+#[inline(always)]
+pub unsafe fn copy_async_8(dst: u32, src: *const u64) {
+    // SAFETY: forwarded to the caller.
+    unsafe {
+        asm!(
+            "{{ .reg .b64 ga; cvta.to.global.u64 ga, {p}; cp.async.ca.shared.global [{d}], [ga], 8; }}",
+            d = in(reg32) dst,
+            p = in(reg64) src as u64,
+            options(nostack, preserves_flags)
+        );
+    }
+}
+
+/// [layer-step] Waits until every [`copy_async_4`] / [`copy_async_8`] this thread started has
+/// landed in shared memory (`cp.async.wait_all`): afterwards the thread's own copies are
+/// visible to it. Not `readonly`: the compiler keeps later shared loads after it.
+///
+#[inline(always)]
+pub fn wait_async_copies() {
+    // SAFETY: waits for this thread's own copies; touches no other state.
+    unsafe {
+        asm!("cp.async.wait_all;", options(nostack, preserves_flags));
+    }
+}
