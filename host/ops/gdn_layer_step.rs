@@ -356,9 +356,16 @@ mod tests {
         assert_eq!(abi::gdn_layer_step_entry(BF16, 5), Some("gdn_layer_step_bf16_d5"));
         assert_eq!(abi::gdn_layer_step_entry(F16_HALF, 2), None);
         assert_eq!(abi::gdn_layer_step_entry(9, 4), None);
-        // The mat-vec rows' reduction buffer fits in the chain's shared memory.
-        assert!(abi::gdn_layer_step_shared_bytes(3, 1) >= abi::MUL_MAT_VEC_SHARED_BYTES);
-        assert_eq!(abi::gdn_layer_step_shared_bytes(4, 8), abi::gdn_conv_chain_shared_bytes(4, 8));
+        // Every part's shared memory fits: the chain's tile, the mat-vec rows' reduction buffer
+        // and staging area, the second phase's staged token inputs.
+        for (d_conv, n_t) in [(3, 1), (4, 8), (5, 16)] {
+            let bytes = abi::gdn_layer_step_shared_bytes(d_conv, n_t);
+            assert!(bytes >= abi::gdn_conv_chain_shared_bytes(d_conv, n_t));
+            assert!(bytes >= abi::MUL_MAT_VEC_SHARED_BYTES + abi::GDN_LAYER_STEP_ROW_STAGE_BYTES);
+            assert!(bytes >= abi::GDN_LAYER_STEP_TOKEN_STAGE_BYTES);
+            // Under the 48 KiB a launch gets without opting in.
+            assert!(bytes <= 48 * 1024);
+        }
     }
 
     /// The kernel assumes 128-thread blocks: every entry's PTX says so (`.maxntid`), with the

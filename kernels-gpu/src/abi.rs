@@ -1017,8 +1017,15 @@ pub const fn gdn_layer_step_entry(kind: u32, d_conv: usize) -> Option<&'static s
 pub const fn gdn_layer_step_shared_bytes(d_conv: usize, n_tokens: usize) -> u32 {
     let chain = gdn_conv_chain_shared_bytes(d_conv, n_tokens);
     let rows = MUL_MAT_VEC_SHARED_BYTES + GDN_LAYER_STEP_ROW_STAGE_BYTES;
-    if chain > rows { chain } else { rows }
+    let most = if chain > rows { chain } else { rows };
+    if most > GDN_LAYER_STEP_TOKEN_STAGE_BYTES { most } else { GDN_LAYER_STEP_TOKEN_STAGE_BYTES }
 }
+
+/// [layer-step] GDN_LAYER_STEP: shared bytes the second phase stages a block's token inputs in:
+/// q and k of [`GDN_LAYER_STEP_MAX_TOKENS`] tokens (1 KiB each), then per warp 32 bytes per
+/// token (its four columns' v, g, β).
+pub const GDN_LAYER_STEP_TOKEN_STAGE_BYTES: u32 =
+    GDN_LAYER_STEP_MAX_TOKENS as u32 * (2 * GDN_HEAD_DIM as u32 * 4 + GDN_LAYER_STEP_WARPS * 32);
 
 /// [layer-step] GDN_LAYER_STEP: shared bytes a mat-vec row item stages its high virtual
 /// threads' chunk in (after the reduction buffer): 8 iterations × (the weight + 2 columns) ×

@@ -55,7 +55,8 @@ use crate::device::load::coherent_f32;
 use crate::device::memory::{
     load_nc_f32, load_nc_f32_at, load_nc_u32, load_nc_f32x4_stride32, prefetch_l1, prefetch_l2, store_f32_at, store_f32x4_stride32,
 };
-use crate::device::thread::{block_idx_x, block_idx_y, block_idx_z, thread_idx_x, thread_idx_y};
+use crate::device::shared;
+use crate::device::thread::{block_idx_x, block_idx_y, block_idx_z, sync_threads, thread_idx_x, thread_idx_y};
 use crate::device::trap;
 use crate::device::warp::{warp_sum, warp_sum_each};
 use crate::fast_math::exp;
@@ -553,13 +554,15 @@ pub(crate) struct GroupAt {
     pub seq: u32,
     /// Column group z: columns 4·z … 4·z + 3.
     pub group: u32,
+    /// [layer-step] The warp of the block (0 … 3) running the group.
+    pub warp: u32,
     pub lane: u32,
 }
 
 /// [layer-step] This lane's entries of a [`TokenSource`]'s token for the [`GROUP_COLUMNS`]
 /// columns 4·z + j of a group: k and q (one key head for the whole group), each column's v, the
 /// head's gate and β — each element the one [`TokenSource::load`] reads for column 4·z + j
-/// (through [`group_load`]: GDN_LAYER_STEP's first phase wrote them).
+/// (GDN_LAYER_STEP's first phase wrote them; staged by [`stage_group_tokens`]).
 #[derive(Clone, Copy)]
 struct GroupInputs {
     k: [f32; ROWS_PER_LANE],
@@ -573,108 +576,12 @@ impl GroupInputs {
     const ZERO: GroupInputs = GroupInputs { k: [0.0; ROWS_PER_LANE], q: [0.0; ROWS_PER_LANE], v: [0.0; GROUP_COLUMNS], g: 0.0, beta: 0.0 };
 }
 
-/// [layer-step] Tokens whose inputs [`run_group_at`] holds in registers at once (14 floats per
-/// token and lane): one load round per four tokens (GDN_LAYER_STEP's n_t ≤ 16: at most four).
-const GROUP_TOKENS: usize = 4;
-
-/// `$body` for `$i` = 0 … [`GROUP_TOKENS`] − 1, each with a constant index.
-macro_rules! unroll_group_tokens {
-    ($i:ident => $body:expr) => {{
-        { let $i: usize = 0; $body }
-        { let $i: usize = 1; $body }
-        { let $i: usize = 2; $body }
-        { let $i: usize = 3; $body }
-    }};
-}
-const _: () = assert!(GROUP_TOKENS == 4, "unroll_group_tokens! spells out 4 tokens");
-
-impl TokenSource {
-    /// [layer-step] The current token's [`GroupInputs`] for the group starting at column
-    /// `self.col` (L2 loads).
-    ///
-    /// # Safety
-    /// The elements [`TokenSource::load`] reads for each of the group's columns, written and
-    /// made visible to this warp before (GDN_LAYER_STEP: the writers' items published, their
-    /// flags observed) and by no thread since.
-    #[inline(always)]
-    unsafe fn load_group_coherent(&self) -> GroupInputs {
-        let lane = self.lane as usize;
-        let row = |p: *const f32| {
-            let mut x = [0.0f32; ROWS_PER_LANE];
-            let mut r = 0;
-            while r < ROWS_PER_LANE {
-                // SAFETY: 32·r + lane < D of a validated row (caller).
-                x[r] = unsafe { group_load(p.add(32 * r + lane)) };
-                r += 1;
-            }
-            x
-        };
-        let mut v = [0.0f32; GROUP_COLUMNS];
-        let mut j = 0;
-        while j < GROUP_COLUMNS {
-            // SAFETY: column col + j's v element (caller).
-            v[j] = unsafe { group_load(self.v.add(self.col as usize + j)) };
-            j += 1;
-        }
-        // SAFETY: forwarded to the caller.
-        unsafe { GroupInputs { k: row(self.k), q: row(self.q), v, g: group_load(self.g), beta: group_load(self.beta) } }
-    }
-}
-
 /// [layer-step] How [`run_group_at`] reads the token inputs GDN_LAYER_STEP's first phase wrote:
-/// plain coherent loads (`ld.global`, cached in L1: the four warps of a block run four column
-/// groups of one head and share its k, q, g and β lines; on the H200 this beat L2-only
-/// `ld.global.cg` loads, NOTES.md). The warp's acquire of the writers' flags
-/// (`device/grid.rs`, `wait_items`) orders them after every phase-1 write they read (in the
-/// PTX memory model, weak loads after an acquire observe the released values; the acquire
-/// fence invalidates the multiprocessor's L1, so no line cached before it is read).
-///
-/// # Safety
-/// As [`coherent_f32`]: the element was written and made visible to this thread before, and no
-/// thread writes it any more.
-#[inline(always)]
-unsafe fn group_load(p: *const f32) -> f32 {
-    // SAFETY: forwarded to the caller.
-    unsafe { coherent_f32(p) }
-}
-
-/// [layer-step] [`token_step`] on the [`GROUP_COLUMNS`] columns of a group at once: for each
-/// column j the same operations on the same operands in the same order (`decay`, `lane_dot`,
-/// the butterfly `warp_sum`, `delta`, `update`, `lane_dot`, `warp_sum`); only the columns'
-/// instructions are interleaved (the shared γ = `decay(g)` is the value every column's own
-/// `token_step` computes from the same g). Returns each column's unscaled output.
-///
-/// # Safety
-/// All 32 lanes of the warp must call it together (warp sums).
-#[inline(always)]
-unsafe fn token_step_group(
-    s: &mut [[f32; ROWS_PER_LANE]; GROUP_COLUMNS],
-    k: &[f32; ROWS_PER_LANE],
-    q: &[f32; ROWS_PER_LANE],
-    v: &[f32; GROUP_COLUMNS],
-    g: f32,
-    beta: f32,
-) -> [f32; GROUP_COLUMNS] {
-    let gamma = decay(g);
-    let mut kv = [0.0f32; GROUP_COLUMNS];
-    let mut j = 0;
-    while j < GROUP_COLUMNS {
-        kv[j] = lane_dot(&s[j], k);
-        j += 1;
-    }
-    // SAFETY: forwarded to the caller (the whole warp is here).
-    let kv = unsafe { warp_sum_each(kv) };
-    let mut a = [0.0f32; GROUP_COLUMNS];
-    let mut j = 0;
-    while j < GROUP_COLUMNS {
-        update(&mut s[j], k, gamma, delta(kv[j], gamma, v[j], beta));
-        a[j] = lane_dot(&s[j], q);
-        j += 1;
-    }
-    // SAFETY: as above.
-    unsafe { warp_sum_each(a) }
-}
-
+/// `cp.async.ca` copies into shared memory ([`stage_group_tokens`]) — ordinary weak global loads
+/// through L1, issued after the block's acquire of the writers' flags (`device/grid.rs`,
+/// `wait_items`), which orders them after every phase-1 write they read (in the PTX memory
+/// model, weak loads after an acquire observe the released values; the acquire fence
+/// invalidates the multiprocessor's L1, so no line cached before it is read).
 /// [layer-step] The L2 prefetch of the initial state a [`run_group_at`] will read: the group's
 /// four columns of the cache row (lanes 4j … 4j + 3 ask for column j's four 128-byte lines at
 /// rows 0, 32, 64, 96, lanes 16 … 19 for row 127 in case a column is not line-aligned). A
@@ -699,28 +606,128 @@ pub(crate) unsafe fn prefetch_group_state(p: &abi::GatedDeltaNetParams, source_r
     unsafe { prefetch_l2(state_in.wrapping_add(row * in_seq + col * in_col + at.head as usize * in_head + row_in_col)) };
 }
 
+/// [layer-step] Shared memory of [`run_group_at`]'s staged token inputs: tokens t < n_t of the
+/// block's key head — q at `t·QK + 4i`, k at `t·QK + 512 + 4i` (QK = 1024 bytes, i < D) — then,
+/// per warp w, each token's v of the warp's four columns, g and β at `QK·MAX + (w·MAX + t)·32`
+/// (+0 … +12, +16, +20; MAX = [`abi::GDN_LAYER_STEP_MAX_TOKENS`]).
+const STAGE_QK_BYTES: u32 = 2 * GDN_HEAD_DIM as u32 * 4;
+const STAGE_WARP_TOKEN_BYTES: u32 = 32;
+const STAGE_MAX_TOKENS: u32 = abi::GDN_LAYER_STEP_MAX_TOKENS as u32;
+const _: () = assert!(
+    STAGE_QK_BYTES * STAGE_MAX_TOKENS + STAGE_WARP_TOKEN_BYTES * STAGE_MAX_TOKENS * abi::GDN_LAYER_STEP_WARPS
+        <= abi::GDN_LAYER_STEP_TOKEN_STAGE_BYTES
+);
+
+/// [layer-step] Stages every token input of the block's four column groups (one head) in shared
+/// memory: thread 32·w + lane copies element 32·w + lane of every token's q and k row, lanes
+/// 0 … 3 of warp w its columns' v, lane 4 g, lane 5 β — each element the one
+/// [`TokenSource::load`] reads for its column; then waits for its copies and meets the block.
+///
+/// # Safety
+/// All 128 threads of the block call it together (warp w = `warp`), their `src` at token 0 of
+/// the same head; every element of tokens < `n_tokens` written and visible to this thread and
+/// written by nobody any more; no thread reads or writes the staging area
+/// between the previous block barrier and this call's.
+#[inline(always)]
+unsafe fn stage_group_tokens(mut src: TokenSource, n_tokens: usize, warp: u32, base: u32) {
+    let lane = src.lane;
+    let tid = 32 * warp + lane;
+    let mut t = 0u32;
+    while (t as usize) < n_tokens {
+        let qk = base + t * STAGE_QK_BYTES;
+        let mine = base + STAGE_QK_BYTES * STAGE_MAX_TOKENS + (warp * STAGE_MAX_TOKENS + t) * STAGE_WARP_TOKEN_BYTES;
+        // SAFETY: token t < n_tokens of the validated views, element tid < D of its q and k rows,
+        // the warp's columns col + lane (lane < 4), its g and β (caller); the slots lie inside
+        // the staging area (t < MAX, w < 4), each written by this thread only.
+        unsafe {
+            shared::copy_async_4(qk + 4 * tid, src.q.add(tid as usize) as *const u32);
+            shared::copy_async_4(qk + GDN_HEAD_DIM as u32 * 4 + 4 * tid, src.k.add(tid as usize) as *const u32);
+            if lane < GROUP_COLUMNS as u32 {
+                shared::copy_async_4(mine + 4 * lane, src.v.add(src.col as usize + lane as usize) as *const u32);
+            } else if lane == GROUP_COLUMNS as u32 {
+                shared::copy_async_4(mine + 16, src.g as *const u32);
+            } else if lane == GROUP_COLUMNS as u32 + 1 {
+                shared::copy_async_4(mine + 20, src.beta as *const u32);
+            }
+        }
+        src.advance();
+        t += 1;
+    }
+    shared::wait_async_copies();
+    // SAFETY: every thread of the block is here (caller); after it, each thread's copies are
+    // visible to the whole block.
+    unsafe { sync_threads() };
+}
+
+/// [layer-step] Token t's [`GroupInputs`] from [`stage_group_tokens`]'s area: the elements this
+/// lane's column group reads of token t: k and q at rows 32·r + lane, each column's v, g, β.
+///
+/// # Safety
+/// [`stage_group_tokens`] staged tokens > t of this block and warp, and nothing wrote the area
+/// since.
+#[inline(always)]
+unsafe fn staged_group_inputs(base: u32, warp: u32, lane: u32, t: u32) -> GroupInputs {
+    let qk = base + t * STAGE_QK_BYTES;
+    let mine = base + STAGE_QK_BYTES * STAGE_MAX_TOKENS + (warp * STAGE_MAX_TOKENS + t) * STAGE_WARP_TOKEN_BYTES;
+    let mut x = GroupInputs::ZERO;
+    let mut r = 0;
+    while r < ROWS_PER_LANE {
+        let i = 32 * r as u32 + lane;
+        // SAFETY: staged slots (caller).
+        unsafe {
+            x.q[r] = shared::load_f32(qk + 4 * i);
+            x.k[r] = shared::load_f32(qk + GDN_HEAD_DIM as u32 * 4 + 4 * i);
+        }
+        r += 1;
+    }
+    let mut j = 0;
+    while j < GROUP_COLUMNS {
+        // SAFETY: as above.
+        x.v[j] = unsafe { shared::load_f32(mine + 4 * j as u32) };
+        j += 1;
+    }
+    // SAFETY: as above.
+    unsafe {
+        x.g = shared::load_f32(mine + 16);
+        x.beta = shared::load_f32(mine + 20);
+    }
+    x
+}
+
 /// [layer-step] The recurrences of the [`GROUP_COLUMNS`] value columns of group `at.group`
 /// (head, sequence) in one warp, reading the initial state from the cache (GATED_DELTA_NET_FROM_
-/// CACHE) and every token input with L2 loads: for each column the loads, operations, stores and
-/// their order of [`run_at`]`::<true>` for that column (its lane's state registers, the
-/// same token inputs, `token_step`'s arithmetic through [`token_step_group`], `out` element and
-/// state slots), so every written bit is the one GATED_DELTA_NET_FROM_CACHE's warp for that
-/// column writes (lane 0 stores the four `out` elements).
+/// CACHE): for each column the loads, operations, stores and their order of
+/// [`run_at`]`::<true>` for that column (its lane's state registers, the same token inputs,
+/// `token_step`'s arithmetic, the columns interleaved — `out` element and state slots), so
+/// every written bit is the one GATED_DELTA_NET_FROM_CACHE's warp for that column writes (lane 0
+/// stores the four `out` elements).
 ///
-/// `inputs_ready` runs in every lane (in none when n_t = 0) after the initial state is loaded and before the first
-/// token input is (the caller's wait for the token inputs, which other blocks write).
+/// [speed] Every token input is staged in shared memory at once ([`stage_group_tokens`]: one
+/// memory round trip for all n_t tokens, the block's four warps sharing the head's q and k), and
+/// token t + 1's `KV` dot products ride in the same butterflies as token t's outputs (both read
+/// the state after token t's update; one `warp_sum_each` of eight values, each value's butterfly
+/// unchanged) — the recurrence waits for one butterfly per token instead of two. Only the order
+/// of independent operations changes; every operation and its operands are the same.
+///
+/// `inputs_ready` runs in every lane (in none when n_t = 0) after the initial state is loaded
+/// and before the first token input is (the caller's wait for the token inputs, which other
+/// blocks write).
 ///
 /// # Safety
 /// As [`run_at`]`::<true>` for the four columns of group (head, seq, group), all 32 lanes
-/// of the warp calling together; each column is run by this warp only; once `inputs_ready`
-/// returned, every token input of the group is written and visible to this warp's coherent
-/// loads, and nothing writes them any more.
+/// of the warp calling together, and all four warps of the block together (warp `at.warp`), for
+/// groups of the same head and sequence; each column is run by this warp only; once
+/// `inputs_ready` returned, every token input of the group is written and visible to this
+/// thread's loads, and nothing writes them any more; `stage` is the shared address of
+/// [`abi::GDN_LAYER_STEP_TOKEN_STAGE_BYTES`] that no thread touches between the block barrier
+/// `inputs_ready` ends with and this call's return.
 #[inline(always)]
 pub(crate) unsafe fn run_group_at(
     p: &abi::GatedDeltaNetParams,
     source_rows: *const i32,
     source_rows_stride: usize,
     at: GroupAt,
+    stage: u32,
     inputs_ready: impl FnOnce(),
 ) {
     let col0 = at.group as usize * GROUP_COLUMNS;
@@ -768,29 +775,65 @@ pub(crate) unsafe fn run_group_at(
     };
     // [speed] The state loads above are in flight while the caller waits.
     inputs_ready();
-    let mut src = h.token_source(lane, col0);
-    // [speed] The tokens in chunks of GROUP_TOKENS: every input of a chunk is loaded before its
-    // first token's arithmetic (one L2 round trip per chunk instead of one per token: the
-    // recurrence then runs on registers). Pure loads in another order; the float operations and
-    // their operands are unchanged.
-    let mut t0 = 0;
-    while t0 < h.n_tokens {
-        let mut chunk = [GroupInputs::ZERO; GROUP_TOKENS];
-        // Unrolled by hand (constant indices): the chunk must live in registers, and LLVM does
-        // not unroll loops holding these asm loads.
-        unroll_group_tokens!(i => if t0 + i < h.n_tokens {
-            // SAFETY: token t0 + i < n_tokens of the validated input views, written and
-            // visible once `inputs_ready` returned, and by nobody since (caller).
-            chunk[i] = unsafe { src.load_group_coherent() };
-            src.advance();
-        });
-        unroll_group_tokens!(i => if t0 + i < h.n_tokens {
-            let x = &chunk[i];
-            // SAFETY: every lane of the warp runs the same tokens (warp-uniform bounds).
-            let a = unsafe { token_step_group(&mut s, &x.k, &x.q, &x.v, x.g, x.beta) };
-            finish(&s, &a, t0 + i);
-        });
-        t0 += GROUP_TOKENS;
+    // SAFETY: all four warps of the block are here together with groups of one head (caller),
+    // after `inputs_ready`: the inputs are visible, the staging area free.
+    unsafe { stage_group_tokens(h.token_source(lane, col0), h.n_tokens, at.warp, stage) };
+    let n_tokens = h.n_tokens as u32;
+    // SAFETY (every `staged_group_inputs`): tokens < n_tokens, staged above.
+    let mut x = unsafe { staged_group_inputs(stage, at.warp, at.lane, 0) };
+    // Token 0's KV (`token_step`'s first butterfly).
+    let mut kv = [0.0f32; GROUP_COLUMNS];
+    let mut j = 0;
+    while j < GROUP_COLUMNS {
+        kv[j] = lane_dot(&s[j], &x.k);
+        j += 1;
+    }
+    // SAFETY: every lane of the warp runs the same tokens (warp-uniform bounds).
+    let mut kv = unsafe { warp_sum_each(kv) };
+    let mut t = 0u32;
+    loop {
+        // Token t: `token_step` from its γ to its output's dot products, for each column.
+        let gamma = decay(x.g);
+        let mut both = [0.0f32; 2 * GROUP_COLUMNS];
+        let mut j = 0;
+        while j < GROUP_COLUMNS {
+            update(&mut s[j], &x.k, gamma, delta(kv[j], gamma, x.v[j], x.beta));
+            both[j] = lane_dot(&s[j], &x.q);
+            j += 1;
+        }
+        let mut a = [0.0f32; GROUP_COLUMNS];
+        if t + 1 < n_tokens {
+            // Token t + 1's KV reads the same updated state: its dot products join token t's
+            // output butterflies.
+            // SAFETY: t + 1 < n_tokens.
+            let next = unsafe { staged_group_inputs(stage, at.warp, at.lane, t + 1) };
+            let mut j = 0;
+            while j < GROUP_COLUMNS {
+                both[GROUP_COLUMNS + j] = lane_dot(&s[j], &next.k);
+                j += 1;
+            }
+            // SAFETY: as above (the whole warp, warp-uniform loop).
+            let sums = unsafe { warp_sum_each(both) };
+            let mut j = 0;
+            while j < GROUP_COLUMNS {
+                a[j] = sums[j];
+                kv[j] = sums[GROUP_COLUMNS + j];
+                j += 1;
+            }
+            finish(&s, &a, t as usize);
+            x = next;
+        } else {
+            let mut j = 0;
+            while j < GROUP_COLUMNS {
+                a[j] = both[j];
+                j += 1;
+            }
+            // SAFETY: as above.
+            let a = unsafe { warp_sum_each(a) };
+            finish(&s, &a, t as usize);
+            break;
+        }
+        t += 1;
     }
 }
 

@@ -127,6 +127,7 @@
 
 use crate::abi::{GDN_LAYER_STEP_COLS, GDN_LAYER_STEP_GROUPS_PER_HEAD, GDN_LAYER_STEP_WARPS, GdnLayerStepParams};
 use crate::device::grid::{arrive, close_launch, grid_target, publish_item, wait_items};
+use crate::device::shared;
 use crate::device::thread::{block_idx_x, grid_dim_x, thread_idx_x};
 use crate::device::trap;
 use crate::gated_delta_net::{GroupAt, prefetch_group_state, run_group_at};
@@ -179,6 +180,7 @@ unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepP
         head: item / GDN_LAYER_STEP_GROUPS_PER_HEAD,
         seq: 0,
         group: item % GDN_LAYER_STEP_GROUPS_PER_HEAD,
+        warp,
         lane,
     };
     let (source_rows, source_rows_stride) = (p.gdn.source_rows as usize as *const i32, p.gdn.source_rows_stride as usize);
@@ -241,7 +243,7 @@ unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepP
         // visible, and nothing writes them in phase 2 (host: disjoint from `out` and the
         // states); each group is this warp's alone.
         unsafe {
-            run_group_at(&p.gdn.gdn, source_rows, source_rows_stride, at, || {
+            run_group_at(&p.gdn.gdn, source_rows, source_rows_stride, at, shared::base(), || {
                 // SAFETY: every thread of the block: the loop is block-uniform (H_v·32 groups,
                 // a multiple of 4: the block's four warps run the same number of groups, each
                 // round four groups of one head, so `read` is the same in every warp); each
