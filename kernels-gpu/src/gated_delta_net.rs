@@ -58,7 +58,7 @@ use crate::device::memory::{
 use crate::device::shared;
 use crate::device::thread::{block_idx_x, block_idx_y, block_idx_z, sync_threads, thread_idx_x, thread_idx_y};
 use crate::device::trap;
-use crate::device::warp::{warp_sum, warp_sum_each};
+use crate::device::warp::{shfl_idx, warp_sum, warp_sum_each, warp_sum_eight_scattered};
 use crate::fast_math::exp;
 
 /// State rows each lane keeps: lane l holds rows `32·r + l`, r = 0 … 3.
@@ -749,15 +749,12 @@ pub(crate) unsafe fn run_group_at(
         j += 1;
     }
     let mut out_t = h.out_head_row;
-    let mut finish = |s: &[[f32; ROWS_PER_LANE]; GROUP_COLUMNS], a: &[f32; GROUP_COLUMNS], t: usize| {
-        if lane == 0 {
-            let mut j = 0;
-            while j < GROUP_COLUMNS {
-                // SAFETY: element (col0 + j, head, t, seq) of `out`, written by this warp's lane 0
-                // only.
-                unsafe { store_f32_at(out_t, (col0 + j) as u32, mul(a[j], h.scale)) };
-                j += 1;
-            }
+    // `sums` is this lane's [`warp_sum_eight_scattered`] result: column j's output in lanes
+    // 4j … 4j + 3 (j < 4); lane 4j stores it.
+    let mut finish = |s: &[[f32; ROWS_PER_LANE]; GROUP_COLUMNS], sums: f32, t: usize| {
+        if lane % 4 == 0 && lane < 4 * GROUP_COLUMNS {
+            // SAFETY: element (col0 + lane / 4, head, t, seq) of `out`, written by this lane only.
+            unsafe { store_f32_at(out_t, (col0 + lane / 4) as u32, mul(sums, h.scale)) };
         }
         let slot = h.n_tokens - 1 - t;
         if slot < h.n_slots {
@@ -781,15 +778,29 @@ pub(crate) unsafe fn run_group_at(
     let n_tokens = h.n_tokens as u32;
     // SAFETY (every `staged_group_inputs`): tokens < n_tokens, staged above.
     let mut x = unsafe { staged_group_inputs(stage, at.warp, at.lane, 0) };
+    // Every butterfly is one eight-value reduce-scatter: values 0–3 the columns' outputs of
+    // token t, 4–7 their KV for token t + 1 (both read the state after token t's update), each
+    // value's sum landing in lanes 4j … 4j + 3; every lane reads the four KV back.
+    let kv_of = |sums: f32| {
+        let mut kv = [0.0f32; GROUP_COLUMNS];
+        let mut j = 0;
+        while j < GROUP_COLUMNS {
+            // SAFETY: the whole warp (warp-uniform loop, caller).
+            kv[j] = unsafe { shfl_idx(sums, 4 * (GROUP_COLUMNS + j) as u32) };
+            j += 1;
+        }
+        kv
+    };
     // Token 0's KV (`token_step`'s first butterfly).
-    let mut kv = [0.0f32; GROUP_COLUMNS];
+    let mut both = [0.0f32; 2 * GROUP_COLUMNS];
     let mut j = 0;
     while j < GROUP_COLUMNS {
-        kv[j] = lane_dot(&s[j], &x.k);
+        both[GROUP_COLUMNS + j] = lane_dot(&s[j], &x.k);
         j += 1;
     }
     // SAFETY: every lane of the warp runs the same tokens (warp-uniform bounds).
-    let mut kv = unsafe { warp_sum_each(kv) };
+    let mut kv = kv_of(unsafe { warp_sum_eight_scattered(both, at.lane) });
+    let n_tokens = h.n_tokens as u32;
     let mut t = 0u32;
     loop {
         // Token t: `token_step` from its γ to its output's dot products, for each column.
@@ -801,38 +812,26 @@ pub(crate) unsafe fn run_group_at(
             both[j] = lane_dot(&s[j], &x.q);
             j += 1;
         }
-        let mut a = [0.0f32; GROUP_COLUMNS];
-        if t + 1 < n_tokens {
-            // Token t + 1's KV reads the same updated state: its dot products join token t's
-            // output butterflies.
+        let last = t + 1 == n_tokens;
+        let mut next = GroupInputs::ZERO;
+        if !last {
+            // Token t + 1's KV reads the same updated state.
             // SAFETY: t + 1 < n_tokens.
-            let next = unsafe { staged_group_inputs(stage, at.warp, at.lane, t + 1) };
+            next = unsafe { staged_group_inputs(stage, at.warp, at.lane, t + 1) };
             let mut j = 0;
             while j < GROUP_COLUMNS {
                 both[GROUP_COLUMNS + j] = lane_dot(&s[j], &next.k);
                 j += 1;
             }
-            // SAFETY: as above (the whole warp, warp-uniform loop).
-            let sums = unsafe { warp_sum_each(both) };
-            let mut j = 0;
-            while j < GROUP_COLUMNS {
-                a[j] = sums[j];
-                kv[j] = sums[GROUP_COLUMNS + j];
-                j += 1;
-            }
-            finish(&s, &a, t as usize);
-            x = next;
-        } else {
-            let mut j = 0;
-            while j < GROUP_COLUMNS {
-                a[j] = both[j];
-                j += 1;
-            }
-            // SAFETY: as above.
-            let a = unsafe { warp_sum_each(a) };
-            finish(&s, &a, t as usize);
+        }
+        // SAFETY: as above (the whole warp, warp-uniform loop).
+        let sums = unsafe { warp_sum_eight_scattered(both, at.lane) };
+        finish(&s, sums, t as usize);
+        if last {
             break;
         }
+        kv = kv_of(sums);
+        x = next;
         t += 1;
     }
 }

@@ -141,20 +141,19 @@ use crate::mmvf::{Accumulation, Bf16, F16F32, F16Half, F32, pair_gate_row_halves
 #[inline(always)]
 fn item_read_by(p: &GdnLayerStepParams, head: u32, lane: u32) -> Option<u32> {
     let row_items = 2 * p.n_heads;
-    let pair_items = row_items * p.n_tokens.div_ceil(GDN_LAYER_STEP_COLS as u32);
     let n_rows = 2 * p.n_tokens.div_ceil(GDN_LAYER_STEP_COLS as u32);
-    let h_k = p.chain.n_k_heads;
+    let (h_k, tiles) = (p.chain.n_k_heads, p.n_chain_tiles);
     if lane < n_rows {
-        return Some((lane / 2) * row_items + 2 * head + lane % 2);
+        return Some(tiles + (lane / 2) * row_items + 2 * head + lane % 2);
     }
     // GATED_DELTA_NET's key head of value head `head` (`HeadViews::at`); n_key_heads ≥ 1 (host).
     let Some(key_head) = head.checked_rem(p.gdn.gdn.n_key_heads) else { trap() };
     // D = 128 = the tile width: q head kh is tile kh, k head kh tile H_k + kh, v head h tile
     // 2·H_k + h (channels q | k | v of conv_out).
     match lane - n_rows {
-        0 => Some(pair_items + key_head),
-        1 => Some(pair_items + h_k + key_head),
-        2 => Some(pair_items + 2 * h_k + head),
+        0 => Some(key_head),
+        1 => Some(h_k + key_head),
+        2 => Some(2 * h_k + head),
         _ => None,
     }
 }
@@ -195,17 +194,21 @@ unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepP
         // SAFETY: a column group of the validated grid (host); hints only.
         unsafe { prefetch_group_state(&p.gdn.gdn, source_rows, source_rows_stride, group_at(first_group)) };
     }
-    // ---- Phase 1: the mat-vec rows, then the conv-chain tiles; each item published. ----
-    // Row items: (column group, row, product), the product fastest.
+    // ---- Phase 1: the conv-chain tiles, then the mat-vec rows; each item published. ----
+    // [speed] Tiles first: when the items outnumber the grid (n_t > 8), the second round runs
+    // row items, not the tiles every head waits for. Row items: (column group, row, product),
+    // the product fastest.
     let row_items = 2 * p.n_heads;
+    let tiles = p.n_chain_tiles;
     let pair_items = row_items * p.n_tokens.div_ceil(GDN_LAYER_STEP_COLS as u32);
-    let items = pair_items + p.n_chain_tiles;
+    let items = tiles + pair_items;
     let mut item = block;
     while item < items {
-        if item < pair_items {
-            // row_items ≥ 2 here (item < pair_items); `checked_*` keeps core's divide-by-zero
+        if item >= tiles {
+            let row_item = item - tiles;
+            // row_items ≥ 2 here (row_item < pair_items); `checked_*` keeps core's divide-by-zero
             // panic path out of the PTX, and a violated contract aborts the launch.
-            let (Some(group), Some(rem)) = (item.checked_div(row_items), item.checked_rem(row_items)) else { trap() };
+            let (Some(group), Some(rem)) = (row_item.checked_div(row_items), row_item.checked_rem(row_items)) else { trap() };
             // SAFETY: row rem / 2 < H_v of product rem mod 2, first column 2·group < n_t (host:
             // both products valid for n_t columns); all 128 threads call it.
             unsafe {
@@ -221,7 +224,7 @@ unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepP
         } else {
             // SAFETY: tile < C / 128 (host); all 128 threads call it; the shared memory is the
             // chain's layout for (D_CONV, n_t).
-            unsafe { gdn_conv_chain_tile::<D_CONV>(&p.chain, (item - pair_items) as usize) };
+            unsafe { gdn_conv_chain_tile::<D_CONV>(&p.chain, item as usize) };
         }
         // SAFETY: `item` is block-uniform, so every thread is here, after its last write of the
         // item; item < GRID_SYNC_FLAGS (host), published once (items are b, b + G, …). The

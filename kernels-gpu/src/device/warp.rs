@@ -67,3 +67,69 @@ pub unsafe fn warp_sum_each<const N: usize>(mut x: [f32; N]) -> [f32; N] {
     }
     x
 }
+
+/// [layer-step] `shfl.sync.idx.b32` with a full mask: returns `v` of lane `src_lane`.
+///
+/// # Safety
+/// As [`shfl_xor`]; `src_lane` < 32.
+#[inline(always)]
+pub unsafe fn shfl_idx(v: f32, src_lane: u32) -> f32 {
+    let r: f32;
+    // SAFETY: forwarded to the caller (the whole warp is converged here). No memory is touched.
+    unsafe {
+        asm!(
+            "shfl.sync.idx.b32 {r}, {v}, {s}, 0x1f, 0xffffffff;",
+            r = out(reg32) r,
+            v = in(reg32) v,
+            s = in(reg32) src_lane,
+            options(nomem, nostack)
+        );
+    }
+    r
+}
+
+/// [layer-step] [`warp_sum`] of eight values as one reduce-scatter: returns, in lane `lane`, the
+/// sum of value `(lane >> 2) & 7` — [`warp_sum`]'s bits for that value.
+///
+/// Why the bits are [`warp_sum`]'s: the butterfly's result is one binary tree of additions —
+/// at offset o every pair of lanes (i, i ^ o) adds its two partial sums — and every lane ends
+/// with the same bits because each addition is commutative (spec §2.0). Here, at offsets 16, 8
+/// and 4 each lane keeps the half of its values its partner does not (the one selected by its
+/// lane bit) and adds the partner's copy of it, own value first: the same additions on the same
+/// operands as the butterfly's lane, for the values it keeps; offsets 2 and 1 are the butterfly
+/// on the one value left. 9 shuffles and 9 additions instead of 40 and 40.
+///
+/// # Safety
+/// All 32 lanes of the warp must call it together, `lane` being each one's lane index.
+#[inline(always)]
+pub unsafe fn warp_sum_eight_scattered(x: [f32; 8], lane: u32) -> f32 {
+    let upper = |bit: u32| (lane >> bit) & 1 == 1;
+    // Offset 16: lanes with bit 4 set keep values 4 … 7, the others 0 … 3.
+    let high = upper(4);
+    let mut y = [0.0f32; 4];
+    let mut m = 0;
+    while m < 4 {
+        let (keep, send) = if high { (x[4 + m], x[m]) } else { (x[m], x[4 + m]) };
+        // SAFETY: forwarded to the caller (whole warp).
+        y[m] = math::add(keep, unsafe { shfl_xor(send, 16) });
+        m += 1;
+    }
+    // Offset 8: y[m] is value 4·b4 + m; bit 3 picks the upper pair.
+    let high = upper(3);
+    let mut z = [0.0f32; 2];
+    let mut m = 0;
+    while m < 2 {
+        let (keep, send) = if high { (y[2 + m], y[m]) } else { (y[m], y[2 + m]) };
+        // SAFETY: as above.
+        z[m] = math::add(keep, unsafe { shfl_xor(send, 8) });
+        m += 1;
+    }
+    // Offset 4: z[m] is value 4·b4 + 2·b3 + m; bit 2 picks one.
+    let (keep, send) = if upper(2) { (z[1], z[0]) } else { (z[0], z[1]) };
+    // SAFETY: as above.
+    let mut w = math::add(keep, unsafe { shfl_xor(send, 4) });
+    // SAFETY: as above.
+    w = math::add(w, unsafe { shfl_xor(w, 2) });
+    // SAFETY: as above.
+    math::add(w, unsafe { shfl_xor(w, 1) })
+}
