@@ -21,12 +21,20 @@
 //! from the top; at three blocks per multiprocessor of the H200's 132 none runs both).
 //!
 //! **Phase 1** (everything GATED_DELTA_NET reads, none of it reading another item's output):
-//! - items 0 … 2·H_v·⌈n_t/2⌉ − 1: the mat-vec row items. Item i is (column pair i / (2·H_v),
+//! - items 0 … C/128 − 1: the conv-chain tiles, each GDN_CONV_CHAIN's block body verbatim
+//!   ([`gdn_conv_chain_tile`]): tile k reads its channels' slice of the source row and their
+//!   tokens, writes its slice of every snapshot row, its channels of `conv_out`, and the
+//!   L2-normalised q/k heads inside the tile (D = 128: tile kh holds q head kh, tile H_k + kh k
+//!   head kh, tile 2·H_k + h v head h). First, so that when the items outnumber the grid
+//!   (n_t > 8) the second round runs row items, not the tiles every head waits for;
+//! - then 2·H_v·⌈n_t/2⌉ mat-vec row items. Row item i is (column pair i / (2·H_v),
 //!   row (i mod 2·H_v) / 2, product i mod 2 — 0: alpha with the gate epilogue, 1: beta_raw
 //!   with SIGMOID) for the [`abi::GDN_LAYER_STEP_COLS`](crate::abi::GDN_LAYER_STEP_COLS) = 2
 //!   columns of its pair. A `mul_mat_vec_pair_*` block of ggml's block size bs (≤ 256 for E)
 //!   computes a row; here 128 threads run its bs *virtual* threads (thread t runs virtual
-//!   threads t and t + 128, each with the pair's own per-thread loop), and the reduction is
+//!   threads t and t + 128, each with the pair's own per-thread loop — t + 128's chunk staged
+//!   in shared memory by `cp.async` while t's loads into registers, one memory round trip per
+//!   chunk: `thread_partials_halves`), and the reduction is
 //!   the pair's, warp butterfly by warp butterfly in ggml's order ([`pair_gate_row_halves`],
 //!   [`block_reduce_halves`](crate::mmvf::block_reduce_halves)). A column's loop, butterflies
 //!   and block sum do not depend on the other columns of its block (ggml's own split of n_t > 8
@@ -34,12 +42,8 @@
 //!   the unfused kernel's exact operations; the gate path runs on the register the element's
 //!   writer thread stores (the pair-gate's epilogue, the unfused unary and binary bodies).
 //!   Two columns per item (not n_t) spread the rows over the idle blocks and keep the
-//!   registers for three blocks per multiprocessor;
-//! - then C/128 conv-chain tiles, each GDN_CONV_CHAIN's block body verbatim
-//!   ([`gdn_conv_chain_tile`]): tile k reads its channels' slice of the source row and their
-//!   tokens, writes its slice of every snapshot row, its channels of `conv_out`, and the
-//!   L2-normalised q/k heads inside the tile (D = 128: tile kh holds q head kh, tile H_k + kh k
-//!   head kh, tile 2·H_k + h v head h).
+//!   registers for three blocks per multiprocessor (four columns measured slower at T = 1 and
+//!   16, NOTES.md).
 //!
 //! Before phase 1 every warp with a column group asks L2 for its first column group's initial state
 //! ([`prefetch_group_state`]; the ssm cache is not touched by phase 1), so the state reads
@@ -66,9 +70,12 @@
 //! block z), one per warp, the group's four columns interleaved in the warp ([`run_group_at`]):
 //! for each column the body of GATED_DELTA_NET_FROM_CACHE's warp — the same state registers,
 //! loads, `token_step` operations in the same order and the same stores — with the token inputs
-//! (q, k, v, g, β) read by coherent loads ([`coherent_f32`](crate::device::load::coherent_f32):
-//! they were written in phase 1, by other blocks) instead of `ld.global.nc`, four tokens' inputs
-//! at a time. One group per warp instead of one column per warp: the four recurrences' latencies
+//! (q, k, v, g, β) — written in phase 1, by other blocks — staged in shared memory once the
+//! block's wait returned: every token at once, by `cp.async` (weak loads after the acquire),
+//! the head's q and k shared by the block's four warps. Token t + 1's KV dot products join
+//! token t's output sums in one eight-value reduce-scatter
+//! ([`warp_sum_eight_scattered`](crate::device::warp::warp_sum_eight_scattered): each value's
+//! butterfly tree, 13 shuffles instead of 40 per token). One group per warp instead of one column per warp: the four recurrences' latencies
 //! overlap, and 4·G warps run all 1024 groups of 9B at once (GATED_DELTA_NET's grid would need
 //! 4096 warps, ~4 rounds of the co-resident grid).
 //! Each column's operations and their order are GATED_DELTA_NET's; only which warp runs a
@@ -79,8 +86,8 @@
 //! in the unfused kernel's block: a snapshot-row element, a `conv_out` element and an L2 output
 //! by the conv tile owning its channel (q/k heads lie inside one tile: D divides 128); alpha /
 //! beta_raw / gate / beta element (r, j) by thread j mod 2 of the item of row r and column pair
-//! j / 2; `out` (lane 0) and the state slots (the lane owning row i) by the warp running the
-//! column's group.
+//! j / 2; `out` (lane 4j for the group's column j, which holds its sum) and the state slots
+//! (the lane owning row i) by the warp running the column's group.
 //!
 //! # The read-among-written hazards, and why each is race-free
 //! - **Conv cache** (a snapshot row may be the source row): a tile reads its slice of the
@@ -95,7 +102,8 @@
 //!   element is read and written by the one lane owning it, read first (GATED_DELTA_NET_FROM_
 //!   CACHE's argument, unchanged); phase 1 does not touch the ssm cache (host: disjoint).
 //! - **Phase 1 → phase 2 values** (q/k norms, v, gate, β): each written by one item, read by a
-//!   warp only after it observed that item's flag, with coherent loads (the warp's acquire
+//!   warp only after its block observed that item's flag, staged by weak `cp.async` loads
+//!   issued after the acquire (the acquire
 //!   fence also invalidates the multiprocessor's L1, so no line cached before it — qkv under
 //!   `conv_out`, or a line shared with a neighbouring head that was not ready then — is read);
 //!   nothing writes them in phase 2. A warp reads exactly the elements of its items: q/k of
@@ -122,8 +130,12 @@
 //! Every float operation is one of the unfused kernels' `#[inline(always)]` bodies on the same
 //! operands in the same order (conv chain: GDN_CONV_CHAIN's; products: `thread_partials_of` /
 //! the pair's butterflies; gate path: the unary and binary `apply`; GDN: `token_step`'s
-//! operations through `token_step_group`, the columns interleaved, and the warp sums through
-//! `warp_sum_each`, each value's butterfly unchanged). Copies move bit patterns.
+//! operations (`decay`, `lane_dot`, `delta`, `update`), the columns interleaved, and each warp
+//! sum the butterfly's tree of additions — `warp_sum_eight_scattered` adds the same operands
+//! pairwise, own value first, as the butterfly's lane for the values it keeps; every lane of
+//! the butterfly ends with the same bits because each addition is commutative, spec §2.0).
+//! Only independent operations are reordered (token t + 1's KV beside token t's output: both
+//! read the state after token t). Copies move bit patterns.
 
 use crate::abi::{GDN_LAYER_STEP_COLS, GDN_LAYER_STEP_GROUPS_PER_HEAD, GDN_LAYER_STEP_WARPS, GdnLayerStepParams};
 use crate::device::grid::{arrive, close_launch, grid_target, publish_item, wait_items};
