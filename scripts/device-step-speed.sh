@@ -21,9 +21,9 @@ if [ "${NCU:-1}" = 1 ]; then
   timeout 150 ncu --clock-control none --set full --import-source yes -k regex:gdn_layer_step -c 3 -f -o "$o/layer-step" \
     bundle/rgdn bench --quick --no-progress --fusions all --modes mtp3 --graph-layers 0 --out /tmp/ncu-bench > "$o/ncu.log" 2>&1
   echo "ncu exit $?" >> "$o/summary.txt"
-  # Reading the report back (no GPU access); the flag keeps every ncu call uniform.
-  ncu --clock-control none -i "$o/layer-step.ncu-rep" --page details > "$o/ncu-details.txt" 2>&1
-  ncu --clock-control none -i "$o/layer-step.ncu-rep" --page source --csv --print-source sass > "$o/ncu-source-sass.csv" 2>&1
+  # Reading the report back (no GPU access): ncu 2025 refuses --clock-control with --import.
+  ncu -i "$o/layer-step.ncu-rep" --page details > "$o/ncu-details.txt" 2>&1
+  ncu -i "$o/layer-step.ncu-rep" --page source --csv --print-source sass > "$o/ncu-source-sass.csv" 2>&1
 fi
 tar czf "${OUT:-/tmp/out}/step.tgz" -C "$(dirname "$o")" step
 cat "$o/summary.txt"; grep -A40 "per layer" "$o/bench.txt" | head -60
