@@ -18,12 +18,14 @@ fi
 timeout 200 bundle/rgdn bench --no-progress --fusions all --modes "$modes" --out "$o/bench" > "$o/bench.txt" 2>&1
 echo "bench exit $?" >> "$o/summary.txt"
 if [ "${NCU:-1}" = 1 ]; then
-  timeout 150 ncu --clock-control none --set full --import-source yes -k regex:gdn_layer_step -c 3 -f -o "$o/layer-step" \
-    bundle/rgdn bench --quick --no-progress --fusions all --modes mtp3 --graph-layers 0 --out /tmp/ncu-bench > "$o/ncu.log" 2>&1
+  # The report for the GUI, then the details and per-SASS pages printed by profiling runs of
+  # their own: ncu 2025 refuses --clock-control with --import, and every ncu call here carries it.
+  prof="ncu --clock-control none --set full --import-source yes -k regex:gdn_layer_step -c 3"
+  run_bench="bundle/rgdn bench --quick --no-progress --fusions all --modes mtp3 --graph-layers 0 --out /tmp/ncu-bench"
+  timeout 150 $prof -f -o "$o/layer-step" $run_bench > "$o/ncu.log" 2>&1
   echo "ncu exit $?" >> "$o/summary.txt"
-  # Reading the report back (no GPU access): ncu 2025 refuses --clock-control with --import.
-  ncu -i "$o/layer-step.ncu-rep" --page details > "$o/ncu-details.txt" 2>&1
-  ncu -i "$o/layer-step.ncu-rep" --page source --csv --print-source sass > "$o/ncu-source-sass.csv" 2>&1
+  timeout 150 $prof --page details --print-details all $run_bench > "$o/ncu-details.txt" 2>&1
+  timeout 150 $prof --page source --csv --print-source sass $run_bench > "$o/ncu-source-sass.csv" 2>&1
 fi
 tar czf "${OUT:-/tmp/out}/step.tgz" -C "$(dirname "$o")" step
 cat "$o/summary.txt"; grep -A40 "per layer" "$o/bench.txt" | head -60
