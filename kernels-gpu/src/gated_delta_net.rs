@@ -618,6 +618,13 @@ const _: () = assert!(
         <= abi::GDN_LAYER_STEP_TOKEN_STAGE_BYTES
 );
 
+/// [layer-step] Token t's two places in the staging area at `base`: its q/k rows (the block's)
+/// and warp `warp`'s v, g, β.
+#[inline(always)]
+fn stage_slots(base: u32, warp: u32, t: u32) -> (u32, u32) {
+    (base + t * STAGE_QK_BYTES, base + STAGE_QK_BYTES * STAGE_MAX_TOKENS + (warp * STAGE_MAX_TOKENS + t) * STAGE_WARP_TOKEN_BYTES)
+}
+
 /// [layer-step] Stages every token input of the block's four column groups (one head) in shared
 /// memory: thread 32·w + lane copies element 32·w + lane of every token's q and k row, lanes
 /// 0 … 3 of warp w its columns' v, lane 4 g, lane 5 β — each element the one
@@ -634,8 +641,7 @@ unsafe fn stage_group_tokens(mut src: TokenSource, n_tokens: usize, warp: u32, b
     let tid = 32 * warp + lane;
     let mut t = 0u32;
     while (t as usize) < n_tokens {
-        let qk = base + t * STAGE_QK_BYTES;
-        let mine = base + STAGE_QK_BYTES * STAGE_MAX_TOKENS + (warp * STAGE_MAX_TOKENS + t) * STAGE_WARP_TOKEN_BYTES;
+        let (qk, mine) = stage_slots(base, warp, t);
         // SAFETY: token t < n_tokens of the validated views, element tid < D of its q and k rows,
         // the warp's columns col + lane (lane < 4), its g and β (caller); the slots lie inside
         // the staging area (t < MAX, w < 4), each written by this thread only.
@@ -667,8 +673,7 @@ unsafe fn stage_group_tokens(mut src: TokenSource, n_tokens: usize, warp: u32, b
 /// since.
 #[inline(always)]
 unsafe fn staged_group_inputs(base: u32, warp: u32, lane: u32, t: u32) -> GroupInputs {
-    let qk = base + t * STAGE_QK_BYTES;
-    let mine = base + STAGE_QK_BYTES * STAGE_MAX_TOKENS + (warp * STAGE_MAX_TOKENS + t) * STAGE_WARP_TOKEN_BYTES;
+    let (qk, mine) = stage_slots(base, warp, t);
     let mut x = GroupInputs::ZERO;
     let mut r = 0;
     while r < ROWS_PER_LANE {
