@@ -214,33 +214,30 @@ unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepP
     let tiles = p.n_chain_tiles;
     let pair_items = row_items * p.n_tokens.div_ceil(GDN_LAYER_STEP_COLS as u32);
     let items = tiles + pair_items;
+    // Two loops, tiles then rows (items b, b + G, … in increasing order either way), so that
+    // neither kind's loop-invariant addresses stay live through the other's.
     let mut item = block;
-    while item < items {
-        if item >= tiles {
-            let row_item = item - tiles;
-            // row_items ≥ 2 here (row_item < pair_items); `checked_*` keeps core's divide-by-zero
-            // panic path out of the PTX, and a violated contract aborts the launch.
-            let (Some(group), Some(rem)) = (row_item.checked_div(row_items), row_item.checked_rem(row_items)) else { trap() };
-            // SAFETY: row rem / 2 < H_v of product rem mod 2, first column 2·group < n_t (host:
-            // both products valid for n_t columns); all 128 threads call it.
-            unsafe {
-                pair_gate_row_halves::<A>(
-                    &p.gate,
-                    rem % 2,
-                    (rem / 2) as usize,
-                    group as usize * GDN_LAYER_STEP_COLS,
-                    p.n_tokens as usize,
-                    p.pair_block,
-                )
-            };
-        } else {
-            // SAFETY: tile < C / 128 (host); all 128 threads call it; the shared memory is the
-            // chain's layout for (D_CONV, n_t).
-            unsafe { gdn_conv_chain_tile::<D_CONV>(&p.chain, item as usize) };
-        }
+    while item < tiles {
+        // SAFETY: tile < C / 128 (host); all 128 threads call it; the shared memory is the
+        // chain's layout for (D_CONV, n_t).
+        unsafe { gdn_conv_chain_tile::<D_CONV>(&p.chain, item as usize) };
         // SAFETY: `item` is block-uniform, so every thread is here, after its last write of the
         // item; item < GRID_SYNC_FLAGS (host), published once (items are b, b + G, …). The
         // block barrier inside also ends the item's shared-memory accesses.
+        unsafe { publish_item(state, item, target) };
+        item += grid;
+    }
+    while item < items {
+        let row_item = item - tiles;
+        // row_items ≥ 2 here (row_item < pair_items); `checked_*` keeps core's divide-by-zero
+        // panic path out of the PTX, and a violated contract aborts the launch.
+        let (Some(group), Some(rem)) = (row_item.checked_div(row_items), row_item.checked_rem(row_items)) else { trap() };
+        // SAFETY: row rem / 2 < H_v of product rem mod 2, first column 2·group < n_t (host:
+        // both products valid for n_t columns); all 128 threads call it.
+        unsafe {
+            pair_gate_row_halves::<A>(&p.gate, rem % 2, (rem / 2) as usize, group as usize * GDN_LAYER_STEP_COLS, p.n_tokens as usize, p.pair_block)
+        };
+        // SAFETY: as for the tiles above.
         unsafe { publish_item(state, item, target) };
         item += grid;
     }
