@@ -234,6 +234,17 @@ impl GdnLayerStep {
 // it); it is exactly the type the `gdn_layer_step_*` entries take.
 unsafe impl KernelParams for abi::GdnLayerStepParams {}
 
+/// [test] The most blocks a GDN_LAYER_STEP grid takes: every co-resident block, or at most k
+/// when the knob `RGDN_LAYER_STEP_MAX_GRID=k` (k ≥ 1, read once per process) says so. A small
+/// grid runs the paths a large one takes only at full size: several item rounds, blocks that run
+/// both items and column groups, several groups per warp, phase 2's second wait (module docs of
+/// the kernel) — so the sweep's small shapes cover them too. No bit depends on the grid.
+fn max_grid() -> u32 {
+    static KNOB: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+    let cap = KNOB.get_or_init(|| std::env::var("RGDN_LAYER_STEP_MAX_GRID").ok().and_then(|v| v.trim().parse().ok()).filter(|k| *k >= 1));
+    cap.unwrap_or(u32::MAX)
+}
+
 impl Op for GdnLayerStep {
     fn name(&self) -> &'static str {
         OP
@@ -259,7 +270,7 @@ impl Op for GdnLayerStep {
         // warp w the column groups 4·b + w, 4·b + w + 4·G, …; as many blocks as are resident at
         // once, so that the items and the groups share blocks only when together they need
         // more than the grid.
-        let grid = co_resident;
+        let grid = co_resident.min(max_grid());
         let warps = grid.checked_mul(abi::GDN_LAYER_STEP_WARPS);
         if first.checked_add(grid).is_none() || warps.and_then(|w| second.checked_add(w)).is_none() {
             return Err(Error::Unsupported { op: OP, what: "work items + grid overflow u32".into() });
