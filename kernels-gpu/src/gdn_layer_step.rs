@@ -13,12 +13,17 @@
 //! GATED_DELTA_NET's 32 × 4 block — and a grid of G blocks that are all resident at once (a
 //! cooperative launch: the host takes G ≤ SMs × the occupancy the driver reports, and the
 //! driver refuses a cooperative grid that does not fit; the host takes every block that fits).
-//! Block b runs the first-phase items b, b + G, b + 2G, … (a block barrier after each: the items
-//! share the dynamic shared memory), publishing each; in the second phase warp w of block
-//! G − 1 − b runs the column groups 4·b + w, 4·b + w + 4·G, … — counted from the grid's last
-//! block, so that a block runs both items and groups only when the two together need more
-//! blocks than the grid has (9B at T = 1: 128 items on blocks 0 …, 1024 groups on 256 blocks
-//! from the top; at three blocks per multiprocessor of the H200's 132 none runs both).
+//! Block b runs first-phase item b (a block barrier after each item: the items share the
+//! dynamic shared memory), publishing each; in the second phase warp w of block G − 1 − b runs
+//! the column groups 4·b + w, 4·b + w + 4·G, … — counted from the grid's last block, so that a
+//! block runs both items and groups only when the two together need more blocks than the grid
+//! has (9B at T = 1: 128 items on blocks 0 …, 1024 groups on 256 blocks from the top; at three
+//! blocks per multiprocessor of the H200's 132 none runs both). The items past the first G
+//! (n_t > 10 for 9B) run only on the `free` = G − ⌈groups/4⌉ blocks that run no group
+//! (block b < free: G + b, G + b + free, …) when that takes at most two more rounds, so that
+//! no head's block starts its recurrences only after a second item of its own (9B at T = 16:
+//! 576 items, 180 past the first round, on 140 free blocks); otherwise (27B at n_t > 6: 12 free
+//! blocks) every block takes them (b + G, b + 2G, …).
 //!
 //! **Phase 1** (everything GATED_DELTA_NET reads, none of it reading another item's output):
 //! - items 0 … C/128 − 1: the conv-chain tiles, each GDN_CONV_CHAIN's block body verbatim
@@ -242,16 +247,24 @@ unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepP
     let items = tiles + pair_items;
     // Two loops, tiles then rows (items b, b + G, … in increasing order either way), so that
     // neither kind's loop-invariant addresses stay live through the other's.
+    // Items 0 … G − 1 (the first round) run on blocks 0 … G − 1; the later rounds only on the
+    // blocks that run no column group (module docs): block b < `free` then also runs G + b,
+    // G + b + free, …. When the later items would need more than two rounds of those blocks
+    // (or there is none), every block takes them: b + G, b + 2G, ….
+    let group_blocks = gdn_items.div_ceil(GDN_LAYER_STEP_WARPS).min(grid);
+    let (idle, later) = (grid - group_blocks, (tiles + pair_items).saturating_sub(grid));
+    let free = if idle > 0 && later <= 2 * idle { idle } else { grid };
+    let next_item = |item: u32| if item < grid { if block < free { grid + block } else { u32::MAX } } else { item.saturating_add(free) };
     let mut item = block;
     while item < tiles {
         // SAFETY: tile < C / 128 (host); all 128 threads call it; the shared memory is the
         // chain's layout for (D_CONV, n_t).
         unsafe { gdn_conv_chain_tile::<D_CONV>(&p.chain, item as usize) };
         // SAFETY: `item` is block-uniform, so every thread is here, after its last write of the
-        // item; item < GRID_SYNC_FLAGS (host), published once (items are b, b + G, …). The
-        // block barrier inside also ends the item's shared-memory accesses.
+        // item; item < GRID_SYNC_FLAGS (host), published once (each item has one block:
+        // `next_item`). The block barrier inside also ends the item's shared-memory accesses.
         unsafe { publish_item(state, item, target) };
-        item += grid;
+        item = next_item(item);
     }
     while item < items {
         let row_item = item - tiles;
@@ -265,7 +278,7 @@ unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepP
         };
         // SAFETY: as for the tiles above.
         unsafe { publish_item(state, item, target) };
-        item += grid;
+        item = next_item(item);
     }
     // SAFETY: every thread of the block, once, after its last publication.
     unsafe { arrive(state) };
