@@ -14,9 +14,12 @@ for t in bundle-plant-*.tgz; do
   mkdir -p "plant-$name" && tar xzf "$t" -C "plant-$name"
   RGDN_SWEEP_FORWARDS=0 timeout 120 "plant-$name/bundle/tests/gpu_sweep" > "$o/$name-sweep.log" 2>&1
   echo "plant $name, gpu_sweep: exit $? $(grep -E 'SWEEP:' "$o/$name-sweep.log" | tail -1 | cut -c1-60)" >> "$o/summary.txt"
-  # [layer-step] The sweep with the layer step's grid capped at 3 blocks (host knob).
-  RGDN_SWEEP_FORWARDS=0 RGDN_LAYER_STEP_MAX_GRID=3 timeout 120 "plant-$name/bundle/tests/gpu_sweep" > "$o/$name-sweep-grid3.log" 2>&1
-  echo "plant $name, gpu_sweep (layer-step grid ≤ 3): exit $? $(grep -E 'SWEEP:' "$o/$name-sweep-grid3.log" | tail -1 | cut -c1-60)" >> "$o/summary.txt"
+  # [layer-step] The sweep with the layer step's grid capped (host knob): 3 blocks (several
+  # item rounds) and 24 (phase 2 beside idle blocks).
+  for g in 3 24; do
+    RGDN_SWEEP_FORWARDS=0 RGDN_LAYER_STEP_MAX_GRID=$g timeout 120 "plant-$name/bundle/tests/gpu_sweep" > "$o/$name-sweep-grid$g.log" 2>&1
+    echo "plant $name, gpu_sweep (layer-step grid ≤ $g): exit $? $(grep -E 'SWEEP:' "$o/$name-sweep-grid$g.log" | tail -1 | cut -c1-60)" >> "$o/summary.txt"
+  done
   [ "${PLANT_OPS:-1}" = 1 ] || continue
   timeout 150 "plant-$name/bundle/tests/gpu_ops" GDN_LAYER_STEP > "$o/$name-ops.log" 2>&1
   echo "plant $name, gpu_ops GDN_LAYER_STEP: exit $? $(grep -E '^GPU suite:' "$o/$name-ops.log" | tail -1)" >> "$o/summary.txt"

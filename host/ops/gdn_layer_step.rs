@@ -237,8 +237,9 @@ unsafe impl KernelParams for abi::GdnLayerStepParams {}
 /// [test] The most blocks a GDN_LAYER_STEP grid takes: every co-resident block, or at most k
 /// when the knob `RGDN_LAYER_STEP_MAX_GRID=k` (k ≥ 1, read once per process) says so. A small
 /// grid runs the paths a large one takes only at full size: several item rounds, blocks that run
-/// both items and column groups, several groups per warp, phase 2's second wait (module docs of
-/// the kernel) — so the sweep's small shapes cover them too. No bit depends on the grid.
+/// both items and column groups, several groups per warp — so the sweep's small shapes cover
+/// them too (`scripts/device-final.sh suite` runs the sweep at k = 1, 3, 7, 24). No bit depends
+/// on the grid: the items and groups are the same, only which block runs them changes.
 fn max_grid() -> u32 {
     static KNOB: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
     let cap = KNOB.get_or_init(|| std::env::var("RGDN_LAYER_STEP_MAX_GRID").ok().and_then(|v| v.trim().parse().ok()).filter(|k| *k >= 1));

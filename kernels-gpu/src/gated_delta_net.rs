@@ -625,27 +625,22 @@ fn stage_slots(base: u32, warp: u32, t: u32) -> (u32, u32) {
     (base + t * STAGE_QK_BYTES, base + STAGE_QK_BYTES * STAGE_MAX_TOKENS + (warp * STAGE_MAX_TOKENS + t) * STAGE_WARP_TOKEN_BYTES)
 }
 
-/// [layer-step] Stages the token inputs of tokens `first` … `end` − 1 of the block's four column
-/// groups (one head) in shared memory: thread 32·w + lane copies element 32·w + lane of each
-/// such token's q and k row, lanes 0 … 3 of warp w its columns' v, lane 4 g, lane 5 β — each
-/// element the one [`TokenSource::load`] reads for its column; then waits for its copies and
-/// meets the block.
+/// [layer-step] Stages every token input of the block's four column groups (one head) in shared
+/// memory: thread 32·w + lane copies element 32·w + lane of every token's q and k row, lanes
+/// 0 … 3 of warp w its columns' v, lane 4 g, lane 5 β — each element the one
+/// [`TokenSource::load`] reads for its column; then waits for its copies and meets the block.
 ///
 /// # Safety
 /// All 128 threads of the block call it together (warp w = `warp`), their `src` at token 0 of
-/// the same head; every element of tokens `first` … `end` − 1 < n_t written and visible to this
-/// thread and written by nobody any more; no thread reads or writes those tokens' slots of the
-/// staging area between the previous block barrier and this call's.
+/// the same head; every element of tokens < `n_tokens` written and visible to this thread and
+/// written by nobody any more; no thread reads or writes the staging area
+/// between the previous block barrier and this call's.
 #[inline(always)]
-unsafe fn stage_group_tokens(mut src: TokenSource, first: u32, end: u32, warp: u32, base: u32) {
+unsafe fn stage_group_tokens(mut src: TokenSource, n_tokens: usize, warp: u32, base: u32) {
     let lane = src.lane;
     let tid = 32 * warp + lane;
     let mut t = 0u32;
-    while t < first {
-        src.advance();
-        t += 1;
-    }
-    while t < end {
+    while (t as usize) < n_tokens {
         let (qk, mine) = stage_slots(base, warp, t);
         // SAFETY: token t < n_tokens of the validated views, element tid < D of its q and k rows,
         // the warp's columns col + lane (lane < 4), its g and β (caller); the slots lie inside
@@ -712,31 +707,25 @@ unsafe fn staged_group_inputs(base: u32, warp: u32, lane: u32, t: u32) -> GroupI
 /// every written bit is the one GATED_DELTA_NET_FROM_CACHE's warp for that column writes (lane 0
 /// stores the four `out` elements).
 ///
-/// [speed] The token inputs are staged in shared memory in at most two batches
-/// ([`stage_group_tokens`]: one memory round trip per batch, the block's four warps sharing the
-/// head's q and k) — tokens 0 … `first_batch` − 1 before the first token, the rest (if any) once
-/// token `first_batch` − 1 begins, each batch after its own `inputs_ready` — and
+/// [speed] Every token input is staged in shared memory at once ([`stage_group_tokens`]: one
+/// memory round trip for all n_t tokens, the block's four warps sharing the head's q and k), and
 /// token t + 1's `KV` dot products ride in the same butterflies as token t's outputs (both read
 /// the state after token t's update; one `warp_sum_each` of eight values, each value's butterfly
 /// unchanged) — the recurrence waits for one butterfly per token instead of two. Only the order
 /// of independent operations changes; every operation and its operands are the same.
 ///
-/// `inputs_ready(batch)` runs in every lane (in none when n_t = 0) before batch `batch` (0, then
-/// 1 when `first_batch` < n_t) is read: batch 0 after the initial state is loaded, before the
-/// first token input is; batch 1 at the start of token `first_batch` − 1, before token
-/// `first_batch`'s inputs are read (the caller's waits for the token inputs, which other blocks
-/// write).
+/// `inputs_ready` runs in every lane (in none when n_t = 0) after the initial state is loaded
+/// and before the first token input is (the caller's wait for the token inputs, which other
+/// blocks write).
 ///
 /// # Safety
 /// As [`run_at`]`::<true>` for the four columns of group (head, seq, group), all 32 lanes
 /// of the warp calling together, and all four warps of the block together (warp `at.warp`), for
-/// groups of the same head and sequence (so with the same `first_batch`, 1 ≤ `first_batch`);
-/// each column is run by this warp only; once `inputs_ready(0)` returned, every token input of
-/// tokens < `first_batch` is written and visible to this thread's loads, once
-/// `inputs_ready(1)` returned, every token input of the others, and nothing writes them any
-/// more; `stage` is the shared address of [`abi::GDN_LAYER_STEP_TOKEN_STAGE_BYTES`] that no
-/// thread touches between the block barrier `inputs_ready(0)` ends with and this call's return
-/// but this call's threads.
+/// groups of the same head and sequence; each column is run by this warp only; once
+/// `inputs_ready` returned, every token input of the group is written and visible to this
+/// thread's loads, and nothing writes them any more; `stage` is the shared address of
+/// [`abi::GDN_LAYER_STEP_TOKEN_STAGE_BYTES`] that no thread touches between the block barrier
+/// `inputs_ready` ends with and this call's return.
 #[inline(always)]
 pub(crate) unsafe fn run_group_at(
     p: &abi::GatedDeltaNetParams,
@@ -744,8 +733,7 @@ pub(crate) unsafe fn run_group_at(
     source_rows_stride: usize,
     at: GroupAt,
     stage: u32,
-    first_batch: u32,
-    mut inputs_ready: impl FnMut(u32),
+    inputs_ready: impl FnOnce(),
 ) {
     let col0 = at.group as usize * GROUP_COLUMNS;
     let lane = at.lane as usize;
@@ -788,14 +776,12 @@ pub(crate) unsafe fn run_group_at(
         out_t = out_t.wrapping_add(h.out_token);
     };
     // [speed] The state loads above are in flight while the caller waits.
-    inputs_ready(0);
-    let n_tokens = h.n_tokens as u32;
-    let first_batch = first_batch.max(1).min(n_tokens);
+    inputs_ready();
     // SAFETY: all four warps of the block are here together with groups of one head (caller),
-    // after `inputs_ready(0)`: tokens < first_batch are visible, the staging area free.
-    unsafe { stage_group_tokens(h.token_source(lane, col0), 0, first_batch, at.warp, stage) };
-    // SAFETY (every `staged_group_inputs`): tokens < first_batch are staged above, the others
-    // in the loop below before token first_batch's inputs are read.
+    // after `inputs_ready`: the inputs are visible, the staging area free.
+    unsafe { stage_group_tokens(h.token_source(lane, col0), h.n_tokens, at.warp, stage) };
+    let n_tokens = h.n_tokens as u32;
+    // SAFETY (every `staged_group_inputs`): tokens < n_tokens, staged above.
     let mut x = unsafe { staged_group_inputs(stage, at.warp, at.lane, 0) };
     // Every butterfly is one eight-value reduce-scatter: values 0–3 the columns' outputs of
     // token t, 4–7 their KV for token t + 1 (both read the state after token t's update), each
@@ -819,16 +805,9 @@ pub(crate) unsafe fn run_group_at(
     }
     // SAFETY: every lane of the warp runs the same tokens (warp-uniform bounds).
     let mut kv = kv_of(unsafe { warp_sum_eight_scattered(both, at.lane) });
+    let n_tokens = h.n_tokens as u32;
     let mut t = 0u32;
     loop {
-        if t + 1 == first_batch && first_batch < n_tokens {
-            // The second batch, before token first_batch's inputs are read (below: its KV).
-            inputs_ready(1);
-            // SAFETY: all four warps of the block are here (the same token of the same head and
-            // n_t: block-uniform), after `inputs_ready(1)`: tokens ≥ first_batch are visible;
-            // their slots were not touched since the first batch's barrier.
-            unsafe { stage_group_tokens(h.token_source(lane, col0), first_batch, n_tokens, at.warp, stage) };
-        }
         // Token t: `token_step` from its γ to its output's dot products, for each column.
         let gamma = decay(x.g);
         let mut both = [0.0f32; 2 * GROUP_COLUMNS];

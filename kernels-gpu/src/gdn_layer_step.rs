@@ -13,17 +13,12 @@
 //! GATED_DELTA_NET's 32 × 4 block — and a grid of G blocks that are all resident at once (a
 //! cooperative launch: the host takes G ≤ SMs × the occupancy the driver reports, and the
 //! driver refuses a cooperative grid that does not fit; the host takes every block that fits).
-//! Block b runs first-phase item b (a block barrier after each item: the items share the
-//! dynamic shared memory), publishing each; in the second phase warp w of block G − 1 − b runs
-//! the column groups 4·b + w, 4·b + w + 4·G, … — counted from the grid's last block, so that a
-//! block runs both items and groups only when the two together need more blocks than the grid
-//! has (9B at T = 1: 128 items on blocks 0 …, 1024 groups on 256 blocks from the top; at three
-//! blocks per multiprocessor of the H200's 132 none runs both). The items past the first G
-//! (n_t > 10 for 9B) run only on the `free` = G − ⌈groups/4⌉ blocks that run no group
-//! (block b < free: G + b, G + b + free, …) when that takes at most two more rounds, so that
-//! no head's block starts its recurrences only after a second item of its own (9B at T = 16:
-//! 576 items, 180 past the first round, on 140 free blocks); otherwise (27B at n_t > 6: 12 free
-//! blocks) every block takes them (b + G, b + 2G, …).
+//! Block b runs the first-phase items b, b + G, b + 2G, … (a block barrier after each: the items
+//! share the dynamic shared memory), publishing each; in the second phase warp w of block
+//! G − 1 − b runs the column groups 4·b + w, 4·b + w + 4·G, … — counted from the grid's last
+//! block, so that a block runs both items and groups only when the two together need more
+//! blocks than the grid has (9B at T = 1: 128 items on blocks 0 …, 1024 groups on 256 blocks
+//! from the top; at three blocks per multiprocessor of the H200's 132 none runs both).
 //!
 //! **Phase 1** (everything GATED_DELTA_NET reads, none of it reading another item's output):
 //! - items 0 … C/128 − 1: the conv-chain tiles, each GDN_CONV_CHAIN's block body verbatim
@@ -67,15 +62,7 @@
 //! of a wide step (n_t > 8: more items than blocks) start before the last items run; at n_t ≤ 8
 //! on the H200 the flags measured within noise of the one grid barrier they replaced
 //! (`results/2026-12-01-h200-flags/`: the items' memory round trips, not the synchronisation,
-//! are the critical path).
-//! **Two batches** when the items outnumber the grid: the row items of the column pairs
-//! 0 … f − 1 (f = [`first_round_pairs`]: the pairs whose row items of every row are among the
-//! first G items, so they run in the first round) are awaited with the tiles before token 0;
-//! the pairs f … ⌈n_t/2⌉ − 1, which run in a later round, only at the start of token 2f − 1,
-//! just before token 2f's inputs are first read (its KV rides in token 2f − 1's butterflies) —
-//! a second `wait_items` of the same block-uniform kind, then their tokens are staged. A
-//! head's first 2f tokens then run while the later rounds do (9B at T = 16: f = 5 of 8 pairs
-//! on the H200's 396 blocks). Each block's
+//! are the critical path). Each block's
 //! arrival and block 0's wait for all of them at its end ([`arrive`], [`close_launch`]) only
 //! keep the state ready for the next launch.
 //!
@@ -84,8 +71,7 @@
 //! for each column the body of GATED_DELTA_NET_FROM_CACHE's warp — the same state registers,
 //! loads, `token_step` operations in the same order and the same stores — with the token inputs
 //! (q, k, v, g, β) — written in phase 1, by other blocks — staged in shared memory once the
-//! block's wait returned: every token of the batch at once, by `cp.async` (weak loads after
-//! the acquire),
+//! block's wait returned: every token at once, by `cp.async` (weak loads after the acquire),
 //! the head's q and k shared by the block's four warps. Token t + 1's KV dot products join
 //! token t's output sums in one eight-value reduce-scatter
 //! ([`warp_sum_eight_scattered`](crate::device::warp::warp_sum_eight_scattered): each value's
@@ -160,40 +146,23 @@ use crate::gated_delta_net::{GroupAt, prefetch_group_state, run_group_at};
 use crate::gdn_conv_chain::gdn_conv_chain_tile;
 use crate::mmvf::{Accumulation, Bf16, F16F32, F16Half, F32, pair_gate_row_halves};
 
-/// Column pairs whose row items (of every row) all run in the first item round (items < the
-/// grid): phase 2 waits for those (and the tiles) first and for the others only before their
-/// tokens (module docs, "Readiness"); all of them when that is every pair or none.
+/// The first-phase items value head `head`'s column groups read, one per lane (module docs,
+/// "Readiness"): lanes 0 … 2·⌈n_t/2⌉ − 1 the row items of row `head` (column pair lane / 2,
+/// product lane mod 2), the next three the conv tiles of its q, k and v heads; the other lanes
+/// none.
 #[inline(always)]
-fn first_round_pairs(p: &GdnLayerStepParams, grid: u32) -> u32 {
-    let pairs = p.n_tokens.div_ceil(GDN_LAYER_STEP_COLS as u32);
+fn item_read_by(p: &GdnLayerStepParams, head: u32, lane: u32) -> Option<u32> {
     let row_items = 2 * p.n_heads;
-    // row_items ≥ 2 (host: H_v ≥ 1); `checked_div` keeps core's divide-by-zero panic out.
-    let in_first = grid.saturating_sub(p.n_chain_tiles).checked_div(row_items).unwrap_or(0);
-    if in_first == 0 || in_first >= pairs { pairs } else { in_first }
-}
-
-/// The first-phase items batch `batch` of value head `head`'s column groups reads, one per lane
-/// (module docs, "Readiness"): batch 0 — lanes 0 … 2·f − 1 the row items of row `head` for
-/// column pairs 0 … f − 1 (pair lane / 2, product lane mod 2), the next three the conv tiles of
-/// its q, k and v heads; batch 1 — lanes 0 … 2·(P − f) − 1 the row items of pairs f … P − 1
-/// (f = `first_pairs`, P = ⌈n_t/2⌉); the other lanes none.
-#[inline(always)]
-fn item_read_by(p: &GdnLayerStepParams, head: u32, lane: u32, batch: u32, first_pairs: u32) -> Option<u32> {
-    let row_items = 2 * p.n_heads;
-    let pairs = p.n_tokens.div_ceil(GDN_LAYER_STEP_COLS as u32);
-    let (first_pair, n_pairs) = if batch == 0 { (0, first_pairs) } else { (first_pairs, pairs - first_pairs) };
+    let n_rows = 2 * p.n_tokens.div_ceil(GDN_LAYER_STEP_COLS as u32);
     let (h_k, tiles) = (p.chain.n_k_heads, p.n_chain_tiles);
-    if lane < 2 * n_pairs {
-        return Some(tiles + (first_pair + lane / 2) * row_items + 2 * head + lane % 2);
-    }
-    if batch != 0 {
-        return None;
+    if lane < n_rows {
+        return Some(tiles + (lane / 2) * row_items + 2 * head + lane % 2);
     }
     // GATED_DELTA_NET's key head of value head `head` (`HeadViews::at`); n_key_heads ≥ 1 (host).
     let Some(key_head) = head.checked_rem(p.gdn.gdn.n_key_heads) else { trap() };
     // D = 128 = the tile width: q head kh is tile kh, k head kh tile H_k + kh, v head h tile
     // 2·H_k + h (channels q | k | v of conv_out).
-    match lane - 2 * n_pairs {
+    match lane - n_rows {
         0 => Some(key_head),
         1 => Some(h_k + key_head),
         2 => Some(2 * h_k + head),
@@ -247,24 +216,16 @@ unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepP
     let items = tiles + pair_items;
     // Two loops, tiles then rows (items b, b + G, … in increasing order either way), so that
     // neither kind's loop-invariant addresses stay live through the other's.
-    // Items 0 … G − 1 (the first round) run on blocks 0 … G − 1; the later rounds only on the
-    // blocks that run no column group (module docs): block b < `free` then also runs G + b,
-    // G + b + free, …. When the later items would need more than two rounds of those blocks
-    // (or there is none), every block takes them: b + G, b + 2G, ….
-    let group_blocks = gdn_items.div_ceil(GDN_LAYER_STEP_WARPS).min(grid);
-    let (idle, later) = (grid - group_blocks, (tiles + pair_items).saturating_sub(grid));
-    let free = if idle > 0 && later <= 2 * idle { idle } else { grid };
-    let next_item = |item: u32| if item < grid { if block < free { grid + block } else { u32::MAX } } else { item.saturating_add(free) };
     let mut item = block;
     while item < tiles {
         // SAFETY: tile < C / 128 (host); all 128 threads call it; the shared memory is the
         // chain's layout for (D_CONV, n_t).
         unsafe { gdn_conv_chain_tile::<D_CONV>(&p.chain, item as usize) };
         // SAFETY: `item` is block-uniform, so every thread is here, after its last write of the
-        // item; item < GRID_SYNC_FLAGS (host), published once (each item has one block:
-        // `next_item`). The block barrier inside also ends the item's shared-memory accesses.
+        // item; item < GRID_SYNC_FLAGS (host), published once (items are b, b + G, …). The
+        // block barrier inside also ends the item's shared-memory accesses.
         unsafe { publish_item(state, item, target) };
-        item = next_item(item);
+        item += grid;
     }
     while item < items {
         let row_item = item - tiles;
@@ -278,31 +239,29 @@ unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepP
         };
         // SAFETY: as for the tiles above.
         unsafe { publish_item(state, item, target) };
-        item = next_item(item);
+        item += grid;
     }
     // SAFETY: every thread of the block, once, after its last publication.
     unsafe { arrive(state) };
     // ---- Phase 2: GATED_DELTA_NET's column groups, one warp each, each waiting only for the
     // items it reads. ----
-    let first_pairs = first_round_pairs(p, grid);
-    let first_batch = first_pairs * GDN_LAYER_STEP_COLS as u32;
     let mut item = first_group;
     while item < gdn_items {
         let at = group_at(item);
+        let read = item_read_by(p, at.head, lane);
         // SAFETY: head < H_v, sequence 0 of the one the host validated, group < D/4, every lane
         // of the warp here (the loop is warp-uniform); once `wait_items` returned, every token
         // input of the group was written by its items (module docs, "Readiness") and is
         // visible, and nothing writes them in phase 2 (host: disjoint from `out` and the
         // states); each group is this warp's alone.
         unsafe {
-            run_group_at(&p.gdn.gdn, source_rows, source_rows_stride, at, shared::base(), first_batch, |batch| {
+            run_group_at(&p.gdn.gdn, source_rows, source_rows_stride, at, shared::base(), || {
                 // SAFETY: every thread of the block: the loop is block-uniform (H_v·32 groups,
                 // a multiple of 4: the block's four warps run the same number of groups, each
-                // round four groups of one head, so the items are the same in every warp, and
-                // `run_group_at` calls this at the same token in every warp); each item < the
-                // first-phase items (pairs < ⌈n_t/2⌉, row rem < 2·H_v, tiles < C/128: host
-                // links), published by its block, and this block published and arrived above.
-                wait_items(state, item_read_by(p, at.head, lane, batch, first_pairs), target)
+                // round four groups of one head, so `read` is the same in every warp); each
+                // item < the first-phase items (row rem < 2·H_v, tiles < C/128: host links),
+                // published by its block, and this block published and arrived above.
+                wait_items(state, read, target)
             })
         };
         item += warps;
