@@ -20,7 +20,7 @@ suite)
   echo "run-all exit $?" >> "$o/run-all.txt"
   cp "$o/tests/summary.txt" "$o/summary.txt" 2>/dev/null
   # [layer-step] The sweep again with GDN_LAYER_STEP's grid capped (host knob): several item
-  # rounds, blocks running items and groups, several groups per warp, phase 2's second wait.
+  # rounds, blocks running items and groups, several groups per warp.
   for g in 1 3 7 24; do
     RGDN_REQUIRE_GPU=1 RGDN_SWEEP_FORWARDS=0 RGDN_LAYER_STEP_MAX_GRID=$g timeout 120 bundle/tests/gpu_sweep > "$o/sweep-grid$g.log" 2>&1
     echo "gpu_sweep, layer-step grid ≤ $g: exit $? $(grep -E 'SWEEP:' "$o/sweep-grid$g.log" | cut -c1-60)" >> "$o/summary.txt"
