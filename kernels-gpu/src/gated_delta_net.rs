@@ -576,12 +576,6 @@ impl GroupInputs {
     const ZERO: GroupInputs = GroupInputs { k: [0.0; ROWS_PER_LANE], q: [0.0; ROWS_PER_LANE], v: [0.0; GROUP_COLUMNS], g: 0.0, beta: 0.0 };
 }
 
-/// [layer-step] How [`run_group_at`] reads the token inputs GDN_LAYER_STEP's first phase wrote:
-/// `cp.async.ca` copies into shared memory ([`stage_group_tokens`]) — ordinary weak global loads
-/// through L1, issued after the block's acquire of the writers' flags (`device/grid.rs`,
-/// `wait_items`), which orders them after every phase-1 write they read (in the PTX memory
-/// model, weak loads after an acquire observe the released values; the acquire fence
-/// invalidates the multiprocessor's L1, so no line cached before it is read).
 /// [layer-step] The L2 prefetch of the initial state a [`run_group_at`] will read: the group's
 /// four columns of the cache row (lanes 4j … 4j + 3 ask for column j's four 128-byte lines at
 /// rows 0, 32, 64, 96, lanes 16 … 19 for row 127 in case a column is not line-aligned). A
@@ -629,6 +623,13 @@ fn stage_slots(base: u32, warp: u32, t: u32) -> (u32, u32) {
 /// memory: thread 32·w + lane copies element 32·w + lane of every token's q and k row, lanes
 /// 0 … 3 of warp w its columns' v, lane 4 g, lane 5 β — each element the one
 /// [`TokenSource::load`] reads for its column; then waits for its copies and meets the block.
+///
+/// The copies are how [`run_group_at`] reads the token inputs GDN_LAYER_STEP's first phase
+/// wrote: `cp.async.ca` — ordinary weak global loads through L1, issued after the block's
+/// acquire of the writers' flags (`device/grid.rs`, `wait_items`), which orders them after every
+/// phase-1 write they read (in the PTX memory model, weak loads after an acquire observe the
+/// released values; the acquire fence invalidates the multiprocessor's L1, so no line cached
+/// before it is read).
 ///
 /// # Safety
 /// All 128 threads of the block call it together (warp w = `warp`), their `src` at token 0 of
