@@ -43,6 +43,10 @@ pub mod reference;
 #[allow(missing_docs)]
 pub mod suite;
 pub mod tensor;
+// Which bytes of which buffers a view touches: the graph's legality check and the layer step's
+// readiness proof reason on these.
+#[allow(missing_docs)]
+pub mod bytes;
 
 pub use error::{Error, Result};
 

@@ -12,7 +12,8 @@
 //!   in execution order), with pins for the reference PR's aliasing layout;
 //! - [`exec`]: runs a node list on the GPU or on the CPU reference.
 
-pub mod bytes;
+// The byte sets live beside the tensors (ops reason on them too); re-exported for the graph's users.
+pub use crate::bytes;
 pub mod exec;
 pub mod layer;
 pub mod plan;

@@ -13,12 +13,15 @@ use super::gated_delta_net::GdnShape;
 use super::gdn_conv_chain::ChainShape;
 use super::mmvf::MatVecShape;
 use super::{GatedDeltaNetFromCache, GdnConvChain, MulMatVecPairGate, Op, check};
+use crate::bytes::{Bound, ByteSet};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, KernelArg, KernelParams, LaunchDims, ParamBlock};
 use crate::kernels::abi;
 use crate::memory::{DeviceMemory, HostMemory, Memory};
 use crate::reference::math::Mufu;
-use crate::tensor::Tensor;
+use crate::tensor::{BufferId, Tensor};
+use std::collections::HashSet;
+use std::sync::Mutex;
 
 const OP: &str = "GDN_LAYER_STEP";
 
@@ -41,6 +44,12 @@ const OP: &str = "GDN_LAYER_STEP";
 ///   cache and its index from every output of the chain and the products — else
 ///   [`Error::Aliasing`]. (Each part's own overlaps — conv_out on qkv, a snapshot row on the
 ///   source row, a state slot on the row read — stay admitted as each part admits them.)
+/// - **readiness** (the kernel's second phase reads a head's token inputs once the first-phase
+///   items it waits for, `abi::LayerStepItems::item_read_by`, are published): every item that
+///   writes a byte those reads touch is among them, proved on this step's bytes
+///   ([`GdnLayerStep::readiness_gap`]: each item's writes as the kernel docs' ownership says,
+///   each head's reads as GATED_DELTA_NET's views say) — else [`Error::Invalid`] naming the
+///   head and the item.
 #[derive(Clone, Debug)]
 pub struct GdnLayerStep {
     pub chain: GdnConvChain,
@@ -177,7 +186,175 @@ impl GdnLayerStep {
         }
         let shape = StepShape { chain: chain_shape, products, gdn: gdn_shape };
         shape.items()?;
+
+        // Readiness: the kernel's waits cover every first-phase writer of what its second phase
+        // reads, proved on this step's bytes.
+        if shape.gdn.n_heads == 0 || shape.gdn.n_key_heads == 0 {
+            return Err(Error::Invalid { op: OP, what: "no value heads or no key heads".into() });
+        }
+        let items = self.step_items(&shape);
+        if let Some((head, item)) = self.kernel_readiness_gap(&shape) {
+            return Err(Error::Invalid {
+                op: OP,
+                what: format!(
+                    "value head {head}'s column groups read bytes that first-phase item {item} ({}) writes, and the kernel's \
+                     readiness waits (abi::LayerStepItems::item_read_by) do not include it",
+                    items
+                        .first_phase_item(item, checked_before_the_proof)
+                        .map_or_else(|| "past the last item".into(), |k| format!("{k:?}"))
+                ),
+            });
+        }
         Ok(shape)
+    }
+
+    /// The kernel's work items for a checked `shape`: what the kernel derives from its
+    /// parameters (`abi::LayerStepItems::of`; [`Self::params`] fills those fields from here, and
+    /// the parts' own params fill the two key-head counts from the same values).
+    fn step_items(&self, shape: &StepShape) -> abi::LayerStepItems {
+        // Validated: H_v, H_k, C/128 and n_t fit u32 (the work items and the GDN's check do).
+        abi::LayerStepItems {
+            n_heads: shape.gdn.n_heads as u32,
+            n_key_heads: shape.gdn.n_key_heads as u32,
+            chain_key_heads: self.chain.n_k_heads as u32,
+            n_chain_tiles: (shape.chain.n_channels / abi::GDN_CONV_CHAIN_BLOCK as usize) as u32,
+            n_tokens: shape.chain.n_tokens as u32,
+        }
+    }
+
+    /// The bytes first-phase item `item` writes — the kernel docs' "Whose block writes what":
+    /// conv tile k its 128 channels of `conv_out` (every token) and of every snapshot row, and
+    /// the q or k head inside it (D = 128 = the tile width); a row item the (row, column)
+    /// elements of its product's two outputs (alpha and gate, or beta_raw and beta) for the
+    /// columns of its pair below n_t. A view whose sub-box overflows counts whole.
+    fn item_writes(&self, shape: &StepShape, item: abi::LayerStepItem) -> ByteSet {
+        let (chain, gate) = (&self.chain, &self.gate);
+        let n_t = shape.chain.n_tokens;
+        let mut bytes = ByteSet::new();
+        match item {
+            abi::LayerStepItem::Tile(k) => {
+                let (k, width, h_k) = (k as usize, abi::GDN_CONV_CHAIN_BLOCK as usize, chain.n_k_heads);
+                bytes.union_with(&sub_box(&chain.conv_out, [k * width, 0, 0, 0], [width, n_t, 1, 1]));
+                let taps = shape.chain.d_conv - 1;
+                for s in &chain.snapshots {
+                    bytes.union_with(&sub_box(&chain.conv_cache, [k * width * taps, s.row, 0, 0], [width * taps, 1, 1, 1]));
+                }
+                let d = chain.head_dim;
+                if k < h_k {
+                    bytes.union_with(&sub_box(&chain.q_norm, [0, k, 0, 0], [d, 1, n_t, 1]));
+                } else if k < 2 * h_k {
+                    bytes.union_with(&sub_box(&chain.k_norm, [0, k - h_k, 0, 0], [d, 1, n_t, 1]));
+                }
+            }
+            abi::LayerStepItem::Row { pair, row, product } => {
+                let (row, first_col) = (row as usize, pair as usize * abi::GDN_LAYER_STEP_COLS);
+                let cols = abi::GDN_LAYER_STEP_COLS.min(n_t.saturating_sub(first_col));
+                let outputs = if product == 0 { [&gate.pair.first.dst, &gate.gate] } else { [&gate.pair.second.dst, &gate.beta] };
+                for t in outputs {
+                    bytes.union_with(&sub_box(t, [row, first_col, 0, 0], [1, cols, 1, 1]));
+                }
+            }
+        }
+        bytes
+    }
+
+    /// The bytes value head `head`'s column groups read once their wait returned (the GDN's own
+    /// views, as its reference reads them): q and k of key head `head` mod H_k, v (every
+    /// column), g and β of the head, every token of the one sequence.
+    fn head_reads(&self, shape: &StepShape, head: usize) -> ByteSet {
+        let (gdn, d, n_t) = (&self.gdn, abi::GDN_HEAD_DIM, shape.gdn.n_tokens);
+        let key_head = head % shape.gdn.n_key_heads;
+        let mut bytes = sub_box(&gdn.q, [0, key_head, 0, 0], [d, 1, n_t, 1]);
+        bytes.union_with(&sub_box(&gdn.k, [0, key_head, 0, 0], [d, 1, n_t, 1]));
+        bytes.union_with(&sub_box(&gdn.v, [0, head, 0, 0], [d, 1, n_t, 1]));
+        bytes.union_with(&sub_box(&gdn.g, [0, head, 0, 0], [1, 1, n_t, 1]));
+        bytes.union_with(&sub_box(&gdn.beta, [0, head, 0, 0], [1, 1, n_t, 1]));
+        bytes
+    }
+
+    /// [`Self::readiness_gap`] with the kernel's waits (`abi::LayerStepItems::item_read_by`),
+    /// run once per distinct step: a proof depends only on the views below and the sizes (not
+    /// on memory contents), and takes
+    /// ≈ 1.3 ms at 9B, n_t = 16 (≈ 6 µs for the rest of `check`, which runs before every
+    /// launch), so proved steps are remembered (at most [`PROVED_STEPS`], then forgotten).
+    fn kernel_readiness_gap(&self, shape: &StepShape) -> Option<(u32, u32)> {
+        let (chain, gate, gdn) = (&self.chain, &self.gate, &self.gdn);
+        let key = ProofKey {
+            views: [
+                chain.conv_out,
+                chain.conv_cache,
+                chain.q_norm,
+                chain.k_norm,
+                gate.pair.first.dst,
+                gate.pair.second.dst,
+                gate.gate,
+                gate.beta,
+                gdn.q,
+                gdn.k,
+                gdn.v,
+                gdn.g,
+                gdn.beta,
+            ],
+            snapshots: chain.snapshots.clone(),
+            sizes: [
+                chain.n_k_heads,
+                chain.head_dim,
+                shape.chain.d_conv,
+                shape.chain.n_channels,
+                shape.chain.n_tokens,
+                shape.gdn.n_heads,
+                shape.gdn.n_key_heads,
+            ],
+        };
+        static PROVED: Mutex<Option<HashSet<ProofKey>>> = Mutex::new(None);
+        // A poisoned memo only costs the proof again.
+        if PROVED.lock().ok().is_some_and(|m| m.as_ref().is_some_and(|m| m.contains(&key))) {
+            return None;
+        }
+        let items = self.step_items(shape);
+        let gap = self.readiness_gap(shape, &|head, lane| items.item_read_by(head, lane, checked_before_the_proof));
+        if gap.is_none()
+            && let Ok(mut m) = PROVED.lock()
+        {
+            let m = m.get_or_insert_with(HashSet::new);
+            if m.len() >= PROVED_STEPS {
+                m.clear();
+            }
+            m.insert(key);
+        }
+        gap
+    }
+
+    /// The readiness proof: the first (value head, first-phase item) where the item writes a
+    /// byte the head's column groups read ([`Self::item_writes`], [`Self::head_reads`]) and
+    /// `waits` — lane → awaited item of the head's waiting warp, the kernel's
+    /// `abi::LayerStepItems::item_read_by` — names it in no lane; None when the waits cover every
+    /// writer. The kernel's phase 2 reads nothing else that phase 1 writes (the disjointness
+    /// above: `out`, the states and the ssm cache meet no phase-1 output).
+    fn readiness_gap(&self, shape: &StepShape, waits: &dyn Fn(u32, u32) -> Option<u32>) -> Option<(u32, u32)> {
+        let items = self.step_items(shape);
+        // Every written run with its item, sorted by (buffer, start).
+        let mut writes: Vec<(BufferId, usize, usize, u32)> = Vec::new();
+        for item in 0..items.first_phase_items() {
+            let Some(kind) = items.first_phase_item(item, checked_before_the_proof) else { break };
+            writes.extend(self.item_writes(shape, kind).runs().map(|(b, r)| (b, r.start, r.end, item)));
+        }
+        writes.sort_unstable();
+        let longest = writes.iter().map(|w| w.2 - w.1).max().unwrap_or(0);
+        for head in 0..items.n_heads {
+            // One warp's lanes wait, one item each (`wait_items`).
+            let awaited: Vec<u32> = (0..32).filter_map(|lane| waits(head, lane)).collect();
+            for (buffer, read) in self.head_reads(shape, head as usize).runs() {
+                // Runs that may reach `read`: from the first that starts `longest` before it.
+                let from = writes.partition_point(|w| (w.0, w.1) < (buffer, read.start.saturating_sub(longest)));
+                for w in writes[from..].iter().take_while(|w| w.0 == buffer && w.1 < read.end) {
+                    if w.2 > read.start && !awaited.contains(&w.3) {
+                        return Some((head, w.3));
+                    }
+                }
+            }
+        }
+        None
     }
 
     /// The first link of the struct docs the views break (None when the GDN reads exactly the
@@ -214,16 +391,17 @@ impl GdnLayerStep {
 
     /// The kernel's parameters for a validated op.
     fn params(&self, shape: &StepShape, mem: &DeviceMemory, sync_state: u64) -> abi::GdnLayerStepParams {
+        let items = self.step_items(shape);
         abi::GdnLayerStepParams {
             chain: self.chain.params(&shape.chain, mem),
             gate: self.gate.params(mem, &shape.products),
             gdn: self.gdn.params(&shape.gdn, mem),
             sync_state,
             pair_block: shape.products.block_size,
-            // Validated: H_v, C/128 and n_t ≤ 16 fit u32 (the work items do).
-            n_heads: shape.gdn.n_heads as u32,
-            n_chain_tiles: (shape.chain.n_channels / abi::GDN_CONV_CHAIN_BLOCK as usize) as u32,
-            n_tokens: shape.chain.n_tokens as u32,
+            // The kernel's work items are the ones the readiness proof ran on.
+            n_heads: items.n_heads,
+            n_chain_tiles: items.n_chain_tiles,
+            n_tokens: items.n_tokens,
         }
     }
 }
@@ -233,6 +411,35 @@ impl GdnLayerStep {
 // padding), one u64 and four u32: 720 bytes, alignment 8, no padding (`param_struct!` asserts
 // it); it is exactly the type the `gdn_layer_step_*` entries take.
 unsafe impl KernelParams for abi::GdnLayerStepParams {}
+
+/// The elements `first` … `first + ne − 1` of `t` (its strides), or all of `t` when that
+/// sub-box's offset overflows.
+fn sub_box(t: &Tensor, first: [usize; 4], ne: [usize; 4]) -> ByteSet {
+    let nb = t.layout.nb;
+    let offset = (0..4).try_fold(0usize, |acc, d| acc.checked_add(first[d].checked_mul(nb[d])?));
+    match offset.and_then(|o| t.checked_view(ne, nb, o)) {
+        Some(view) => ByteSet::of(&view, Bound::Over),
+        None => ByteSet::of(t, Bound::Over),
+    }
+}
+
+/// Most proved layer steps [`GdnLayerStep::kernel_readiness_gap`] remembers.
+const PROVED_STEPS: usize = 4096;
+
+/// Everything a readiness proof depends on: the views it reads bytes of, the snapshot rows and
+/// the sizes.
+#[derive(PartialEq, Eq, Hash)]
+struct ProofKey {
+    views: [Tensor; 13],
+    snapshots: Vec<super::gdn_conv_chain::SnapshotWrite>,
+    sizes: [usize; 7],
+}
+
+/// What `abi::LayerStepItems` calls when a step has no value or key heads: `check` refuses
+/// those before any call.
+fn checked_before_the_proof() -> ! {
+    unreachable!("GDN_LAYER_STEP: value and key heads ≥ 1 are checked before the readiness proof")
+}
 
 /// [test] The most blocks a GDN_LAYER_STEP grid takes: every co-resident block, or at most k
 /// when the knob `RGDN_LAYER_STEP_MAX_GRID=k` (k ≥ 1, read once per process) says so. A small
@@ -553,5 +760,120 @@ mod tests {
         o.chain.q_norm = shared.view(o.chain.q_norm.ne(), o.chain.q_norm.layout.nb, 4);
         o.gdn.q = o.chain.q_norm;
         assert!(matches!(o.validate(&b.mem), Err(Error::Aliasing { op: OP, a: "q_norm", b: "dt_bias", .. })), "{:?}", o.validate(&b.mem));
+    }
+
+    /// The kernel's own waits for `op` (what `check` proves them with).
+    fn kernel_waits(op: &GdnLayerStep, shape: &StepShape) -> impl Fn(u32, u32) -> Option<u32> {
+        let items = op.step_items(shape);
+        move |head, lane| items.item_read_by(head, lane, checked_before_the_proof)
+    }
+
+    /// Layer steps of every preset and a few small shapes (H_k < H_v, one key head, several),
+    /// n_t 1 … 16 with 1 + R = n_t and R = 0, both layouts.
+    fn steps_to_prove() -> Vec<(Built, GdnLayerStep)> {
+        let small_many_keys = GdnShape { n_embd: 64, n_k_heads: 2, n_v_heads: 6, head_dim: 128, d_conv: 3, eps: 1e-6 };
+        let mut out = Vec::new();
+        for (shape, tokens) in [
+            (SMALL, &[1usize, 2, 3, 4, 7, 8, 9, 16][..]),
+            (small_many_keys, &[1, 5, 16]),
+            (GdnShape::QWEN35_4B, &[1, 4]),
+            (GdnShape::QWEN35_9B, &[1, 4, 8, 16]),
+            (GdnShape::QWEN35_27B, &[3, 16]),
+        ] {
+            for &n_t in tokens {
+                for (rollback, layout) in [(n_t - 1, LayerLayout::Ggml), (0, LayerLayout::PrAliasing)] {
+                    out.push(built(&spec(shape, Step::new(n_t, rollback), DType::F32, Precision::Default, layout)));
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn the_readiness_waits_cover_every_writer_of_what_phase_two_reads() {
+        for (b, op) in steps_to_prove() {
+            let shape = op.check(&b.mem).unwrap();
+            assert_eq!(op.readiness_gap(&shape, &kernel_waits(&op, &shape)), None, "{shape:?}");
+            // Not vacuous: with no waits at all, every head has an unawaited writer.
+            assert!(op.readiness_gap(&shape, &|_, _| None).is_some(), "{shape:?}");
+        }
+    }
+
+    /// Planted schedules, each a plausible slip in `abi::LayerStepItems::item_read_by`: the
+    /// proof must find a gap for each on some step (CI's standing plant for the waits, which
+    /// the GPU sweep's small shapes cannot catch: there the row items finish before the tiles a
+    /// head also waits for).
+    #[test]
+    fn the_readiness_proof_catches_planted_waits() {
+        type Plant = fn(&abi::LayerStepItems, u32, u32) -> Option<u32>;
+        fn kernel(i: &abi::LayerStepItems, h: u32, l: u32) -> Option<u32> {
+            i.item_read_by(h, l, checked_before_the_proof)
+        }
+        let plants: [(&str, Plant); 8] = [
+            ("the last row lane dropped", |i, h, l| if l + 1 == i.waited_row_items() { None } else { kernel(i, h, l) }),
+            ("the q tile dropped", |i, h, l| if l == i.waited_row_items() { None } else { kernel(i, h, l) }),
+            ("the k tile dropped", |i, h, l| if l == i.waited_row_items() + 1 { None } else { kernel(i, h, l) }),
+            ("the v tile dropped", |i, h, l| if l == i.waited_row_items() + 2 { None } else { kernel(i, h, l) }),
+            ("the key head by division", |i, h, l| match l.checked_sub(i.waited_row_items()) {
+                Some(0) => Some(h / (i.n_heads / i.n_key_heads)),
+                Some(1) => Some(i.chain_key_heads + h / (i.n_heads / i.n_key_heads)),
+                _ => kernel(i, h, l),
+            }),
+            (
+                "the neighbour head's row items",
+                |i, h, l| if l < i.waited_row_items() { kernel(i, (h + 1) % i.n_heads, l) } else { kernel(i, h, l) },
+            ),
+            (
+                "every column pair's rows from pair 0",
+                |i, h, l| if l < i.waited_row_items() { kernel(i, h, l % 2) } else { kernel(i, h, l) },
+            ),
+            ("the tiles counted from 1", |i, h, l| if l < i.waited_row_items() { kernel(i, h, l).map(|x| x - 1) } else { kernel(i, h, l) }),
+        ];
+        let steps = steps_to_prove();
+        for (name, plant) in plants {
+            let caught = steps.iter().filter(|(b, op)| {
+                let shape = op.check(&b.mem).unwrap();
+                let items = op.step_items(&shape);
+                op.readiness_gap(&shape, &|h, l| plant(&items, h, l)).is_some()
+            });
+            assert!(caught.count() > 0, "the readiness proof missed the plant: {name}");
+        }
+    }
+
+    #[test]
+    fn every_first_phase_output_byte_has_exactly_one_writing_item() {
+        for (b, op) in steps_to_prove() {
+            let shape = op.check(&b.mem).unwrap();
+            let items = op.step_items(&shape);
+            let (mut union, mut total) = (ByteSet::new(), 0usize);
+            for item in 0..items.first_phase_items() {
+                let w = op.item_writes(&shape, items.first_phase_item(item, checked_before_the_proof).unwrap());
+                assert!(!w.is_empty(), "item {item} writes nothing ({shape:?})");
+                total += w.len();
+                union.union_with(&w);
+            }
+            // Disjoint: no byte counted twice; complete: exactly the parts' first-phase outputs.
+            assert_eq!(union.len(), total, "{shape:?}");
+            let (chain, gate) = (&op.chain, &op.gate);
+            let taps_c = (shape.chain.d_conv - 1) * shape.chain.n_channels;
+            let mut outputs = ByteSet::of_all(
+                [&chain.conv_out, &chain.q_norm, &chain.k_norm, &gate.pair.first.dst, &gate.pair.second.dst, &gate.gate, &gate.beta],
+                Bound::Over,
+            );
+            for s in &chain.snapshots {
+                outputs.union_with(&sub_box(&chain.conv_cache, [0, s.row, 0, 0], [taps_c, 1, 1, 1]));
+            }
+            assert_eq!(union, outputs, "{shape:?}");
+        }
+    }
+
+    #[test]
+    fn a_step_whose_waits_leave_a_gap_is_refused_by_name() {
+        // check() runs the proof with the kernel's waits (covered above); the refusal it would
+        // give names the head and the item.
+        let (b, op) = base();
+        let shape = op.check(&b.mem).unwrap();
+        let gap = op.readiness_gap(&shape, &|h, l| if l == 0 { None } else { kernel_waits(&op, &shape)(h, l) });
+        assert_eq!(gap, Some((0, shape.chain.n_channels as u32 / 128)));
     }
 }

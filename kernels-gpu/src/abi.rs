@@ -967,7 +967,7 @@ pub const GDN_LAYER_STEP_BLOCK: u32 = 128;
 pub const GDN_LAYER_STEP_MAX_TOKENS: usize = MUL_MAT_VEC_PAIR_MAX_COLS;
 const _: () = assert!(GDN_LAYER_STEP_MAX_TOKENS <= GDN_CONV_CHAIN_MAX_TOKENS, "the layer step runs the conv chain's tiles");
 // Phase 2 of GDN_LAYER_STEP waits with one warp, a lane per item it reads: 2·⌈n_t/2⌉ row items
-// and three conv tiles (`gdn_layer_step.rs`, `item_read_by`).
+// and three conv tiles (`LayerStepItems::item_read_by`).
 const _: () = assert!(2 * GDN_LAYER_STEP_MAX_TOKENS.div_ceil(GDN_LAYER_STEP_COLS) + 3 <= 32);
 /// GDN_LAYER_STEP: columns one mat-vec row item computes (the n_t columns split into
 /// ⌈n_t / 2⌉ items per row; a column ≥ n_t repeats column n_t − 1 and is dropped), so that one
@@ -990,6 +990,115 @@ pub const GRID_SYNC_BYTES: usize = (2 + GRID_SYNC_FLAGS) * GRID_SYNC_LINE;
 /// GDN_LAYER_STEP: warps per block; in the second phase each warp runs whole column groups
 /// (the group's four columns interleaved), so a grid of G blocks runs 4·G groups at a time.
 pub const GDN_LAYER_STEP_WARPS: u32 = GDN_LAYER_STEP_BLOCK / 32;
+
+/// [layer-step] GDN_LAYER_STEP's work items: which first-phase item is which, and which of them
+/// a value head's column groups wait for before they read their token inputs. The kernel runs
+/// and waits by exactly these functions (`gdn_layer_step.rs`), and the host proves the waits
+/// from byte ranges before every launch (`host/ops/gdn_layer_step.rs`, `readiness_gap`): every
+/// item that writes a byte a column group reads is among the items its head waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LayerStepItems {
+    /// H_v: value heads (rows of each product).
+    pub n_heads: u32,
+    /// GATED_DELTA_NET's key heads: value head h reads key head h mod `n_key_heads`.
+    pub n_key_heads: u32,
+    /// The conv chain's H_k: q head kh is tile kh, k head kh tile H_k + kh, v head h tile
+    /// 2·H_k + h (the host links it to `n_key_heads`; the two are read where the unfused
+    /// kernels read them).
+    pub chain_key_heads: u32,
+    /// C / 128: conv-chain tiles, items 0 … C/128 − 1.
+    pub n_chain_tiles: u32,
+    /// n_t: the products' columns (row items take [`GDN_LAYER_STEP_COLS`] each).
+    pub n_tokens: u32,
+}
+
+/// [layer-step] One first-phase item of GDN_LAYER_STEP ([`LayerStepItems::first_phase_item`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LayerStepItem {
+    /// Conv-chain tile `k`: channels 128·k … 128·k + 127 of every token (GDN_CONV_CHAIN's block k).
+    Tile(u32),
+    /// Mat-vec row item: row `row` of product `product` (0: alpha with the gate epilogue, 1:
+    /// beta_raw with SIGMOID) for columns 2·`pair` and 2·`pair` + 1 (those < n_t).
+    Row { pair: u32, row: u32, product: u32 },
+}
+
+impl LayerStepItems {
+    /// The items of a launch with parameters `p`.
+    #[inline(always)]
+    pub const fn of(p: &GdnLayerStepParams) -> LayerStepItems {
+        LayerStepItems {
+            n_heads: p.n_heads,
+            n_key_heads: p.gdn.gdn.n_key_heads,
+            chain_key_heads: p.chain.n_k_heads,
+            n_chain_tiles: p.n_chain_tiles,
+            n_tokens: p.n_tokens,
+        }
+    }
+
+    /// Row items per column pair: one per (row, product), the product fastest.
+    pub const fn row_items_per_pair(&self) -> u32 {
+        2 * self.n_heads
+    }
+
+    /// Lanes of a waiting warp that name a row item: 2·⌈n_t/2⌉ (each column pair's two
+    /// products of the head's row).
+    pub const fn waited_row_items(&self) -> u32 {
+        2 * self.n_tokens.div_ceil(GDN_LAYER_STEP_COLS as u32)
+    }
+
+    /// First-phase items: the conv tiles, then 2·H_v·⌈n_t/2⌉ row items (the host checks the sum
+    /// fits u32 and [`GRID_SYNC_FLAGS`]).
+    pub const fn first_phase_items(&self) -> u32 {
+        self.n_chain_tiles + self.row_items_per_pair() * self.n_tokens.div_ceil(GDN_LAYER_STEP_COLS as u32)
+    }
+
+    /// Row item `row_item` (= item − C/128) as (column pair, rem): row rem / 2 of product
+    /// rem mod 2; `broken` when there are no value heads (the kernel traps; the host refuses
+    /// such a step before).
+    #[inline(always)]
+    pub fn row_item(&self, row_item: u32, broken: fn() -> !) -> (u32, u32) {
+        let row_items = self.row_items_per_pair();
+        // `checked_*` keeps core's divide-by-zero panic path out of the PTX.
+        let (Some(pair), Some(rem)) = (row_item.checked_div(row_items), row_item.checked_rem(row_items)) else { broken() };
+        (pair, rem)
+    }
+
+    /// First-phase item `item`, None past the last one (`broken` as for [`Self::row_item`]).
+    pub fn first_phase_item(&self, item: u32, broken: fn() -> !) -> Option<LayerStepItem> {
+        if item < self.n_chain_tiles {
+            return Some(LayerStepItem::Tile(item));
+        }
+        if item >= self.first_phase_items() {
+            return None;
+        }
+        let (pair, rem) = self.row_item(item - self.n_chain_tiles, broken);
+        Some(LayerStepItem::Row { pair, row: rem / 2, product: rem % 2 })
+    }
+
+    /// The first-phase item lane `lane` of value head `head`'s waiting warp waits for: lanes
+    /// 0 … 2·⌈n_t/2⌉ − 1 the row items of row `head` (column pair lane / 2, product lane mod 2),
+    /// the next three the conv tiles of its q, k and v heads; the other lanes none. `broken`
+    /// when there are no key heads (the kernel traps; the host refuses such a step before).
+    #[inline(always)]
+    pub fn item_read_by(&self, head: u32, lane: u32, broken: fn() -> !) -> Option<u32> {
+        let row_items = self.row_items_per_pair();
+        let n_rows = self.waited_row_items();
+        let (h_k, tiles) = (self.chain_key_heads, self.n_chain_tiles);
+        if lane < n_rows {
+            return Some(tiles + (lane / 2) * row_items + 2 * head + lane % 2);
+        }
+        // GATED_DELTA_NET's key head of value head `head` (`HeadViews::at`).
+        let Some(key_head) = head.checked_rem(self.n_key_heads) else { broken() };
+        // D = 128 = the tile width: q head kh is tile kh, k head kh tile H_k + kh, v head h tile
+        // 2·H_k + h (channels q | k | v of conv_out).
+        match lane - n_rows {
+            0 => Some(key_head),
+            1 => Some(h_k + key_head),
+            2 => Some(2 * h_k + head),
+            _ => None,
+        }
+    }
+}
 
 /// The GDN_LAYER_STEP entry for a [`mul_mat_vec_kind`] of the alpha/beta weights and `d_conv`.
 pub const fn gdn_layer_step_entry(kind: u32, d_conv: usize) -> Option<&'static str> {

@@ -52,7 +52,7 @@
 //! **Readiness** (`device/grid.rs`): after each item, its block releases the item's flag
 //! ([`publish_item`]: block barrier, fence, store of the launch's target); a phase-2 warp, once
 //! it loaded its group's initial state, waits for exactly the items its head reads
-//! ([`item_read_by`]: the 2·⌈n_t/2⌉ row items of its row — its g and β for every token — and
+//! ([`LayerStepItems::item_read_by`]: the 2·⌈n_t/2⌉ row items of its row — its g and β for every token — and
 //! the conv tiles of its q, k and v heads), one lane of the block's first warp per flag
 //! ([`wait_items`]: poll, acquire fence, block barrier; the block's four warps run four groups
 //! of one head) — every write of those items is then visible to every coherent load of the
@@ -108,7 +108,14 @@
 //!   `conv_out`, or a line shared with a neighbouring head that was not ready then — is read);
 //!   nothing writes them in phase 2. A warp reads exactly the elements of its items: q/k of
 //!   its key head (the chain's q_norm/k_norm, host link), v of its head (conv_out's v
-//!   channels, host link), g and β of its row. The state prefetch before phase 1 is a hint
+//!   channels, host link), g and β of its row. The waits are
+//!   [`LayerStepItems`](crate::abi::LayerStepItems) (abi.rs, compiled into the host too), and
+//!   the host proves them on the step's own bytes before every launch (memoized per step:
+//!   `readiness_gap` in `host/ops/gdn_layer_step.rs`): every item whose writes — as "Whose
+//!   block writes what" says — meet a byte a head's column groups read is among the items that
+//!   head waits for. The GPU sweep cannot show a missing wait for a row item (in its small
+//!   shapes the rows finish before the tiles a head also waits for); the proof refuses one by
+//!   name, and CI plants wrong waits against it. The state prefetch before phase 1 is a hint
 //!   (no value is read back).
 //! - **Phase 2 beside phase 1** (a head's recurrences run while other items still do): the host
 //!   proves the phase-2 outputs (`out`, the state slots) disjoint from everything phase 1 reads
@@ -137,7 +144,7 @@
 //! Only independent operations are reordered (token t + 1's KV beside token t's output: both
 //! read the state after token t). Copies move bit patterns.
 
-use crate::abi::{GDN_LAYER_STEP_COLS, GDN_LAYER_STEP_GROUPS_PER_HEAD, GDN_LAYER_STEP_WARPS, GdnLayerStepParams};
+use crate::abi::{GDN_LAYER_STEP_COLS, GDN_LAYER_STEP_GROUPS_PER_HEAD, GDN_LAYER_STEP_WARPS, GdnLayerStepParams, LayerStepItems};
 use crate::device::grid::{arrive, close_launch, grid_target, publish_item, wait_items};
 use crate::device::shared;
 use crate::device::thread::{block_idx_x, grid_dim_x, thread_idx_x};
@@ -145,30 +152,6 @@ use crate::device::trap;
 use crate::gated_delta_net::{GroupAt, prefetch_group_state, run_group_at};
 use crate::gdn_conv_chain::gdn_conv_chain_tile;
 use crate::mmvf::{Accumulation, Bf16, F16F32, F16Half, F32, pair_gate_row_halves};
-
-/// The first-phase items value head `head`'s column groups read, one per lane (module docs,
-/// "Readiness"): lanes 0 … 2·⌈n_t/2⌉ − 1 the row items of row `head` (column pair lane / 2,
-/// product lane mod 2), the next three the conv tiles of its q, k and v heads; the other lanes
-/// none.
-#[inline(always)]
-fn item_read_by(p: &GdnLayerStepParams, head: u32, lane: u32) -> Option<u32> {
-    let row_items = 2 * p.n_heads;
-    let n_rows = 2 * p.n_tokens.div_ceil(GDN_LAYER_STEP_COLS as u32);
-    let (h_k, tiles) = (p.chain.n_k_heads, p.n_chain_tiles);
-    if lane < n_rows {
-        return Some(tiles + (lane / 2) * row_items + 2 * head + lane % 2);
-    }
-    // GATED_DELTA_NET's key head of value head `head` (`HeadViews::at`); n_key_heads ≥ 1 (host).
-    let Some(key_head) = head.checked_rem(p.gdn.gdn.n_key_heads) else { trap() };
-    // D = 128 = the tile width: q head kh is tile kh, k head kh tile H_k + kh, v head h tile
-    // 2·H_k + h (channels q | k | v of conv_out).
-    match lane - n_rows {
-        0 => Some(key_head),
-        1 => Some(h_k + key_head),
-        2 => Some(2 * h_k + head),
-        _ => None,
-    }
-}
 
 /// # Safety
 /// See the module docs: the host validated the three parts (each as its own op would), their
@@ -228,14 +211,12 @@ unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepP
         item += grid;
     }
     while item < items {
-        let row_item = item - tiles;
-        // row_items ≥ 2 here (row_item < pair_items); `checked_*` keeps core's divide-by-zero
-        // panic path out of the PTX, and a violated contract aborts the launch.
-        let (Some(group), Some(rem)) = (row_item.checked_div(row_items), row_item.checked_rem(row_items)) else { trap() };
-        // SAFETY: row rem / 2 < H_v of product rem mod 2, first column 2·group < n_t (host:
+        // H_v ≥ 1 here (a row item exists); a violated contract aborts the launch.
+        let (pair, rem) = LayerStepItems::of(p).row_item(item - tiles, trap);
+        // SAFETY: row rem / 2 < H_v of product rem mod 2, first column 2·pair < n_t (host:
         // both products valid for n_t columns); all 128 threads call it.
         unsafe {
-            pair_gate_row_halves::<A>(&p.gate, rem % 2, (rem / 2) as usize, group as usize * GDN_LAYER_STEP_COLS, p.n_tokens as usize, p.pair_block)
+            pair_gate_row_halves::<A>(&p.gate, rem % 2, (rem / 2) as usize, pair as usize * GDN_LAYER_STEP_COLS, p.n_tokens as usize, p.pair_block)
         };
         // SAFETY: as for the tiles above.
         unsafe { publish_item(state, item, target) };
@@ -248,7 +229,8 @@ unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepP
     let mut item = first_group;
     while item < gdn_items {
         let at = group_at(item);
-        let read = item_read_by(p, at.head, lane);
+        // The host proved these waits cover every writer of the group's reads (LayerStepItems).
+        let read = LayerStepItems::of(p).item_read_by(at.head, lane, trap);
         // SAFETY: head < H_v, sequence 0 of the one the host validated, group < D/4, every lane
         // of the warp here (the loop is warp-uniform); once `wait_items` returned, every token
         // input of the group was written by its items (module docs, "Readiness") and is
