@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# [layer-step] Builds bundle-plant-NAME.tgz for scripts/device-plants.sh: the GPU sweep and the
+# GPU suite built from HEAD with one planted change (a patch), in a worktree of its own with a
+# cargo target directory of its own, so that no plant build can reuse another's PTX (session 6
+# lost a device call to that: two plant worktrees sharing a target directory, the build script
+# not re-run). Checks that the plant's embedded PTX differs from HEAD's committed PTX.
+#   scripts/plant-bundle.sh NAME PATCH [PATCH…]    # e.g. results/…/next/plant-pairing.patch
+set -euo pipefail
+name=${1:?plant name}
+shift
+[ $# -ge 1 ] || { echo "plant-bundle: give at least one patch" >&2; exit 2; }
+root=$(cd "$(dirname "$0")/.." && pwd)
+wt=$(mktemp -d /tmp/rgdn-plant-$name.XXXX)
+tgt=/tmp/rgdn-plant-target-$name
+git -C "$root" worktree add -q --detach "$wt" HEAD
+trap 'git -C "$root" worktree remove --force "$wt"' EXIT
+for p in "$@"; do git -C "$wt" apply "$(cd "$(dirname "$p")" && pwd)/$(basename "$p")"; done
+# The plant is in the kernels: the build script must rebuild the PTX from source.
+touch "$wt"/kernels-gpu/src/*.rs
+(cd "$wt" && RGDN_PTX_FROM=source CARGO_TARGET_DIR="$tgt" cargo test --release --no-run --test gpu_sweep --test gpu_ops \
+  --message-format=json 2>/dev/null) > "$tgt.json"
+out=$(mktemp -d)
+mkdir -p "$out/bundle/tests"
+python3 - "$tgt.json" "$out/bundle/tests" "$root/kernels-gpu/ptx/sm_90.ptx" <<'PY'
+import hashlib, json, os, shutil, sys
+found = {}
+for line in open(sys.argv[1]):
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    exe = m.get("executable")
+    if m.get("reason") == "compiler-artifact" and exe and m["target"]["name"] in ("gpu_sweep", "gpu_ops"):
+        shutil.copy2(exe, os.path.join(sys.argv[2], m["target"]["name"]))
+        found[m["target"]["name"]] = exe
+if sorted(found) != ["gpu_ops", "gpu_sweep"]:
+    sys.exit(f"plant-bundle: built {sorted(found)}, not gpu_sweep and gpu_ops")
+def embedded(path):
+    b = open(path, "rb").read()
+    i = b.find(b".version 7.8")
+    p = b[i:b.find(b"\0", i)]
+    return p[: p.rfind(b"\n}\n") + 3]
+plant = embedded(os.path.join(sys.argv[2], "gpu_sweep"))
+head = open(sys.argv[3], "rb").read()
+print("plant PTX md5", hashlib.md5(plant).hexdigest(), "HEAD's committed PTX md5", hashlib.md5(head).hexdigest())
+if plant == head:
+    sys.exit("plant-bundle: the plant's embedded PTX is HEAD's: the plant did not reach the kernels")
+PY
+tar czf "$root/bundle-plant-$name.tgz" -C "$out" bundle
+rm -rf "$out"
+echo "bundle-plant-$name.tgz: $(wc -c < "$root/bundle-plant-$name.tgz") bytes"
