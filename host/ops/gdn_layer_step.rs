@@ -424,7 +424,7 @@ fn sub_box(t: &Tensor, first: [usize; 4], ne: [usize; 4]) -> ByteSet {
 }
 
 /// Most proved layer steps [`GdnLayerStep::kernel_readiness_gap`] remembers.
-const PROVED_STEPS: usize = 4096;
+const PROVED_STEPS: usize = 1024;
 
 /// Everything a readiness proof depends on: the views it reads bytes of, the snapshot rows and
 /// the sizes.
