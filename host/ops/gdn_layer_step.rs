@@ -47,7 +47,7 @@ const OP: &str = "GDN_LAYER_STEP";
 /// - **readiness** (the kernel's second phase reads a head's token inputs once the first-phase
 ///   items it waits for, `abi::LayerStepItems::item_read_by`, are published): every item that
 ///   writes a byte those reads touch is among them, proved on this step's bytes
-///   ([`GdnLayerStep::readiness_gap`]: each item's writes as the kernel docs' ownership says,
+///   (`readiness_gap`: each item's writes as the kernel docs' ownership says,
 ///   each head's reads as GATED_DELTA_NET's views say) — else [`Error::Invalid`] naming the
 ///   head and the item.
 #[derive(Clone, Debug)]
