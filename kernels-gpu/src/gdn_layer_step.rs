@@ -193,10 +193,7 @@ unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepP
     // [speed] Tiles first: when the items outnumber the grid (n_t > 8), the second round runs
     // row items, not the tiles every head waits for. Row items: (column group, row, product),
     // the product fastest.
-    let row_items = 2 * p.n_heads;
-    let tiles = p.n_chain_tiles;
-    let pair_items = row_items * p.n_tokens.div_ceil(GDN_LAYER_STEP_COLS as u32);
-    let items = tiles + pair_items;
+    let (tiles, items) = (p.n_chain_tiles, LayerStepItems::of(p).first_phase_items());
     // Two loops, tiles then rows (items b, b + G, … in increasing order either way), so that
     // neither kind's loop-invariant addresses stay live through the other's.
     let mut item = block;
