@@ -192,8 +192,8 @@ impl GdnLayerStep {
         if shape.gdn.n_heads == 0 || shape.gdn.n_key_heads == 0 {
             return Err(Error::Invalid { op: OP, what: "no value heads or no key heads".into() });
         }
-        let items = self.step_items(&shape);
         if let Some((head, item)) = self.kernel_readiness_gap(&shape) {
+            let items = self.step_items(&shape);
             return Err(Error::Invalid {
                 op: OP,
                 what: format!(
