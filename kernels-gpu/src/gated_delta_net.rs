@@ -628,8 +628,7 @@ fn stage_slots(base: u32, warp: u32, t: u32) -> (u32, u32) {
 /// wrote: `cp.async.ca` — ordinary weak global loads through L1, issued after the block's
 /// acquire of the writers' flags (`device/grid.rs`, `wait_items`), which orders them after every
 /// phase-1 write they read (in the PTX memory model, weak loads after an acquire observe the
-/// released values; the acquire fence invalidates the multiprocessor's L1, so no line cached
-/// before it is read).
+/// released values, so no line L1 cached before the acquire may be returned).
 ///
 /// # Safety
 /// All 128 threads of the block call it together (warp w = `warp`), their `src` at token 0 of

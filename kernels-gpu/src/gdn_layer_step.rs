@@ -54,7 +54,7 @@
 //! it loaded its group's initial state, waits for exactly the items its head reads
 //! ([`LayerStepItems::item_read_by`]: the 2·⌈n_t/2⌉ row items of its row — its g and β for every token — and
 //! the conv tiles of its q, k and v heads), one lane of the block's first warp per flag
-//! ([`wait_items`]: poll, acquire fence, block barrier; the block's four warps run four groups
+//! ([`wait_items`]: poll, acquire load, block barrier; the block's four warps run four groups
 //! of one head) — every write of those items is then visible to every coherent load of the
 //! block. No block waits before it published all its items and arrived, and every block is
 //! resident, so every awaited flag is stored. A head's recurrences start as soon as its
