@@ -19,5 +19,17 @@ for mode in ${MODES:-decode mtp3 dflash7 t16}; do
     > "$o/$mode.txt" 2>&1
   echo "ncu $mode: exit $? $(grep -E 'gpu__time_duration.sum' "$o/$mode.txt" | tr -s ' ' | tr '\n' ';')" >> "$o/summary.txt"
 done
+# Where phase 2's cycles go: PC-sampled warp stalls per SASS instruction (SourceCounters) at
+# the modes in STALL_MODES (default T = 4 and 16), one launch each, printed as the source page.
+for mode in ${STALL_MODES:-mtp3 t16}; do
+  timeout 140 ncu --clock-control none --cache-control none --section SourceCounters --section WarpStateStats \
+    --section InstructionStats -k regex:gdn_layer_step -c 1 -f -o "$o/stalls-$mode" \
+    bundle/rgdn bench --quick --no-progress --fusions default --modes "$mode" --graph-layers 0 --out "/tmp/ncu-stall-$mode" \
+    > "$o/stalls-$mode.log" 2>&1
+  echo "ncu stalls $mode: exit $?" >> "$o/summary.txt"
+  ncu -i "$o/stalls-$mode.ncu-rep" --page source --csv --print-source sass > "$o/stalls-$mode-sass.csv" 2>> "$o/stalls-$mode.log"
+  echo "source page $mode: exit $? $(wc -l < "$o/stalls-$mode-sass.csv") lines" >> "$o/summary.txt"
+  ncu -i "$o/stalls-$mode.ncu-rep" --page details > "$o/stalls-$mode-details.txt" 2>> "$o/stalls-$mode.log"
+done
 tar czf "${OUT:-/tmp/out}/ncu.tgz" -C "$(dirname "$o")" ncu
 cat "$o/summary.txt"
