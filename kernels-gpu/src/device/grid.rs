@@ -51,43 +51,31 @@ use super::thread::{sync_threads, thread_idx_x, thread_idx_y, thread_idx_z};
 use crate::abi::GRID_SYNC_LINE;
 use core::arch::asm;
 
-/// `ld.acquire.gpu.global.u64`.
-///
-/// # Safety
-/// `p` must be a valid, aligned u64 of global memory.
-#[inline(always)]
-unsafe fn load_acquire_gpu_u64(p: *const u64) -> u64 {
-    let r: u64;
-    // SAFETY: forwarded to the caller.
-    unsafe {
-        asm!(
-            "{{ .reg .b64 ga; cvta.to.global.u64 ga, {p}; ld.acquire.gpu.global.u64 {r}, [ga]; }}",
-            p = in(reg64) p as u64,
-            r = out(reg64) r,
-            options(nostack, preserves_flags)
-        );
-    }
-    r
+/// A `ld.<sem>.gpu.global.u64` wrapper (one definition for each memory-model strength).
+macro_rules! load_gpu_u64 {
+    ($name:ident, $sem:literal) => {
+        #[doc = concat!("`ld.", $sem, ".gpu.global.u64`.")]
+        ///
+        /// # Safety
+        /// `p` must be a valid, aligned u64 of global memory.
+        #[inline(always)]
+        unsafe fn $name(p: *const u64) -> u64 {
+            let r: u64;
+            // SAFETY: forwarded to the caller.
+            unsafe {
+                asm!(
+                    concat!("{{ .reg .b64 ga; cvta.to.global.u64 ga, {p}; ld.", $sem, ".gpu.global.u64 {r}, [ga]; }}"),
+                    p = in(reg64) p as u64,
+                    r = out(reg64) r,
+                    options(nostack, preserves_flags)
+                );
+            }
+            r
+        }
+    };
 }
-
-/// `ld.relaxed.gpu.global.u64`.
-///
-/// # Safety
-/// `p` must be a valid, aligned u64 of global memory.
-#[inline(always)]
-unsafe fn load_relaxed_gpu_u64(p: *const u64) -> u64 {
-    let r: u64;
-    // SAFETY: forwarded to the caller.
-    unsafe {
-        asm!(
-            "{{ .reg .b64 ga; cvta.to.global.u64 ga, {p}; ld.relaxed.gpu.global.u64 {r}, [ga]; }}",
-            p = in(reg64) p as u64,
-            r = out(reg64) r,
-            options(nostack, preserves_flags)
-        );
-    }
-    r
-}
+load_gpu_u64!(load_acquire_gpu_u64, "acquire");
+load_gpu_u64!(load_relaxed_gpu_u64, "relaxed");
 
 /// `st.relaxed.gpu.global.u64`.
 ///
