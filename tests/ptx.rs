@@ -127,9 +127,7 @@ fn gdn_conv_chain_entries_use_no_local_memory() {
     let ptx = rgdn::kernels::PTX;
     for d in rgdn::kernels::abi::GDN_CONV_CHAIN_WIDTHS {
         let entry = rgdn::kernels::abi::gdn_conv_chain_entry(d).unwrap();
-        let start = ptx.find(&format!(".visible .entry {entry}(")).unwrap_or_else(|| panic!("{entry} is not in the PTX"));
-        let body = &ptx[start..];
-        let body = &body[..body.find("\n}\n").expect("the entry's body ends")];
+        let body = entry_body(ptx, entry);
         for local in ["__local_depot", ".local", "%SPL"] {
             assert!(!body.contains(local), "{entry} uses local memory (`{local}` in its PTX)");
         }
@@ -354,4 +352,109 @@ fn the_param_list_parser_reads_structs_and_scalars() {
     let lists = ptx_param_lists(ptx);
     assert_eq!(lists[0], ("k".to_string(), vec![PtxParam::Bytes { align: 8, size: 112 }]));
     assert_eq!(lists[1], ("s".to_string(), vec![PtxParam::Scalar(".u64".into()), PtxParam::Scalar(".u32".into())]));
+}
+
+// ---- [layer-step] the readiness protocol's memory-model operations -----------------------------
+
+/// The body of entry `name` in `ptx`, from `.visible .entry name(` to its closing brace.
+fn entry_body<'a>(ptx: &'a str, name: &str) -> &'a str {
+    let start = ptx.find(&format!(".visible .entry {name}(")).unwrap_or_else(|| panic!("{name} is not in the PTX"));
+    let body = &ptx[start..];
+    &body[..body.find("\n}\n").expect("the entry's body ends")]
+}
+
+/// The scoped memory operations of one kernel body, in text order: (opcode, address register)
+/// of every `ld/st/red/atom` with a `.gpu`/`.sys`/`.cta` scope, and every fence or membar
+/// (address "").
+fn scoped_memory_operations(body: &str) -> Vec<(String, String)> {
+    let mut ops = Vec::new();
+    for line in body.lines() {
+        // device/grid.rs wraps each operation as `{ .reg .b64 ga; cvta.to.global.u64 ga, %rdN; op …, [ga]; }`.
+        let address = line.split("cvta.to.global.u64 ga, ").nth(1).and_then(|r| r.split(';').next()).unwrap_or("").trim();
+        for stmt in line.split(';') {
+            let opcode = stmt.trim().trim_start_matches('{').trim().split_whitespace().next().unwrap_or("");
+            let scoped = ["ld.", "st.", "red.", "atom."].iter().any(|p| opcode.starts_with(p))
+                && [".gpu", ".sys", ".cta"].iter().any(|s| opcode.contains(s));
+            if scoped {
+                ops.push((opcode.to_string(), address.to_string()));
+            } else if opcode.starts_with("fence.") || opcode.starts_with("membar.") {
+                ops.push((opcode.to_string(), String::new()));
+            }
+        }
+    }
+    ops
+}
+
+/// What GDN_LAYER_STEP's readiness argument (`kernels-gpu/src/device/grid.rs`, module docs) needs
+/// of one entry's PTX, or why it does not hold: its scoped operations are only the protocol's —
+/// relaxed polls, the acquire read of a polled flag, the release stores of `publish_item`, the
+/// release add of `arrive`, the relaxed store of `close_launch` — and every acquire reads the
+/// address the poll just before it read (the flag it confirms), with at least one acquire,
+/// release store and release add present.
+fn readiness_protocol_problem(body: &str) -> Option<String> {
+    const ALLOWED: [&str; 5] = [
+        "ld.relaxed.gpu.global.u64",
+        "ld.acquire.gpu.global.u64",
+        "st.release.gpu.global.u64",
+        "red.release.gpu.global.add.u64",
+        "st.relaxed.gpu.global.u64",
+    ];
+    let ops = scoped_memory_operations(body);
+    if let Some((op, _)) = ops.iter().find(|(op, _)| !ALLOWED.contains(&op.as_str())) {
+        return Some(format!("`{op}` is not one of the protocol's operations"));
+    }
+    for needed in ["ld.acquire.gpu.global.u64", "st.release.gpu.global.u64", "red.release.gpu.global.add.u64"] {
+        if !ops.iter().any(|(op, _)| op == needed) {
+            return Some(format!("no `{needed}`"));
+        }
+    }
+    for (i, (op, address)) in ops.iter().enumerate() {
+        if op != "ld.acquire.gpu.global.u64" {
+            continue;
+        }
+        let poll = ops[..i].iter().rev().find(|(op, _)| op == "ld.relaxed.gpu.global.u64");
+        if poll.map(|(_, a)| a) != Some(address) {
+            return Some(format!("the acquire of {address} does not follow a poll of the same flag (poll before it: {poll:?})"));
+        }
+    }
+    None
+}
+
+#[test]
+fn every_layer_step_entry_keeps_the_readiness_protocol() {
+    let ptx = rgdn::kernels::PTX;
+    let entries: Vec<&str> = rgdn::kernels::ptx_entries().into_iter().filter(|e| e.starts_with("gdn_layer_step_")).collect();
+    assert!(!entries.is_empty(), "no gdn_layer_step entry in the PTX");
+    for e in &entries {
+        if let Some(problem) = readiness_protocol_problem(entry_body(ptx, e)) {
+            panic!("{e}: {problem}");
+        }
+    }
+}
+
+#[test]
+fn the_readiness_protocol_check_refuses_weakened_orderings() {
+    let ptx = rgdn::kernels::PTX;
+    let entry = rgdn::kernels::ptx_entries().into_iter().find(|e| e.starts_with("gdn_layer_step_")).expect("a layer-step entry");
+    let body = entry_body(ptx, entry);
+    assert_eq!(readiness_protocol_problem(body), None);
+    // The acquire weakened to a relaxed read, the publication's release to a relaxed store, the
+    // arrival's release add to a relaxed one, an added fence: each is refused.
+    for (from, to) in [
+        ("ld.acquire.gpu.global.u64", "ld.relaxed.gpu.global.u64"),
+        ("st.release.gpu.global.u64", "st.relaxed.gpu.global.u64"),
+        ("red.release.gpu.global.add.u64", "red.relaxed.gpu.global.add.u64"),
+        ("ld.acquire.gpu.global.u64", "ld.volatile.global.u64"),
+    ] {
+        let planted = body.replace(from, to);
+        assert_ne!(planted, body, "{from} is in the body");
+        assert!(readiness_protocol_problem(&planted).is_some(), "{from} → {to} was not refused");
+    }
+    let fenced = body.replacen("ld.acquire.gpu.global.u64", "fence.acq_rel.gpu; ld.relaxed.gpu.global.u64", 1);
+    assert!(readiness_protocol_problem(&fenced).is_some(), "an added fence was not refused");
+    // The acquire of another address than the poll's.
+    let (_, address) = scoped_memory_operations(body).into_iter().find(|(op, _)| op == "ld.acquire.gpu.global.u64").unwrap();
+    let moved = body.replace(&format!("cvta.to.global.u64 ga, {address}; ld.acquire"), "cvta.to.global.u64 ga, %rd0; ld.acquire");
+    assert_ne!(moved, body);
+    assert!(readiness_protocol_problem(&moved).is_some(), "an acquire of another flag was not refused");
 }
