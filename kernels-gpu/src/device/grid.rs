@@ -26,9 +26,10 @@
 //!   synchronizes with the item block's release, and every write that block released is
 //!   visible to the lane — and the block meets at `bar.sync`, which orders those acquires
 //!   before every thread's later accesses. [speed] One acquire load instead of a
-//!   `fence.acq_rel.gpu` per lane: the fence (`MEMBAR.ALL.GPU`) also waited for each lane's own
-//!   outstanding memory operations (the group state loads in flight), and lanes with no item
-//!   now run none (`results/2026-12-01-h200-acquire/`: −0.4 to −1.0 µs at n_t = 1 / 4 / 8).
+//!   `fence.acq_rel.gpu` in every lane, and none in lanes with no item: measured −0.4 to −1.0 µs
+//!   at n_t = 1 / 4 / 8 (`results/2026-12-01-h200-acquire/`). The likely reason (inferred from
+//!   the stall samples, not shown): the fence's `MEMBAR.ALL.GPU` also waits for the lane's own
+//!   outstanding memory operations, here the group state loads issued just before the wait.
 //! - [`arrive`] (every block once, after all its `publish_item`s) and [`close_launch`] (block 0,
 //!   last): thread 0's `red.release.gpu.add` of 1 on `arrived`; block 0's thread 0 at its end
 //!   polls `arrived` until it reaches the target and stores the target into `done` for the next
