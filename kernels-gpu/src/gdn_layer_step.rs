@@ -50,7 +50,7 @@
 //! of phase 2 meet L2.
 //!
 //! **Readiness** (`device/grid.rs`): after each item, its block releases the item's flag
-//! ([`publish_item`]: block barrier, fence, store of the launch's target); a phase-2 warp, once
+//! ([`publish_item`]: block barrier, then a release store of the launch's target); a phase-2 warp, once
 //! it loaded its group's initial state, waits for exactly the items its head reads
 //! ([`LayerStepItems::item_read_by`]: the 2·⌈n_t/2⌉ row items of its row — its g and β for every token — and
 //! the conv tiles of its q, k and v heads), one lane of the block's first warp per flag
