@@ -269,6 +269,10 @@ impl Memory for CallerMemory<'_> {
     fn index_values(&self, t: &Tensor) -> Option<Vec<i32>> {
         self.mem.index_values(t)
     }
+
+    fn base_alignment(&self, id: BufferId) -> usize {
+        self.mem.base_alignment(id)
+    }
 }
 
 /// Refuses an op that may write (any byte of [`Op::outputs`]) a buffer flagged in `read_only`.

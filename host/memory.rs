@@ -17,7 +17,18 @@ pub trait Memory {
     fn is_index_buffer(&self, id: BufferId) -> bool;
     /// The values of an I32 view of an index buffer, in logical order.
     fn index_values(&self, t: &Tensor) -> Option<Vec<i32>>;
+    /// [batch] The largest power of two (up to [`ALLOCATION_ALIGNMENT`]) dividing the device
+    /// address of buffer `id`'s first byte: what a kernel reading it in wide pieces needs to
+    /// know. rgdn's own buffers (and the host buffers that model them) start
+    /// [`ALLOCATION_ALIGNMENT`]-aligned, as the driver's allocations do.
+    fn base_alignment(&self, id: BufferId) -> usize {
+        let _ = id;
+        ALLOCATION_ALIGNMENT
+    }
 }
+
+/// [batch] The alignment of a driver allocation's start (cuMemAlloc: at least 256 bytes).
+pub const ALLOCATION_ALIGNMENT: usize = 256;
 
 /// The host memory budget of a new [`HostMemory`]: `RGDN_HOST_MEMORY_BUDGET` bytes when set
 /// (a plain integer, or with a `K`/`M`/`G` suffix for KiB/MiB/GiB), else 16 GiB.
@@ -316,6 +327,11 @@ impl Memory for DeviceMemory {
             return None;
         }
         read_i32s(shadow, t)
+    }
+
+    fn base_alignment(&self, id: BufferId) -> usize {
+        // A caller's view may start anywhere; rgdn's allocations start 256-aligned.
+        self.buffers.get(id.0).map_or(1, |b| 1usize << b.device_ptr().trailing_zeros().min(ALLOCATION_ALIGNMENT.trailing_zeros()))
     }
 }
 

@@ -254,17 +254,18 @@ fn an_emulation_of_the_kernels_mapping_equals_the_reference() {
 }
 
 /// The parameter block travels as raw bytes (`KernelParams`): no padding anywhere, the tables
-/// where the kernel's PTX reads them (`ld.param` at byte 144 + 4·i and 208 + 4·i).
+/// where the kernel's PTX reads them (`ld.param` at byte 184 + 4·i and 248 + 4·i).
 #[test]
 fn the_parameter_struct_has_no_padding() {
     use rgdn::kernels::abi::GdnConvChainParams as P;
     use std::mem::{offset_of, size_of};
-    assert_eq!(size_of::<P>(), 15 * 8 + 6 * 4 + 2 * 16 * 4);
+    assert_eq!(size_of::<P>(), 20 * 8 + 6 * 4 + 2 * 16 * 4);
     assert_eq!(std::mem::align_of::<P>(), 8);
     assert_eq!(offset_of!(P, k_token), 14 * 8);
-    assert_eq!(offset_of!(P, n_tokens), 15 * 8);
-    assert_eq!(offset_of!(P, _pad), 15 * 8 + 5 * 4);
-    assert_eq!(offset_of!(P, rows), 144);
-    assert_eq!(offset_of!(P, offsets), 208);
+    assert_eq!(offset_of!(P, k_seq), 19 * 8);
+    assert_eq!(offset_of!(P, n_tokens), 20 * 8);
+    assert_eq!(offset_of!(P, n_seqs), 20 * 8 + 5 * 4);
+    assert_eq!(offset_of!(P, rows), 184);
+    assert_eq!(offset_of!(P, offsets), 248);
     assert!(size_of::<P>() <= rgdn::gpu::PARAM_BLOCK_BYTES);
 }

@@ -1,8 +1,10 @@
 //! Fusion `conv_chain` (the reference PR's conv chain, 5 ops / 6–9 kernels → 1): the
 //! conv-state GET_ROWS, the CONCAT, the 1 + R snapshot CPYs, SSM_CONV+SiLU and the two
 //! L2_NORMs become one [`GdnConvChain`] (rows and window offsets taken from the CPY nodes).
-//! Scope: one sequence, n_t ≤ 16, 1–16 snapshot rows, d_conv 3–5, head dim 32/64/128, C a
-//! multiple of 128 (the fused kernel's contract).
+//! Scope: n_s sequences (each its own source row and its rows `row + s`, as llama.cpp's equal
+//! split lays them out), n_t ≤ 16, 1–16 snapshot rows, d_conv 3–5, head dim 32/64/128, C a
+//! multiple of 128 (the fused kernel's contract). A source row that another sequence writes is
+//! the op's refusal (on the memory: `compile_for`), not the matcher's: index values are data.
 //!
 //! The fused node takes the CONCAT's place: the projection (qkv) is read there in both graphs,
 //! which is what lets the reference PR's layout fuse (its ssm-state GET_ROWS writes the dead
@@ -36,7 +38,7 @@ pub const FUSION: Fusion = Fusion {
 
 fn fires_on(spec: &LayerSpec) -> bool {
     let (s, step) = (&spec.shape, &spec.step);
-    step.n_seqs() == 1
+    !step.reads_another_sequences_row(step.slots())
         && step.n_tokens <= MAX_TOKENS
         && step.slots() <= MAX_SNAPSHOT_ROWS
         && D_CONV.contains(&s.d_conv)
@@ -64,19 +66,19 @@ pub fn find(graph: &Graph, layer: usize) -> Result<Candidate, Refusal> {
     let concat = nodes[c].get::<ConcatDim0>().expect("found");
     let g = writer_of(graph, c, &concat.a).ok_or(NoPattern("nothing writes the CONCAT's first source"))?;
     let gather = nodes[g].get::<GetRows>().ok_or(NoPattern("the CONCAT's first source is not a GET_ROWS output"))?;
-    let sequences = gather.rows.layout.n_elements();
-    if sequences != 1 || concat.dst.ne()[2] != 1 || concat.dst.ne()[3] != 1 {
-        return Err(MultiSequence { sequences: sequences.max(concat.dst.ne()[2]) });
+    let n_seqs = gather.rows.layout.n_elements();
+    if n_seqs == 0 || concat.dst.ne()[2] != n_seqs || concat.dst.ne()[3] != 1 {
+        return Err(Layout("the CONCAT's sequences are not the GET_ROWS' source rows"));
     }
     let state_len = concat.a.ne()[0];
     let channels = concat.a.ne()[1];
     let n_tokens = concat.b.ne()[0];
-    if gather.dst.reshape([state_len, channels, 1, 1]) != Some(concat.a) {
-        return Err(Layout("the CONCAT's first source is not the GET_ROWS output reshaped [d_conv−1, C]"));
+    if gather.dst.reshape([state_len, channels, n_seqs, 1]) != Some(concat.a) {
+        return Err(Layout("the CONCAT's first source is not the GET_ROWS output reshaped [d_conv−1, C, n_s]"));
     }
     let qkv = concat.b.transpose();
     if !qkv.layout.is_contiguous() || qkv.dtype() != DType::F32 {
-        return Err(Layout("the projection is not a contiguous F32 [C, n_t]"));
+        return Err(Layout("the projection is not a contiguous F32 [C, n_t, n_s]"));
     }
     let cache = gather.src;
     if cache.ne()[0] != state_len.saturating_mul(channels) || !dense(&cache.view([cache.ne()[0], 1, 1, 1], cache.layout.nb, 0)) {
@@ -122,16 +124,17 @@ pub fn find(graph: &Graph, layer: usize) -> Result<Candidate, Refusal> {
         let row_bytes = cache.layout.nb[1];
         let rel = cpy.dst.layout.offset.wrapping_sub(cache.layout.offset);
         let row = rel.checked_div(row_bytes).unwrap_or(usize::MAX);
+        // One whole row per sequence: rows row … row + n_s − 1.
         if cpy.dst.buffer != cache.buffer
             || cpy.dst.layout.offset < cache.layout.offset
             || row_bytes == 0
             || rel % row_bytes != 0
             || row >= cache.ne()[1]
-            || cpy.dst != LayerTensors::cache_row(&cache, row)
+            || LayerTensors::try_cache_rows("conv_cache", &cache, row, n_seqs).ok() != Some(cpy.dst)
         {
             return Err(CopyNotCacheRow { node: x });
         }
-        if snapshots.iter().any(|s| s.row == row) {
+        if snapshots.iter().any(|s| s.row.abs_diff(row) < n_seqs) {
             return Err(RowWrittenTwice { row });
         }
         snapshots.push(SnapshotWrite { row, offset });
@@ -143,7 +146,7 @@ pub fn find(graph: &Graph, layer: usize) -> Result<Candidate, Refusal> {
     let head = |offset_heads: usize, l: &L2Norm| {
         let [d, hk, ..] = l.src.ne();
         let nb = conv_out.layout.nb;
-        l.src == conv_out.view([d, hk, n_tokens, 1], [4, 4 * d, nb[1], nb[2]], 4 * offset_heads * hk * d)
+        l.src == conv_out.view([d, hk, n_tokens, n_seqs], [4, 4 * d, nb[1], nb[2]], 4 * offset_heads * hk * d)
     };
     let (q_at, q) = *l2s.iter().find(|(_, l)| head(0, l)).ok_or(L2NotFound)?;
     let (k_at, k) = *l2s.iter().find(|(_, l)| head(1, l) && l.src.ne() == q.src.ne()).ok_or(L2NotFound)?;
@@ -172,12 +175,12 @@ pub fn find(graph: &Graph, layer: usize) -> Result<Candidate, Refusal> {
     if !conv.weight.layout.is_contiguous() {
         return Err(Layout("the conv weight is not contiguous [d_conv, C]"));
     }
-    if !conv_out.layout.is_contiguous() || conv_out.ne() != [channels, n_tokens, 1, 1] {
-        return Err(Layout("the SiLU output is not contiguous [C, n_t]"));
+    if !conv_out.layout.is_contiguous() || conv_out.ne() != [channels, n_tokens, n_seqs, 1] {
+        return Err(Layout("the SiLU output is not contiguous [C, n_t, n_s]"));
     }
     for t in [&q.dst, &k.dst] {
-        if !t.layout.is_contiguous() || t.ne() != [head_dim, n_k_heads, n_tokens, 1] {
-            return Err(Layout("an L2 output is not contiguous [D, H_k, n_t]"));
+        if !t.layout.is_contiguous() || t.ne() != [head_dim, n_k_heads, n_tokens, n_seqs] {
+            return Err(Layout("an L2 output is not contiguous [D, H_k, n_t, n_s]"));
         }
     }
     if 2 * n_k_heads * head_dim > channels {
@@ -199,7 +202,7 @@ pub fn find(graph: &Graph, layer: usize) -> Result<Candidate, Refusal> {
     };
     // The overlaps the kernel supports: the SiLU output on qkv element for element, and the
     // snapshot rows on the cache (read at the source row).
-    let mut overlaps: Vec<(Tensor, Tensor)> = op.snapshots.iter().map(|s| (cache, op.cache_row(s.row))).collect();
+    let mut overlaps: Vec<(Tensor, Tensor)> = op.snapshots.iter().map(|s| (cache, op.cache_rows(s.row, n_seqs))).collect();
     if conv_out.same_elements(&qkv) {
         overlaps.push((qkv, conv_out));
     }

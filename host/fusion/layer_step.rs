@@ -37,6 +37,7 @@ fn fires_on(spec: &LayerSpec) -> bool {
         && (super::state_read::FUSION.fires_on)(spec)
         && spec.shape.head_dim == abi::GDN_HEAD_DIM
         && spec.step.n_tokens <= abi::GDN_LAYER_STEP_MAX_TOKENS
+        && spec.step.n_seqs() <= abi::GDN_LAYER_STEP_MAX_SEQS
 }
 
 /// The one node of `layer` that is a `T`, or why not.
@@ -67,7 +68,7 @@ pub fn find(graph: &Graph, layer: usize) -> Result<Candidate, Refusal> {
         return Err(TooManyTokens { n_tokens: n_t });
     }
     let sequences = gdn.q.ne()[3];
-    if sequences != 1 {
+    if sequences > abi::GDN_LAYER_STEP_MAX_SEQS {
         return Err(MultiSequence { sequences });
     }
     let op = GdnLayerStep { chain: chain.clone(), gate: gate.clone(), gdn: gdn.clone() };
@@ -75,7 +76,8 @@ pub fn find(graph: &Graph, layer: usize) -> Result<Candidate, Refusal> {
         return Err(Layout(what));
     }
     // The parts' own supported overlaps (each part's matcher declares the same).
-    let mut overlaps: Vec<(Tensor, Tensor)> = chain.snapshots.iter().map(|s| (chain.conv_cache, chain.cache_row(s.row))).collect();
+    let mut overlaps: Vec<(Tensor, Tensor)> =
+        chain.snapshots.iter().map(|s| (chain.conv_cache, chain.cache_rows(s.row, sequences))).collect();
     if chain.conv_out == chain.qkv {
         overlaps.push((chain.qkv, chain.conv_out));
     }

@@ -162,7 +162,7 @@ pub enum Refusal {
     Off,
     /// The layer does not hold the pattern (what is missing).
     NoPattern(&'static str),
-    /// Scope: more than one sequence.
+    /// Scope: more sequences than the fused kernel takes.
     MultiSequence { sequences: usize },
     /// Scope: n_t > 16.
     TooManyTokens { n_tokens: usize },
@@ -237,7 +237,9 @@ impl fmt::Display for Refusal {
         match self {
             Off => write!(f, "fusion off"),
             NoPattern(what) => write!(f, "no pattern: {what}"),
-            MultiSequence { sequences } => write!(f, "scope: {sequences} sequences (single sequence only)"),
+            MultiSequence { sequences } => {
+                write!(f, "scope: {sequences} sequences (at most {})", crate::kernels::abi::GDN_LAYER_STEP_MAX_SEQS)
+            }
             TooManyTokens { n_tokens } => write!(f, "scope: n_t = {n_tokens} (at most {})", conv_chain::MAX_TOKENS),
             SnapshotRows { rows } => write!(f, "scope: {rows} snapshot rows (1 to {})", conv_chain::MAX_SNAPSHOT_ROWS),
             ConvWidth { d_conv } => write!(f, "scope: d_conv = {d_conv} (3 to 5)"),

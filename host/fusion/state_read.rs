@@ -22,11 +22,13 @@ pub const FUSION: Fusion = Fusion {
     default: true,
 };
 
-/// One sequence only: with n_s > 1 a sequence's source row may be another sequence's written
-/// slot, an overlap the fused kernel does not support (the unfused GET_ROWS reads every
-/// source row before the GDN writes).
+/// Wherever the GDN is built. [batch] With n_s > 1 a sequence's source row may be another
+/// sequence's written slot, an overlap the fused kernel does not support (the unfused GET_ROWS
+/// reads every source row before the GDN writes): the op refuses it on the memory
+/// (`compile_for`), by the index values; llama.cpp's steps (each sequence reads a row of its own
+/// cell) never do.
 fn fires_on(spec: &LayerSpec) -> bool {
-    spec.gdn_tail && spec.step.n_seqs() == 1
+    spec.gdn_tail && !spec.step.reads_another_sequences_row(spec.step.n_tokens.min(spec.step.slots()))
 }
 
 /// The structural match of the state read in `layer`.
@@ -41,8 +43,8 @@ pub fn find(graph: &Graph, layer: usize) -> Result<Candidate, Refusal> {
     let gather = nodes[g].get::<GetRows>().ok_or(NoPattern("GATED_DELTA_NET's initial state is not a GET_ROWS output"))?;
     let [row_len, ..] = gather.src.ne();
     let [d, _, heads, seqs] = gdn.state_in.ne();
-    if seqs != 1 || gather.rows.layout.n_elements() != 1 {
-        return Err(MultiSequence { sequences: seqs.max(gather.rows.layout.n_elements()) });
+    if gather.rows.layout.n_elements() != seqs {
+        return Err(Layout("the GET_ROWS gathers another number of rows than the GDN has sequences"));
     }
     if gather.dst.reshape(gdn.state_in.ne()) != Some(gdn.state_in) || gather.dst.ne() != [row_len, seqs, 1, 1] || row_len != d * d * heads {
         return Err(Layout("the initial state is not the GET_ROWS output reshaped [D, D, H_v, n_s]"));

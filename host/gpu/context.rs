@@ -72,6 +72,10 @@ pub enum KernelArg {
     Params(ParamBlock),
 }
 
+/// [batch] Dynamic shared memory a launch gets without raising the function's limit (CUDA's
+/// default: 48 KiB).
+const DEFAULT_SHARED_BYTES: u32 = 48 * 1024;
+
 /// Capacity of a [`ParamBlock`] in bytes (CUDA allows 4 KiB of kernel parameters; ours are small).
 pub const PARAM_BLOCK_BYTES: usize = 1024;
 
@@ -343,9 +347,16 @@ impl Gpu {
     /// [layer-step] How many blocks of `entry` with `block_threads` threads and `shared_bytes`
     /// of dynamic shared memory can be resident at once on the whole device (the driver's
     /// occupancy for the compiled kernel × the multiprocessor count): the largest grid a
-    /// cooperative launch of it takes.
+    /// cooperative launch of it takes. [batch] Above the 48 KiB a launch gets without asking, the
+    /// entry's dynamic shared-memory limit is raised to `shared_bytes` first (the driver refuses
+    /// a request past the device's opt-in limit: a typed error).
     pub fn co_resident_blocks(&self, entry: &'static str, block_threads: u32, shared_bytes: u32) -> Result<u32> {
         let func = self.function(entry)?;
+        if shared_bytes > DEFAULT_SHARED_BYTES {
+            let bytes = i32::try_from(shared_bytes)
+                .map_err(|_| Error::Unsupported { op: entry, what: format!("{shared_bytes} bytes of dynamic shared memory") })?;
+            func.set_attribute(cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes)?;
+        }
         let per_sm = func.occupancy_max_active_blocks_per_multiprocessor(block_threads, shared_bytes as usize, None)?;
         let sms = self.ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
         Ok(per_sm.saturating_mul(u32::try_from(sms).unwrap_or(0)))

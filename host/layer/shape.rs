@@ -128,8 +128,9 @@ pub const MAX_TOKENS: usize = 16;
 /// makes: ⌈n_t/8⌉ mat-vec launches per projection, 128 at most.
 pub const MAX_GRAPH_TOKENS: usize = 1024;
 
-/// Largest number of sequences one step verifies (n_s).
-pub const MAX_SEQS: usize = 64;
+/// Largest number of sequences one step verifies (n_s): the batched layer step's
+/// ([`abi::GDN_LAYER_STEP_MAX_SEQS`]).
+pub const MAX_SEQS: usize = abi::GDN_LAYER_STEP_MAX_SEQS;
 
 /// The sequences of a step after the first (spec §1.2–1.4, llama.cpp's equal split for
 /// recurrent layers): sequence s (1 ≤ s < n_s) writes cell `kv_head + s` (its conv rows and ssm
@@ -250,6 +251,20 @@ impl Step {
     /// step: cache rows ≤ 2^31 − 1).
     pub fn source_rows_i32(&self) -> Vec<i32> {
         self.source_rows().into_iter().map(|r| i32::try_from(r).unwrap_or(i32::MAX)).collect()
+    }
+
+    /// [batch] Whether some sequence reads a cache row that another sequence of the step writes,
+    /// when each sequence writes the rows `j·M + kv_head + s` of the first `written_groups`
+    /// groups (the conv cache: all 1 + R; the ssm cache: the min(n_t, 1 + R) newest). The unfused
+    /// chain reads every source row before it writes; the fused ops run the sequences at the
+    /// same time and refuse such a step. llama.cpp's steps never have one: a sequence reads a
+    /// row of its own cell.
+    pub fn reads_another_sequences_row(&self, written_groups: usize) -> bool {
+        let cells = self.cells.max(1);
+        self.source_rows().iter().enumerate().any(|(s, &row)| {
+            let (group, cell) = (row / cells, row % cells);
+            group < written_groups && cell >= self.kv_head && cell - self.kv_head < self.n_seqs() && cell - self.kv_head != s
+        })
     }
 
     /// Rows of each cache tensor: M·(1 + R) (saturating; exact for a validated step).

@@ -15,6 +15,8 @@ use crate::reference::math::Mufu;
 use crate::tensor::{DType, Tensor};
 
 const OP: &str = "GDN_CONV_CHAIN";
+/// Grid y (sequences) limit of a launch.
+const MAX_GRID_Y: usize = 65535;
 
 /// One conv-state row the fused kernel writes: cache row `row` receives `window(offset)` — the
 /// d_conv−1 columns `offset … offset+d_conv−2` of `[old state | tokens]` for every channel, in
@@ -27,18 +29,25 @@ pub struct SnapshotWrite {
     pub offset: usize,
 }
 
-/// The five ops of the conv chain as one:
-/// - `conv_cache` (r_l): F32 ne [(d_conv−1)·C, rows, 1, 1], rows contiguous; row
-///   `source_row[0]` is read as the incoming state, every `snapshots[i].row` is written;
-/// - `source_row` (s_copy): I32 ne [1, 1, 1, 1] in an index buffer;
-/// - `qkv` (qkv_mixed): F32 ne [C, n_t, 1, 1], channels contiguous;
+/// The five ops of the conv chain as one, for n_s sequences (llama.cpp's equal split: sequence
+/// s owns cell kv_head + s of every rollback group):
+/// - `conv_cache` (r_l): F32 ne [(d_conv−1)·C, rows, 1, 1], rows contiguous; sequence s reads
+///   row `source_row[s]` as its incoming state and writes row `snapshots[i].row + s` for every i;
+/// - `source_row` (s_copy): I32 ne [n_s, 1, 1, 1] in an index buffer;
+/// - `qkv` (qkv_mixed): F32 ne [C, n_t, n_s, 1], channels contiguous;
 /// - `weight` (ssm_conv1d.weight): F32 ne [d_conv, C, 1, 1], taps contiguous;
-/// - `snapshots`: 1 ..= 16 rows to write, each at most once;
-/// - `conv_out`: SiLU(conv) ne [C, n_t, 1, 1], channels contiguous; may be `qkv` itself,
+/// - `snapshots`: 1 ..= 16 rows to write (sequence 0's; sequence s writes `row + s`), no cache
+///   row written twice;
+/// - `conv_out`: SiLU(conv) ne [C, n_t, n_s, 1], channels contiguous; may be `qkv` itself,
 ///   element for element (each thread reads all its channel's inputs before it writes);
-/// - `q_norm`, `k_norm`: ne [D, H_k, n_t, 1], the L2-normalised heads of `conv_out` channels
+/// - `q_norm`, `k_norm`: ne [D, H_k, n_t, n_s], the L2-normalised heads of `conv_out` channels
 ///   `0 … H_k·D` (q) and `H_k·D … 2·H_k·D` (k), rows contiguous;
 /// - `eps`: the L2_NORM epsilon.
+///
+/// A sequence's source row may be one of *its own* written rows (read before written, by the
+/// same block); one that *another* sequence writes is refused ([`Error::Aliasing`]): the
+/// sequences' blocks run at the same time, while the unfused GET_ROWS reads every source row
+/// before any CPY writes.
 #[derive(Clone, Debug)]
 pub struct GdnConvChain {
     pub conv_cache: Tensor,
@@ -61,16 +70,18 @@ pub struct ChainShape {
     /// Conv channels C (a multiple of 128).
     pub n_channels: usize,
     pub n_tokens: usize,
+    /// n_s: sequences.
+    pub n_seqs: usize,
     /// Rows of the conv cache.
     pub n_cache_rows: usize,
-    /// The row the incoming state is read from (the value of `source_row`).
-    pub source_row: usize,
 }
 
 impl GdnConvChain {
-    /// Validates the op and returns its sizes. Supported: d_conv 3/4/5, 1 ..= 16 tokens of one
-    /// sequence, C a multiple of 128, D ∈ {32, 64, 128}, 2·H_k·D ≤ C (the remaining channels are
-    /// v heads, convolved but not normalised), 1 ..= 16 distinct rows with offsets ≤ n_t.
+    /// Validates the op and returns its sizes. Supported: d_conv 3/4/5, 1 ..= 16 tokens of each
+    /// of n_s sequences, C a multiple of 128, D ∈ {32, 64, 128}, 2·H_k·D ≤ C (the remaining
+    /// channels are v heads, convolved but not normalised), 1 ..= 16 rows with offsets ≤ n_t,
+    /// no cache row written twice (by two slots or two sequences), no source row of one
+    /// sequence written by another.
     ///
     /// Aliasing: a snapshot row may be the source row; `conv_out` may be `qkv` element for
     /// element (else disjoint). Everything else the kernel writes — conv_out, q_norm, k_norm, the
@@ -95,8 +106,11 @@ impl GdnConvChain {
         let state_len = d_conv - 1;
 
         check::tensor(OP, "qkv", &self.qkv, DType::F32, mem)?;
-        let n_tokens = self.qkv.ne()[1];
-        check::shape(OP, "qkv", &self.qkv, [n_channels, n_tokens, 1, 1])?;
+        let [_, n_tokens, n_seqs, _] = self.qkv.ne();
+        check::shape(OP, "qkv", &self.qkv, [n_channels, n_tokens, n_seqs, 1])?;
+        if n_seqs == 0 || n_seqs > MAX_GRID_Y {
+            return Err(Error::Unsupported { op: OP, what: format!("n_s = {n_seqs} sequences (1 ..= {MAX_GRID_Y}: grid y)") });
+        }
         check::rows_contiguous(OP, "qkv", &self.qkv)?;
         if n_tokens > abi::GDN_CONV_CHAIN_MAX_TOKENS {
             return Err(Error::Unsupported {
@@ -112,14 +126,15 @@ impl GdnConvChain {
         check::distinct_elements(OP, "conv_cache", &self.conv_cache)?;
 
         check::tensor(OP, "source_row", &self.source_row, DType::I32, mem)?;
-        check::shape(OP, "source_row", &self.source_row, [1, 1, 1, 1])?;
+        check::shape(OP, "source_row", &self.source_row, [n_seqs, 1, 1, 1])?;
         let values = mem.index_values(&self.source_row).ok_or_else(|| Error::Invalid {
             op: OP,
             what: format!("`source_row` (buffer {}) is not an index buffer: its value must be known to the host", self.source_row.buffer.0),
         })?;
-        let index = values[0];
-        if index < 0 || index as usize >= n_cache_rows {
-            return Err(Error::IndexOutOfRange { op: OP, arg: "source_row", position: 0, index: index as i64, rows: n_cache_rows });
+        for (position, &index) in values.iter().enumerate() {
+            if index < 0 || index as usize >= n_cache_rows {
+                return Err(Error::IndexOutOfRange { op: OP, arg: "source_row", position, index: index as i64, rows: n_cache_rows });
+            }
         }
 
         let n_rows = self.snapshots.len();
@@ -133,12 +148,13 @@ impl GdnConvChain {
             });
         }
         for (position, s) in self.snapshots.iter().enumerate() {
-            if s.row >= n_cache_rows {
+            // Sequence n_s − 1 writes row + n_s − 1: the last row must exist.
+            if s.row.checked_add(n_seqs - 1).is_none_or(|last| last >= n_cache_rows) {
                 return Err(Error::IndexOutOfRange {
                     op: OP,
                     arg: "snapshots",
                     position,
-                    index: i64::try_from(s.row).unwrap_or(i64::MAX),
+                    index: i64::try_from(s.row.saturating_add(n_seqs - 1)).unwrap_or(i64::MAX),
                     rows: n_cache_rows,
                 });
             }
@@ -148,8 +164,22 @@ impl GdnConvChain {
                     what: format!("snapshots[{position}]: window offset {} past the {n_tokens} tokens", s.offset),
                 });
             }
-            if self.snapshots[..position].iter().any(|o| o.row == s.row) {
+            // Rows row … row + n_s − 1 of two slots must not meet.
+            if self.snapshots[..position].iter().any(|o| o.row.abs_diff(s.row) < n_seqs) {
                 return Err(Error::Aliasing { op: OP, a: "snapshots", b: "snapshots", why: "one cache row written twice" });
+            }
+        }
+        // [batch] A sequence's source row written by another sequence: that read would race with
+        // the other sequence's block (the unfused GET_ROWS reads every source row first).
+        for (s, &index) in values.iter().enumerate() {
+            let index = index as usize;
+            if self.snapshots.iter().any(|w| index >= w.row && index - w.row < n_seqs && index - w.row != s) {
+                return Err(Error::Aliasing {
+                    op: OP,
+                    a: "source_row",
+                    b: "snapshots",
+                    why: "a sequence reads a conv-cache row that another sequence of the step writes",
+                });
             }
         }
 
@@ -167,12 +197,12 @@ impl GdnConvChain {
         }
 
         check::output(OP, "conv_out", &self.conv_out, DType::F32, mem)?;
-        check::shape(OP, "conv_out", &self.conv_out, [n_channels, n_tokens, 1, 1])?;
+        check::shape(OP, "conv_out", &self.conv_out, [n_channels, n_tokens, n_seqs, 1])?;
         check::rows_contiguous(OP, "conv_out", &self.conv_out)?;
         check::distinct_elements(OP, "conv_out", &self.conv_out)?;
         for (arg, t) in [("q_norm", &self.q_norm), ("k_norm", &self.k_norm)] {
             check::output(OP, arg, t, DType::F32, mem)?;
-            check::shape(OP, arg, t, [d, h_k, n_tokens, 1])?;
+            check::shape(OP, arg, t, [d, h_k, n_tokens, n_seqs])?;
             check::rows_contiguous(OP, arg, t)?;
             check::distinct_elements(OP, arg, t)?;
         }
@@ -199,17 +229,18 @@ impl GdnConvChain {
         if n_channels / block > i32::MAX as usize {
             return Err(Error::Unsupported { op: OP, what: format!("C = {n_channels} channels (grid x holds at most 2^31 − 1 blocks)") });
         }
-        Ok(ChainShape { d_conv, n_channels, n_tokens, n_cache_rows, source_row: index as usize })
+        Ok(ChainShape { d_conv, n_channels, n_tokens, n_seqs, n_cache_rows })
     }
 
     /// The kernel's parameter block for a validated op.
     pub(crate) fn params(&self, shape: &ChainShape, mem: &DeviceMemory) -> abi::GdnConvChainParams {
         let [_, cache_row, ..] = check::elem_strides(&self.conv_cache);
-        let [_, qkv_token, ..] = check::elem_strides(&self.qkv);
+        let [source_row_seq, ..] = check::elem_strides(&self.source_row);
+        let [_, qkv_token, qkv_seq, _] = check::elem_strides(&self.qkv);
         let [_, w_channel, ..] = check::elem_strides(&self.weight);
-        let [_, conv_out_token, ..] = check::elem_strides(&self.conv_out);
-        let [_, q_head, q_token, _] = check::elem_strides(&self.q_norm);
-        let [_, k_head, k_token, _] = check::elem_strides(&self.k_norm);
+        let [_, conv_out_token, conv_out_seq, _] = check::elem_strides(&self.conv_out);
+        let [_, q_head, q_token, q_seq] = check::elem_strides(&self.q_norm);
+        let [_, k_head, k_token, k_seq] = check::elem_strides(&self.k_norm);
         let (mut rows, mut offsets) = ([0u32; abi::GDN_CONV_CHAIN_MAX_ROWS], [0u32; abi::GDN_CONV_CHAIN_MAX_ROWS]);
         for (i, s) in self.snapshots.iter().enumerate() {
             // Validated: row < n_cache_rows ≤ u32::MAX, offset ≤ n_t ≤ 16.
@@ -232,12 +263,17 @@ impl GdnConvChain {
             q_token,
             k_head,
             k_token,
+            source_row_seq,
+            qkv_seq,
+            conv_out_seq,
+            q_seq,
+            k_seq,
             n_tokens: shape.n_tokens as u32,
             head_dim: self.head_dim as u32,
             n_k_heads: self.n_k_heads as u32,
             eps: self.eps,
             n_rows: self.snapshots.len() as u32,
-            _pad: 0,
+            n_seqs: shape.n_seqs as u32,
             rows,
             offsets,
         }
@@ -247,13 +283,24 @@ impl GdnConvChain {
     /// unvalidated op whose `row · nb[1]` does not fit, the offset saturates (the view then
     /// reaches the end of the address space and overlaps conservatively).
     pub fn cache_row(&self, row: usize) -> Tensor {
+        self.cache_rows(row, 1)
+    }
+
+    /// The rows `row … row + n_s − 1` a snapshot at `row` writes (one per sequence) as a
+    /// [(d_conv−1)·C, n_s, 1, 1] view; saturating like [`GdnConvChain::cache_row`].
+    pub fn cache_rows(&self, row: usize, n_seqs: usize) -> Tensor {
         let nb = self.conv_cache.layout.nb;
-        self.conv_cache.view([self.conv_cache.ne()[0], 1, 1, 1], [nb[0], nb[1], nb[1], nb[1]], row.saturating_mul(nb[1]))
+        self.conv_cache.view([self.conv_cache.ne()[0], n_seqs.max(1), 1, 1], [nb[0], nb[1], nb[1], nb[1]], row.saturating_mul(nb[1]))
+    }
+
+    /// n_s as the views say (the qkv's sequences; at least 1).
+    pub fn n_seqs(&self) -> usize {
+        self.qkv.ne()[2].max(1)
     }
 }
 
-// SAFETY: `#[repr(C)]`, `Copy`, fifteen u64 then six 4-byte scalars and two [u32; 16] tables:
-// 272 bytes, every field at its natural alignment with no gap and no tail padding (size is a
+// SAFETY: `#[repr(C)]`, `Copy`, twenty u64 then six 4-byte scalars and two [u32; 16] tables:
+// 312 bytes, every field at its natural alignment with no gap and no tail padding (size is a
 // multiple of 8), alignment 8; it is exactly the type the `gdn_conv_chain_f32_d*` entries take.
 unsafe impl KernelParams for abi::GdnConvChainParams {}
 
@@ -271,11 +318,12 @@ impl Op for GdnConvChain {
         let entry = abi::gdn_conv_chain_entry(shape.d_conv).expect("checked: d_conv has an entry");
         let params = self.params(&shape, mem);
         let blocks = (shape.n_channels / abi::GDN_CONV_CHAIN_BLOCK as usize) as u32;
-        let dims = LaunchDims::new((blocks, 1, 1), (abi::GDN_CONV_CHAIN_BLOCK, 1, 1))
+        let dims = LaunchDims::new((blocks, shape.n_seqs as u32, 1), (abi::GDN_CONV_CHAIN_BLOCK, 1, 1))
             .with_shared_bytes(abi::gdn_conv_chain_shared_bytes(shape.d_conv, shape.n_tokens));
         let args = [KernelArg::Params(ParamBlock::of(&params)?)];
-        // SAFETY: `check` proved that the source index (whose device copy holds the host-known
-        // value) and every snapshot row lie in the cache, the rows are distinct, offsets ≤ n_t,
+        // SAFETY: `check` proved that every sequence's source index (whose device copy holds the
+        // host-known value) and every snapshot row of every sequence lie in the cache, the rows
+        // are distinct, no sequence reads a row another sequence writes, offsets ≤ n_t,
         // every view covers C = blocks·128 channels, n_t tokens, d_conv taps and 2·H_k heads of
         // D ∈ {32, 64, 128}; that the outputs are disjoint from each other and from the inputs
         // except conv_out = qkv element for element (each thread reads before it writes) and the
@@ -297,7 +345,8 @@ impl Op for GdnConvChain {
 
     fn outputs(&self) -> Vec<Tensor> {
         let mut out = vec![self.conv_out, self.q_norm, self.k_norm];
-        out.extend(self.snapshots.iter().map(|s| self.cache_row(s.row)));
+        let n_seqs = self.n_seqs();
+        out.extend(self.snapshots.iter().map(|s| self.cache_rows(s.row, n_seqs)));
         out
     }
 

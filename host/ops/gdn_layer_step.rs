@@ -28,15 +28,18 @@ const OP: &str = "GDN_LAYER_STEP";
 /// The three fused ops of one GDN layer step, as one launch.
 ///
 /// Valid when each part is valid on its own (its own errors, as that op reports them) and:
-/// - **scope**: one sequence, n_t ≤ [`abi::GDN_LAYER_STEP_MAX_TOKENS`] = 16 (the pair's column
-///   limit and the conv chain's token limit; the row items take two columns each, any n_t),
-///   D = 128 for the conv chain's heads (GATED_DELTA_NET's), d_conv 3–5 (the
-///   chain's) — else [`Error::Unsupported`];
+/// - **scope**: 1 ..= [`abi::GDN_LAYER_STEP_MAX_SEQS`] = 256 sequences (one: the
+///   single-sequence entries; more: the batched ones, "Several sequences" in the kernel docs),
+///   n_t ≤ [`abi::GDN_LAYER_STEP_MAX_TOKENS`] = 16 tokens each (the conv chain's token limit),
+///   D = 128 for the conv chain's heads (GATED_DELTA_NET's), d_conv 3–5 (the chain's); with
+///   several sequences also ssm-cache rows at 16-byte aligned addresses (the batched second
+///   phase copies each item's state in 16-byte pieces) — else [`Error::Unsupported`];
 /// - **links** (the values the kernel passes from its first phase to its second): the GDN's q
 ///   and k are the chain's `q_norm` and `k_norm`; its v is the v channels of the chain's
-///   `conv_out` (channels 2·H_k·D … 2·H_k·D + H_v·D as [D, H_v, n_t, 1]); its g and β are the
-///   pair-gate's `gate` and `beta` as [1, H_v, n_t, 1]; the products' input columns are the
-///   n_t tokens and their rows the H_v value heads — else [`Error::Invalid`];
+///   `conv_out` (channels 2·H_k·D … 2·H_k·D + H_v·D as [D, H_v, n_t, n_s]); its g and β are
+///   the pair-gate's `gate` and `beta` as [1, H_v, n_t, n_s]; the products' input columns are
+///   the n_t·n_s tokens (sequence-major) and their rows the H_v value heads — else
+///   [`Error::Invalid`];
 /// - **disjointness** (blocks of the first phase run the chain and the products at the same
 ///   time; the second phase reads their outputs once their items are published): every output of the products is
 ///   disjoint from every tensor of the chain and vice versa (the conv cache taken whole), the
@@ -45,11 +48,12 @@ const OP: &str = "GDN_LAYER_STEP";
 ///   [`Error::Aliasing`]. (Each part's own overlaps — conv_out on qkv, a snapshot row on the
 ///   source row, a state slot on the row read — stay admitted as each part admits them.)
 /// - **readiness** (the kernel's second phase reads a head's token inputs once the first-phase
-///   items it waits for, `abi::LayerStepItems::item_read_by`, are published): every item that
+///   items it waits for — one sequence: `abi::LayerStepItems::item_read_by`; several: every
+///   first-phase item of its chunk, `abi::LayerStepSchedule` — are published): every item that
 ///   writes a byte those reads touch is among them, proved on this step's bytes
-///   (`readiness_gap`: each item's writes as the kernel docs' ownership says,
-///   each head's reads as GATED_DELTA_NET's views say) — else [`Error::Invalid`] naming the
-///   head and the item.
+///   (`readiness_gap`, `batch_readiness_gap`: each item's writes as the kernel docs'
+///   ownership says, each head's reads as GATED_DELTA_NET's views say) — else
+///   [`Error::Invalid`] naming the head and the item.
 #[derive(Clone, Debug)]
 pub struct GdnLayerStep {
     pub chain: GdnConvChain,
@@ -63,13 +67,66 @@ pub struct StepShape {
     pub chain: ChainShape,
     pub products: MatVecShape,
     pub gdn: GdnShape,
+    /// [batch] How the batched entries split the work (all zero for one sequence).
+    pub batch: abi::LayerStepBatchParams,
 }
 
 impl StepShape {
+    /// [batch] Whether the batched entries run the step (n_s ≥ 2).
+    pub fn batched(&self) -> bool {
+        self.gdn.n_seqs > 1
+    }
+
+    /// [batch] The batched entries' schedule (see [`abi::LayerStepSchedule`]).
+    pub fn schedule(&self) -> abi::LayerStepSchedule {
+        abi::LayerStepSchedule {
+            n_seqs: self.batch.n_seqs,
+            n_tokens: self.gdn.n_tokens as u32,
+            n_heads: self.gdn.n_heads as u32,
+            n_chain_tiles: (self.chain.n_channels / abi::GDN_CONV_CHAIN_BLOCK as usize) as u32,
+            chunk_seqs: self.batch.chunk_seqs,
+            tile_seqs: self.batch.tile_seqs,
+            groups_per_warp: self.batch.groups_per_warp,
+        }
+    }
+
+    /// [batch] The work split of a batched step over `n_seqs` sequences of `n_tokens` tokens:
+    /// chunks of ⌈n_s / 8⌉ sequences (so a chunk's second phase overlaps the next chunk's
+    /// first), conv items of up to 4 sequences, two column groups per warp from 8 sequences on
+    /// (fewer, larger second-phase items once there are enough of them). Each may be overridden
+    /// for measurements by `RGDN_BATCH_CHUNK`, `RGDN_BATCH_TILE_SEQS`, `RGDN_BATCH_GROUPS`
+    /// ([test] knobs, read once per process; no bit depends on them).
+    pub fn batch_split(n_seqs: usize) -> abi::LayerStepBatchParams {
+        let knob = |name: &str, lo: u32, hi: u32| -> Option<u32> {
+            std::env::var(name).ok().and_then(|v| v.trim().parse::<u32>().ok()).filter(|k| (lo..=hi).contains(k))
+        };
+        static KNOBS: std::sync::OnceLock<[Option<u32>; 3]> = std::sync::OnceLock::new();
+        let [chunk, tile, groups] = *KNOBS.get_or_init(|| {
+            [
+                knob("RGDN_BATCH_CHUNK", 1, abi::GDN_LAYER_STEP_MAX_SEQS as u32),
+                knob("RGDN_BATCH_TILE_SEQS", 1, abi::BATCH_MAX_TILE_SEQS),
+                knob("RGDN_BATCH_GROUPS", 1, abi::BATCH_MAX_GROUPS_PER_WARP),
+            ]
+        });
+        let n = n_seqs as u32;
+        let chunk_seqs = chunk.unwrap_or(n.div_ceil(8)).clamp(1, n.max(1));
+        // At least ⌈n / BATCH_MAX_CHUNKS⌉ sequences a chunk: one counter each.
+        let chunk_seqs = chunk_seqs.max(n.div_ceil(abi::BATCH_MAX_CHUNKS as u32));
+        abi::LayerStepBatchParams {
+            n_seqs: n,
+            chunk_seqs,
+            tile_seqs: tile.unwrap_or(4).min(chunk_seqs),
+            groups_per_warp: groups.unwrap_or(if n >= 8 { 2 } else { 1 }),
+        }
+    }
+
     /// Work items of the kernel's first phase (2·H_v mat-vec rows × ⌈n_t/2⌉ column pairs + C/128
     /// conv tiles, one block each) and of its second (H_v·32 GATED_DELTA_NET column groups, one warp each), checked to
     /// fit u32.
     fn items(&self) -> Result<(u32, u32)> {
+        if self.batched() {
+            return self.batch_items();
+        }
         let h_v = self.gdn.n_heads;
         let tiles = self.chain.n_channels / abi::GDN_CONV_CHAIN_BLOCK as usize;
         let rows =
@@ -86,6 +143,29 @@ impl StepShape {
             });
         }
         Ok((check::fits_u32(OP, "first-phase work items", first)?, check::fits_u32(OP, "second-phase work items", second)?))
+    }
+
+    /// [batch] (all work items of the schedule, 0), every count the kernel derives checked to fit
+    /// u32 first (the schedule's arithmetic is u32): items per chunk and their sum.
+    fn batch_items(&self) -> Result<(u32, u32)> {
+        let (n_s, n_t, h_v) = (self.gdn.n_seqs, self.gdn.n_tokens, self.gdn.n_heads);
+        let tiles = self.chain.n_channels / abi::GDN_CONV_CHAIN_BLOCK as usize;
+        // The largest chunk's items bound every chunk's; the whole launch bounds the sum.
+        let per_seq_second = check::product(OP, "v", "second-phase items per sequence H_v·32", &[h_v, 32])?;
+        let columns = check::product(OP, "weight", "token columns n_t·n_s", &[n_t, n_s])?;
+        let rows = check::product(OP, "weight", "mat-vec items", &[columns.div_ceil(abi::BATCH_ROW_COLS as usize), h_v.div_ceil(4)])?;
+        let conv = check::product(OP, "conv_weight", "conv items", &[n_s, tiles])?;
+        let second = check::product(OP, "v", "second-phase items", &[n_s, per_seq_second])?;
+        let total = check::sum(OP, "v", "work items of the launch", &[conv, rows, second])?;
+        check::fits_u32(OP, "work items of the launch", total)?;
+        let schedule = self.schedule();
+        if schedule.n_chunks() as usize > abi::BATCH_MAX_CHUNKS {
+            return Err(Error::Unsupported {
+                op: OP,
+                what: format!("{} sequence chunks (the readiness state has {} counters)", schedule.n_chunks(), abi::BATCH_MAX_CHUNKS),
+            });
+        }
+        Ok((schedule.total_items(), 0))
     }
 }
 
@@ -127,8 +207,12 @@ impl GdnLayerStep {
         let chain_shape = chain.check(mem)?;
         let products = gate.check(mem)?;
         let gdn_shape = gdn.check(mem)?;
-        if gdn_shape.n_seqs != 1 {
-            return Err(Error::Unsupported { op: OP, what: format!("{} sequences (one sequence per launch)", gdn_shape.n_seqs) });
+        let n_s = gdn_shape.n_seqs;
+        if n_s == 0 || n_s > abi::GDN_LAYER_STEP_MAX_SEQS {
+            return Err(Error::Unsupported {
+                op: OP,
+                what: format!("{n_s} sequences (1 to {}: GDN_LAYER_STEP_MAX_SEQS)", abi::GDN_LAYER_STEP_MAX_SEQS),
+            });
         }
         if abi::gdn_layer_step_entry(products.kind, chain_shape.d_conv).is_none() {
             return Err(Error::Unsupported {
@@ -138,7 +222,8 @@ impl GdnLayerStep {
         }
 
         // Links.
-        link(gdn_shape.n_tokens == n_t && products.ncols == n_t, "the token counts of the parts differ")?;
+        link(gdn_shape.n_tokens == n_t && chain_shape.n_seqs == n_s, "the token or sequence counts of the parts differ")?;
+        link(products.ncols == n_t * n_s, "the products' columns are not the n_t·n_s tokens")?;
         link(products.rows == gdn_shape.n_heads, "the products' rows are not the GDN's value heads")?;
         link(
             2 * chain.n_k_heads + gdn_shape.n_heads <= chain_shape.n_channels / abi::GDN_HEAD_DIM,
@@ -184,13 +269,29 @@ impl GdnLayerStep {
                 check::disjoint(OP, a, ta, b, tb)?;
             }
         }
-        let shape = StepShape { chain: chain_shape, products, gdn: gdn_shape };
+        let batch = if n_s > 1 { StepShape::batch_split(n_s) } else { abi::LayerStepBatchParams::default() };
+        let shape = StepShape { chain: chain_shape, products, gdn: gdn_shape, batch };
         shape.items()?;
+        if shape.batched() {
+            Self::check_batch(&shape, gdn, mem)?;
+        }
 
         // Readiness: the kernel's waits cover every first-phase writer of what its second phase
         // reads, proved on this step's bytes.
         if shape.gdn.n_heads == 0 || shape.gdn.n_key_heads == 0 {
             return Err(Error::Invalid { op: OP, what: "no value heads or no key heads".into() });
+        }
+        if shape.batched() {
+            if let Some((seq, head, item)) = self.proved(&shape, || self.batch_readiness_gap(&shape)) {
+                return Err(Error::Invalid {
+                    op: OP,
+                    what: format!(
+                        "sequence {seq}'s value head {head} reads bytes that first-phase item {item:?} writes, and that item is not \
+                         among the items its chunk counts (abi::LayerStepSchedule)"
+                    ),
+                });
+            }
+            return Ok(shape);
         }
         if let Some((head, item)) = self.kernel_readiness_gap(&shape) {
             let items = self.step_items(&shape);
@@ -216,6 +317,8 @@ impl GdnLayerStep {
         abi::LayerStepItems {
             n_heads: shape.gdn.n_heads as u32,
             n_key_heads: shape.gdn.n_key_heads as u32,
+            // ggml's mapping: the GDN's params carry 0 (`gdn_params`).
+            key_head_ratio: 0,
             chain_key_heads: self.chain.n_k_heads as u32,
             n_chain_tiles: (shape.chain.n_channels / abi::GDN_CONV_CHAIN_BLOCK as usize) as u32,
             n_tokens: shape.chain.n_tokens as u32,
@@ -228,48 +331,137 @@ impl GdnLayerStep {
     /// elements of its product's two outputs (alpha and gate, or beta_raw and beta) for the
     /// columns of its pair below n_t. A view whose sub-box overflows counts whole.
     fn item_writes(&self, shape: &StepShape, item: abi::LayerStepItem) -> ByteSet {
-        let (chain, gate) = (&self.chain, &self.gate);
+        let gate = &self.gate;
         let n_t = shape.chain.n_tokens;
-        let mut bytes = ByteSet::new();
         match item {
-            abi::LayerStepItem::Tile(k) => {
-                let (k, width, h_k) = (k as usize, abi::GDN_CONV_CHAIN_BLOCK as usize, chain.n_k_heads);
-                bytes.union_with(&sub_box(&chain.conv_out, [k * width, 0, 0, 0], [width, n_t, 1, 1]));
-                let taps = shape.chain.d_conv - 1;
-                for s in &chain.snapshots {
-                    bytes.union_with(&sub_box(&chain.conv_cache, [k * width * taps, s.row, 0, 0], [width * taps, 1, 1, 1]));
-                }
-                let d = chain.head_dim;
-                if k < h_k {
-                    bytes.union_with(&sub_box(&chain.q_norm, [0, k, 0, 0], [d, 1, n_t, 1]));
-                } else if k < 2 * h_k {
-                    bytes.union_with(&sub_box(&chain.k_norm, [0, k - h_k, 0, 0], [d, 1, n_t, 1]));
-                }
-            }
+            abi::LayerStepItem::Tile(k) => self.tile_writes(shape, k as usize, 0),
             abi::LayerStepItem::Row { pair, row, product } => {
+                let mut bytes = ByteSet::new();
                 let (row, first_col) = (row as usize, pair as usize * abi::GDN_LAYER_STEP_COLS);
                 let cols = abi::GDN_LAYER_STEP_COLS.min(n_t.saturating_sub(first_col));
                 let outputs = if product == 0 { [&gate.pair.first.dst, &gate.gate] } else { [&gate.pair.second.dst, &gate.beta] };
                 for t in outputs {
                     bytes.union_with(&sub_box(t, [row, first_col, 0, 0], [1, cols, 1, 1]));
                 }
+                bytes
             }
+        }
+    }
+
+    /// The bytes conv tile `k` of sequence `seq` writes: its 128 channels of `conv_out` (every
+    /// token) and of every snapshot row (row + seq), and the q or k head inside it (D = 128 = the
+    /// tile width). A view whose sub-box overflows counts whole.
+    fn tile_writes(&self, shape: &StepShape, k: usize, seq: usize) -> ByteSet {
+        let chain = &self.chain;
+        let n_t = shape.chain.n_tokens;
+        let mut bytes = ByteSet::new();
+        let (width, h_k) = (abi::GDN_CONV_CHAIN_BLOCK as usize, chain.n_k_heads);
+        bytes.union_with(&sub_box(&chain.conv_out, [k * width, 0, seq, 0], [width, n_t, 1, 1]));
+        let taps = shape.chain.d_conv - 1;
+        for s in &chain.snapshots {
+            bytes.union_with(&sub_box(&chain.conv_cache, [k * width * taps, s.row.saturating_add(seq), 0, 0], [width * taps, 1, 1, 1]));
+        }
+        let d = chain.head_dim;
+        if k < h_k {
+            bytes.union_with(&sub_box(&chain.q_norm, [0, k, 0, seq], [d, 1, n_t, 1]));
+        } else if k < 2 * h_k {
+            bytes.union_with(&sub_box(&chain.k_norm, [0, k - h_k, 0, seq], [d, 1, n_t, 1]));
         }
         bytes
     }
 
-    /// The bytes value head `head`'s column groups read once their wait returned (the GDN's own
-    /// views, as its reference reads them): q and k of key head `head` mod H_k, v (every
-    /// column), g and β of the head, every token of the one sequence.
-    fn head_reads(&self, shape: &StepShape, head: usize) -> ByteSet {
+    /// [batch] The bytes a batched first-phase item writes: a conv item its tile of each of its
+    /// sequences ([`Self::tile_writes`]); a mat-vec item the (head, column) elements of both
+    /// products' outputs (alpha and gate, beta_raw and beta) for its heads and columns.
+    fn batch_item_writes(&self, shape: &StepShape, item: abi::BatchItem) -> ByteSet {
+        let gate = &self.gate;
+        let mut bytes = ByteSet::new();
+        match item {
+            abi::BatchItem::Tiles { tile, first_seq, n_seqs } => {
+                for seq in first_seq..first_seq + n_seqs {
+                    bytes.union_with(&self.tile_writes(shape, tile as usize, seq as usize));
+                }
+            }
+            abi::BatchItem::Rows { first_head, n_heads, first_col, n_cols } => {
+                let (h0, nh, c0, nc) = (first_head as usize, n_heads as usize, first_col as usize, n_cols as usize);
+                for t in [&gate.pair.first.dst, &gate.gate, &gate.pair.second.dst, &gate.beta] {
+                    bytes.union_with(&sub_box(t, [h0, c0, 0, 0], [nh, nc, 1, 1]));
+                }
+            }
+            // Second-phase items write `out` and the state slots only (disjoint from every
+            // first-phase byte: `check`).
+            abi::BatchItem::Groups { .. } => {}
+        }
+        bytes
+    }
+
+    /// The bytes value head `head` of sequence `seq`'s column groups read once their wait
+    /// returned (the GDN's own views, as its reference reads them): q and k of its key head
+    /// (`head` mod H_k), v (every column), g and β of the head, every token of the sequence.
+    fn head_reads(&self, shape: &StepShape, head: usize, seq: usize) -> ByteSet {
         let (gdn, d, n_t) = (&self.gdn, abi::GDN_HEAD_DIM, shape.gdn.n_tokens);
         let key_head = head % shape.gdn.n_key_heads;
-        let mut bytes = sub_box(&gdn.q, [0, key_head, 0, 0], [d, 1, n_t, 1]);
-        bytes.union_with(&sub_box(&gdn.k, [0, key_head, 0, 0], [d, 1, n_t, 1]));
-        bytes.union_with(&sub_box(&gdn.v, [0, head, 0, 0], [d, 1, n_t, 1]));
-        bytes.union_with(&sub_box(&gdn.g, [0, head, 0, 0], [1, 1, n_t, 1]));
-        bytes.union_with(&sub_box(&gdn.beta, [0, head, 0, 0], [1, 1, n_t, 1]));
+        let mut bytes = sub_box(&gdn.q, [0, key_head, 0, seq], [d, 1, n_t, 1]);
+        bytes.union_with(&sub_box(&gdn.k, [0, key_head, 0, seq], [d, 1, n_t, 1]));
+        bytes.union_with(&sub_box(&gdn.v, [0, head, 0, seq], [d, 1, n_t, 1]));
+        bytes.union_with(&sub_box(&gdn.g, [0, head, 0, seq], [1, 1, n_t, 1]));
+        bytes.union_with(&sub_box(&gdn.beta, [0, head, 0, seq], [1, 1, n_t, 1]));
         bytes
+    }
+
+    /// [batch] The batched readiness proof: the first (sequence, value head, first-phase item)
+    /// where the item writes a byte that the head's column groups of that sequence read
+    /// ([`Self::batch_item_writes`], [`Self::head_reads`]) and the item is not one of the
+    /// sequence's chunk — the items whose count its second-phase items wait for
+    /// (`abi::LayerStepSchedule`: every first-phase item of a chunk adds to that chunk's
+    /// counter, and the waiters wait for the chunk's whole count); None when every writer of
+    /// every read is in the reader's chunk.
+    fn batch_readiness_gap(&self, shape: &StepShape) -> Option<(u32, u32, abi::BatchItem)> {
+        let schedule = shape.schedule();
+        // Every written run with its item and chunk, sorted by (buffer, start).
+        let mut writes: Vec<(BufferId, usize, usize, u32, abi::BatchItem)> = Vec::new();
+        let mut segment = 0;
+        while segment < schedule.n_segments() {
+            if let (false, chunk) = schedule.segment(segment) {
+                for offset in 0..schedule.segment_len(segment) {
+                    let (item, c) = schedule.item(abi::BatchCursor { segment, offset });
+                    debug_assert_eq!(c, chunk);
+                    writes.extend(self.batch_item_writes(shape, item).runs().map(|(b, r)| (b, r.start, r.end, chunk, item)));
+                }
+            }
+            segment += 1;
+        }
+        writes.sort_unstable_by_key(|w| (w.0, w.1, w.2));
+        let longest = writes.iter().map(|w| w.2 - w.1).max().unwrap_or(0);
+        for seq in 0..schedule.n_seqs {
+            let chunk = seq / schedule.chunk_seqs;
+            for head in 0..schedule.n_heads {
+                for (buffer, read) in self.head_reads(shape, head as usize, seq as usize).runs() {
+                    let from = writes.partition_point(|w| (w.0, w.1) < (buffer, read.start.saturating_sub(longest)));
+                    for w in writes[from..].iter().take_while(|w| w.0 == buffer && w.1 < read.end) {
+                        if w.2 > read.start && w.3 != chunk {
+                            return Some((seq, head, w.4));
+                        }
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// [batch] The checks only the batched entries need: the ssm cache's rows at 16-byte aligned
+    /// device addresses (each second-phase item's state is copied in 16-byte pieces) and the
+    /// cache's GATED_DELTA_NET_FROM_CACHE layout (D floats a column, D·D a head).
+    fn check_batch(shape: &StepShape, gdn: &GatedDeltaNetFromCache, mem: &dyn Memory) -> Result<()> {
+        let cache = &gdn.ssm_cache;
+        let aligned = mem.base_alignment(cache.buffer) >= 16 && cache.layout.offset.is_multiple_of(16) && cache.layout.nb[1].is_multiple_of(16);
+        if !aligned {
+            return Err(Error::Unsupported {
+                op: OP,
+                what: "several sequences with ssm-cache rows not 16-byte aligned (the batched step copies states in 16-byte pieces)".into(),
+            });
+        }
+        shape.batch_items().map(|_| ())
     }
 
     /// [`Self::readiness_gap`] with the kernel's waits (`abi::LayerStepItems::item_read_by`),
@@ -278,6 +470,15 @@ impl GdnLayerStep {
     /// ≈ 1.3 ms at 9B, n_t = 16 (≈ 6 µs for the rest of `check`, which runs before every
     /// launch), so proved steps are remembered (at most [`PROVED_STEPS`], then forgotten).
     fn kernel_readiness_gap(&self, shape: &StepShape) -> Option<(u32, u32)> {
+        let items = self.step_items(shape);
+        self.proved(shape, || self.readiness_gap(shape, &|head, lane| items.item_read_by(head, lane, checked_before_the_proof)))
+    }
+
+    /// Runs a readiness proof once per distinct step: `prove` (None: no gap) unless this step —
+    /// its views, snapshot rows, sizes and [batch] schedule — was proved before; a proof
+    /// depends on nothing else (not on memory contents). Proved steps are remembered (at most
+    /// [`PROVED_STEPS`], then forgotten).
+    fn proved<T>(&self, shape: &StepShape, prove: impl FnOnce() -> Option<T>) -> Option<T> {
         let (chain, gate, gdn) = (&self.chain, &self.gate, &self.gdn);
         let key = ProofKey {
             views: [
@@ -304,15 +505,16 @@ impl GdnLayerStep {
                 shape.chain.n_tokens,
                 shape.gdn.n_heads,
                 shape.gdn.n_key_heads,
+                shape.gdn.n_seqs,
             ],
+            batch: shape.batch,
         };
         static PROVED: Mutex<Option<HashSet<ProofKey>>> = Mutex::new(None);
         // A poisoned memo only costs the proof again.
         if PROVED.lock().ok().is_some_and(|m| m.as_ref().is_some_and(|m| m.contains(&key))) {
             return None;
         }
-        let items = self.step_items(shape);
-        let gap = self.readiness_gap(shape, &|head, lane| items.item_read_by(head, lane, checked_before_the_proof));
+        let gap = prove();
         if gap.is_none()
             && let Ok(mut m) = PROVED.lock()
         {
@@ -344,7 +546,7 @@ impl GdnLayerStep {
         for head in 0..items.n_heads {
             // One warp's lanes wait, one item each (`wait_items`).
             let awaited: Vec<u32> = (0..32).filter_map(|lane| waits(head, lane)).collect();
-            for (buffer, read) in self.head_reads(shape, head as usize).runs() {
+            for (buffer, read) in self.head_reads(shape, head as usize, 0).runs() {
                 // Runs that may reach `read`: from the first that starts `longest` before it.
                 let from = writes.partition_point(|w| (w.0, w.1) < (buffer, read.start.saturating_sub(longest)));
                 for w in writes[from..].iter().take_while(|w| w.0 == buffer && w.1 < read.end) {
@@ -362,7 +564,7 @@ impl GdnLayerStep {
     /// `layer_step` matcher asks too.
     pub fn broken_link(&self) -> Option<&'static str> {
         let (chain, gate, gdn) = (&self.chain, &self.gate, &self.gdn);
-        let (d, h_k, h_v, n_t) = (chain.head_dim, chain.n_k_heads, gdn.v.ne()[1], chain.qkv.ne()[1]);
+        let (d, h_k, h_v, n_t, n_s) = (chain.head_dim, chain.n_k_heads, gdn.v.ne()[1], chain.qkv.ne()[1], chain.n_seqs());
         if !same_elements(&gdn.q, &chain.q_norm) {
             return Some("GATED_DELTA_NET's q is not the chain's q_norm");
         }
@@ -373,13 +575,13 @@ impl GdnLayerStep {
         let v_offset = [4, 2, h_k, d].iter().try_fold(1usize, |a, &b| a.checked_mul(b));
         let row = d.checked_mul(4);
         let v = match (v_offset, row) {
-            (Some(off), Some(row)) => chain.conv_out.checked_view([d, h_v, n_t, 1], [4, row, nb[1], nb[2]], off),
+            (Some(off), Some(row)) => chain.conv_out.checked_view([d, h_v, n_t, n_s], [4, row, nb[1], nb[2]], off),
             _ => None,
         };
         if !v.is_some_and(|v| same_elements(&gdn.v, &v)) {
             return Some("GATED_DELTA_NET's v is not the v channels of the chain's conv_out");
         }
-        let as_heads = |t: &Tensor| t.reshape([1, h_v, n_t, 1]);
+        let as_heads = |t: &Tensor| t.reshape([1, h_v, n_t, n_s]);
         if !as_heads(&gate.gate).is_some_and(|g| same_elements(&gdn.g, &g)) {
             return Some("GATED_DELTA_NET's g is not the pair-gate's gate");
         }
@@ -402,14 +604,16 @@ impl GdnLayerStep {
             n_heads: items.n_heads,
             n_chain_tiles: items.n_chain_tiles,
             n_tokens: items.n_tokens,
+            batch: shape.batch,
         }
     }
 }
 
-// SAFETY: `#[repr(C)]`, `Copy`: the 272-byte GdnConvChainParams, the 144-byte
-// MulMatVecPairGateParams and the 280-byte GatedDeltaNetFromCacheParams (each alignment 8 with no
-// padding), one u64 and four u32: 720 bytes, alignment 8, no padding (`param_struct!` asserts
-// it); it is exactly the type the `gdn_layer_step_*` entries take.
+// SAFETY: `#[repr(C)]`, `Copy`: the 312-byte GdnConvChainParams, the 144-byte
+// MulMatVecPairGateParams and the 288-byte GatedDeltaNetFromCacheParams (each alignment 8 with no
+// padding), one u64, four u32 and the 16-byte LayerStepBatchParams: 784 bytes, alignment 8, no
+// padding (`param_struct!` asserts it); it is exactly the type the `gdn_layer_step_*` and
+// `gdn_layer_step_batch_*` entries take.
 unsafe impl KernelParams for abi::GdnLayerStepParams {}
 
 /// The elements `first` … `first + ne − 1` of `t` (its strides), or all of `t` when that
@@ -432,7 +636,8 @@ const PROVED_STEPS: usize = 1024;
 struct ProofKey {
     views: [Tensor; 13],
     snapshots: Vec<super::gdn_conv_chain::SnapshotWrite>,
-    sizes: [usize; 7],
+    sizes: [usize; 8],
+    batch: abi::LayerStepBatchParams,
 }
 
 /// What `abi::LayerStepItems` calls when a step has no value or key heads: `check` refuses
@@ -464,8 +669,13 @@ impl Op for GdnLayerStep {
 
     fn launch(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<()> {
         let shape = self.check(mem)?;
-        let entry = abi::gdn_layer_step_entry(shape.products.kind, shape.chain.d_conv).expect("checked: the kind and d_conv have an entry");
-        let shared = abi::gdn_layer_step_shared_bytes(shape.chain.d_conv, shape.chain.n_tokens);
+        let (kind, d_conv, n_t) = (shape.products.kind, shape.chain.d_conv, shape.chain.n_tokens);
+        let (entry, shared) = if shape.batched() {
+            (abi::gdn_layer_step_batch_entry(kind, d_conv), abi::gdn_layer_step_batch_shared_bytes(d_conv, n_t, shape.batch.groups_per_warp))
+        } else {
+            (abi::gdn_layer_step_entry(kind, d_conv), abi::gdn_layer_step_shared_bytes(d_conv, n_t))
+        };
+        let entry = entry.expect("checked: the kind and d_conv have an entry");
         let (first, second) = shape.items()?;
         let co_resident = gpu.co_resident_blocks(entry, abi::GDN_LAYER_STEP_BLOCK, shared)?;
         if co_resident == 0 {
@@ -487,14 +697,17 @@ impl Op for GdnLayerStep {
         let dims = LaunchDims::new((grid, 1, 1), (abi::GDN_LAYER_STEP_BLOCK, 1, 1)).with_shared_bytes(shared);
         let args = [KernelArg::Params(ParamBlock::of(&params)?)];
         // SAFETY: `check` proved each part valid for the views its kernel body reads and writes
-        // (as its own launch would: the chain for C/128 tiles, the products for H_v rows and n_t
-        // columns of ggml's block size, the GDN for H_v heads × 32 column groups of one
-        // sequence), the links that make the second phase read exactly the first phase's
-        // outputs, and the disjointness the kernel's docs rely on; the grid is at most the
+        // (as its own launch would: the chain for C/128 tiles of n_s sequences, the products for
+        // H_v rows and n_t·n_s columns of ggml's block size, the GDN for H_v heads × 32 column
+        // groups of n_s sequences), the links that make the second phase read exactly the first
+        // phase's outputs, the disjointness the kernel's docs rely on, and [batch] the
+        // schedule's chunk counters (≤ BATCH_MAX_CHUNKS), item counts (u32) and the ssm cache's
+        // 16-byte row alignment; the grid is at most the
         // device's co-resident block count for this entry, block and shared memory, and the
         // launch is cooperative (the driver refuses a grid that cannot be resident at once), so
-        // no wait for an item's flag can wait on an unscheduled block; the first-phase items fit
-        // the readiness state's flags (`items`) and one warp's lanes (2·⌈n_t/2⌉ + 3 ≤ 32: abi);
+        // no wait for an item's flag (or [batch] a chunk's count) can wait on an unscheduled
+        // block; the first-phase items fit the readiness state's flags (`items`) and one warp's
+        // lanes (2·⌈n_t/2⌉ + 3 ≤ 32: abi);
         // the state is this Gpu's, whose one stream runs launches in order (each leaves `done` =
         // `arrived` for the next); every work index fits u32 with the grid added; the shared
         // memory is the entry's layout; `params` is the entry's parameter struct.
@@ -566,7 +779,7 @@ mod tests {
 
     #[test]
     fn params_have_no_padding_and_entries_are_named() {
-        assert_eq!(std::mem::size_of::<abi::GdnLayerStepParams>(), 272 + 144 + 280 + 8 + 4 * 4);
+        assert_eq!(std::mem::size_of::<abi::GdnLayerStepParams>(), 312 + 144 + 288 + 8 + 4 * 4 + 16);
         assert_eq!(std::mem::align_of::<abi::GdnLayerStepParams>(), 8);
         assert!(std::mem::size_of::<abi::GdnLayerStepParams>() <= crate::gpu::PARAM_BLOCK_BYTES);
         use abi::mul_mat_vec_kind::*;
@@ -646,6 +859,62 @@ mod tests {
             let names: Vec<&str> = on.iter().map(|n| n.op.name()).collect();
             assert!(names.iter().all(|n| [OP, "SCALE", "STAGE"].contains(n)) && names.contains(&OP), "case {i}: {names:?}");
         }
+    }
+
+    /// [batch] Steps of several sequences: the fused graph (one batched GDN_LAYER_STEP) equals
+    /// the unfused chain on the CPU, every output and both caches — sequences reading their own
+    /// cells (some at a rollback depth), two sequences sharing a source row nobody writes, both
+    /// layouts, every weight kind, n_t 1–16, n_s 2–5, small chunks (several chunks a launch).
+    #[test]
+    fn several_sequences_fuse_into_one_batched_step_equal_to_the_unfused_chain() {
+        // Cells 0 … 5; the sequences write cells kv_head + s. (src cell, rollback depth) per
+        // sequence after the first.
+        let own = |n_t: usize, r: usize, n_s: usize| {
+            let more: Vec<(usize, usize)> = (1..n_s).map(|s| (s, s % (r + 1))).collect();
+            Step { cells: 6, ..Step::new(n_t, r) }.with_sequences(&more).unwrap()
+        };
+        // Sequences 1 and 2 both read cell 5, which no sequence writes.
+        let shared = Step { cells: 6, kv_head: 1, src_cell: 1, ..Step::new(3, 2) }.with_sequences(&[(5, 1), (5, 1)]).unwrap();
+        let cases = [
+            (SMALL, own(1, 0, 2), DType::F32, Precision::Default, LayerLayout::Ggml),
+            (SMALL, own(4, 3, 3), DType::BF16, Precision::Default, LayerLayout::PrAliasing),
+            (SMALL, shared, DType::F16, Precision::Default, LayerLayout::Ggml),
+            (SMALL, own(16, 15, 2), DType::F16, Precision::F32, LayerLayout::Ggml),
+            (
+                GdnShape { d_conv: 3, n_k_heads: 2, n_v_heads: 6, n_embd: 96, ..SMALL },
+                own(5, 2, 5),
+                DType::F32,
+                Precision::Default,
+                LayerLayout::PrAliasing,
+            ),
+            (GdnShape { d_conv: 5, ..SMALL }, own(9, 4, 4), DType::BF16, Precision::Default, LayerLayout::Ggml),
+        ];
+        for (i, (shape, step, weights, precision, layout)) in cases.into_iter().enumerate() {
+            let spec = spec(shape, step, weights, precision, layout);
+            let r = sweep::off_on_cpu(&spec, 40 + i as u64, &mut ExactMufu).unwrap();
+            assert_eq!(r.report.fired("layer_step"), 1, "case {i}: {}", r.report);
+            assert!(r.identical(), "case {i}: {:?}", r.mismatches);
+            let b = sweep::build(&spec, i as u64, sweep::Planning::FusionAware).unwrap();
+            let (_, on, _) = sweep::compile_off_on(&b, Options::ALL).unwrap();
+            let step_op = on.iter().find_map(|n| n.get::<GdnLayerStep>()).expect("a layer step");
+            let shape = step_op.check(&b.mem).unwrap();
+            assert!(shape.batched() && shape.gdn.n_seqs == step.n_seqs(), "case {i}");
+        }
+    }
+
+    /// [batch] A sequence reading a row another sequence writes (conv and ssm caches): the fused
+    /// ops refuse it by name on the memory, so the layer stays unfused (and equal).
+    #[test]
+    fn a_sequence_reading_another_sequences_row_stays_unfused() {
+        // Sequence 1 reads cell 0, which sequence 0 writes (group 0: both caches).
+        let step = Step { cells: 3, ..Step::new(4, 3) }.with_sequences(&[(0, 0)]).unwrap();
+        assert!(step.reads_another_sequences_row(1));
+        let spec = spec(SMALL, step, DType::F32, Precision::Default, LayerLayout::Ggml);
+        let r = sweep::off_on_cpu(&spec, 7, &mut ExactMufu).unwrap();
+        assert_eq!(r.report.fired("layer_step") + r.report.fired("conv_chain") + r.report.fired("state_read"), 0, "{}", r.report);
+        assert!(r.identical(), "{:?}", r.mismatches);
+        let text = r.report.to_string();
+        assert!(text.contains("another sequence"), "{text}");
     }
 
     #[test]

@@ -8,51 +8,62 @@
 use super::l2_norm::l2_normalize;
 use super::math::Mufu;
 use super::ssm_conv::conv_output;
-use crate::memory::HostMemory;
+use crate::memory::{HostMemory, Memory};
 use crate::ops::gdn_conv_chain::{ChainShape, GdnConvChain};
 
-/// CPU reference of [`GdnConvChain`] in the kernel's float-op order (`op` validated).
+/// CPU reference of [`GdnConvChain`] in the kernel's float-op order (`op` validated), sequence
+/// by sequence: every sequence's reads happen before any write (the op refuses a source row
+/// that another sequence writes, so the order of the sequences does not matter).
 pub fn gdn_conv_chain(op: &GdnConvChain, shape: &ChainShape, mem: &mut HostMemory, mufu: &mut dyn Mufu) {
-    let ChainShape { d_conv, n_channels, n_tokens, source_row, .. } = *shape;
+    let ChainShape { d_conv, n_channels, n_tokens, n_seqs, .. } = *shape;
     let state_len = d_conv - 1;
-    // Phase 1: every read. cols[c] = conv_input row of channel c (GET_ROWS + CONCAT), as bits.
-    let cols: Vec<Vec<u32>> = (0..n_channels)
-        .map(|c| {
-            let old = (0..state_len).map(|jj| mem.read_u32(&op.conv_cache, [c * state_len + jj, source_row, 0, 0]));
-            let tokens = (0..n_tokens).map(|t| mem.read_u32(&op.qkv, [c, t, 0, 0]));
-            old.chain(tokens).collect()
+    let sources = mem.index_values(&op.source_row).expect("validated: an index buffer");
+    // Phase 1: every read of every sequence. cols[s][c] = conv_input row of channel c (GET_ROWS
+    // + CONCAT), as bits.
+    let cols: Vec<Vec<Vec<u32>>> = (0..n_seqs)
+        .map(|s| {
+            let source_row = sources[s] as usize;
+            (0..n_channels)
+                .map(|c| {
+                    let old = (0..state_len).map(|jj| mem.read_u32(&op.conv_cache, [c * state_len + jj, source_row, 0, 0]));
+                    let tokens = (0..n_tokens).map(|t| mem.read_u32(&op.qkv, [c, t, s, 0]));
+                    old.chain(tokens).collect()
+                })
+                .collect()
         })
         .collect();
-    // Phase 2: SSM_CONV + SiLU, y[t][c].
-    let mut y = vec![vec![0.0f32; n_channels]; n_tokens];
-    for (c, col) in cols.iter().enumerate() {
-        let weight: Vec<f32> = (0..d_conv).map(|j| mem.read_f32(&op.weight, [j, c, 0, 0])).collect();
-        let x: Vec<f32> = col.iter().map(|b| f32::from_bits(*b)).collect();
-        for (t, yt) in y.iter_mut().enumerate() {
-            yt[c] = conv_output(&x[t..t + d_conv], &weight, 0.0, true, mufu);
-        }
-    }
-    // Phase 3: row `row` ← window(offset): channel c's slot jj = column offset + jj.
-    for s in &op.snapshots {
+    let (d, h_k) = (op.head_dim, op.n_k_heads);
+    for (s, cols) in cols.iter().enumerate() {
+        // Phase 2: SSM_CONV + SiLU, y[t][c].
+        let mut y = vec![vec![0.0f32; n_channels]; n_tokens];
         for (c, col) in cols.iter().enumerate() {
-            for jj in 0..state_len {
-                mem.write_u32(&op.conv_cache, [c * state_len + jj, s.row, 0, 0], col[s.offset + jj]);
+            let weight: Vec<f32> = (0..d_conv).map(|j| mem.read_f32(&op.weight, [j, c, 0, 0])).collect();
+            let x: Vec<f32> = col.iter().map(|b| f32::from_bits(*b)).collect();
+            for (t, yt) in y.iter_mut().enumerate() {
+                yt[c] = conv_output(&x[t..t + d_conv], &weight, 0.0, true, mufu);
             }
         }
-    }
-    for (t, yt) in y.iter().enumerate() {
-        for (c, v) in yt.iter().enumerate() {
-            mem.write_f32(&op.conv_out, [c, t, 0, 0], *v);
+        // Phase 3: row `row + s` ← window(offset): channel c's slot jj = column offset + jj.
+        for w in &op.snapshots {
+            for (c, col) in cols.iter().enumerate() {
+                for jj in 0..state_len {
+                    mem.write_u32(&op.conv_cache, [c * state_len + jj, w.row + s, 0, 0], col[w.offset + jj]);
+                }
+            }
         }
-    }
-    // Phase 4: L2_NORM of q heads (channels h·D …) and k heads (H_k·D + h·D …) of every token.
-    let (d, h_k) = (op.head_dim, op.n_k_heads);
-    for (t, yt) in y.iter().enumerate() {
-        for (dst, first) in [(&op.q_norm, 0), (&op.k_norm, h_k * d)] {
-            for h in 0..h_k {
-                let start = first + h * d;
-                for (i, v) in l2_normalize(&yt[start..start + d], op.eps, mufu).into_iter().enumerate() {
-                    mem.write_f32(dst, [i, h, t, 0], v);
+        for (t, yt) in y.iter().enumerate() {
+            for (c, v) in yt.iter().enumerate() {
+                mem.write_f32(&op.conv_out, [c, t, s, 0], *v);
+            }
+        }
+        // Phase 4: L2_NORM of q heads (channels h·D …) and k heads (H_k·D + h·D …) of every token.
+        for (t, yt) in y.iter().enumerate() {
+            for (dst, first) in [(&op.q_norm, 0), (&op.k_norm, h_k * d)] {
+                for h in 0..h_k {
+                    let start = first + h * d;
+                    for (i, v) in l2_normalize(&yt[start..start + d], op.eps, mufu).into_iter().enumerate() {
+                        mem.write_f32(dst, [i, h, t, s], v);
+                    }
                 }
             }
         }

@@ -145,6 +145,42 @@ macro_rules! entry_name {
     (gdn_layer_step, f16_f32acc, 5) => {
         "gdn_layer_step_f16_f32acc_d5"
     };
+    (gdn_layer_step_batch, f32, 3) => {
+        "gdn_layer_step_batch_f32_d3"
+    };
+    (gdn_layer_step_batch, f32, 4) => {
+        "gdn_layer_step_batch_f32_d4"
+    };
+    (gdn_layer_step_batch, f32, 5) => {
+        "gdn_layer_step_batch_f32_d5"
+    };
+    (gdn_layer_step_batch, bf16, 3) => {
+        "gdn_layer_step_batch_bf16_d3"
+    };
+    (gdn_layer_step_batch, bf16, 4) => {
+        "gdn_layer_step_batch_bf16_d4"
+    };
+    (gdn_layer_step_batch, bf16, 5) => {
+        "gdn_layer_step_batch_bf16_d5"
+    };
+    (gdn_layer_step_batch, f16, 3) => {
+        "gdn_layer_step_batch_f16_d3"
+    };
+    (gdn_layer_step_batch, f16, 4) => {
+        "gdn_layer_step_batch_f16_d4"
+    };
+    (gdn_layer_step_batch, f16, 5) => {
+        "gdn_layer_step_batch_f16_d5"
+    };
+    (gdn_layer_step_batch, f16_f32acc, 3) => {
+        "gdn_layer_step_batch_f16_f32acc_d3"
+    };
+    (gdn_layer_step_batch, f16_f32acc, 4) => {
+        "gdn_layer_step_batch_f16_f32acc_d4"
+    };
+    (gdn_layer_step_batch, f16_f32acc, 5) => {
+        "gdn_layer_step_batch_f16_f32acc_d5"
+    };
     (math_probe) => {
         "test_math_probe_f32"
     };
@@ -489,9 +525,9 @@ pub const MUL_MAT_VEC_MAX_COLS: usize = 8;
 /// products ggml splits into launches of at most [`MUL_MAT_VEC_MAX_COLS`] columns, taken whole.
 /// The pair's launch runs column groups of at most [`MUL_MAT_VEC_MAX_COLS`] (grid z, the
 /// existing entries) and a column's loop, butterflies and block sum do not depend on the other
-/// columns of its block, so every element keeps ggml's bits; 16 is the layer step's token
-/// limit (the conv chain's, [`GDN_CONV_CHAIN_MAX_TOKENS`]).
-pub const MUL_MAT_VEC_PAIR_MAX_COLS: usize = 16;
+/// columns of its block, so every element keeps ggml's bits; [batch] 16 tokens of each of up to
+/// [`GDN_LAYER_STEP_MAX_SEQS`] sequences (the batched layer step's n_t·n_s).
+pub const MUL_MAT_VEC_PAIR_MAX_COLS: usize = GDN_LAYER_STEP_MAX_TOKENS * GDN_LAYER_STEP_MAX_SEQS;
 /// Most warps of a MUL_MAT_VEC block (ggml's block sizes go up to 256 threads).
 pub const MUL_MAT_VEC_MAX_WARPS: u32 = 8;
 /// Dynamic shared memory of a MUL_MAT_VEC (or MUL_MAT_VEC_PAIR) launch: the cross-warp step of
@@ -628,7 +664,7 @@ pub const GATED_DELTA_NET_ENTRY: &str = "gated_delta_net_f32_d128";
 
 /// Parameters of [`GATED_DELTA_NET_ENTRY`], passed by value: for each tensor its device address
 /// then its element strides (dimension 0 is contiguous for every tensor but `g` and `beta`,
-/// which have one element per row), then the sizes. 31 u64 and four 4-byte scalars: 264 bytes,
+/// which have one element per row), then the sizes. 31 u64 and six 4-byte scalars: 272 bytes,
 /// alignment 8, no padding.
 ///
 /// Layouts: `q`/`k` (i, kh, t, s) at `i + kh·*_head + t·*_token + s·*_seq`; `v` and `out`
@@ -671,12 +707,34 @@ pub struct GatedDeltaNetParams {
     pub states_slot: u64,
     /// n_t.
     pub n_tokens: u32,
-    /// H_k ≥ 1: value head h reads key head h mod H_k.
+    /// H_k ≥ 1: value head h reads key head [`key_head`]`(h, H_k, key_head_ratio)`.
     pub n_key_heads: u32,
     /// K: slots k < min(n_t, K) of `states` are written.
     pub n_slots: u32,
     /// The attention scale 1/√D.
     pub scale: f32,
+    /// Which key head a value head reads ([`key_head`]): 0 = ggml's `h mod H_k`, r ≥ 1 =
+    /// Hugging Face's `repeat_interleave` of the key heads, `h / r` (r = H_v / H_k).
+    pub key_head_ratio: u32,
+    /// Zero; makes the size a multiple of 8 (no padding bytes).
+    pub _pad: u32,
+}
+
+/// The key head value head `head` reads: `head mod n_key_heads` (ggml's broadcast, `ratio` = 0)
+/// or `head / ratio` (Hugging Face's `repeat_interleave` of the key heads, `ratio` = H_v / H_k);
+/// None for `n_key_heads` = 0 or a result ≥ `n_key_heads` (the host refuses both before a launch).
+/// One definition for the kernels and the host.
+#[inline(always)]
+pub const fn key_head(head: u32, n_key_heads: u32, ratio: u32) -> Option<u32> {
+    let k = if ratio == 0 {
+        match head.checked_rem(n_key_heads) {
+            Some(k) => k,
+            None => return None,
+        }
+    } else {
+        head / ratio
+    };
+    if k < n_key_heads { Some(k) } else { None }
 }
 
 // ---- [gdn-from-cache] GATED_DELTA_NET_FROM_CACHE: the state read from the ssm cache row ----
@@ -686,7 +744,7 @@ pub const GATED_DELTA_NET_FROM_CACHE_ENTRY: &str = "gated_delta_net_from_cache_f
 
 /// Parameters of [`GATED_DELTA_NET_FROM_CACHE_ENTRY`]: GATED_DELTA_NET's, with `gdn.state_in` =
 /// the cache's row 0, `gdn.in_col` = D, `gdn.in_head` = D·D, `gdn.in_seq` = the cache's row
-/// stride (elements), and the I32 row indices (device address, element stride). 280 bytes, no
+/// stride (elements), and the I32 row indices (device address, element stride). 288 bytes, no
 /// padding.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -735,11 +793,14 @@ pub const fn gdn_conv_chain_shared_bytes(d_conv: usize, n_tokens: usize) -> u32 
 
 param_struct! {
     /// GDN_CONV_CHAIN's whole parameter list, passed by value. Device addresses and element strides
-    /// first (u64), then the u32/f32 scalars and the row tables; 272 bytes, no padding.
+    /// first (u64), then the u32/f32 scalars and the row tables; 312 bytes, no padding.
     ///
     /// Layouts (element strides): cache row r at `r·cache_row`, channel c's slot jj at
-    /// `c·(d_conv−1) + jj` in it; qkv/conv_out (c, t) at `c + t·*_token`; weight (j, c) at
-    /// `j + c·w_channel`; q_norm/k_norm (i, h, t) at `i + h·*_head + t·*_token`.
+    /// `c·(d_conv−1) + jj` in it; qkv/conv_out (c, t, s) at `c + t·*_token + s·*_seq`; weight
+    /// (j, c) at `j + c·w_channel`; q_norm/k_norm (i, h, t, s) at `i + h·*_head + t·*_token +
+    /// s·*_seq`. Sequence s reads its incoming state from row `source_row[s·source_row_seq]` and
+    /// writes row `rows[i] + s` for every i (llama.cpp: sequence s owns cell kv_head + s of every
+    /// rollback group).
     #[repr(C)]
     #[derive(Clone, Copy, Debug, PartialEq)]
     pub struct GdnConvChainParams {
@@ -760,6 +821,12 @@ param_struct! {
         pub q_token: u64,
         pub k_head: u64,
         pub k_token: u64,
+        /// [batch] Element strides between sequences: the index, qkv, conv_out, q_norm, k_norm.
+        pub source_row_seq: u64,
+        pub qkv_seq: u64,
+        pub conv_out_seq: u64,
+        pub q_seq: u64,
+        pub k_seq: u64,
         /// n_t, 1 ..= [`GDN_CONV_CHAIN_MAX_TOKENS`].
         pub n_tokens: u32,
         /// D, one of [`GDN_CONV_CHAIN_HEAD_DIMS`].
@@ -767,9 +834,11 @@ param_struct! {
         /// H_k: channels 0 … H_k·D are q heads, H_k·D … 2·H_k·D k heads.
         pub n_k_heads: u32,
         pub eps: f32,
-        /// Rows to write, 1 ..= [`GDN_CONV_CHAIN_MAX_ROWS`]: row `rows[i]` ← window(`offsets[i]`).
+        /// Rows to write, 1 ..= [`GDN_CONV_CHAIN_MAX_ROWS`]: row `rows[i] + s` ← window(`offsets[i]`)
+        /// of sequence s.
         pub n_rows: u32,
-        pub _pad: u32,
+        /// [batch] n_s: sequences (grid y of GDN_CONV_CHAIN).
+        pub n_seqs: u32,
         pub rows: [u32; GDN_CONV_CHAIN_MAX_ROWS],
         pub offsets: [u32; GDN_CONV_CHAIN_MAX_ROWS],
     }
@@ -961,10 +1030,9 @@ param_struct! {
 /// GDN_LAYER_STEP: threads per block (the conv chain's tile and GATED_DELTA_NET's 32 × 4 block;
 /// the mat-vec rows of up to 256 threads run as two virtual halves, see `gdn_layer_step.rs`).
 pub const GDN_LAYER_STEP_BLOCK: u32 = 128;
-/// GDN_LAYER_STEP: most tokens — the pair's column limit ([`MUL_MAT_VEC_PAIR_MAX_COLS`]; the
-/// row items take any n_t, two columns each) and the conv chain's token limit (its shared
-/// memory, [`gdn_layer_step_shared_bytes`], is sized for it).
-pub const GDN_LAYER_STEP_MAX_TOKENS: usize = MUL_MAT_VEC_PAIR_MAX_COLS;
+/// GDN_LAYER_STEP: most tokens per sequence — a verify step's 16, the conv chain's token limit
+/// (its shared memory, [`gdn_layer_step_shared_bytes`], is sized for it).
+pub const GDN_LAYER_STEP_MAX_TOKENS: usize = 16;
 const _: () = assert!(GDN_LAYER_STEP_MAX_TOKENS <= GDN_CONV_CHAIN_MAX_TOKENS, "the layer step runs the conv chain's tiles");
 // Phase 2 of GDN_LAYER_STEP waits with one warp, a lane per item it reads: 2·⌈n_t/2⌉ row items
 // and three conv tiles (`LayerStepItems::item_read_by`).
@@ -985,8 +1053,11 @@ pub const GRID_SYNC_LINE: usize = 128;
 /// (2·H_v·⌈n_t/2⌉ + C/128) must not exceed it (the host refuses more).
 pub const GRID_SYNC_FLAGS: usize = 2048;
 /// Bytes of the readiness state (`device/grid.rs`): `done`, `arrived`, then
-/// [`GRID_SYNC_FLAGS`] flags, one per [`GRID_SYNC_LINE`].
-pub const GRID_SYNC_BYTES: usize = (2 + GRID_SYNC_FLAGS) * GRID_SYNC_LINE;
+/// [`GRID_SYNC_FLAGS`] flags, then [batch] [`BATCH_MAX_CHUNKS`] chunk counters, one u64 per
+/// [`GRID_SYNC_LINE`].
+pub const GRID_SYNC_BYTES: usize = (2 + GRID_SYNC_FLAGS + BATCH_MAX_CHUNKS) * GRID_SYNC_LINE;
+/// [batch] The line of chunk counter 0 in the readiness state.
+pub const GRID_SYNC_COUNTER_LINE: u32 = 2 + GRID_SYNC_FLAGS as u32;
 /// GDN_LAYER_STEP: warps per block; in the second phase each warp runs whole column groups
 /// (the group's four columns interleaved), so a grid of G blocks runs 4·G groups at a time.
 pub const GDN_LAYER_STEP_WARPS: u32 = GDN_LAYER_STEP_BLOCK / 32;
@@ -1000,8 +1071,11 @@ pub const GDN_LAYER_STEP_WARPS: u32 = GDN_LAYER_STEP_BLOCK / 32;
 pub struct LayerStepItems {
     /// H_v: value heads (rows of each product).
     pub n_heads: u32,
-    /// GATED_DELTA_NET's key heads: value head h reads key head h mod `n_key_heads`.
+    /// GATED_DELTA_NET's key heads: value head h reads key head
+    /// [`key_head`]`(h, n_key_heads, key_head_ratio)`.
     pub n_key_heads: u32,
+    /// GATED_DELTA_NET's head mapping ([`key_head`]).
+    pub key_head_ratio: u32,
     /// The conv chain's H_k: q head kh is tile kh, k head kh tile H_k + kh, v head h tile
     /// 2·H_k + h (the host links it to `n_key_heads`; the two are read where the unfused
     /// kernels read them).
@@ -1029,6 +1103,7 @@ impl LayerStepItems {
         LayerStepItems {
             n_heads: p.n_heads,
             n_key_heads: p.gdn.gdn.n_key_heads,
+            key_head_ratio: p.gdn.gdn.key_head_ratio,
             chain_key_heads: p.chain.n_k_heads,
             n_chain_tiles: p.n_chain_tiles,
             n_tokens: p.n_tokens,
@@ -1088,7 +1163,7 @@ impl LayerStepItems {
             return Some(tiles + (lane / 2) * row_items + 2 * head + lane % 2);
         }
         // GATED_DELTA_NET's key head of value head `head` (`HeadViews::at`).
-        let Some(key_head) = head.checked_rem(self.n_key_heads) else { broken() };
+        let Some(key_head) = key_head(head, self.n_key_heads, self.key_head_ratio) else { broken() };
         // D = 128 = the tile width: q head kh is tile kh, k head kh tile H_k + kh, v head h tile
         // 2·H_k + h (channels q | k | v of conv_out).
         match lane - n_rows {
@@ -1120,6 +1195,27 @@ pub const fn gdn_layer_step_entry(kind: u32, d_conv: usize) -> Option<&'static s
     })
 }
 
+/// [batch] The batched GDN_LAYER_STEP entry (n_s ≥ 2 sequences) for a [`mul_mat_vec_kind`] of
+/// the alpha/beta weights and `d_conv`.
+pub const fn gdn_layer_step_batch_entry(kind: u32, d_conv: usize) -> Option<&'static str> {
+    use mul_mat_vec_kind::*;
+    Some(match (kind, d_conv) {
+        (F32, 3) => entry_name!(gdn_layer_step_batch, f32, 3),
+        (F32, 4) => entry_name!(gdn_layer_step_batch, f32, 4),
+        (F32, 5) => entry_name!(gdn_layer_step_batch, f32, 5),
+        (BF16, 3) => entry_name!(gdn_layer_step_batch, bf16, 3),
+        (BF16, 4) => entry_name!(gdn_layer_step_batch, bf16, 4),
+        (BF16, 5) => entry_name!(gdn_layer_step_batch, bf16, 5),
+        (F16_HALF, 3) => entry_name!(gdn_layer_step_batch, f16, 3),
+        (F16_HALF, 4) => entry_name!(gdn_layer_step_batch, f16, 4),
+        (F16_HALF, 5) => entry_name!(gdn_layer_step_batch, f16, 5),
+        (F16_F32, 3) => entry_name!(gdn_layer_step_batch, f16_f32acc, 3),
+        (F16_F32, 4) => entry_name!(gdn_layer_step_batch, f16_f32acc, 4),
+        (F16_F32, 5) => entry_name!(gdn_layer_step_batch, f16_f32acc, 5),
+        _ => return None,
+    })
+}
+
 /// GDN_LAYER_STEP: dynamic shared memory in bytes — the conv chain's tile and staging area,
 /// which the mat-vec rows' reduction buffer ([`MUL_MAT_VEC_SHARED_BYTES`]) reuses (an item
 /// uses one or the other, a block barrier between items).
@@ -1141,11 +1237,268 @@ pub const GDN_LAYER_STEP_TOKEN_STAGE_BYTES: u32 =
 /// 128 threads × 8 bytes.
 pub const GDN_LAYER_STEP_ROW_STAGE_BYTES: u32 = 8 * (1 + GDN_LAYER_STEP_COLS as u32) * GDN_LAYER_STEP_BLOCK * 8;
 
+/// [layer-step] Bytes of one staged token's q and k rows (the block's key head).
+pub const LAYER_STEP_STAGE_QK_BYTES: u32 = 2 * GDN_HEAD_DIM as u32 * 4;
+
+/// [layer-step] Bytes per (warp, token) of the staged v, g and β of a warp running `groups`
+/// column groups per head: 4 v per group, then g and β, rounded up to a power of two (32 for one
+/// group — the single-sequence layout — 64 for two).
+pub const fn layer_step_stage_warp_token_bytes(groups: u32) -> u32 {
+    (4 * (GDN_LAYER_STEP_GROUP_COLUMNS * groups + 2)).next_power_of_two()
+}
+
+// ---- [batch] GDN_LAYER_STEP over n_s sequences: one persistent launch ----
+/// [batch] Most sequences one batched layer step takes.
+pub const GDN_LAYER_STEP_MAX_SEQS: usize = 256;
+/// [batch] Value heads one batched mat-vec item computes (both products: twice as many rows).
+pub const BATCH_ROW_HEADS: u32 = 4;
+/// [batch] Token columns one batched mat-vec item computes.
+pub const BATCH_ROW_COLS: u32 = 4;
+/// [batch] Values one batched mat-vec item reduces: rows × columns (one per lane of a warp).
+pub const BATCH_ROW_VALUES: u32 = 2 * BATCH_ROW_HEADS * BATCH_ROW_COLS;
+const _: () = assert!(BATCH_ROW_VALUES == 32, "one warp's lanes hold the item's values after the reduce-scatter");
+/// [batch] Most column groups one warp runs in a second-phase item.
+pub const BATCH_MAX_GROUPS_PER_WARP: u32 = 2;
+/// [batch] Most sequence chunks of a launch (one readiness counter each).
+pub const BATCH_MAX_CHUNKS: usize = 256;
+/// [batch] Most sequences one first-phase conv item runs back to back.
+pub const BATCH_MAX_TILE_SEQS: u32 = 8;
+/// [batch] Shared bytes of a mat-vec item's cross-warp reduction buffer: 32 values × 8 virtual
+/// warps.
+pub const BATCH_ROW_REDUCE_BYTES: u32 = BATCH_ROW_VALUES * MUL_MAT_VEC_MAX_WARPS * 4;
+/// [batch] Shared bytes of one second-phase item's initial state, per group a warp runs: 4 warps
+/// × 4 columns × D floats.
+pub const BATCH_STATE_BYTES_PER_GROUP: u32 = GDN_LAYER_STEP_WARPS * GDN_LAYER_STEP_GROUP_COLUMNS * GDN_HEAD_DIM as u32 * 4;
+
+/// [batch] The batched layer step's dynamic shared memory: two second-phase state buffers (the
+/// current item's and the next one's, in flight), then one area the first-phase items (the conv
+/// tile, the mat-vec reduction) and the second phase's staged token inputs share (a block
+/// barrier between items).
+pub const fn gdn_layer_step_batch_shared_bytes(d_conv: usize, n_tokens: usize, groups_per_warp: u32) -> u32 {
+    batch_scratch_offset(groups_per_warp) + batch_scratch_bytes(d_conv, n_tokens)
+}
+
+/// [batch] Where the shared scratch area starts: after the two state buffers.
+pub const fn batch_scratch_offset(groups_per_warp: u32) -> u32 {
+    2 * groups_per_warp * BATCH_STATE_BYTES_PER_GROUP
+}
+
+/// [batch] The scratch area's bytes: the largest of the conv tile, the reduction buffer and the
+/// token stage (q, k of [`GDN_LAYER_STEP_MAX_TOKENS`] tokens, then per warp and token the v, g, β
+/// of [`BATCH_MAX_GROUPS_PER_WARP`] groups).
+pub const fn batch_scratch_bytes(d_conv: usize, n_tokens: usize) -> u32 {
+    let chain = gdn_conv_chain_shared_bytes(d_conv, n_tokens);
+    let stage = GDN_LAYER_STEP_MAX_TOKENS as u32
+        * (LAYER_STEP_STAGE_QK_BYTES + GDN_LAYER_STEP_WARPS * layer_step_stage_warp_token_bytes(BATCH_MAX_GROUPS_PER_WARP));
+    let most = if chain > stage { chain } else { stage };
+    if most > BATCH_ROW_REDUCE_BYTES { most } else { BATCH_ROW_REDUCE_BYTES }
+}
+
+param_struct! {
+    /// [batch] How a batched GDN_LAYER_STEP splits its work (zero for the single-sequence entries,
+    /// which ignore it). The sequences run in chunks of `chunk_seqs`; see [`LayerStepSchedule`].
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+    pub struct LayerStepBatchParams {
+        /// n_s, 1 ..= [`GDN_LAYER_STEP_MAX_SEQS`].
+        pub n_seqs: u32,
+        /// Sequences per chunk (≥ 1; ⌈n_s / chunk_seqs⌉ ≤ [`BATCH_MAX_CHUNKS`]).
+        pub chunk_seqs: u32,
+        /// Sequences one conv item runs back to back, 1 ..= [`BATCH_MAX_TILE_SEQS`].
+        pub tile_seqs: u32,
+        /// Column groups per warp in a second-phase item, 1 ..= [`BATCH_MAX_GROUPS_PER_WARP`].
+        pub groups_per_warp: u32,
+    }
+}
+
+/// [batch] One work item of the batched layer step ([`LayerStepSchedule::item`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BatchItem {
+    /// First phase: conv-chain tile `tile` of sequences `first_seq … first_seq + n_seqs − 1`.
+    Tiles { tile: u32, first_seq: u32, n_seqs: u32 },
+    /// First phase: the products' rows of value heads `first_head … + n_heads − 1` (alpha with
+    /// the gate epilogue and beta_raw with SIGMOID) for token columns `first_col … + n_cols − 1`.
+    Rows { first_head: u32, n_heads: u32, first_col: u32, n_cols: u32 },
+    /// Second phase: column groups `first_group …` (4 × groups per warp) of value head `head`
+    /// of sequence `seq`.
+    Groups { seq: u32, head: u32, first_group: u32 },
+}
+
+/// [batch] The batched layer step's work, as the kernel runs it and the host proves it: the
+/// sequences in chunks c = 0, 1, … of `chunk_seqs`; chunk c's first-phase items (its conv
+/// tiles, then its mat-vec items) and second-phase items (its column groups); and the order of
+/// the segments: `P1(0), P1(1), P2(0), P1(2), P2(1), …, P2(last)` — every chunk's first phase
+/// one segment before its second phase, so that a chunk's column groups find their inputs done
+/// while the next chunk's inputs are made. Work item x of the launch is item x of that order;
+/// block b of a grid of G runs items b, b + G, b + 2G, … A second-phase item waits for every
+/// first-phase item of its chunk (the chunk's counter); every item it waits for comes before it
+/// in the order, so with every block resident the lowest unfinished item can always run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LayerStepSchedule {
+    pub n_seqs: u32,
+    pub n_tokens: u32,
+    pub n_heads: u32,
+    pub n_chain_tiles: u32,
+    pub chunk_seqs: u32,
+    pub tile_seqs: u32,
+    pub groups_per_warp: u32,
+}
+
+/// [batch] A position in the schedule: segment `segment` (module order above), item `offset` in it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchCursor {
+    pub segment: u32,
+    pub offset: u32,
+}
+
+impl LayerStepSchedule {
+    /// The schedule of a launch with parameters `p`.
+    #[inline(always)]
+    pub const fn of(p: &GdnLayerStepParams) -> LayerStepSchedule {
+        LayerStepSchedule {
+            n_seqs: p.batch.n_seqs,
+            n_tokens: p.n_tokens,
+            n_heads: p.n_heads,
+            n_chain_tiles: p.n_chain_tiles,
+            chunk_seqs: p.batch.chunk_seqs,
+            tile_seqs: p.batch.tile_seqs,
+            groups_per_warp: p.batch.groups_per_warp,
+        }
+    }
+
+    /// Chunks ⌈n_s / chunk_seqs⌉ (the host checks chunk_seqs ≥ 1).
+    pub const fn n_chunks(&self) -> u32 {
+        self.n_seqs.div_ceil(self.chunk_seqs)
+    }
+
+    /// Chunk c's first sequence and sequence count.
+    pub const fn chunk_seqs_of(&self, c: u32) -> (u32, u32) {
+        let first = c * self.chunk_seqs;
+        let end = if first + self.chunk_seqs < self.n_seqs { first + self.chunk_seqs } else { self.n_seqs };
+        (first, end - first)
+    }
+
+    /// Mat-vec row blocks ⌈H_v / [`BATCH_ROW_HEADS`]⌉.
+    pub const fn row_blocks(&self) -> u32 {
+        self.n_heads.div_ceil(BATCH_ROW_HEADS)
+    }
+
+    /// Second-phase items per (sequence, head): 32 groups / (4 warps × groups per warp).
+    pub const fn head_parts(&self) -> u32 {
+        GDN_LAYER_STEP_GROUPS_PER_HEAD / (GDN_LAYER_STEP_WARPS * self.groups_per_warp)
+    }
+
+    /// Chunk c's conv items: ⌈m / tile_seqs⌉ sequence blocks × C/128 tiles.
+    pub const fn tile_items(&self, c: u32) -> u32 {
+        self.chunk_seqs_of(c).1.div_ceil(self.tile_seqs) * self.n_chain_tiles
+    }
+
+    /// Chunk c's mat-vec items: ⌈m·n_t / [`BATCH_ROW_COLS`]⌉ column blocks × the row blocks.
+    pub const fn row_items(&self, c: u32) -> u32 {
+        (self.chunk_seqs_of(c).1 * self.n_tokens).div_ceil(BATCH_ROW_COLS) * self.row_blocks()
+    }
+
+    /// Chunk c's first-phase items (what its counter reaches).
+    pub const fn first_items(&self, c: u32) -> u32 {
+        self.tile_items(c) + self.row_items(c)
+    }
+
+    /// Chunk c's second-phase items.
+    pub const fn second_items(&self, c: u32) -> u32 {
+        self.chunk_seqs_of(c).1 * self.n_heads * self.head_parts()
+    }
+
+    /// Segments: 2 per chunk.
+    pub const fn n_segments(&self) -> u32 {
+        2 * self.n_chunks()
+    }
+
+    /// Segment i as (second phase?, chunk): 0 → P1(0); odd i < last → P1((i + 1) / 2); even
+    /// i ≥ 2 → P2(i / 2 − 1); the last → P2(last chunk).
+    pub const fn segment(&self, i: u32) -> (bool, u32) {
+        let n = self.n_chunks();
+        if i == 0 {
+            (false, 0)
+        } else if i + 1 == 2 * n {
+            (true, n - 1)
+        } else if i % 2 == 1 {
+            (false, i.div_ceil(2))
+        } else {
+            (true, i / 2 - 1)
+        }
+    }
+
+    /// Items of segment i.
+    pub const fn segment_len(&self, i: u32) -> u32 {
+        match self.segment(i) {
+            (false, c) => self.first_items(c),
+            (true, c) => self.second_items(c),
+        }
+    }
+
+    /// Every item of the launch (the host checks that it fits u32).
+    pub const fn total_items(&self) -> u32 {
+        let mut total = 0;
+        let mut i = 0;
+        while i < self.n_segments() {
+            total += self.segment_len(i);
+            i += 1;
+        }
+        total
+    }
+
+    /// The cursor of item `item` counted from `from` (None past the last segment).
+    #[inline(always)]
+    pub const fn advance(&self, from: BatchCursor, by: u32) -> Option<BatchCursor> {
+        let (mut segment, mut offset) = (from.segment, from.offset + by);
+        while segment < self.n_segments() {
+            let len = self.segment_len(segment);
+            if offset < len {
+                return Some(BatchCursor { segment, offset });
+            }
+            offset -= len;
+            segment += 1;
+        }
+        None
+    }
+
+    /// The item at `at` and its chunk.
+    #[inline(always)]
+    pub const fn item(&self, at: BatchCursor) -> (BatchItem, u32) {
+        let (second, c) = self.segment(at.segment);
+        let (first_seq, m) = self.chunk_seqs_of(c);
+        let o = at.offset;
+        if second {
+            let per_seq = self.n_heads * self.head_parts();
+            let (seq, rem) = (o / per_seq, o % per_seq);
+            let (head, part) = (rem / self.head_parts(), rem % self.head_parts());
+            let first_group = part * GDN_LAYER_STEP_WARPS * self.groups_per_warp;
+            return (BatchItem::Groups { seq: first_seq + seq, head, first_group }, c);
+        }
+        let tiles = self.tile_items(c);
+        if o < tiles {
+            let (block, tile) = (o / self.n_chain_tiles, o % self.n_chain_tiles);
+            let s0 = block * self.tile_seqs;
+            let n = if s0 + self.tile_seqs < m { self.tile_seqs } else { m - s0 };
+            return (BatchItem::Tiles { tile, first_seq: first_seq + s0, n_seqs: n }, c);
+        }
+        let o = o - tiles;
+        let (col_block, row_block) = (o / self.row_blocks(), o % self.row_blocks());
+        let first_head = row_block * BATCH_ROW_HEADS;
+        let n_heads = if first_head + BATCH_ROW_HEADS < self.n_heads { BATCH_ROW_HEADS } else { self.n_heads - first_head };
+        let chunk_cols = m * self.n_tokens;
+        let c0 = col_block * BATCH_ROW_COLS;
+        let n_cols = if c0 + BATCH_ROW_COLS < chunk_cols { BATCH_ROW_COLS } else { chunk_cols - c0 };
+        (BatchItem::Rows { first_head, n_heads, first_col: first_seq * self.n_tokens + c0, n_cols }, c)
+    }
+}
+
 param_struct! {
     /// GDN_LAYER_STEP's parameters, passed by value: the three fused ops' own parameter structs
     /// (each exactly what its kernel would take: the conv chain's, the pair-gate's with
-    /// `epilogue` = [`PAIR_EPILOGUE_GATE`], GATED_DELTA_NET_FROM_CACHE's with n_s = 1), the
-    /// cross-block readiness state and the work split. 720 bytes, alignment 8, no padding.
+    /// `epilogue` = [`PAIR_EPILOGUE_GATE`], GATED_DELTA_NET_FROM_CACHE's), the cross-block
+    /// readiness state, the work split, and [batch] the batched entries' schedule. 784 bytes,
+    /// alignment 8, no padding.
     #[repr(C)]
     #[derive(Clone, Copy, Debug, PartialEq)]
     pub struct GdnLayerStepParams {
@@ -1162,8 +1515,10 @@ param_struct! {
         pub n_heads: u32,
         /// C / 128: conv-chain tiles.
         pub n_chain_tiles: u32,
-        /// n_t (1 ..= [`GDN_LAYER_STEP_MAX_TOKENS`]), the products' column count.
+        /// n_t (1 ..= [`GDN_LAYER_STEP_MAX_TOKENS`]) per sequence.
         pub n_tokens: u32,
+        /// [batch] The batched entries' schedule (zero for the single-sequence entries).
+        pub batch: LayerStepBatchParams,
     }
 }
 
@@ -1212,6 +1567,18 @@ const LISTED_ENTRIES: &[EntrySig] = &[
     EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step, f16_f32acc, 3)),
     EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step, f16_f32acc, 4)),
     EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step, f16_f32acc, 5)),
+    EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step_batch, f32, 3)),
+    EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step_batch, f32, 4)),
+    EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step_batch, f32, 5)),
+    EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step_batch, bf16, 3)),
+    EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step_batch, bf16, 4)),
+    EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step_batch, bf16, 5)),
+    EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step_batch, f16, 3)),
+    EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step_batch, f16, 4)),
+    EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step_batch, f16, 5)),
+    EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step_batch, f16_f32acc, 3)),
+    EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step_batch, f16_f32acc, 4)),
+    EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step_batch, f16_f32acc, 5)),
     EntrySig::of::<MathProbeParams>(MATH_PROBE_ENTRY),
     EntrySig::of::<CountMismatchesParams>(COUNT_MISMATCHES_ENTRY),
     EntrySig::of::<MufuEvalParams>(MUFU_EVAL_ENTRY),

@@ -4,8 +4,9 @@
 //! tokens t = 0 … n_t−1:
 //! `γ = expf(g)`, `KV = Σ_i S[i][col]·k[i]`, `δ = β·(v[col] − γ·KV)`,
 //! `S[i][col] ← γ·S[i][col] + k[i]·δ`, `out[col] = (Σ_i S[i][col]·q[i])·scale`,
-//! with q and k taken from key head `h mod H_k`. (Sᵀk comes from the *undecayed* S and is then
-//! scaled by γ — the CUDA order, not ggml's CPU one.)
+//! with q and k taken from key head `h mod H_k` (ggml's broadcast; or `h / r` for Hugging Face's
+//! `repeat_interleave`, `key_head_ratio` = r: [`abi::key_head`]). (Sᵀk comes from the
+//! *undecayed* S and is then scaled by γ — the CUDA order, not ggml's CPU one.)
 //!
 //! Thread mapping: block (32, [`GDN_WARPS`] = 4, 1), grid (x = value head h, y = sequence s,
 //! z = D/4). Warp `threadIdx.y` of block z owns value column `col = 4·z + threadIdx.y`; lane l
@@ -369,15 +370,17 @@ struct HeadViews {
 }
 
 impl HeadViews {
-    /// The views of value head `head` (key head `head mod n_key_heads`) of sequence `seq`.
+    /// The views of value head `head` (key head [`abi::key_head`]: `head mod n_key_heads`, or
+    /// `head / key_head_ratio`) of sequence `seq`.
     ///
     /// # Safety
     /// `head` < H_v and `seq` < n_s of a launch whose views the host validated (module docs).
     #[inline(always)]
     unsafe fn at(p: &abi::GatedDeltaNetParams, head: u32, seq: u32) -> HeadViews {
-        // The host validated n_key_heads ≥ 1; `checked_rem` keeps core's divide-by-zero panic
-        // path out of the PTX, and a violated contract aborts the launch.
-        let Some(key_head) = head.checked_rem(p.n_key_heads) else { trap() };
+        // The host validated n_key_heads ≥ 1 and every value head's key head < n_key_heads;
+        // `key_head` keeps core's divide-by-zero panic path out of the PTX, and a violated
+        // contract aborts the launch.
+        let Some(key_head) = abi::key_head(head, p.n_key_heads, p.key_head_ratio) else { trap() };
         let (key_head, head, seq) = (key_head as usize, head as usize, seq as usize);
         let (q, k, v) = (p.q as usize as *const f32, p.k as usize as *const f32, p.v as usize as *const f32);
         let (g, beta) = (p.g as usize as *const f32, p.beta as usize as *const f32);
@@ -600,80 +603,114 @@ pub(crate) unsafe fn prefetch_group_state(p: &abi::GatedDeltaNetParams, source_r
     unsafe { prefetch_l2(state_in.wrapping_add(row * in_seq + col * in_col + at.head as usize * in_head + row_in_col)) };
 }
 
-/// [layer-step] Shared memory of [`run_group_at`]'s staged token inputs: tokens t < n_t of the
-/// block's key head — q at `t·QK + 4i`, k at `t·QK + 512 + 4i` (QK = 1024 bytes, i < D) — then,
-/// per warp w, each token's v of the warp's four columns, g and β at `QK·MAX + (w·MAX + t)·32`
-/// (+0 … +12, +16, +20; MAX = [`abi::GDN_LAYER_STEP_MAX_TOKENS`]).
+/// [layer-step] Shared memory of the staged token inputs ([`stage_tokens`]): tokens t < n_t of
+/// the block's key head — q at `t·QK + 4i`, k at `t·QK + 512 + 4i` (QK = 1024 bytes, i < D) —
+/// then, per warp w, each token's v of the warp's `GP`·4 columns (group g's at +16·g), g and β
+/// (+16·GP, +16·GP + 4) at `QK·MAX + (w·MAX + t)·W` (MAX = [`abi::GDN_LAYER_STEP_MAX_TOKENS`],
+/// W = [`abi::layer_step_stage_warp_token_bytes`]`(GP)`: 32 bytes for one group a warp, as
+/// the single-sequence step has always laid it out, 64 for two).
 const STAGE_QK_BYTES: u32 = 2 * GDN_HEAD_DIM as u32 * 4;
-const STAGE_WARP_TOKEN_BYTES: u32 = 32;
 const STAGE_MAX_TOKENS: u32 = abi::GDN_LAYER_STEP_MAX_TOKENS as u32;
-const _: () = assert!(
-    STAGE_QK_BYTES * STAGE_MAX_TOKENS + STAGE_WARP_TOKEN_BYTES * STAGE_MAX_TOKENS * abi::GDN_LAYER_STEP_WARPS
-        <= abi::GDN_LAYER_STEP_TOKEN_STAGE_BYTES
-);
+const _: () = assert!(STAGE_QK_BYTES == abi::LAYER_STEP_STAGE_QK_BYTES);
+
+/// [layer-step] How many groups a warp runs per staged head: `groups` (each [`GROUP_COLUMNS`]
+/// columns, consecutive) and the staging bytes per (warp, token) that fit their v, g and β.
+#[derive(Clone, Copy)]
+pub(crate) struct WarpGroups {
+    pub groups: u32,
+    pub warp_token_bytes: u32,
+}
+
+impl WarpGroups {
+    /// One group a warp: the single-sequence layer step's layout.
+    pub const ONE: WarpGroups = WarpGroups { groups: 1, warp_token_bytes: abi::layer_step_stage_warp_token_bytes(1) };
+
+    /// `groups` (1 ..= [`abi::BATCH_MAX_GROUPS_PER_WARP`]) a warp, with the batched step's layout.
+    pub const fn batch(groups: u32) -> WarpGroups {
+        WarpGroups { groups, warp_token_bytes: abi::layer_step_stage_warp_token_bytes(abi::BATCH_MAX_GROUPS_PER_WARP) }
+    }
+
+    /// Value columns a warp stages: 4 per group.
+    const fn columns(self) -> u32 {
+        self.groups * GROUP_COLUMNS as u32
+    }
+}
 
 /// [layer-step] Token t's two places in the staging area at `base`: its q/k rows (the block's)
 /// and warp `warp`'s v, g, β.
 #[inline(always)]
-fn stage_slots(base: u32, warp: u32, t: u32) -> (u32, u32) {
-    (base + t * STAGE_QK_BYTES, base + STAGE_QK_BYTES * STAGE_MAX_TOKENS + (warp * STAGE_MAX_TOKENS + t) * STAGE_WARP_TOKEN_BYTES)
+fn stage_slots(layout: WarpGroups, base: u32, warp: u32, t: u32) -> (u32, u32) {
+    (base + t * STAGE_QK_BYTES, base + STAGE_QK_BYTES * STAGE_MAX_TOKENS + (warp * STAGE_MAX_TOKENS + t) * layout.warp_token_bytes)
 }
 
-/// [layer-step] Stages every token input of the block's four column groups (one head) in shared
-/// memory: thread 32·w + lane copies element 32·w + lane of every token's q and k row, lanes
-/// 0 … 3 of warp w its columns' v, lane 4 g, lane 5 β — each element the one
-/// [`TokenSource::load`] reads for its column; then waits for its copies and meets the block.
-///
-/// The copies are how [`run_group_at`] reads the token inputs GDN_LAYER_STEP's first phase
-/// wrote: `cp.async.ca` — ordinary weak global loads through L1, issued after the block's
-/// acquire of the writers' flags (`device/grid.rs`, `wait_items`), which orders them after every
-/// phase-1 write they read (in the PTX memory model, weak loads after an acquire observe the
-/// released values, so no line L1 cached before the acquire may be returned).
+/// [layer-step] Stages every token input of the block's column groups (one head, `layout.groups`
+/// consecutive groups a warp) in shared memory ([`issue_token_copies`]), then waits for its
+/// copies and meets the block.
 ///
 /// # Safety
-/// All 128 threads of the block call it together (warp w = `warp`), their `src` at token 0 of
-/// the same head; every element of tokens < `n_tokens` written and visible to this thread and
-/// written by nobody any more; no thread reads or writes the staging area
-/// between the previous block barrier and this call's.
+/// As [`issue_token_copies`]; all 128 threads of the block call it together.
 #[inline(always)]
-unsafe fn stage_group_tokens(mut src: TokenSource, n_tokens: usize, warp: u32, base: u32) {
-    let lane = src.lane;
-    let tid = 32 * warp + lane;
-    let mut t = 0u32;
-    while (t as usize) < n_tokens {
-        let (qk, mine) = stage_slots(base, warp, t);
-        // SAFETY: token t < n_tokens of the validated views, element tid < D of its q and k rows,
-        // the warp's columns col + lane (lane < 4), its g and β (caller); the slots lie inside
-        // the staging area (t < MAX, w < 4), each written by this thread only.
-        unsafe {
-            shared::copy_async_4(qk + 4 * tid, src.q.add(tid as usize) as *const u32);
-            shared::copy_async_4(qk + GDN_HEAD_DIM as u32 * 4 + 4 * tid, src.k.add(tid as usize) as *const u32);
-            if lane < GROUP_COLUMNS as u32 {
-                shared::copy_async_4(mine + 4 * lane, src.v.add(src.col as usize + lane as usize) as *const u32);
-            } else if lane == GROUP_COLUMNS as u32 {
-                shared::copy_async_4(mine + 16, src.g as *const u32);
-            } else if lane == GROUP_COLUMNS as u32 + 1 {
-                shared::copy_async_4(mine + 20, src.beta as *const u32);
-            }
-        }
-        src.advance();
-        t += 1;
-    }
+unsafe fn stage_tokens(layout: WarpGroups, src: TokenSource, n_tokens: usize, warp: u32, base: u32) {
+    // SAFETY: forwarded to the caller.
+    unsafe { issue_token_copies(layout, src, n_tokens, warp, base) };
     shared::wait_async_copies();
     // SAFETY: every thread of the block is here (caller); after it, each thread's copies are
     // visible to the whole block.
     unsafe { sync_threads() };
 }
 
-/// [layer-step] Token t's [`GroupInputs`] from [`stage_group_tokens`]'s area: the elements this
-/// lane's column group reads of token t: k and q at rows 32·r + lane, each column's v, g, β.
+/// [layer-step] Starts staging every token input of the block's column groups in shared memory:
+/// thread 32·w + lane copies element 32·w + lane of every token's q and k row, lanes
+/// 0 … 4·GP − 1 of warp w its columns' v, lane 4·GP g, lane 4·GP + 1 β — each element the one
+/// [`TokenSource::load`] reads for its column. The copies land once the thread waited for them.
+///
+/// The copies are how the layer step reads the token inputs its first phase wrote:
+/// `cp.async.ca` — ordinary weak global loads through L1, issued after the block's acquire of
+/// the writers' flags (`device/grid.rs`: `wait_items`, `wait_count`), which orders them after
+/// every phase-1 write they read (in the PTX memory model, weak loads after an acquire observe
+/// the released values, so no line L1 cached before the acquire may be returned).
 ///
 /// # Safety
-/// [`stage_group_tokens`] staged tokens > t of this block and warp, and nothing wrote the area
-/// since.
+/// Warp w = `warp` of the block, `src` at token 0 of the block's head and at the warp's first
+/// column; every element of tokens < `n_tokens` written and visible to this thread and written
+/// by nobody any more; no thread reads or writes the staging area between the previous block
+/// barrier and the barrier after this thread's wait.
 #[inline(always)]
-unsafe fn staged_group_inputs(base: u32, warp: u32, lane: u32, t: u32) -> GroupInputs {
-    let (qk, mine) = stage_slots(base, warp, t);
+unsafe fn issue_token_copies(layout: WarpGroups, mut src: TokenSource, n_tokens: usize, warp: u32, base: u32) {
+    let lane = src.lane;
+    let tid = 32 * warp + lane;
+    let columns = layout.columns();
+    let mut t = 0u32;
+    while (t as usize) < n_tokens {
+        let (qk, mine) = stage_slots(layout, base, warp, t);
+        // SAFETY: token t < n_tokens of the validated views, element tid < D of its q and k rows,
+        // the warp's columns col + lane (lane < 4·GP), its g and β (caller); the slots lie inside
+        // the staging area (t < MAX, w < 4), each written by this thread only.
+        unsafe {
+            shared::copy_async_4(qk + 4 * tid, src.q.add(tid as usize) as *const u32);
+            shared::copy_async_4(qk + GDN_HEAD_DIM as u32 * 4 + 4 * tid, src.k.add(tid as usize) as *const u32);
+            if lane < columns {
+                shared::copy_async_4(mine + 4 * lane, src.v.add(src.col as usize + lane as usize) as *const u32);
+            } else if lane == columns {
+                shared::copy_async_4(mine + 4 * columns, src.g as *const u32);
+            } else if lane == columns + 1 {
+                shared::copy_async_4(mine + 4 * columns + 4, src.beta as *const u32);
+            }
+        }
+        src.advance();
+        t += 1;
+    }
+}
+
+/// [layer-step] Token t's [`GroupInputs`] for the warp's group `g` (< `layout.groups`) from
+/// [`stage_tokens`]'s area: k and q at rows 32·r + lane, each column's v, g, β.
+///
+/// # Safety
+/// [`stage_tokens`] with `layout` staged tokens > t of this block and warp, and nothing wrote the
+/// area since.
+#[inline(always)]
+unsafe fn staged_group_inputs(layout: WarpGroups, base: u32, warp: u32, lane: u32, t: u32, g: u32) -> GroupInputs {
+    let (qk, mine) = stage_slots(layout, base, warp, t);
     let mut x = GroupInputs::ZERO;
     let mut r = 0;
     while r < ROWS_PER_LANE {
@@ -688,13 +725,14 @@ unsafe fn staged_group_inputs(base: u32, warp: u32, lane: u32, t: u32) -> GroupI
     let mut j = 0;
     while j < GROUP_COLUMNS {
         // SAFETY: as above.
-        x.v[j] = unsafe { shared::load_f32(mine + 4 * j as u32) };
+        x.v[j] = unsafe { shared::load_f32(mine + 4 * (g * GROUP_COLUMNS as u32 + j as u32)) };
         j += 1;
     }
+    let columns = layout.columns();
     // SAFETY: as above.
     unsafe {
-        x.g = shared::load_f32(mine + 16);
-        x.beta = shared::load_f32(mine + 20);
+        x.g = shared::load_f32(mine + 4 * columns);
+        x.beta = shared::load_f32(mine + 4 * columns + 4);
     }
     x
 }
@@ -707,12 +745,10 @@ unsafe fn staged_group_inputs(base: u32, warp: u32, lane: u32, t: u32) -> GroupI
 /// every written bit is the one GATED_DELTA_NET_FROM_CACHE's warp for that column writes (lane 0
 /// stores the four `out` elements).
 ///
-/// [speed] Every token input is staged in shared memory at once ([`stage_group_tokens`]: one
+/// [speed] Every token input is staged in shared memory at once ([`stage_tokens`]: one
 /// memory round trip for all n_t tokens, the block's four warps sharing the head's q and k), and
-/// token t + 1's `KV` dot products ride in the same butterflies as token t's outputs (both read
-/// the state after token t's update; one `warp_sum_each` of eight values, each value's butterfly
-/// unchanged) — the recurrence waits for one butterfly per token instead of two. Only the order
-/// of independent operations changes; every operation and its operands are the same.
+/// token t + 1's `KV` dot products ride in the same butterflies as token t's outputs
+/// ([`group_recurrence`]).
 ///
 /// `inputs_ready` runs in every lane (in none when n_t = 0) after the initial state is loaded
 /// and before the first token input is (the caller's wait for the token inputs, which other
@@ -753,13 +789,161 @@ pub(crate) unsafe fn run_group_at(
         s[j] = unsafe { load_lane_coherent(h.state_in.add(row * h.in_seq + (col0 + j) * h.in_col + head * h.in_head), lane) };
         j += 1;
     }
+    // [speed] The state loads above are in flight while the caller waits.
+    inputs_ready();
+    // SAFETY: all four warps of the block are here together with groups of one head (caller),
+    // after `inputs_ready`: the inputs are visible, the staging area free.
+    unsafe { stage_tokens(WarpGroups::ONE, h.token_source(lane, col0), h.n_tokens, at.warp, stage) };
+    // SAFETY: staged above for this warp's one group; the whole warp is here.
+    unsafe { group_recurrence(WarpGroups::ONE, &h, s, col0, stage, at.warp, at.lane, 0) };
+}
+
+/// [batch] Where one second-phase item of the batched layer step works: value head `head` of
+/// sequence `seq`, groups `first_group …` (4·GP of them, GP = `groups.groups`: warp w runs
+/// groups first_group + w·GP + g, g < GP, consecutive columns), with the item's initial state
+/// already in shared memory at `state` (column k of the item — item-relative, `k` < 16·GP — at
+/// `state + 512·k`, row i at `+ 4i`: the cache row's bytes copied as they are) and the staging
+/// area at `stage`.
+#[derive(Clone, Copy)]
+pub(crate) struct BatchGroups {
+    pub head: u32,
+    pub seq: u32,
+    pub first_group: u32,
+    pub groups: WarpGroups,
+    pub warp: u32,
+    pub lane: u32,
+}
+
+/// [batch] Starts staging the token inputs of a second-phase item ([`issue_token_copies`] for
+/// the warp's GP groups of (head, seq)).
+///
+/// # Safety
+/// As [`issue_token_copies`] for warp `at.warp` and the item's head and sequence inside the
+/// validated launch.
+#[inline(always)]
+pub(crate) unsafe fn issue_batch_token_copies(p: &abi::GatedDeltaNetParams, at: BatchGroups, stage: u32) {
+    // SAFETY: forwarded from the caller (head, seq inside the validated launch).
+    let h = unsafe { HeadViews::at(p, at.head, at.seq) };
+    let col0 = (at.first_group + at.warp * at.groups.groups) as usize * GROUP_COLUMNS;
+    // SAFETY: forwarded from the caller.
+    unsafe { issue_token_copies(at.groups, h.token_source(at.lane as usize, col0), h.n_tokens, at.warp, stage) };
+}
+
+/// [batch] Starts copying a second-phase item's initial state — columns 4·`first_group` …
+/// + 16·GP − 1 of value head `head`, row `source_rows[seq]` of the ssm cache: GP × 8 KiB,
+/// contiguous in the row — into shared memory at `state` (thread t copies the 16-byte chunks
+/// t, t + 128, …), as one committed copy group. The same bytes as the coherent loads of
+/// [`run_group_at`]: read once, through L2.
+///
+/// # Safety
+/// All 128 threads call it (thread `tid`); the item inside the validated launch, whose cache
+/// rows are 16-byte aligned with `in_col` = D and `in_head` = D·D (host); nothing writes those
+/// bytes until the item's own state stores, which follow its wait for the copy; `state` holds
+/// GP × [`abi::BATCH_STATE_BYTES_PER_GROUP`] bytes no thread touches until then.
+#[inline(always)]
+pub(crate) unsafe fn issue_batch_state_copies(
+    p: &abi::GatedDeltaNetParams,
+    source_rows: *const i32,
+    source_rows_stride: usize,
+    at: BatchGroups,
+    tid: u32,
+    state: u32,
+) {
+    // SAFETY: seq < n_s (caller), a validated index of the cache, never written.
+    let row = unsafe { HeadViews::source_row(source_rows, source_rows_stride, at.seq as usize) };
+    let first = (row * p.in_seq as usize + at.head as usize * p.in_head as usize + at.first_group as usize * GROUP_COLUMNS * GDN_HEAD_DIM)
+        * 4;
+    let base = (p.state_in as usize as *const u8).wrapping_add(first);
+    let chunks = at.groups.groups * abi::BATCH_STATE_BYTES_PER_GROUP / 16;
+    let mut chunk = tid;
+    while chunk < chunks {
+        // SAFETY: chunk < the item's 16·GP columns × D floats / 4, inside the validated row,
+        // 16-byte aligned (caller); the shared chunk lies inside `state`.
+        unsafe { shared::copy_async_16(state + 16 * chunk, base.wrapping_add(16 * chunk as usize)) };
+        chunk += abi::GDN_LAYER_STEP_BLOCK;
+    }
+    shared::commit_async_copies();
+}
+
+/// [batch] The batched layer step's second-phase item, once its token inputs are staged
+/// ([`issue_batch_token_copies`]) and its initial state copied ([`issue_batch_state_copies`]):
+/// each warp runs its GP groups one after the other, each column with exactly [`run_group_at`]'s
+/// operations (the initial state read from the copy of the cache row in shared memory instead
+/// of the row: the same bits — the host proves no thread writes those cache bytes before this
+/// item read them: only this item's own state stores, which follow).
+///
+/// # Safety
+/// All 32 lanes of warp `at.warp` call it together; (head, seq) inside the validated launch and
+/// its groups < D/4; the staging area holds the item's token inputs and `state` its initial
+/// state (copies complete, a block barrier since), and no thread writes either until this call
+/// returned in every warp.
+#[inline(always)]
+pub(crate) unsafe fn run_batch_groups(p: &abi::GatedDeltaNetParams, at: BatchGroups, state: u32, stage: u32) {
+    // SAFETY: forwarded from the caller (head, seq inside the validated launch).
+    let h = unsafe { HeadViews::at(p, at.head, at.seq) };
+    if h.n_tokens == 0 {
+        return;
+    }
+    let gp = at.groups.groups as usize;
+    let warp_group = at.first_group as usize + at.warp as usize * gp;
+    let col0 = warp_group * GROUP_COLUMNS;
+    let mut g = 0;
+    while g < gp {
+        let col = col0 + g * GROUP_COLUMNS;
+        // Item-relative column of the group's first column.
+        let k = (at.warp as usize * gp + g) * GROUP_COLUMNS;
+        let mut s = [[0.0f32; ROWS_PER_LANE]; GROUP_COLUMNS];
+        let mut j = 0;
+        while j < GROUP_COLUMNS {
+            let mut r = 0;
+            while r < ROWS_PER_LANE {
+                // SAFETY: the item's state copy (caller), column k + j, row 32·r + lane.
+                s[j][r] = unsafe { shared::load_f32(state + 4 * (((k + j) * GDN_HEAD_DIM + 32 * r) as u32 + at.lane)) };
+                r += 1;
+            }
+            j += 1;
+        }
+        // SAFETY: staged above for this warp's GP groups; the whole warp is here.
+        unsafe { group_recurrence(at.groups, &h, s, col, stage, at.warp, at.lane, g as u32) };
+        g += 1;
+    }
+}
+
+/// [layer-step] The token loop of one warp's column group (columns `col0 … col0 + 3` of head
+/// `h`), from its initial state `s` (this lane's rows of each column) and the staged token
+/// inputs of the warp's group `g` (< `layout.groups`): for each column and token `token_step`'s operations in
+/// its order, then the `out` element (lane 4j for column j) and the state slots — what
+/// GATED_DELTA_NET_FROM_CACHE's warp for that column computes and stores.
+///
+/// [speed] Token t + 1's `KV` dot products ride in the same butterflies as token t's outputs
+/// (both read the state after token t's update; one eight-value reduce-scatter, each value's
+/// butterfly unchanged) — the recurrence waits for one butterfly per token instead of two. Only
+/// the order of independent operations changes; every operation and its operands are the same.
+///
+/// # Safety
+/// All 32 lanes of the warp call it together (`lane` each one's index); [`stage_tokens`] with
+/// `layout` staged this warp's tokens < n_t; the group's `out` elements and state-slot rows are
+/// written by this warp only (module docs).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn group_recurrence(
+    layout: WarpGroups,
+    h: &HeadViews,
+    mut s: [[f32; ROWS_PER_LANE]; GROUP_COLUMNS],
+    col0: usize,
+    stage: u32,
+    warp: u32,
+    lane: u32,
+    g: u32,
+) {
+    let lane_usize = lane as usize;
     let mut out_t = h.out_head_row;
     // `sums` is this lane's [`warp_sum_eight_scattered`] result: column j's output in lanes
     // 4j … 4j + 3 (j < 4); lane 4j stores it.
     let mut finish = |s: &[[f32; ROWS_PER_LANE]; GROUP_COLUMNS], sums: f32, t: usize| {
-        if lane % 4 == 0 && lane < 4 * GROUP_COLUMNS {
+        if lane_usize % 4 == 0 && lane_usize < 4 * GROUP_COLUMNS {
             // SAFETY: element (col0 + lane / 4, head, t, seq) of `out`, written by this lane only.
-            unsafe { store_f32_at(out_t, (col0 + lane / 4) as u32, mul(sums, h.scale)) };
+            unsafe { store_f32_at(out_t, (col0 + lane_usize / 4) as u32, mul(sums, h.scale)) };
         }
         let slot = h.n_tokens - 1 - t;
         if slot < h.n_slots {
@@ -768,21 +952,15 @@ pub(crate) unsafe fn run_group_at(
             while j < GROUP_COLUMNS {
                 // SAFETY: slot < n_slots: column col0 + j's row of slot `slot`; each lane
                 // writes its own four elements of it.
-                unsafe { store_f32x4_stride32(slot_head, ((col0 + j) * GDN_HEAD_DIM + lane) as u32, &s[j]) };
+                unsafe { store_f32x4_stride32(slot_head, ((col0 + j) * GDN_HEAD_DIM + lane_usize) as u32, &s[j]) };
                 j += 1;
             }
         }
         // One token further in `out`; dereferenced only for the next t < n_tokens.
         out_t = out_t.wrapping_add(h.out_token);
     };
-    // [speed] The state loads above are in flight while the caller waits.
-    inputs_ready();
-    // SAFETY: all four warps of the block are here together with groups of one head (caller),
-    // after `inputs_ready`: the inputs are visible, the staging area free.
-    unsafe { stage_group_tokens(h.token_source(lane, col0), h.n_tokens, at.warp, stage) };
-    let n_tokens = h.n_tokens as u32;
-    // SAFETY (every `staged_group_inputs`): tokens < n_tokens, staged above.
-    let mut x = unsafe { staged_group_inputs(stage, at.warp, at.lane, 0) };
+    // SAFETY (every `staged_group_inputs`): tokens < n_tokens, staged (caller).
+    let mut x = unsafe { staged_group_inputs(layout, stage, warp, lane, 0, g) };
     // Every butterfly is one eight-value reduce-scatter: values 0–3 the columns' outputs of
     // token t, 4–7 their KV for token t + 1 (both read the state after token t's update), each
     // value's sum landing in lanes 4j … 4j + 3; every lane reads the four KV back.
@@ -804,7 +982,7 @@ pub(crate) unsafe fn run_group_at(
         j += 1;
     }
     // SAFETY: every lane of the warp runs the same tokens (warp-uniform bounds).
-    let mut kv = kv_of(unsafe { warp_sum_eight_scattered(both, at.lane) });
+    let mut kv = kv_of(unsafe { warp_sum_eight_scattered(both, lane) });
     let n_tokens = h.n_tokens as u32;
     let mut t = 0u32;
     loop {
@@ -822,7 +1000,7 @@ pub(crate) unsafe fn run_group_at(
         if !last {
             // Token t + 1's KV reads the same updated state.
             // SAFETY: t + 1 < n_tokens.
-            next = unsafe { staged_group_inputs(stage, at.warp, at.lane, t + 1) };
+            next = unsafe { staged_group_inputs(layout, stage, warp, lane, t + 1, g) };
             let mut j = 0;
             while j < GROUP_COLUMNS {
                 both[GROUP_COLUMNS + j] = lane_dot(&s[j], &next.k);
@@ -830,7 +1008,7 @@ pub(crate) unsafe fn run_group_at(
             }
         }
         // SAFETY: as above (the whole warp, warp-uniform loop).
-        let sums = unsafe { warp_sum_eight_scattered(both, at.lane) };
+        let sums = unsafe { warp_sum_eight_scattered(both, lane) };
         finish(&s, sums, t as usize);
         if last {
             break;

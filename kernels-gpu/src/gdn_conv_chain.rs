@@ -7,7 +7,8 @@
 //!
 //! # Thread mapping
 //! Block of [`GDN_CONV_CHAIN_BLOCK`](crate::abi::GDN_CONV_CHAIN_BLOCK) = 128 threads, grid
-//! (C/128, 1, 1). Block `by` owns channels `c0 = by·128 … c0+127`; thread `tid` owns channel
+//! (C/128, n_s, 1). Block (bx, s) owns channels `c0 = bx·128 … c0+127` of sequence s (its
+//! source row `source_row[s]`, its tokens, its rows `rows[i] + s`); thread `tid` owns channel
 //! `c0 + tid` for the conv. Phases:
 //! 1. **Read everything** (GET_ROWS + CONCAT): the block's slice of the source cache row —
 //!    channels c0 … c0+127 are the 128·(d_conv−1) contiguous floats at `c0·(d_conv−1)` — is read
@@ -32,12 +33,15 @@
 //!    same `scale · x` ([`scale_row_with`]) as `l2_norm_f32`, reading the staged outputs.
 //!
 //! # Aliasing
-//! A snapshot row may be the source row, and `conv_out` may be `qkv` element for element. Both
-//! are safe because every global read of a block happens in phase 1, every global write after
-//! the barrier that ends it, and a block reads and writes only its own channels: its slice of
-//! the cache rows (floats c0·(d_conv−1) … (c0+128)·(d_conv−1)), its qkv/conv_out channels, and
-//! its q/k heads. The host refuses every other overlap (outputs with each other, with the
-//! weights, the cache with qkv and conv_out, rows written twice).
+//! A snapshot row may be the source row *of the same sequence*, and `conv_out` may be `qkv`
+//! element for element. Both are safe because every global read of a block happens in phase 1,
+//! every global write after the barrier that ends it, and a block reads and writes only its own
+//! channels of its own sequence: its slice of the cache rows (floats c0·(d_conv−1) …
+//! (c0+128)·(d_conv−1)), its qkv/conv_out channels, and its q/k heads. The host refuses every
+//! other overlap (outputs with each other, with the weights, the cache with qkv and conv_out,
+//! rows written twice — by two slots or two sequences — and a sequence's source row that another
+//! sequence writes: blocks of different sequences run at the same time, so that read would race
+//! with the other sequence's write; the unfused GET_ROWS reads every source row first).
 //!
 //! # Bits
 //! Copies move f32 bit patterns through loads and stores only (no arithmetic: NaN payloads and
@@ -47,7 +51,7 @@ use crate::abi::{
     GDN_CONV_CHAIN_BLOCK, GDN_CONV_CHAIN_MAX_ROWS, GDN_CONV_CHAIN_MAX_TOKENS, GdnConvChainParams, gdn_conv_chain_tile_stride,
 };
 use crate::device::shared;
-use crate::device::thread::{block_idx_x, sync_threads, thread_idx_x};
+use crate::device::thread::{block_idx_x, block_idx_y, sync_threads, thread_idx_x};
 use crate::l2_norm::{lane_sum_sq_with, row_scale, scale_row_with};
 use crate::ssm_conv::conv_output;
 
@@ -132,47 +136,24 @@ fn conv_chunk<const D_CONV: usize>(cols: &[f32; 4 + GDN_CONV_CHAIN_MAX_TOKENS], 
     y
 }
 
-/// The conv chain of channel tile `tile` (channels `tile·128 … tile·128+127`), run by the
-/// calling block: phases 1–4 of the module docs. GDN_CONV_CHAIN runs tile `%ctaid.x`;
-/// [layer-step] GDN_LAYER_STEP runs tiles as work items of its first phase (same body).
+/// What a tile reads from global memory for one sequence — phase 1's loads, issued before any
+/// shared store (a generic load may not move above a shared store, so the order is kept by
+/// hand): the channel's n_t tokens (+0 past n_t) and the block's slice of the source row
+/// (slice float k·128 + tid for k < d_conv − 1).
+#[derive(Clone, Copy)]
+pub(crate) struct TileInputs {
+    x: [f32; GDN_CONV_CHAIN_MAX_TOKENS],
+    old: [f32; 4],
+}
+
+/// The d_conv weights of this thread's channel in tile `tile` (the same for every sequence).
 ///
 /// # Safety
-/// See the module docs: the host validated every view and index for C/128 tiles (`tile` one of
-/// them); the block has 128 threads, all of which call this together, and its dynamic shared
-/// memory holds at least `gdn_conv_chain_shared_bytes(D_CONV, n_tokens)` that no other code
-/// accesses until every thread has returned (a caller running several tiles puts a block
-/// barrier between them).
+/// As [`gdn_conv_chain_tile`] (`tile` < C/128 of a validated op).
 #[inline(always)]
-pub(crate) unsafe fn gdn_conv_chain_tile<const D_CONV: usize>(p: &GdnConvChainParams, tile: usize) {
-    const { assert!(D_CONV >= 2 && D_CONV <= 5, "the state arrays hold up to 4 columns") };
-    let state_len = D_CONV - 1;
-    let n_t = p.n_tokens as usize;
-    let tid = thread_idx_x() as usize;
-    let c0 = tile * BLOCK;
-    let c = c0 + tid;
-    let stride = gdn_conv_chain_tile_stride(D_CONV, n_t);
-    let tile = shared::base();
-    let staged = at(tile, BLOCK * stride);
-    let my_row = at(tile, tid * stride);
-    // SAFETY (all global accesses): the host validated the source index, every row in
-    // rows[..n_rows], and every view for channels < C = gridDim.x·128, n_t tokens and
-    // 2·H_k·D ≤ C q/k channels. Shared accesses stay inside the tile (128·stride floats) and
-    // the staging area (n_t·128 floats) the launch allocated.
-
-    // ---- Phase 1: every global read of this block, all issued before the first shared store
-    // (a generic load may not move above a shared store, so the order is kept by hand). ----
-    let cache = p.cache as *mut f32;
-    let src_row = unsafe { *(p.source_row as *const i32) } as usize;
-    // Tokens: qkv (c, t), contiguous across the block's threads for each t.
-    let qkv = p.qkv as *const f32;
-    let mut x = [0.0f32; GDN_CONV_CHAIN_MAX_TOKENS];
-    let mut t = 0;
-    while t < GDN_CONV_CHAIN_MAX_TOKENS {
-        if t < n_t {
-            x[t] = unsafe { *qkv.add(c + t * p.qkv_token as usize) };
-        }
-        t += 1;
-    }
+pub(crate) unsafe fn tile_weights<const D_CONV: usize>(p: &GdnConvChainParams, tile: usize) -> [f32; D_CONV] {
+    let c = tile * BLOCK + thread_idx_x() as usize;
+    // SAFETY: channel c < C of the validated weight view, taps < d_conv.
     let w_row = unsafe { (p.weight as *const f32).add(c * p.w_channel as usize) };
     let mut w = [0.0f32; D_CONV];
     let mut j = 0;
@@ -180,17 +161,140 @@ pub(crate) unsafe fn gdn_conv_chain_tile<const D_CONV: usize>(p: &GdnConvChainPa
         w[j] = unsafe { *w_row.add(j) };
         j += 1;
     }
-    // GET_ROWS of the block's slice of the source row, coalesced: slice float k·128 + tid.
-    let slice_off = c0 * state_len;
-    let src = unsafe { cache.add(src_row * p.cache_row as usize + slice_off) };
+    w
+}
+
+/// Phase 1's global loads of tile `tile` for sequence `seq` ([`TileInputs`]): its tokens from
+/// qkv (contiguous across the block's threads for each t) and, GET_ROWS of the sequence's
+/// source row, the block's slice of it, coalesced.
+///
+/// # Safety
+/// As [`gdn_conv_chain_tile`] (`tile` < C/128, `seq` < n_s of a validated op).
+#[inline(always)]
+pub(crate) unsafe fn tile_loads<const D_CONV: usize>(p: &GdnConvChainParams, tile: usize, seq: usize) -> TileInputs {
+    let state_len = D_CONV - 1;
+    let n_t = p.n_tokens as usize;
+    let tid = thread_idx_x() as usize;
+    let c0 = tile * BLOCK;
+    // SAFETY (all loads): the host validated the source index of every sequence < n_s, and the
+    // views for channels < C, n_t tokens and n_s sequences.
+    let src_row = unsafe { *(p.source_row as *const i32).add(seq * p.source_row_seq as usize) } as usize;
+    let qkv = unsafe { (p.qkv as *const f32).add(seq * p.qkv_seq as usize + c0 + tid) };
+    let mut x = [0.0f32; GDN_CONV_CHAIN_MAX_TOKENS];
+    let mut t = 0;
+    while t < GDN_CONV_CHAIN_MAX_TOKENS {
+        if t < n_t {
+            x[t] = unsafe { *qkv.add(t * p.qkv_token as usize) };
+        }
+        t += 1;
+    }
+    let src = unsafe { (p.cache as *const f32).add(src_row * p.cache_row as usize + c0 * state_len) };
     let mut old = [0.0f32; 4];
     let mut k = 0;
     while k < state_len {
         old[k] = unsafe { *src.add(k * BLOCK + tid) };
         k += 1;
     }
-    // CONCAT into the tile: slice float f = cl·state_len + jj → tile[cl][jj]; token t of this
-    // thread's channel → tile[tid][state_len + t].
+    TileInputs { x, old }
+}
+
+/// The conv chain of channel tile `tile` (channels `tile·128 … tile·128+127`) of sequence `seq`,
+/// run by the calling block: phases 1–4 of the module docs. GDN_CONV_CHAIN runs tile
+/// `%ctaid.x` of sequence `%ctaid.y`; [layer-step] GDN_LAYER_STEP runs tiles as work items of its
+/// first phase (same body).
+///
+/// # Safety
+/// See the module docs: the host validated every view and index for C/128 tiles (`tile` one of
+/// them) and n_s sequences (`seq` one of them); the block has 128 threads, all of which call
+/// this together, and its dynamic shared memory holds at least
+/// `gdn_conv_chain_shared_bytes(D_CONV, n_tokens)` that no other code accesses until every
+/// thread has returned (a caller running several tiles puts a block barrier between them).
+#[inline(always)]
+pub(crate) unsafe fn gdn_conv_chain_tile<const D_CONV: usize>(p: &GdnConvChainParams, tile: usize, seq: usize) {
+    // SAFETY: forwarded to the caller.
+    unsafe {
+        let w = tile_weights::<D_CONV>(p, tile);
+        let inputs = tile_loads::<D_CONV>(p, tile, seq);
+        tile_compute::<D_CONV>(p, tile, seq, inputs, &w, shared::base());
+    }
+}
+
+/// [batch] Tile `tile` of sequences `first_seq … first_seq + n_seqs − 1`, one after the other
+/// through the same shared memory at `tile_base` (a block barrier between them), each exactly
+/// [`gdn_conv_chain_tile`]'s body; [speed] sequence i + 1's global loads are issued before
+/// sequence i's phases 2–4, so that one memory round trip serves the tile of every sequence
+/// (pure loads moved: they read inputs that no thread writes — the host proves every read row
+/// and token disjoint from the other sequences' writes).
+///
+/// # Safety
+/// As [`gdn_conv_chain_tile`] for every one of the sequences (`n_seqs` ≥ 1), with the shared
+/// memory at `tile_base` instead of the dynamic shared memory's start.
+#[inline(always)]
+pub(crate) unsafe fn gdn_conv_chain_tiles_at<const D_CONV: usize>(
+    p: &GdnConvChainParams,
+    tile: usize,
+    first_seq: usize,
+    n_seqs: usize,
+    tile_base: u32,
+) {
+    // SAFETY (the whole body): forwarded to the caller — every sequence below first_seq + n_seqs
+    // is one of the op's, and the whole block runs the same (block-uniform) loop.
+    unsafe {
+        let w = tile_weights::<D_CONV>(p, tile);
+        let mut cur = tile_loads::<D_CONV>(p, tile, first_seq);
+        let mut i = 0;
+        loop {
+            let next = if i + 1 < n_seqs { Some(tile_loads::<D_CONV>(p, tile, first_seq + i + 1)) } else { None };
+            if i > 0 {
+                // The previous sequence's shared reads end before this one's stores.
+                sync_threads();
+            }
+            tile_compute::<D_CONV>(p, tile, first_seq + i, cur, &w, tile_base);
+            match next {
+                Some(n) => cur = n,
+                None => break,
+            }
+            i += 1;
+        }
+    }
+}
+
+/// Phases 1 (the shared-memory part) to 4 of tile `tile` of sequence `seq`, from its loaded
+/// [`TileInputs`] and this thread's channel weights, in the shared memory at `tile_base`.
+///
+/// # Safety
+/// As [`gdn_conv_chain_tile`]; `inputs` are [`tile_loads`]`(p, tile, seq)` and `w`
+/// [`tile_weights`]`(p, tile)`; no thread of the block reads or writes the shared area between
+/// the block barrier before this call and its return.
+#[inline(always)]
+unsafe fn tile_compute<const D_CONV: usize>(
+    p: &GdnConvChainParams,
+    tile: usize,
+    seq: usize,
+    inputs: TileInputs,
+    w: &[f32; D_CONV],
+    tile_base: u32,
+) {
+    const { assert!(D_CONV >= 2 && D_CONV <= 5, "the state arrays hold up to 4 columns") };
+    let state_len = D_CONV - 1;
+    let n_t = p.n_tokens as usize;
+    let tid = thread_idx_x() as usize;
+    let c0 = tile * BLOCK;
+    let c = c0 + tid;
+    let stride = gdn_conv_chain_tile_stride(D_CONV, n_t);
+    let tile = tile_base;
+    let staged = at(tile, BLOCK * stride);
+    let my_row = at(tile, tid * stride);
+    let TileInputs { x, old } = inputs;
+    // SAFETY (all global accesses): the host validated the source index, every row in
+    // rows[..n_rows] + seq, and every view for channels < C = gridDim.x·128, n_t tokens, n_s
+    // sequences and 2·H_k·D ≤ C q/k channels. Shared accesses stay inside the tile
+    // (128·stride floats) and the staging area (n_t·128 floats) the launch allocated.
+    let cache = p.cache as *mut f32;
+    let slice_off = c0 * state_len;
+
+    // ---- Phase 1 (end): CONCAT into the tile: slice float f = cl·state_len + jj → tile[cl][jj];
+    // token t of this thread's channel → tile[tid][state_len + t]. ----
     let mut k = 0;
     while k < state_len {
         let f = k * BLOCK + tid;
@@ -222,16 +326,17 @@ pub(crate) unsafe fn gdn_conv_chain_tile<const D_CONV: usize>(p: &GdnConvChainPa
     // to local memory); `tests/ptx.rs` checks that these entries use no local memory. In a group
     // that reaches past n_rows, the missing rows repeat row 0 — the same values to the same
     // addresses by the same thread, so the cache ends identical — to keep the group branch-free.
+    // Sequence `seq` writes row rows[i] + seq (its cell of every rollback group).
     let n_rows = p.n_rows as usize;
     macro_rules! row {
         ($i:literal) => {
-            if $i < n_rows { (p.rows[$i] as usize, p.offsets[$i] as usize) } else { (p.rows[0] as usize, p.offsets[0] as usize) }
+            if $i < n_rows { (p.rows[$i] as usize + seq, p.offsets[$i] as usize) } else { (p.rows[0] as usize + seq, p.offsets[0] as usize) }
         };
     }
     macro_rules! write_rows {
         ($($first:literal: [$($i:literal)*])*) => {$(
             if $first < n_rows {
-                // SAFETY: every (row, offset) is rows[i], offsets[i] for some i < n_rows: a
+                // SAFETY: every (row, offset) is rows[i] + seq, offsets[i] for some i < n_rows: a
                 // validated row and an offset ≤ n_t.
                 unsafe { rows.write([$(row!($i)),*]) };
             }
@@ -256,12 +361,12 @@ pub(crate) unsafe fn gdn_conv_chain_tile<const D_CONV: usize>(p: &GdnConvChainPa
         cols[state_len + t] = x[t];
         t += 1;
     }
-    let out = unsafe { (p.conv_out as *mut f32).add(c) };
+    let out = unsafe { (p.conv_out as *mut f32).add(seq * p.conv_out_seq as usize + c) };
     // Literal chunk starts (a runtime index into `cols` would put it in local memory).
     macro_rules! conv_chunks {
         ($($t0:literal)*) => {$(
             if $t0 < n_t {
-                let y = conv_chunk::<D_CONV>(&cols, $t0, &w);
+                let y = conv_chunk::<D_CONV>(&cols, $t0, w);
                 let mut i = 0;
                 while i < CHUNK {
                     let t = $t0 + i;
@@ -302,10 +407,13 @@ pub(crate) unsafe fn gdn_conv_chain_tile<const D_CONV: usize>(p: &GdnConvChainPa
     // stored (their scale is computed and dropped, keeping the warp's collectives uniform).
     let store = |head: usize, t: usize, scale: f32, src: u32| {
         if head < 2 * h_k {
-            let (dst, h, head_stride, token_stride) =
-                if head < h_k { (p.q_norm, head, p.q_head, p.q_token) } else { (p.k_norm, head - h_k, p.k_head, p.k_token) };
-            // SAFETY: a q/k head h < H_k and token t < n_t: inside the validated view.
-            let dst = unsafe { (dst as *mut f32).add(h * head_stride as usize + t * token_stride as usize) };
+            let (dst, h, head_stride, token_stride, seq_stride) = if head < h_k {
+                (p.q_norm, head, p.q_head, p.q_token, p.q_seq)
+            } else {
+                (p.k_norm, head - h_k, p.k_head, p.k_token, p.k_seq)
+            };
+            // SAFETY: a q/k head h < H_k, token t < n_t, sequence < n_s: inside the validated view.
+            let dst = unsafe { (dst as *mut f32).add(h * head_stride as usize + t * token_stride as usize + seq * seq_stride as usize) };
             let load = |col: u32| unsafe { shared::load_f32(at(src, col as usize)) };
             scale_row_with(scale, load, |col, v| unsafe { *dst.add(col as usize) = v }, lane, d32);
         }
@@ -342,7 +450,7 @@ macro_rules! gdn_conv_chain_entries {
         #[unsafe(export_name = crate::abi::entry_name!(gdn_conv_chain, $d))]
         pub unsafe extern "ptx-kernel" fn $name(p: GdnConvChainParams) {
             // SAFETY: forwarded from the launch contract above.
-            unsafe { gdn_conv_chain_tile::<$d>(&p, block_idx_x() as usize) }
+            unsafe { gdn_conv_chain_tile::<$d>(&p, block_idx_x() as usize, block_idx_y() as usize) }
         }
     )*};
 }

@@ -144,14 +144,20 @@
 //! Only independent operations are reordered (token t + 1's KV beside token t's output: both
 //! read the state after token t). Copies move bit patterns.
 
-use crate::abi::{GDN_LAYER_STEP_COLS, GDN_LAYER_STEP_GROUPS_PER_HEAD, GDN_LAYER_STEP_WARPS, GdnLayerStepParams, LayerStepItems};
-use crate::device::grid::{arrive, close_launch, grid_target, publish_item, wait_items};
+use crate::abi::{
+    BATCH_STATE_BYTES_PER_GROUP, BatchCursor, BatchItem, GDN_LAYER_STEP_COLS, GDN_LAYER_STEP_GROUPS_PER_HEAD, GDN_LAYER_STEP_WARPS,
+    GdnLayerStepParams, LayerStepItems, LayerStepSchedule, batch_scratch_offset,
+};
+use crate::device::grid::{arrive, close_batch_launch, close_launch, grid_target, publish_count, publish_item, wait_count, wait_items};
 use crate::device::shared;
-use crate::device::thread::{block_idx_x, grid_dim_x, thread_idx_x};
+use crate::device::thread::{block_idx_x, grid_dim_x, sync_threads, thread_idx_x};
 use crate::device::trap;
-use crate::gated_delta_net::{GroupAt, prefetch_group_state, run_group_at};
-use crate::gdn_conv_chain::gdn_conv_chain_tile;
-use crate::mmvf::{Accumulation, Bf16, F16F32, F16Half, F32, pair_gate_row_halves};
+use crate::gated_delta_net::{
+    BatchGroups, GroupAt, WarpGroups, issue_batch_state_copies, issue_batch_token_copies, prefetch_group_state, run_batch_groups,
+    run_group_at,
+};
+use crate::gdn_conv_chain::{gdn_conv_chain_tile, gdn_conv_chain_tiles_at};
+use crate::mmvf::{Accumulation, Bf16, F16F32, F16Half, F32, pair_gate_row_halves, pair_gate_tile};
 
 /// # Safety
 /// See the module docs: the host validated the three parts (each as its own op would), their
@@ -200,7 +206,7 @@ unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepP
     while item < tiles {
         // SAFETY: tile < C / 128 (host); all 128 threads call it; the shared memory is the
         // chain's layout for (D_CONV, n_t).
-        unsafe { gdn_conv_chain_tile::<D_CONV>(&p.chain, item as usize) };
+        unsafe { gdn_conv_chain_tile::<D_CONV>(&p.chain, item as usize, 0) };
         // SAFETY: `item` is block-uniform, so every thread is here, after its last write of the
         // item; item < GRID_SYNC_FLAGS (host), published once (items are b, b + G, …). The
         // block barrier inside also ends the item's shared-memory accesses.
@@ -249,6 +255,133 @@ unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepP
         // SAFETY: block 0 after its arrival; every block arrives (co-resident grid).
         unsafe { close_launch(state, target) };
     }
+}
+
+/// [batch] GDN_LAYER_STEP over n_s ≥ 2 sequences (see "Several sequences" in the module docs):
+/// block b runs the schedule's items b, b + G, b + 2G, … ([`LayerStepSchedule`]).
+///
+/// # Safety
+/// As [`gdn_layer_step`], for the schedule `p.batch` describes (host: chunk counters ≤
+/// `BATCH_MAX_CHUNKS`, every item index with the grid added fits u32, the dynamic shared memory
+/// is `gdn_layer_step_batch_shared_bytes(D_CONV, n_t, groups_per_warp)`, the ssm cache rows
+/// 16-byte aligned with `in_col` = D, `in_head` = D·D).
+#[inline(always)]
+unsafe fn gdn_layer_step_batch<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepParams) {
+    let (block, grid) = (block_idx_x(), grid_dim_x());
+    let tid = thread_idx_x();
+    let (warp, lane) = (tid / 32, tid % 32);
+    let schedule = LayerStepSchedule::of(p);
+    let groups = WarpGroups::batch(p.batch.groups_per_warp);
+    let (source_rows, source_rows_stride) = (p.gdn.source_rows as usize as *const i32, p.gdn.source_rows_stride as usize);
+    let state = p.sync_state as usize as *mut u64;
+    // SAFETY: the launch's own readiness state (host), read before this block's arrival.
+    let target = if warp == 0 { unsafe { grid_target(state, grid) } } else { 0 };
+    let base = shared::base();
+    let state_bytes = p.batch.groups_per_warp * BATCH_STATE_BYTES_PER_GROUP;
+    let scratch = base + batch_scratch_offset(p.batch.groups_per_warp);
+    let groups_at = |seq: u32, head: u32, first_group: u32| BatchGroups { head, seq, first_group, groups, warp, lane };
+    // Which of the two state buffers holds the current second-phase item's state, and whether its
+    // copies were already issued (by the previous second-phase item of this block).
+    let mut buffer = 0u32;
+    let mut prefetched = false;
+    let mut at = schedule.advance(BatchCursor { segment: 0, offset: 0 }, block);
+    while let Some(cursor) = at {
+        let next = schedule.advance(cursor, grid);
+        match schedule.item(cursor) {
+            (BatchItem::Tiles { tile, first_seq, n_seqs }, chunk) => {
+                // SAFETY: tile < C/128 and the sequences < n_s (schedule); all 128 threads; the
+                // chain's shared layout fits the scratch area (host).
+                unsafe { gdn_conv_chain_tiles_at::<D_CONV>(&p.chain, tile as usize, first_seq as usize, n_seqs as usize, scratch) };
+                // SAFETY: block-uniform item: every thread is here after its last write of it.
+                unsafe { publish_count(state, chunk) };
+            }
+            (BatchItem::Rows { first_head, n_heads, first_col, n_cols }, chunk) => {
+                // SAFETY: heads and columns inside the validated products (schedule); all 128
+                // threads; the reduction buffer is the scratch area's start.
+                unsafe { pair_gate_tile::<A>(&p.gate, first_head, n_heads, first_col, n_cols, p.pair_block, scratch) };
+                // SAFETY: as above.
+                unsafe { publish_count(state, chunk) };
+            }
+            (BatchItem::Groups { seq, head, first_group }, chunk) => {
+                let here = base + buffer * state_bytes;
+                if !prefetched {
+                    // SAFETY: the item inside the validated launch; the buffer is free (a block
+                    // barrier ended the last item that used it).
+                    unsafe { issue_batch_state_copies(&p.gdn.gdn, source_rows, source_rows_stride, groups_at(seq, head, first_group), tid, here) };
+                }
+                // SAFETY: every thread of the block; the chunk's first-phase items all come before
+                // this item in the schedule, and its counter counts exactly them.
+                unsafe { wait_count(state, chunk, schedule.first_items(chunk) as u64) };
+                // SAFETY: after the acquire: every token input of the chunk is written and visible.
+                unsafe { issue_batch_token_copies(&p.gdn.gdn, groups_at(seq, head, first_group), scratch) };
+                shared::commit_async_copies();
+                // [speed] The next item's state, if this block's next item is a second-phase one:
+                // its copies fly while this item computes.
+                prefetched = false;
+                if let Some(n) = next
+                    && let (BatchItem::Groups { seq: s2, head: h2, first_group: g2 }, _) = schedule.item(n)
+                {
+                    // SAFETY: the other buffer is free (its last item ended with a block barrier).
+                    unsafe {
+                        issue_batch_state_copies(&p.gdn.gdn, source_rows, source_rows_stride, groups_at(s2, h2, g2), tid, base + (1 - buffer) * state_bytes)
+                    };
+                    prefetched = true;
+                } else {
+                    shared::commit_async_copies();
+                }
+                // Everything but the newest group (the prefetch) has landed: this item's state and
+                // token inputs.
+                shared::wait_async_groups::<1>();
+                // SAFETY: every thread of the block (block-uniform item).
+                unsafe { sync_threads() };
+                // SAFETY: the item's state and inputs are staged and visible (barrier above).
+                unsafe { run_batch_groups(&p.gdn.gdn, groups_at(seq, head, first_group), here, scratch) };
+                // SAFETY: as above; the staging area and this buffer are free again after it.
+                unsafe { sync_threads() };
+                if prefetched {
+                    buffer = 1 - buffer;
+                }
+            }
+        }
+        at = next;
+    }
+    // No copy of this block is in flight any more (a prefetch is only issued for a next item).
+    // SAFETY: every thread of the block, once, after its last item.
+    unsafe { arrive(state) };
+    if block == 0 {
+        // SAFETY: block 0 after its arrival; every block arrives (co-resident grid).
+        unsafe { close_batch_launch(state, target, schedule.n_chunks()) };
+    }
+}
+
+macro_rules! gdn_layer_step_batch_entries {
+    ($($name:ident = $acc:ty, $kind:tt, $d:tt;)*) => {$(
+        /// [batch] Entry point; see the module docs.
+        ///
+        /// # Safety
+        /// See the module docs: the host validates every part, link, overlap and the schedule,
+        /// and launches a co-resident (cooperative) grid.
+        #[unsafe(export_name = crate::abi::entry_name!(gdn_layer_step_batch, $kind, $d))]
+        pub unsafe extern "ptx-kernel" fn $name(p: GdnLayerStepParams) {
+            // SAFETY: forwarded from the launch contract above.
+            unsafe { gdn_layer_step_batch::<$acc, $d>(&p) }
+        }
+    )*};
+}
+
+gdn_layer_step_batch_entries! {
+    gdn_layer_step_batch_f32_d3 = F32, f32, 3;
+    gdn_layer_step_batch_f32_d4 = F32, f32, 4;
+    gdn_layer_step_batch_f32_d5 = F32, f32, 5;
+    gdn_layer_step_batch_bf16_d3 = Bf16, bf16, 3;
+    gdn_layer_step_batch_bf16_d4 = Bf16, bf16, 4;
+    gdn_layer_step_batch_bf16_d5 = Bf16, bf16, 5;
+    gdn_layer_step_batch_f16_d3 = F16Half, f16, 3;
+    gdn_layer_step_batch_f16_d4 = F16Half, f16, 4;
+    gdn_layer_step_batch_f16_d5 = F16Half, f16, 5;
+    gdn_layer_step_batch_f16_f32acc_d3 = F16F32, f16_f32acc, 3;
+    gdn_layer_step_batch_f16_f32acc_d4 = F16F32, f16_f32acc, 4;
+    gdn_layer_step_batch_f16_f32acc_d5 = F16F32, f16_f32acc, 5;
 }
 
 macro_rules! gdn_layer_step_entries {

@@ -49,7 +49,7 @@ use crate::device::memory::load_nc_f32;
 use crate::device::math::{add, fma};
 use crate::device::shared;
 use crate::device::thread::{block_dim_x, block_idx_x, block_idx_y, block_idx_z, sync_threads, thread_idx_x};
-use crate::device::warp::warp_sum;
+use crate::device::warp::{warp_sum, warp_sum_scattered_32};
 
 /// Pair iterations per thread whose loads are all issued before their fmas (see the module
 /// docs). 8 covers E = 4096 at 256 threads in one chunk.
@@ -940,6 +940,208 @@ pub(crate) unsafe fn pair_gate_row_halves<A: Accumulation>(
         unsafe {
             *dst.add(col * dst_col as usize + row) = mine;
             epilogue.apply_with(row, col, mine, operands);
+        }
+    }
+}
+
+/// [batch] Rows of one batched mat-vec item: value heads `first_head … + BATCH_ROW_HEADS − 1`
+/// of both products, row rr = 2·(head − first_head) + product.
+const TILE_ROWS: usize = 2 * abi::BATCH_ROW_HEADS as usize;
+/// [batch] Columns of one batched mat-vec item.
+const TILE_COLS: usize = abi::BATCH_ROW_COLS as usize;
+
+/// [batch] One virtual thread's partial sums of the [`TILE_ROWS`] × [`TILE_COLS`] products of a
+/// batched mat-vec item (value j = rr·TILE_COLS + c): for each (row, column) exactly
+/// [`thread_partials_of`]'s per-thread loop — the pairs v, v + block, … < n_pairs in increasing
+/// order, [`Accumulation::step`] from [`Accumulation::ZERO`] — with +0 for a virtual thread at or
+/// above `block` or without pairs. [speed] The next iteration's operands are loaded before the
+/// current one accumulates (pure loads moved), and every operand is loaded once per item and
+/// iteration, shared by the products that need it: a weight pair by the item's columns, a column
+/// pair by its rows.
+///
+/// # Safety
+/// `rows[rr]` must point to `n_pairs` readable, aligned pairs and every `cols[c]` to `n_pairs`
+/// readable, aligned [`F32Pair`]s, none of them written during the launch.
+#[inline(always)]
+unsafe fn tile_partials<A: Accumulation>(
+    rows: &[*const A::Pair; TILE_ROWS],
+    cols: &[*const F32Pair; TILE_COLS],
+    n_pairs: u32,
+    v: u32,
+    block: u32,
+) -> [f32; TILE_ROWS * TILE_COLS] {
+    let mut acc = [A::ZERO; TILE_ROWS * TILE_COLS];
+    if v < block && v < n_pairs {
+        let load = |p: u32| {
+            let mut x = [A::NO_PAIR; TILE_ROWS];
+            let mut y = [F32Pair::ZERO; TILE_COLS];
+            let mut rr = 0;
+            while rr < TILE_ROWS {
+                // SAFETY: p < n_pairs, forwarded to the caller.
+                x[rr] = unsafe { A::load(rows[rr].add(p as usize)) };
+                rr += 1;
+            }
+            let mut c = 0;
+            while c < TILE_COLS {
+                // SAFETY: as above.
+                y[c] = unsafe { F32Pair::load(cols[c].add(p as usize)) };
+                c += 1;
+            }
+            (x, y)
+        };
+        let mut p = v;
+        let mut cur = load(p);
+        loop {
+            let next_p = p + block;
+            let more = next_p < n_pairs;
+            let next = if more { load(next_p) } else { cur };
+            let (x, y) = cur;
+            let mut rr = 0;
+            while rr < TILE_ROWS {
+                let mut c = 0;
+                while c < TILE_COLS {
+                    acc[rr * TILE_COLS + c] = A::step(acc[rr * TILE_COLS + c], x[rr], y[c]);
+                    c += 1;
+                }
+                rr += 1;
+            }
+            if !more {
+                break;
+            }
+            cur = next;
+            p = next_p;
+        }
+    }
+    let mut out = [0.0f32; TILE_ROWS * TILE_COLS];
+    let mut j = 0;
+    while j < TILE_ROWS * TILE_COLS {
+        out[j] = A::finish(acc[j]);
+        j += 1;
+    }
+    out
+}
+
+/// [batch] One batched mat-vec item of GDN_LAYER_STEP's first phase: rows of value heads
+/// `first_head … first_head + n_heads − 1` (≤ [`abi::BATCH_ROW_HEADS`]) of both products (alpha
+/// with the gate epilogue, beta_raw with SIGMOID) for the token columns `first_col … first_col +
+/// n_cols − 1` (≤ [`abi::BATCH_ROW_COLS`]), each element computed by a 128-thread block exactly
+/// as a `mul_mat_vec_pair_*` block of `block` threads (ggml's block size for E) computes it:
+/// virtual thread v < `block` runs [`thread_partials_of`]'s loop for every element of the item
+/// ([`tile_partials`]); real thread `tid` runs virtual threads `tid`, then `tid + 128`; each
+/// virtual warp's butterfly of each element, then — with more than one virtual warp — the
+/// butterfly over `buf[element][lane]` (lanes below `block / 32`, +0 above) of [`block_reduce`],
+/// all as 32-value reduce-scatters ([`warp_sum_scattered_32`]: each value's butterfly tree
+/// unchanged); lane j of warp 0 then holds element j's sum, writes it and runs
+/// [`GateEpilogue::apply_with`] on the register it stored, as the pair's writer thread does. A
+/// column's sums do not depend on which other columns or rows share its block (spec §2.9), so
+/// every element has ggml's bits. Rows past `n_heads` and columns past `n_cols` read row / column
+/// 0 of the item again and their sums are dropped.
+///
+/// # Safety
+/// All 128 threads of the block call it together; `gp` is a valid MUL_MAT_VEC_PAIR_GATE (the host
+/// validated both products for the launch's columns, every head < their rows, the gate views)
+/// whose inputs nobody writes during the launch; `first_head + n_heads` ≤ H_v, `first_col +
+/// n_cols` ≤ the products' columns, 1 ≤ `n_heads`, 1 ≤ `n_cols`; `buf` is the shared address of
+/// [`abi::BATCH_ROW_REDUCE_BYTES`] that no other code accesses between the block barrier before
+/// this call and the one after it.
+#[inline(always)]
+pub(crate) unsafe fn pair_gate_tile<A: Accumulation>(
+    gp: &abi::MulMatVecPairGateParams,
+    first_head: u32,
+    n_heads: u32,
+    first_col: u32,
+    n_cols: u32,
+    block: u32,
+    buf: u32,
+) {
+    let p = &gp.pair;
+    let tid = thread_idx_x();
+    let (lane, warp) = (tid % 32, tid / 32);
+    let weight = |product: usize| if product == 0 { (p.weight_0, p.w_row_0) } else { (p.weight_1, p.w_row_1) };
+    let mut rows = [core::ptr::null::<A::Pair>(); TILE_ROWS];
+    let mut rr = 0;
+    while rr < TILE_ROWS {
+        let hh = (rr / 2) as u32;
+        let head = first_head + if hh < n_heads { hh } else { 0 };
+        let (w, w_row) = weight(rr % 2);
+        // SAFETY: head < H_v: a validated, pair-aligned weight row (caller).
+        rows[rr] = unsafe { (w as usize as *const A::Elem).add(head as usize * w_row as usize) } as *const A::Pair;
+        rr += 1;
+    }
+    let input = p.input as usize as *const F32Pair;
+    // Input columns are pair-aligned (host), so in_col / 2 is exact.
+    let in_col = p.in_col as usize / 2;
+    let mut cols = [input; TILE_COLS];
+    let mut c = 0;
+    while c < TILE_COLS {
+        let col = first_col + if (c as u32) < n_cols { c as u32 } else { 0 };
+        // SAFETY: column col < the validated columns of the input view.
+        cols[c] = unsafe { input.add(col as usize * in_col) };
+        c += 1;
+    }
+    // Lane j of warp 0 ends up with element j = rr·TILE_COLS + c: its gate operands, loaded
+    // before the products (read-only inputs) so their round trip overlaps them.
+    let (rr, c) = ((lane as usize) / TILE_COLS, (lane as usize) % TILE_COLS);
+    let (hh, product) = ((rr / 2) as u32, (rr % 2) as u32);
+    let mine = hh < n_heads && (c as u32) < n_cols;
+    let (out, out_col) = if product == 0 { (gp.gate, gp.gate_col) } else { (gp.beta, gp.beta_col) };
+    let epilogue = GateEpilogue {
+        mode: gp.epilogue,
+        product,
+        dt_bias: gp.dt_bias as usize as *const f32,
+        ssm_a: gp.ssm_a as usize as *const f32,
+        out: out as usize as *mut f32,
+        out_col: out_col as usize,
+    };
+    let (head, col) = ((first_head + hh) as usize, (first_col as usize) + c);
+    // SAFETY: head < H_v for a kept element (caller), read-only views.
+    let operands = if warp == 0 && mine { unsafe { epilogue.operands(head) } } else { (0.0, 0.0) };
+    let slot = |j: u32, w: u32| buf + 4 * (j * MUL_MAT_VEC_MAX_WARPS + w);
+    // Virtual threads tid (virtual warp `warp`), then tid + 128 (virtual warp warp + 4).
+    let mut sum = 0.0f32;
+    let mut half = 0;
+    while half < 2 {
+        let v = tid + 128 * half;
+        // The whole virtual warp exists or none of it (`block` is a multiple of 32): the
+        // condition is warp-uniform.
+        if v - lane < block {
+            // SAFETY: forwarded from the caller (validated rows and columns, read-only).
+            let partials = unsafe { tile_partials::<A>(&rows, &cols, p.n_pairs, v, block) };
+            // SAFETY: the whole warp is here (warp-uniform condition).
+            let warp_sum = unsafe { warp_sum_scattered_32(partials, lane) };
+            if block <= 32 {
+                // One warp: its butterfly is the block's sum (ggml skips the shared step).
+                sum = warp_sum;
+            } else {
+                // SAFETY: virtual warp warp + 4·half < 8: inside element lane's slots.
+                unsafe { shared::store_f32(slot(lane, warp + 4 * half), warp_sum) };
+            }
+        }
+        half += 1;
+    }
+    if block > 32 {
+        // SAFETY: `block` is uniform, so every thread of the block reaches the barrier.
+        unsafe { sync_threads() };
+        if warp == 0 {
+            let warps = block / 32;
+            let mut vals = [0.0f32; TILE_ROWS * TILE_COLS];
+            let mut j = 0;
+            while j < TILE_ROWS * TILE_COLS {
+                // SAFETY: slot (j, lane) for lane < warps was written before the barrier.
+                vals[j] = if lane < warps { unsafe { shared::load_f32(slot(j as u32, lane)) } } else { 0.0 };
+                j += 1;
+            }
+            // SAFETY: warp 0 is converged here.
+            sum = unsafe { warp_sum_scattered_32(vals, lane) };
+        }
+    }
+    if warp == 0 && mine {
+        let (dst, dst_col) = if product == 0 { (p.dst_0, p.dst_col_0) } else { (p.dst_1, p.dst_col_1) };
+        // SAFETY: element (head, col) lies inside the dst, gate and beta views (host-validated),
+        // written by this thread only.
+        unsafe {
+            *(dst as usize as *mut f32).add(col * dst_col as usize + head) = sum;
+            epilogue.apply_with(head, col, sum, operands);
         }
     }
 }

@@ -232,3 +232,77 @@ pub unsafe fn close_launch(state: *mut u64, target: u64) {
 fn is_first_thread() -> bool {
     thread_idx_x() == 0 && thread_idx_y() == 0 && thread_idx_z() == 0
 }
+
+/// [batch] The counter of chunk `chunk` in the readiness state (line
+/// [`GRID_SYNC_COUNTER_LINE`](crate::abi::GRID_SYNC_COUNTER_LINE) + chunk).
+#[inline(always)]
+fn counter_at(state: *mut u64, chunk: u32) -> *mut u64 {
+    line_at(state, crate::abi::GRID_SYNC_COUNTER_LINE + chunk)
+}
+
+/// [batch] Counts one finished first-phase item of chunk `chunk`: once every thread of the block
+/// finished it (`bar.sync`), thread 0 adds 1 to the chunk's counter with `red.release.gpu` — the
+/// release pattern of [`publish_item`], so every write of the item is released with the count.
+/// Also a block barrier. The counters are zero when a launch starts ([`close_batch_launch`]
+/// resets them).
+///
+/// # Safety
+/// Every thread of the block must call it together, after its last write of the item; `state`
+/// must be the launch's state and `chunk` < [`BATCH_MAX_CHUNKS`](crate::abi::BATCH_MAX_CHUNKS).
+#[inline(always)]
+pub unsafe fn publish_count(state: *mut u64, chunk: u32) {
+    // SAFETY: every thread of the block is here (caller).
+    unsafe { sync_threads() };
+    if is_first_thread() {
+        // SAFETY: counter `chunk` of the state (caller).
+        unsafe { reduce_add_release_gpu_u64(counter_at(state, chunk), 1) };
+    }
+}
+
+/// [batch] Waits, in every thread of the block, until chunk `chunk`'s counter reached `target`
+/// (every first-phase item of the chunk counted); afterwards every write those items released is
+/// visible to every thread's coherent loads: thread 0 polls (`ld.relaxed.gpu`), then reads the
+/// counter once more with `ld.acquire.gpu` — it returns at least `target` again (coherence), so
+/// it reads from the release sequence of every counted item's `red.release`, and synchronizes
+/// with each of them — and the block meets at `bar.sync`.
+///
+/// # Safety
+/// Every thread of the block must call it together; `state` must be the launch's state, `chunk`
+/// < [`BATCH_MAX_CHUNKS`](crate::abi::BATCH_MAX_CHUNKS), and `target` the number of items of the
+/// chunk that blocks of this launch count, each of which comes before this item in the launch's
+/// order (`abi::LayerStepSchedule`: no deadlock).
+#[inline(always)]
+pub unsafe fn wait_count(state: *mut u64, chunk: u32, target: u64) {
+    if is_first_thread() {
+        let counter = counter_at(state, chunk);
+        // SAFETY: counter `chunk` of the state (caller).
+        while unsafe { load_relaxed_gpu_u64(counter) } < target {}
+        // SAFETY: as above; the acquire (see above).
+        unsafe { load_acquire_gpu_u64(counter) };
+    }
+    // SAFETY: every thread of the block is here (caller).
+    unsafe { sync_threads() };
+}
+
+/// [batch] Block 0's end of a batched launch: [`close_launch`], and before `done` is stored,
+/// the counters of chunks 0 … `n_chunks` − 1 set back to zero for the next launch (every block
+/// has arrived, so no thread of this launch reads or adds to them any more).
+///
+/// # Safety
+/// As [`close_launch`]; `n_chunks` ≤ [`BATCH_MAX_CHUNKS`](crate::abi::BATCH_MAX_CHUNKS).
+#[inline(always)]
+pub unsafe fn close_batch_launch(state: *mut u64, target: u64, n_chunks: u32) {
+    if is_first_thread() {
+        // SAFETY: lines of the state (caller); every block's accesses of the counters precede
+        // its arrival, which this thread observes before the stores.
+        unsafe {
+            while load_relaxed_gpu_u64(line_at(state, 1)) < target {}
+            let mut c = 0;
+            while c < n_chunks {
+                store_relaxed_gpu_u64(counter_at(state, c), 0);
+                c += 1;
+            }
+            store_relaxed_gpu_u64(state, target);
+        }
+    }
+}

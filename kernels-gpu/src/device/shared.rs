@@ -129,3 +129,47 @@ pub fn wait_async_copies() {
         asm!("cp.async.wait_all;", options(nostack, preserves_flags));
     }
 }
+
+/// [batch] Starts copying the 16 bytes at global address `src` to shared address `dst`
+/// (`cp.async.cg.shared.global`, sm_80+: through L2 only, bypassing L1 — for data read once).
+/// Part of this thread's next [`commit_async_copies`] group; complete and visible to this thread
+/// after [`wait_async_groups`] leaves that group behind (to other threads after that and a
+/// barrier). The read is an ordinary (weak) global load.
+///
+/// # Safety
+/// `src` must point to 16 readable, 16-byte aligned bytes of global memory that no thread
+/// writes until the copy completed; `dst` must be 16-byte aligned inside the launch's dynamic
+/// shared memory, and nothing may read or write it until this thread waited for the copy.
+#[inline(always)]
+pub unsafe fn copy_async_16(dst: u32, src: *const u8) {
+    // SAFETY: forwarded to the caller.
+    unsafe {
+        asm!(
+            "{{ .reg .b64 ga; cvta.to.global.u64 ga, {p}; cp.async.cg.shared.global [{d}], [ga], 16; }}",
+            d = in(reg32) dst,
+            p = in(reg64) src as u64,
+            options(nostack, preserves_flags)
+        );
+    }
+}
+
+/// [batch] Closes this thread's pending `cp.async` copies into one group
+/// (`cp.async.commit_group`).
+#[inline(always)]
+pub fn commit_async_copies() {
+    // SAFETY: groups this thread's own copies; touches no other state.
+    unsafe {
+        asm!("cp.async.commit_group;", options(nostack, preserves_flags));
+    }
+}
+
+/// [batch] Waits until at most `N` of this thread's committed copy groups — the newest — are
+/// still in flight (`cp.async.wait_group N`): every older group has landed and is visible to
+/// this thread. Not `readonly`: the compiler keeps later shared loads after it.
+#[inline(always)]
+pub fn wait_async_groups<const N: u32>() {
+    // SAFETY: waits for this thread's own copies; touches no other state.
+    unsafe {
+        asm!("cp.async.wait_group {n};", n = const N, options(nostack, preserves_flags));
+    }
+}
