@@ -25,7 +25,7 @@ fn main() -> ExitCode {
         Ok(gpu) => gpu,
         Err(e) => {
             let banner = "=".repeat(78);
-            println!("{banner}\nGPU FUSION SWEEP SKIPPED: {e}\n{} sweep cases and 2 verify forwards did NOT run.", sweep::cases().len());
+            println!("{banner}\nGPU FUSION SWEEP SKIPPED: {e}\n{} sweep cases and 4 verify forwards did NOT run.", sweep::cases().len());
             println!("(set RGDN_REQUIRE_GPU=1 to make a missing GPU a failure)\n{banner}");
             return if require_gpu { ExitCode::FAILURE } else { ExitCode::SUCCESS };
         }
@@ -48,19 +48,21 @@ fn main() -> ExitCode {
     ok &= s.passed == s.cases;
 
     let layers = 24;
-    // `RGDN_SWEEP_FORWARDS=0` skips the two 24-layer forwards (for slow tools such as
+    // `RGDN_SWEEP_FORWARDS=0` skips the four 24-layer forwards (for slow tools such as
     // compute-sanitizer); `RGDN_SWEEP_STRIDE=k` runs every k-th sweep case.
-    let forwards: &[(usize, usize)] = if std::env::var("RGDN_SWEEP_FORWARDS").is_ok_and(|v| v == "0") { &[] } else { &[(4, 3), (8, 7)] };
-    for &(n_t, r) in forwards {
+    // [batch] (n_t, R, n_s): the two single-sequence forwards and two of 16 sequences.
+    let forwards: &[(usize, usize, usize)] =
+        if std::env::var("RGDN_SWEEP_FORWARDS").is_ok_and(|v| v == "0") { &[] } else { &[(4, 3, 1), (8, 7, 1), (4, 3, 16), (1, 0, 16)] };
+    for &(n_t, r, n_s) in forwards {
         let t = Instant::now();
-        match sweep::forward(&gpu, GdnShape::QWEN35_9B, layers, n_t, r, 0xf0 + n_t as u64) {
+        match sweep::forward_seqs(&gpu, GdnShape::QWEN35_9B, layers, n_t, r, n_s, 0xf0 + n_t as u64) {
             Ok(f) => {
-                let spec = sweep::forward_spec(GdnShape::QWEN35_9B, layers, n_t, r);
+                let spec = sweep::forward_spec_seqs(GdnShape::QWEN35_9B, layers, n_t, r, n_s);
                 let verdict = sweep::check_case(&spec, &f);
                 let fired: Vec<String> =
                     rgdn::fusion::REGISTRY.iter().map(|x| format!("{} {}/{layers}", x.name, f.report.fired(x.name))).collect();
                 println!(
-                    "FORWARD 9B × {layers} layers, T = {n_t}, R = {r}: {} ({} values, {} bytes compared); fused: {}; kernels per forward {} → {} \
+                    "FORWARD 9B × {layers} layers, n_s = {n_s}, T = {n_t}, R = {r}: {} ({} values, {} bytes compared); fused: {}; kernels per forward {} → {} \
                      ({:.1} → {:.1} per layer) ({:.1} s)",
                     if f.identical() { "identical" } else { "DIFFERS" },
                     f.values.len(),
@@ -79,7 +81,7 @@ fn main() -> ExitCode {
                 ok &= verdict.is_ok();
             }
             Err(e) => {
-                println!("FORWARD T = {n_t}, R = {r} FAILED to run: {e}");
+                println!("FORWARD n_s = {n_s}, T = {n_t}, R = {r} FAILED to run: {e}");
                 ok = false;
             }
         }

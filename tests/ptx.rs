@@ -392,6 +392,19 @@ fn scoped_memory_operations(body: &str) -> Vec<(String, String)> {
 /// address the poll just before it read (the flag it confirms), with at least one acquire,
 /// release store and release add present.
 fn readiness_protocol_problem(body: &str) -> Option<String> {
+    readiness_problem(body, &["ld.acquire.gpu.global.u64", "st.release.gpu.global.u64", "red.release.gpu.global.add.u64"])
+}
+
+/// [batch] The batched entries' readiness protocol (`device/grid.rs`: `publish_count`,
+/// `wait_count`): the same operations, with the chunk counters' release adds in place of the
+/// flags' release stores — an acquire of each polled counter and release adds present.
+fn batch_readiness_protocol_problem(body: &str) -> Option<String> {
+    readiness_problem(body, &["ld.acquire.gpu.global.u64", "red.release.gpu.global.add.u64"])
+}
+
+/// Whether `body`'s scoped operations are only the protocol's, the `needed` ones present, every
+/// acquire reading the address of the poll just before it.
+fn readiness_problem(body: &str, needed: &[&str]) -> Option<String> {
     const ALLOWED: [&str; 5] = [
         "ld.relaxed.gpu.global.u64",
         "ld.acquire.gpu.global.u64",
@@ -403,7 +416,7 @@ fn readiness_protocol_problem(body: &str) -> Option<String> {
     if let Some((op, _)) = ops.iter().find(|(op, _)| !ALLOWED.contains(&op.as_str())) {
         return Some(format!("`{op}` is not one of the protocol's operations"));
     }
-    for needed in ["ld.acquire.gpu.global.u64", "st.release.gpu.global.u64", "red.release.gpu.global.add.u64"] {
+    for needed in needed {
         if !ops.iter().any(|(op, _)| op == needed) {
             return Some(format!("no `{needed}`"));
         }
@@ -426,18 +439,36 @@ fn every_layer_step_entry_keeps_the_readiness_protocol() {
     let entries: Vec<&str> = rgdn::kernels::ptx_entries().into_iter().filter(|e| e.starts_with("gdn_layer_step_")).collect();
     assert!(!entries.is_empty(), "no gdn_layer_step entry in the PTX");
     for e in &entries {
-        if let Some(problem) = readiness_protocol_problem(entry_body(ptx, e)) {
+        let body = entry_body(ptx, e);
+        let problem = if e.starts_with("gdn_layer_step_batch_") { batch_readiness_protocol_problem(body) } else { readiness_protocol_problem(body) };
+        if let Some(problem) = problem {
             panic!("{e}: {problem}");
         }
     }
+    assert!(entries.iter().any(|e| e.starts_with("gdn_layer_step_batch_")), "no batched layer-step entry in the PTX");
 }
 
 #[test]
 fn the_readiness_protocol_check_refuses_weakened_orderings() {
     let ptx = rgdn::kernels::PTX;
-    let entry = rgdn::kernels::ptx_entries().into_iter().find(|e| e.starts_with("gdn_layer_step_")).expect("a layer-step entry");
+    let entry = rgdn::kernels::ptx_entries()
+        .into_iter()
+        .find(|e| e.starts_with("gdn_layer_step_") && !e.starts_with("gdn_layer_step_batch_"))
+        .expect("a layer-step entry");
     let body = entry_body(ptx, entry);
     assert_eq!(readiness_protocol_problem(body), None);
+    // [batch] The batched entries' counters: a weakened acquire or release add is refused too.
+    let batch = rgdn::kernels::ptx_entries().into_iter().find(|e| e.starts_with("gdn_layer_step_batch_")).expect("a batched entry");
+    let batch_body = entry_body(ptx, batch);
+    assert_eq!(batch_readiness_protocol_problem(batch_body), None);
+    for (from, to) in [
+        ("ld.acquire.gpu.global.u64", "ld.relaxed.gpu.global.u64"),
+        ("red.release.gpu.global.add.u64", "red.relaxed.gpu.global.add.u64"),
+    ] {
+        let planted = batch_body.replace(from, to);
+        assert_ne!(planted, batch_body, "{from} is in the batched body");
+        assert!(batch_readiness_protocol_problem(&planted).is_some(), "batched: {from} → {to} was not refused");
+    }
     // The acquire weakened to a relaxed read, the publication's release to a relaxed store, the
     // arrival's release add to a relaxed one, an added fence: each is refused.
     for (from, to) in [

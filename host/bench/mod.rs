@@ -571,6 +571,8 @@ fn measure_mode(
         tokens: *t,
         rollback: *r,
         seqs: mode.seqs,
+        // [batch] The state floor: one ssm state read and min(T, 1 + R) written per sequence.
+        state_bytes: Some((built.tensors.ssm_cache.ne()[0] * 4 * mode.seqs * (1 + (*t).min(*r + 1))) as u64),
         kernels: rows(&off, &on),
         chain_ratio: ratio(off_s.chain_total.as_ref(), on_s.chain_total.as_ref()),
         graph_ratio: ratio(off_s.graph_span.as_ref(), on_s.graph_span.as_ref()),
@@ -660,7 +662,7 @@ mod tests {
         assert_eq!(BenchArgs::default().seq_list().unwrap(), [1]);
         assert_eq!(parse(&["--seqs", "1,4,16,64"]).seq_list().unwrap(), [1, 4, 16, 64]);
         assert!(matches!(parse(&["--seqs", "0"]).seq_list(), Err(Error::Invalid { .. })));
-        assert!(matches!(parse(&["--seqs", "4,65"]).seq_list(), Err(Error::Invalid { .. })));
+        assert!(matches!(parse(&["--seqs", "4,257"]).seq_list(), Err(Error::Invalid { .. })));
         for (t, r, n_s) in [(1, 0, 1), (4, 3, 4), (8, 7, 16), (16, 15, 64)] {
             let step = seqs_step(t, r, n_s).unwrap();
             assert_eq!((step.n_seqs(), step.cells, step.kv_head), (n_s, n_s, 0));

@@ -70,6 +70,10 @@ pub struct ModeReport {
     /// Sequences per step n_s (1 in reports written before multi-sequence steps).
     #[serde(default = "one_sequence")]
     pub seqs: usize,
+    /// [batch] Bytes of ssm state a step must move at least: each sequence's state read once
+    /// and its min(T, 1 + R) snapshot states written once ([`floor_us`]).
+    #[serde(default)]
+    pub state_bytes: Option<u64>,
     pub kernels: Vec<KernelRow>,
     pub off: ArmStats,
     pub on: ArmStats,
@@ -172,6 +176,44 @@ fn lookup(table: &[(&str, f64)], key: &str) -> String {
 /// The whole report as text: one table per mode, then the ratios.
 fn one_sequence() -> usize {
     1
+}
+
+/// [batch] The H200's copy bandwidth (a large device-to-device copy, bytes read plus written,
+/// measured on this workplace's H200s: 4.3 TB/s): the rate of the memory floor.
+pub const COPY_BYTES_PER_S: f64 = 4.3e12;
+
+/// [batch] The memory floor of one layer step in µs: its state bytes at [`COPY_BYTES_PER_S`].
+pub fn floor_us(mode: &ModeReport) -> Option<f64> {
+    mode.state_bytes.map(|b| b as f64 / COPY_BYTES_PER_S * 1e6)
+}
+
+/// [batch] The peers' µs per layer verify step on the same H200, 9B F32 (SGLang 0.5.23, vLLM
+/// 0.33, FlashInfer 0.7.2 with SGLang's conv update; fla 0.6.0, which writes the final state only):
+/// `shared/reference/peers-h200.md` (measured 2026-12-02 in one device run with rgdn's c5ea5b2, a
+/// CUDA graph of 20 calls each; not this run). (n_s, T, [(peer, µs)]).
+pub const PEERS: &[(usize, usize, &[(&str, f64)])] = &[
+    (1, 1, &[("SGLang", 4.45), ("vLLM", 6.77), ("fla*", 7.55)]),
+    (1, 4, &[("SGLang", 8.13), ("vLLM", 12.73), ("FlashInfer", 9.41), ("fla*", 9.26)]),
+    (1, 8, &[("SGLang", 13.01), ("vLLM", 21.74), ("FlashInfer", 13.58), ("fla*", 11.62)]),
+    (1, 16, &[("SGLang", 25.39), ("vLLM", 44.75), ("FlashInfer", 28.49), ("fla*", 16.33)]),
+    (4, 1, &[("SGLang", 7.51), ("vLLM", 9.17), ("fla*", 15.60)]),
+    (4, 4, &[("SGLang", 23.91), ("vLLM", 18.13), ("FlashInfer", 17.17), ("fla*", 18.89)]),
+    (4, 8, &[("SGLang", 42.01), ("vLLM", 35.77), ("FlashInfer", 30.23), ("fla*", 22.64)]),
+    (4, 16, &[("SGLang", 77.11), ("vLLM", 63.43), ("FlashInfer", 65.19), ("fla*", 31.10)]),
+    (16, 1, &[("SGLang", 25.88), ("vLLM", 20.77), ("fla*", 53.96)]),
+    (16, 4, &[("SGLang", 59.31), ("vLLM", 62.25), ("FlashInfer", 59.45), ("fla*", 64.71)]),
+    (16, 8, &[("SGLang", 107.22), ("vLLM", 107.10), ("FlashInfer", 106.73), ("fla*", 81.68)]),
+    (16, 16, &[("SGLang", 202.85), ("vLLM", 196.97), ("FlashInfer", 207.61), ("fla*", 117.72)]),
+    (64, 1, &[("SGLang", 92.69), ("vLLM", 84.89), ("fla*", 197.88)]),
+    (64, 4, &[("SGLang", 213.95), ("vLLM", 201.13), ("FlashInfer", 212.61), ("fla*", 228.14)]),
+    (64, 8, &[("SGLang", 389.04), ("vLLM", 359.80), ("FlashInfer", 395.12), ("fla*", 291.46)]),
+];
+
+/// [batch] The fastest peer that keeps per-token states (fla, marked `*`, keeps only the final
+/// state) at (n_s, T), from [`PEERS`].
+pub fn best_state_keeping_peer(n_s: usize, t: usize) -> Option<(&'static str, f64)> {
+    let (_, _, peers) = PEERS.iter().find(|(s, tt, _)| *s == n_s && *tt == t)?;
+    peers.iter().filter(|(name, _)| !name.ends_with('*')).map(|&(n, us)| (n, us)).min_by(|a, b| a.1.total_cmp(&b.1))
 }
 
 /// Tokens verified per second by one replay of the captured forward (all its GDN layers):
@@ -278,6 +320,40 @@ pub fn render_text(r: &Report) -> String {
             mode.round_ratios.iter().map(|x| format!("{x:.3}")).collect::<Vec<_>>().join(" ")
         );
     }
+    // [batch] Per layer step against the memory floor and beside the peers.
+    if r.modes.iter().any(|m| m.state_bytes.is_some()) && m.graph_layers > 0 {
+        let _ = writeln!(o);
+        let _ = writeln!(
+            o,
+            "per layer step (\"on\" graph span / {} layers) against the state floor (ssm bytes moved at {:.1} TB/s) and the peers (peers-h200.md, another run):",
+            m.graph_layers,
+            COPY_BYTES_PER_S / 1e12
+        );
+        let _ = writeln!(
+            o,
+            "{:>4} {:>3} {:>4} {:>12} {:>10} {:>10} {:>8} {:>22} {:>10}",
+            "n_s", "T", "R", "state MiB", "on µs", "floor µs", "× floor", "best state-keeping peer", "on / peer"
+        );
+        for mode in &r.modes {
+            let per_layer = mode.on.graph_span.as_ref().map(|g| g.median / m.graph_layers as f64);
+            let floor = floor_us(mode);
+            let peer = best_state_keeping_peer(mode.seqs, mode.tokens);
+            let f = |x: Option<f64>, p: usize| x.map_or("–".into(), |v| format!("{v:.p$}"));
+            let _ = writeln!(
+                o,
+                "{:>4} {:>3} {:>4} {:>12} {:>10} {:>10} {:>8} {:>22} {:>10}",
+                mode.seqs,
+                mode.tokens,
+                mode.rollback,
+                f(mode.state_bytes.map(|b| b as f64 / (1 << 20) as f64), 1),
+                f(per_layer, 2),
+                f(floor, 2),
+                f(per_layer.zip(floor).map(|(a, b)| a / b), 2),
+                peer.map_or("–".into(), |(n, us)| format!("{n} {us:.2}")),
+                f(per_layer.zip(peer).map(|(a, (_, b))| a / b), 2),
+            );
+        }
+    }
     let _ = writeln!(o);
     let _ = writeln!(
         o,
@@ -354,6 +430,7 @@ pub(crate) mod tests {
                         tokens: t,
                         rollback: r,
                         seqs: 1,
+                        state_bytes: Some((1 + t.min(r + 1)) as u64 * 2 << 20),
                         kernels,
                         chain_ratio: ratio(off.chain_total.as_ref(), on.chain_total.as_ref()),
                         graph_ratio: ratio(off.graph_span.as_ref(), on.graph_span.as_ref()),
@@ -386,6 +463,7 @@ pub(crate) mod tests {
             tokens: 4,
             rollback: 3,
             seqs: 16,
+            state_bytes: None,
             kernels: vec![],
             off: ArmStats::default(),
             on: ArmStats::default(),

@@ -1,6 +1,7 @@
 //! The fusion pass's proof runs, kept in the library so `rgdn` can call them:
 //!
-//! - [`sweep`] (GPU): n_t 1–16 × R ∈ {0, 2, 3, 7, 15} × 5 shapes, on both layouts; each case
+//! - [`sweep`] (GPU): n_t 1–16 × R ∈ {0, 2, 3, 7, 15} × 5 shapes, and [batch] n_s ∈ {2, 3, 5,
+//!   16, 64} × 10 (n_t, R) × 5 shapes × distinct / shared source rows, on both layouts; each case
 //!   runs its graph with fusion off and on from identical memory and compares every comparable
 //!   value byte for byte (the L2 outputs, the SiLU output, the whole conv cache, both alpha/beta
 //!   products, beta, the gate, and with the GDN tail its output and the ssm cache);
@@ -104,7 +105,55 @@ pub fn case_spec(s: &SweepShape, n_t: usize, r: usize, layout: LayerLayout) -> S
     StackSpec { layers: vec![layer], outputs: Outputs::Products }
 }
 
-/// Every sweep case: (name, graph), 400 per layout.
+/// [batch] The sequence counts of the batched sweep.
+pub const SEQUENCES: [usize; 5] = [2, 3, 5, 16, 64];
+/// [batch] The (n_t, R) pairs of the batched sweep: short and long steps, R below, at and above
+/// n_t − 1.
+pub const BATCH_STEPS: [(usize, usize); 10] = [(1, 0), (2, 2), (3, 3), (4, 3), (5, 7), (6, 2), (8, 7), (9, 15), (16, 0), (16, 15)];
+
+/// [batch] How the further sequences of a batched sweep case read the cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SeqSources {
+    /// Each sequence its own row: its own cell (at a rollback depth) where the shape reads the
+    /// written cell, else a cell of its own that no sequence writes.
+    Distinct,
+    /// Every further sequence reads one row that no sequence writes (shared by all of them).
+    Shared,
+}
+
+impl SweepShape {
+    /// [batch] This shape's step over `n_s` sequences: sequence s writes cell kv_head + s (the
+    /// cells grow to hold them), sequence 0 reads as the shape says, the others as `sources`
+    /// says. No sequence reads a row another one writes.
+    pub fn batch_step(&self, n_t: usize, r: usize, n_s: usize, sources: SeqSources) -> Step {
+        let first = self.step(n_t, r);
+        // Cells: the written kv_head … kv_head + n_s − 1, then n_s cells nobody writes.
+        let cells = self.kv_head + 2 * n_s + 1;
+        let unwritten = |s: usize| self.kv_head + n_s + s;
+        let depth = |s: usize| s % (r + 1);
+        let more: Vec<(usize, usize)> = (1..n_s)
+            .map(|s| match sources {
+                SeqSources::Distinct if self.read_among_written => (self.kv_head + s, depth(s)),
+                SeqSources::Distinct => (unwritten(s), depth(s)),
+                SeqSources::Shared => (unwritten(0), r.min(1)),
+            })
+            .collect();
+        // Sequence 0 reads another cell than the written one when the shape says so: one that
+        // no sequence writes (the single-sequence shapes' src_cell may be cell kv_head + 1).
+        let src_cell = if self.read_among_written { first.src_cell } else { unwritten(0) };
+        Step { cells, src_cell, ..first }.with_sequences(&more).expect("at most 256 sequences")
+    }
+}
+
+/// [batch] One batched sweep case.
+pub fn batch_case_spec(s: &SweepShape, n_t: usize, r: usize, n_s: usize, sources: SeqSources, layout: LayerLayout) -> StackSpec {
+    let layer = LayerSpec { weights: s.weights, layout, ..LayerSpec::new(s.shape, s.batch_step(n_t, r, n_s, sources)) };
+    StackSpec { layers: vec![layer], outputs: Outputs::Products }
+}
+
+/// Every sweep case: (name, graph) — one sequence: n_t 1–16 × R ∈ [`ROLLBACKS`] × 5 shapes (400
+/// per layout); [batch] several: n_s ∈ [`SEQUENCES`] × [`BATCH_STEPS`] × 5 shapes × distinct and
+/// shared source rows (500 per layout).
 pub fn cases() -> Vec<(String, StackSpec)> {
     let mut out = Vec::new();
     for layout in [LayerLayout::Ggml, LayerLayout::PrAliasing] {
@@ -112,6 +161,16 @@ pub fn cases() -> Vec<(String, StackSpec)> {
             for r in ROLLBACKS {
                 for n_t in 1..=16 {
                     out.push((format!("{layout:?}/{}/n_t={n_t}/R={r}", s.name), case_spec(&s, n_t, r, layout)));
+                }
+            }
+        }
+        for s in shapes() {
+            for n_s in SEQUENCES {
+                for sources in [SeqSources::Distinct, SeqSources::Shared] {
+                    for (n_t, r) in BATCH_STEPS {
+                        let name = format!("{layout:?}/{}/n_s={n_s}/{sources:?}/n_t={n_t}/R={r}", s.name);
+                        out.push((name, batch_case_spec(&s, n_t, r, n_s, sources, layout)));
+                    }
                 }
             }
         }
@@ -316,10 +375,18 @@ pub fn sweep(gpu: &Gpu, log: &mut dyn FnMut(&str)) -> SweepSummary {
 /// A whole verify forward: `layers` GDN layers of `shape`, n_t tokens, R snapshots; every
 /// fourth layer (from layer 1) in the reference PR's aliasing layout (6 of 24).
 pub fn forward_spec(shape: GdnShape, layers: usize, n_t: usize, r: usize) -> StackSpec {
+    forward_spec_seqs(shape, layers, n_t, r, 1)
+}
+
+/// [batch] [`forward_spec`] over `n_s` sequences: sequence s writes cell s and reads its own cell
+/// (sequence s at rollback depth s mod (R + 1)).
+pub fn forward_spec_seqs(shape: GdnShape, layers: usize, n_t: usize, r: usize, n_s: usize) -> StackSpec {
+    let more: Vec<(usize, usize)> = (1..n_s).map(|s| (s, s % (r + 1))).collect();
+    let step = Step { cells: n_s, ..Step::new(n_t, r) }.with_sequences(&more).expect("at most 256 sequences");
     let layers = (0..layers)
         .map(|l| {
             let layout = if l % 4 == 1 { LayerLayout::PrAliasing } else { LayerLayout::Ggml };
-            LayerSpec { layout, ..LayerSpec::new(shape, Step::new(n_t, r)) }
+            LayerSpec { layout, ..LayerSpec::new(shape, step) }
         })
         .collect();
     StackSpec { layers, outputs: Outputs::Forward }
@@ -328,4 +395,9 @@ pub fn forward_spec(shape: GdnShape, layers: usize, n_t: usize, r: usize) -> Sta
 /// Runs [`forward_spec`] off and on on the GPU.
 pub fn forward(gpu: &Gpu, shape: GdnShape, layers: usize, n_t: usize, r: usize, seed: u64) -> Result<OffOn> {
     off_on_gpu(gpu, &forward_spec(shape, layers, n_t, r), seed)
+}
+
+/// [batch] Runs [`forward_spec_seqs`] off and on on the GPU.
+pub fn forward_seqs(gpu: &Gpu, shape: GdnShape, layers: usize, n_t: usize, r: usize, n_s: usize, seed: u64) -> Result<OffOn> {
+    off_on_gpu(gpu, &forward_spec_seqs(shape, layers, n_t, r, n_s), seed)
 }

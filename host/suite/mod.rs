@@ -98,11 +98,19 @@ pub struct Case {
     pub group: &'static str,
     pub name: String,
     build: Box<dyn Fn() -> Result<Expect> + Send + Sync>,
+    /// [batch] Too large for the CPU run (`run_case_cpu` reports it skipped): a GPU-only twin
+    /// whose references would take minutes on the CPU.
+    pub gpu_only: bool,
 }
 
 impl Case {
     pub fn new(group: &'static str, name: String, build: impl Fn() -> Result<Expect> + Send + Sync + 'static) -> Self {
-        Case { group, name, build: Box::new(build) }
+        Case { group, name, build: Box::new(build), gpu_only: false }
+    }
+
+    /// [batch] This case, run on the GPU only (see [`Case::gpu_only`]).
+    pub fn on_gpu_only(self) -> Self {
+        Case { gpu_only: true, ..self }
     }
 
     /// A case whose data comes from a [`Builder`] seeded by the case name (so each case is
@@ -196,6 +204,9 @@ pub(crate) fn assert_cpu_passes(cases: &[Case]) {
 /// Runs one case on the CPU only (no GPU): the case must build, a `Match` case's ops must
 /// validate and run their exact-math reference, a `Refusal` case must be refused by validation.
 pub fn run_case_cpu(case: &Case) -> CaseReport {
+    if case.gpu_only {
+        return CaseReport { group: case.group, name: case.name.clone(), passed: true, detail: "GPU only: not run on the CPU".into() };
+    }
     let result = match case.build() {
         Ok(Expect::Match(s)) => {
             let mut mem = s.mem.clone();

@@ -1270,15 +1270,21 @@ pub const BATCH_ROW_REDUCE_BYTES: u32 = BATCH_ROW_VALUES * MUL_MAT_VEC_MAX_WARPS
 /// × 4 columns × D floats.
 pub const BATCH_STATE_BYTES_PER_GROUP: u32 = GDN_LAYER_STEP_WARPS * GDN_LAYER_STEP_GROUP_COLUMNS * GDN_HEAD_DIM as u32 * 4;
 
-/// [batch] The batched layer step's dynamic shared memory: two second-phase state buffers (the
-/// current item's and the next one's, in flight), then one area the first-phase items (the conv
-/// tile, the mat-vec reduction) and the second phase's staged token inputs share (a block
-/// barrier between items).
+/// [batch] Shared bytes of the batched layer step's copy of its parameters (the first bytes of
+/// its dynamic shared memory): [`GdnLayerStepParams`] rounded up to 1 KiB.
+pub const BATCH_PARAMS_BYTES: u32 = 1024;
+const _: () = assert!(size_of::<GdnLayerStepParams>() <= BATCH_PARAMS_BYTES as usize);
+
+/// [batch] The batched layer step's dynamic shared memory: its parameters' copy, two
+/// second-phase state buffers (the current item's and the next one's, in flight), then one area
+/// the first-phase items (the conv tile, the mat-vec reduction) and the second phase's staged
+/// token inputs share (a block barrier between items).
 pub const fn gdn_layer_step_batch_shared_bytes(d_conv: usize, n_tokens: usize, groups_per_warp: u32) -> u32 {
-    batch_scratch_offset(groups_per_warp) + batch_scratch_bytes(d_conv, n_tokens)
+    BATCH_PARAMS_BYTES + batch_scratch_offset(groups_per_warp) + batch_scratch_bytes(d_conv, n_tokens)
 }
 
-/// [batch] Where the shared scratch area starts: after the two state buffers.
+/// [batch] Where the shared scratch area starts, counted from the end of the parameters' copy:
+/// after the two state buffers.
 pub const fn batch_scratch_offset(groups_per_warp: u32) -> u32 {
     2 * groups_per_warp * BATCH_STATE_BYTES_PER_GROUP
 }
@@ -1322,6 +1328,31 @@ pub enum BatchItem {
     /// Second phase: column groups `first_group …` (4 × groups per warp) of value head `head`
     /// of sequence `seq`.
     Groups { seq: u32, head: u32, first_group: u32 },
+}
+
+/// [batch] `a / b`, 0 for b = 0 (the host never passes 0; no panic path in the kernels).
+#[inline(always)]
+pub const fn div_or_zero(a: u32, b: u32) -> u32 {
+    match a.checked_div(b) {
+        Some(q) => q,
+        None => 0,
+    }
+}
+
+/// [batch] `a mod b`, 0 for b = 0 (as [`div_or_zero`]).
+#[inline(always)]
+pub const fn rem_or_zero(a: u32, b: u32) -> u32 {
+    match a.checked_rem(b) {
+        Some(r) => r,
+        None => 0,
+    }
+}
+
+/// [batch] ⌈a / b⌉, 0 for b = 0 (as [`div_or_zero`]).
+#[inline(always)]
+pub const fn div_ceil_or_zero(a: u32, b: u32) -> u32 {
+    let q = div_or_zero(a, b);
+    if q * b < a { q + 1 } else { q }
 }
 
 /// [batch] The batched layer step's work, as the kernel runs it and the host proves it: the
@@ -1368,7 +1399,7 @@ impl LayerStepSchedule {
 
     /// Chunks ⌈n_s / chunk_seqs⌉ (the host checks chunk_seqs ≥ 1).
     pub const fn n_chunks(&self) -> u32 {
-        self.n_seqs.div_ceil(self.chunk_seqs)
+        div_ceil_or_zero(self.n_seqs, self.chunk_seqs)
     }
 
     /// Chunk c's first sequence and sequence count.
@@ -1385,12 +1416,12 @@ impl LayerStepSchedule {
 
     /// Second-phase items per (sequence, head): 32 groups / (4 warps × groups per warp).
     pub const fn head_parts(&self) -> u32 {
-        GDN_LAYER_STEP_GROUPS_PER_HEAD / (GDN_LAYER_STEP_WARPS * self.groups_per_warp)
+        div_or_zero(GDN_LAYER_STEP_GROUPS_PER_HEAD, GDN_LAYER_STEP_WARPS * self.groups_per_warp)
     }
 
     /// Chunk c's conv items: ⌈m / tile_seqs⌉ sequence blocks × C/128 tiles.
     pub const fn tile_items(&self, c: u32) -> u32 {
-        self.chunk_seqs_of(c).1.div_ceil(self.tile_seqs) * self.n_chain_tiles
+        div_ceil_or_zero(self.chunk_seqs_of(c).1, self.tile_seqs) * self.n_chain_tiles
     }
 
     /// Chunk c's mat-vec items: ⌈m·n_t / [`BATCH_ROW_COLS`]⌉ column blocks × the row blocks.
@@ -1470,20 +1501,20 @@ impl LayerStepSchedule {
         let o = at.offset;
         if second {
             let per_seq = self.n_heads * self.head_parts();
-            let (seq, rem) = (o / per_seq, o % per_seq);
-            let (head, part) = (rem / self.head_parts(), rem % self.head_parts());
+            let (seq, rem) = (div_or_zero(o, per_seq), rem_or_zero(o, per_seq));
+            let (head, part) = (div_or_zero(rem, self.head_parts()), rem_or_zero(rem, self.head_parts()));
             let first_group = part * GDN_LAYER_STEP_WARPS * self.groups_per_warp;
             return (BatchItem::Groups { seq: first_seq + seq, head, first_group }, c);
         }
         let tiles = self.tile_items(c);
         if o < tiles {
-            let (block, tile) = (o / self.n_chain_tiles, o % self.n_chain_tiles);
+            let (block, tile) = (div_or_zero(o, self.n_chain_tiles), rem_or_zero(o, self.n_chain_tiles));
             let s0 = block * self.tile_seqs;
             let n = if s0 + self.tile_seqs < m { self.tile_seqs } else { m - s0 };
             return (BatchItem::Tiles { tile, first_seq: first_seq + s0, n_seqs: n }, c);
         }
         let o = o - tiles;
-        let (col_block, row_block) = (o / self.row_blocks(), o % self.row_blocks());
+        let (col_block, row_block) = (div_or_zero(o, self.row_blocks()), rem_or_zero(o, self.row_blocks()));
         let first_head = row_block * BATCH_ROW_HEADS;
         let n_heads = if first_head + BATCH_ROW_HEADS < self.n_heads { BATCH_ROW_HEADS } else { self.n_heads - first_head };
         let chunk_cols = m * self.n_tokens;

@@ -145,7 +145,7 @@
 //! read the state after token t). Copies move bit patterns.
 
 use crate::abi::{
-    BATCH_STATE_BYTES_PER_GROUP, BatchCursor, BatchItem, GDN_LAYER_STEP_COLS, GDN_LAYER_STEP_GROUPS_PER_HEAD, GDN_LAYER_STEP_WARPS,
+    BATCH_PARAMS_BYTES, BATCH_STATE_BYTES_PER_GROUP, BatchCursor, BatchItem, GDN_LAYER_STEP_COLS, GDN_LAYER_STEP_GROUPS_PER_HEAD, GDN_LAYER_STEP_WARPS,
     GdnLayerStepParams, LayerStepItems, LayerStepSchedule, batch_scratch_offset,
 };
 use crate::device::grid::{arrive, close_batch_launch, close_launch, grid_target, publish_count, publish_item, wait_count, wait_items};
@@ -266,9 +266,24 @@ unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepP
 /// is `gdn_layer_step_batch_shared_bytes(D_CONV, n_t, groups_per_warp)`, the ssm cache rows
 /// 16-byte aligned with `in_col` = D, `in_head` = D·D).
 #[inline(always)]
-unsafe fn gdn_layer_step_batch<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepParams) {
+unsafe fn gdn_layer_step_batch<A: Accumulation, const D_CONV: usize>(params: &GdnLayerStepParams) {
     let (block, grid) = (block_idx_x(), grid_dim_x());
     let tid = thread_idx_x();
+    // [speed] The parameters in shared memory, read through a generic pointer: the item loop's
+    // stores may alias them as far as the compiler knows, so it re-reads what an item needs
+    // instead of hoisting every kind's parameter-derived addresses out of the loop — which kept
+    // them all live across all items (250 registers, or spills at the 168 three blocks per
+    // multiprocessor allow; 150–160 this way). A shared load per use, the same values.
+    let p = shared::generic(shared::base()) as *mut GdnLayerStepParams;
+    if tid == 0 {
+        // SAFETY: the first BATCH_PARAMS_BYTES of the dynamic shared memory hold the copy (host:
+        // `gdn_layer_step_batch_shared_bytes`), 8-byte aligned (16 at least).
+        unsafe { p.write(*params) };
+    }
+    // SAFETY: every thread of the block, before any read of the copy.
+    unsafe { sync_threads() };
+    // SAFETY: written above, never written again during the launch.
+    let p: &GdnLayerStepParams = unsafe { &*p };
     let (warp, lane) = (tid / 32, tid % 32);
     let schedule = LayerStepSchedule::of(p);
     let groups = WarpGroups::batch(p.batch.groups_per_warp);
@@ -276,7 +291,7 @@ unsafe fn gdn_layer_step_batch<A: Accumulation, const D_CONV: usize>(p: &GdnLaye
     let state = p.sync_state as usize as *mut u64;
     // SAFETY: the launch's own readiness state (host), read before this block's arrival.
     let target = if warp == 0 { unsafe { grid_target(state, grid) } } else { 0 };
-    let base = shared::base();
+    let base = shared::base() + BATCH_PARAMS_BYTES;
     let state_bytes = p.batch.groups_per_warp * BATCH_STATE_BYTES_PER_GROUP;
     let scratch = base + batch_scratch_offset(p.batch.groups_per_warp);
     let groups_at = |seq: u32, head: u32, first_group: u32| BatchGroups { head, seq, first_group, groups, warp, lane };

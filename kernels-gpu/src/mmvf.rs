@@ -148,7 +148,21 @@ pub trait Accumulation {
 
     /// One pair step of one column: ggml's `sumf[j] += x0*y0; sumf[j] += x1*y1` (or the half2
     /// form).
-    fn step(acc: Self::Acc, x: Self::Pair, y: F32Pair) -> Self::Acc;
+    fn step(acc: Self::Acc, x: Self::Pair, y: F32Pair) -> Self::Acc {
+        Self::step_column(acc, x, Self::column(y))
+    }
+
+    /// [batch] An input pair as every step of the column takes it (itself, or rounded to f16
+    /// and packed for the half2 form): converted once where several rows share it.
+    type Column: Copy;
+
+    /// [batch] The input pair `y` in [`Accumulation::Column`] form (exact for f32; the two
+    /// `cvt.rn.f16.f32` of the half2 form).
+    fn column(y: F32Pair) -> Self::Column;
+
+    /// [batch] [`Accumulation::step`] on an input pair already in column form: the same
+    /// operations, so the same bits.
+    fn step_column(acc: Self::Acc, x: Self::Pair, y: Self::Column) -> Self::Acc;
 
     /// The accumulator as the f32 partial sum the reduction takes.
     fn finish(acc: Self::Acc) -> f32;
@@ -183,8 +197,15 @@ impl Accumulation for F32 {
         unsafe { F32Pair::load(w) }
     }
 
+    type Column = F32Pair;
+
     #[inline(always)]
-    fn step(acc: f32, x: F32Pair, y: F32Pair) -> f32 {
+    fn column(y: F32Pair) -> F32Pair {
+        y
+    }
+
+    #[inline(always)]
+    fn step_column(acc: f32, x: F32Pair, y: F32Pair) -> f32 {
         f32_step((x.x, x.y), y, acc)
     }
 
@@ -207,9 +228,16 @@ impl Accumulation for Bf16 {
         unsafe { nc_u32(w) }
     }
 
+    type Column = F32Pair;
+
+    #[inline(always)]
+    fn column(y: F32Pair) -> F32Pair {
+        y
+    }
+
     /// A bf16 is the upper half of an f32: moving the bits converts exactly (`cvt.f32.bf16`).
     #[inline(always)]
-    fn step(acc: f32, x: u32, y: F32Pair) -> f32 {
+    fn step_column(acc: f32, x: u32, y: F32Pair) -> f32 {
         f32_step((f32::from_bits(x << 16), f32::from_bits(x & 0xFFFF_0000)), y, acc)
     }
 
@@ -232,9 +260,16 @@ impl Accumulation for F16F32 {
         unsafe { nc_u32(w) }
     }
 
+    type Column = F32Pair;
+
+    #[inline(always)]
+    fn column(y: F32Pair) -> F32Pair {
+        y
+    }
+
     /// ggml's `__half22float2`: two exact `cvt.f32.f16`.
     #[inline(always)]
-    fn step(acc: f32, x: u32, y: F32Pair) -> f32 {
+    fn step_column(acc: f32, x: u32, y: F32Pair) -> f32 {
         f32_step((f16_to_f32(x as u16), f16_to_f32((x >> 16) as u16)), y, acc)
     }
 
@@ -257,12 +292,19 @@ impl Accumulation for F16Half {
         unsafe { nc_u32(w) }
     }
 
-    /// ggml's `sumh2[j] += x2 * make_half2(y.x, y.y)`: the input pair rounded to f16
-    /// (`cvt.rn.f16.f32`, no ftz), then one `fma.rn.f16x2` into the half2 accumulator (ptxas
-    /// fuses ggml's mul + add into HFMA2).
+    /// ggml's `make_half2(y.x, y.y)`: the input pair rounded to f16 (`cvt.rn.f16.f32`, no ftz).
+    type Column = u32;
+
     #[inline(always)]
-    fn step(acc: u32, x: u32, y: F32Pair) -> u32 {
-        fma_f16x2(x, pack_f16x2(f32_to_f16_rn(y.x), f32_to_f16_rn(y.y)), acc)
+    fn column(y: F32Pair) -> u32 {
+        pack_f16x2(f32_to_f16_rn(y.x), f32_to_f16_rn(y.y))
+    }
+
+    /// ggml's `sumh2[j] += x2 * make_half2(y.x, y.y)`: one `fma.rn.f16x2` of the rounded pair
+    /// into the half2 accumulator (ptxas fuses ggml's mul + add into HFMA2).
+    #[inline(always)]
+    fn step_column(acc: u32, x: u32, y: u32) -> u32 {
+        fma_f16x2(x, y, acc)
     }
 
     /// `low + high` in f32 (exact conversions, one `add.rn.ftz`).
@@ -996,11 +1038,18 @@ unsafe fn tile_partials<A: Accumulation>(
             let more = next_p < n_pairs;
             let next = if more { load(next_p) } else { cur };
             let (x, y) = cur;
+            // Each column's pair in the form every row's step takes (converted once, not per row).
+            let mut yc = [A::column(F32Pair::ZERO); TILE_COLS];
+            let mut c = 0;
+            while c < TILE_COLS {
+                yc[c] = A::column(y[c]);
+                c += 1;
+            }
             let mut rr = 0;
             while rr < TILE_ROWS {
                 let mut c = 0;
                 while c < TILE_COLS {
-                    acc[rr * TILE_COLS + c] = A::step(acc[rr * TILE_COLS + c], x[rr], y[c]);
+                    acc[rr * TILE_COLS + c] = A::step_column(acc[rr * TILE_COLS + c], x[rr], yc[c]);
                     c += 1;
                 }
                 rr += 1;
@@ -1013,13 +1062,26 @@ unsafe fn tile_partials<A: Accumulation>(
         }
     }
     let mut out = [0.0f32; TILE_ROWS * TILE_COLS];
-    let mut j = 0;
-    while j < TILE_ROWS * TILE_COLS {
+    // Written out (not a loop): a partly unrolled loop over the values would keep `acc` and
+    // `out` in local memory (the half2 form's `finish` is long enough for that).
+    each_value!(j => {
         out[j] = A::finish(acc[j]);
-        j += 1;
-    }
+    });
     out
 }
+
+/// `$body` once for each `$j` = 0 … [`abi::BATCH_ROW_VALUES`]−1, in order, as straight-line code.
+macro_rules! each_value {
+    ($j:ident => $body:block) => {{
+        each_value!(@ $j $body 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31);
+    }};
+    (@ $j:ident $body:block $($n:literal)*) => {$({
+        let $j: usize = $n;
+        $body
+    })*};
+}
+use each_value;
+const _: () = assert!(abi::BATCH_ROW_VALUES == 32, "each_value! writes out 32 values");
 
 /// [batch] One batched mat-vec item of GDN_LAYER_STEP's first phase: rows of value heads
 /// `first_head … first_head + n_heads − 1` (≤ [`abi::BATCH_ROW_HEADS`]) of both products (alpha

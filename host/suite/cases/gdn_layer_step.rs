@@ -74,6 +74,14 @@ impl StepCase {
         if s.rollback_depth > 0 {
             name += &format!(",rs_idx={}", s.rollback_depth);
         }
+        if s.n_seqs() > 1 {
+            // [batch] n_s and every further sequence's (src cell, rs_idx).
+            let sources: Vec<String> = s.more_seqs.sources().iter().map(|(c, d)| format!("{c}:{d}")).collect();
+            name += &format!(",n_s={}", s.n_seqs());
+            if s.n_seqs() <= 5 {
+                name += &format!(",src=[{}]", sources.join(" "));
+            }
+        }
         if s.zero_cell.is_some() {
             name += ",zeroed";
         }
@@ -174,6 +182,138 @@ fn setups() -> Vec<StepCase> {
     out
 }
 
+/// [batch] A step of `n_s` sequences of `n_t` tokens writing cells 1 … n_s (sequence s: cell
+/// 1 + s), each reading its own cell at rollback depth s mod (R + 1); cell 0 is read by nobody.
+fn own_cells(n_t: usize, r: usize, n_s: usize) -> Step {
+    let more: Vec<(usize, usize)> = (1..n_s).map(|s| (1 + s, s % (r + 1))).collect();
+    Step { cells: n_s + 1, kv_head: 1, src_cell: 1, ..Step::new(n_t, r) }.with_sequences(&more).expect("at most 256 sequences")
+}
+
+/// [batch] Batched steps: n_s 2–5 on the CPU-checked side (match cases and twins), with
+/// sequences sharing a source row (cell 0, which no sequence writes), a fresh cell, every
+/// weight kind, 27B; n_s 16 and 64 as GPU-only twins ([`batch_twins`]).
+fn batch_setups() -> Vec<StepCase> {
+    let f32w = LayerInit::default();
+    let c = |step| StepCase { preset: "9b", step, init: f32w };
+    let shared = Step { cells: 4, kv_head: 1, src_cell: 0, ..Step::new(4, 3) }.with_sequences(&[(0, 0), (3, 1)]).expect("3 sequences");
+    vec![
+        c(own_cells(1, 0, 2)),
+        c(own_cells(4, 3, 3)),
+        c(own_cells(8, 7, 5)),
+        c(own_cells(16, 15, 2)),
+        c(shared),
+        c(Step { zero_cell: Some(2), ..own_cells(4, 3, 3) }),
+        StepCase { preset: "9b", step: own_cells(4, 3, 2), init: LayerInit { mat_vec_weights: DType::BF16, ..f32w } },
+        StepCase { preset: "9b", step: own_cells(3, 2, 3), init: LayerInit { mat_vec_weights: DType::F16, ..f32w } },
+        StepCase {
+            preset: "9b",
+            step: own_cells(5, 4, 2),
+            init: LayerInit { mat_vec_weights: DType::F16, precision: Precision::F32, ..f32w },
+        },
+        StepCase { preset: "27b", step: own_cells(4, 3, 3), init: f32w },
+        StepCase { preset: "4b", step: own_cells(2, 1, 4), init: LayerInit { specials: true, ..f32w } },
+    ]
+}
+
+/// [batch] GPU-only twins of wide batches (their CPU references would take minutes): n_s 16
+/// and 64, against the three-kernel chain and the unfused chain.
+fn batch_twins() -> Vec<Case> {
+    let f32w = LayerInit::default();
+    let mut out = Vec::new();
+    for (n_t, r, n_s) in [(4, 3, 16), (1, 0, 64), (4, 3, 64), (16, 15, 16)] {
+        let case = StepCase { preset: "9b", step: own_cells(n_t, r, n_s), init: f32w };
+        out.push(case.twin_case(VS_CHAIN).on_gpu_only());
+        out.push(case.twin_case(VS_UNFUSED).on_gpu_only());
+    }
+    out
+}
+
+/// [batch] Batch invariance: sequence `k` of a batch of `n_s` (the others random, writing their
+/// own cells) comes out of the batched step with exactly the bits the single-sequence step
+/// gives it alone — every output slice of the sequence and every cache row of its cell.
+pub const BATCH_INVARIANT: &str = "GDN_LAYER_STEP_BATCH_INVARIANT";
+
+/// One batch-invariance case (see [`BATCH_INVARIANT`]): chain `a` is the batched step over the
+/// whole batch, chain `b` the single-sequence step built over sequence `k`'s views of the same
+/// buffers (its tokens, its columns, its slices of every output, the same caches and weights,
+/// its own source row) — compared on sequence k's slices and cache rows only.
+fn invariance_case(preset: &'static str, n_t: usize, r: usize, n_s: usize, k: usize, gpu_only: bool) -> Case {
+    let name = format!("{BATCH_INVARIANT}({preset},n_t={n_t},R={r},n_s={n_s},seq={k})");
+    let case = Case::seeded(BATCH_INVARIANT, name, move |mut b| {
+        let batch = StepCase { preset, step: own_cells(n_t, r, n_s), init: LayerInit::default() };
+        let layer = batch.layer(&mut b)?;
+        let ops_a = StepCase::step_ops(&layer)?;
+        let shape = GdnShape::preset(preset).expect("known preset");
+        let (src_cell, depth) = batch.step.source(k).expect("k < n_s");
+        let step_k = Step {
+            kv_head: batch.step.kv_head + k,
+            src_cell,
+            rollback_depth: depth,
+            more_seqs: crate::layer::Sequences::NONE,
+            ..batch.step
+        };
+        let t = &layer.t;
+        // Sequence k's views of the batch's per-sequence tensors (sequence is the outermost
+        // dimension of each, so every slice is contiguous); caches and weights whole.
+        let seq_slice = |x: &Tensor| -> Tensor {
+            let [n0, n1, n2, n3] = x.ne();
+            let nb = x.layout.nb;
+            let (ne, offset) = if n3 == n_s && n_s > 1 {
+                ([n0, n1, n2, 1], k * nb[3])
+            } else if n2 == n_s && n_s > 1 {
+                ([n0, n1, 1, 1], k * nb[2])
+            } else {
+                // [rows, n_t·n_s] columns, sequence-major.
+                ([n0, n_t, 1, 1], k * n_t * nb[1])
+            };
+            x.view(ne, crate::tensor::Layout::contiguous(x.dtype(), ne).nb, offset)
+        };
+        let fresh = |mem: &mut HostMemory, x: &Tensor, ne: [usize; 4]| mem.alloc_tensor(x.dtype(), ne);
+        let single = LayerTensors::table(&shape, &step_k, DType::F32)?;
+        let mut tk = t.clone();
+        tk.source_rows = b.mem.alloc_indices(&step_k.source_rows_i32());
+        for (qi, x) in [
+            (&mut tk.qkv_mixed, t.qkv_mixed),
+            (&mut tk.cur, t.cur),
+            (&mut tk.conv_out, t.conv_out),
+            (&mut tk.q_norm, t.q_norm),
+            (&mut tk.k_norm, t.k_norm),
+            (&mut tk.alpha, t.alpha),
+            (&mut tk.beta_raw, t.beta_raw),
+            (&mut tk.beta, t.beta),
+            (&mut tk.gate, t.gate),
+            (&mut tk.attn_out, t.attn_out),
+        ] {
+            *qi = seq_slice(&x);
+        }
+        // The unfused graph's intermediates of one sequence, in buffers of their own (the fused
+        // step never touches them).
+        for name in ["conv_states", "conv_input", "ssm_state", "alpha_biased", "softplus"] {
+            let i = LayerTensors::index_of(name).expect("a table field");
+            let mut all = tk.to_array();
+            all[i] = fresh(&mut b.mem, &all[i], single[i].2);
+            tk = LayerTensors::from_array(all);
+        }
+        let spec = LayerSpec { weights: batch.init.mat_vec_weights, precision: batch.init.precision, ..LayerSpec::new(shape, step_k) };
+        let unfused = ggml_layer_ops(&tk, &spec)?;
+        let single_layer = Layer { t: tk, unfused };
+        let ops_b = StepCase::step_ops(&single_layer)?;
+        // Compared: sequence k's output slices, and its cell's row of every group of both caches.
+        let mut compare: Vec<(Tensor, Tensor)> = single_layer.observed()[2..].iter().map(|x| (*x, *x)).collect();
+        for cache in [t.conv_cache, t.ssm_cache] {
+            for group in 0..=r {
+                let row = LayerTensors::try_cache_rows("cache", &cache, group * step_k.cells + step_k.kv_head, 1)?;
+                compare.push((row, row));
+            }
+        }
+        // Every buffer either chain writes holds other sequences' bytes too: only the listed
+        // slices are compared.
+        let written: std::collections::BTreeSet<_> = ops_a.iter().chain(&ops_b).flat_map(|op| op.outputs()).map(|x| x.buffer).collect();
+        Ok(Expect::Equivalent(Equivalence { mem: b.mem, a: ops_a, b: ops_b, compare, private: written.into_iter().collect() }))
+    });
+    if gpu_only { case.on_gpu_only() } else { case }
+}
+
 /// A fused 9B step (n_t = 4, R = 3) for the refusals to spoil, in `b`'s memory.
 fn plain_step(b: &mut Builder) -> Result<GdnLayerStep> {
     let case = StepCase { preset: "9b", step: Step::new(4, 3), init: LayerInit::default() };
@@ -199,10 +339,24 @@ fn not_linked(e: &Error) -> bool {
 }
 
 pub fn cases() -> Vec<Case> {
-    let setups = setups();
+    let setups: Vec<StepCase> = setups().into_iter().chain(batch_setups()).collect();
     let mut cases: Vec<Case> = setups.iter().map(|s| s.match_case()).collect();
     cases.extend(setups.iter().map(|s| s.twin_case(VS_CHAIN)));
     cases.extend(setups.iter().step_by(3).map(|s| s.twin_case(VS_UNFUSED)));
+    // [batch] Wide batches (GPU only) and batch invariance: a sequence alone, first, last and in
+    // the middle of batches of 2, 4, 64 and 256.
+    cases.extend(batch_twins());
+    for (preset, n_t, r, n_s, k, gpu_only) in [
+        ("9b", 4, 3, 2, 1, false),
+        ("9b", 1, 0, 4, 0, false),
+        ("9b", 8, 7, 4, 3, false),
+        ("27b", 4, 3, 4, 2, false),
+        ("9b", 4, 3, 64, 37, true),
+        ("9b", 1, 0, 256, 255, true),
+        ("9b", 16, 15, 16, 9, true),
+    ] {
+        cases.push(invariance_case(preset, n_t, r, n_s, k, gpu_only));
+    }
     cases.push(refusal(
         "n_t=17",
         |o, m| o.chain.qkv = m.alloc_tensor(DType::F32, [o.chain.qkv.ne()[0], 17, 1, 1]),
@@ -269,7 +423,7 @@ mod tests {
     fn every_setup_has_a_chain_twin_and_the_refusals_are_there() {
         let cases = cases();
         let count = |g: &str| cases.iter().filter(|c| c.group == g && !c.name.contains("refuse:")).count();
-        assert_eq!(count(GROUP), count(VS_CHAIN));
+        assert_eq!(count(GROUP), count(VS_CHAIN) - batch_twins().len() / 2);
         assert!(count(VS_UNFUSED) >= 8);
         assert_eq!(cases.iter().filter(|c| c.name.contains("refuse:")).count(), 7);
     }

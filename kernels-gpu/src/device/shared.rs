@@ -173,3 +173,20 @@ pub fn wait_async_groups<const N: u32>() {
         asm!("cp.async.wait_group {n};", n = const N, options(nostack, preserves_flags));
     }
 }
+
+/// [batch] The generic address of shared-window address `addr` (`cvta.shared.u64`): a pointer
+/// through which ordinary loads and stores reach the block's shared memory.
+#[inline(always)]
+pub fn generic(addr: u32) -> *mut u8 {
+    let r: u64;
+    // SAFETY: converts an address; touches no memory.
+    unsafe {
+        asm!(
+            "{{ .reg .b64 s; cvt.u64.u32 s, {a}; cvta.shared.u64 {r}, s; }}",
+            a = in(reg32) addr,
+            r = out(reg64) r,
+            options(pure, nomem, nostack)
+        );
+    }
+    r as *mut u8
+}
