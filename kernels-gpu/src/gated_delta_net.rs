@@ -59,7 +59,7 @@ use crate::device::memory::{
 use crate::device::shared;
 use crate::device::thread::{block_idx_x, block_idx_y, block_idx_z, sync_threads, thread_idx_x, thread_idx_y};
 use crate::device::trap;
-use crate::device::warp::{shfl_idx, warp_sum, warp_sum_each, warp_sum_eight_scattered};
+use crate::device::warp::{shfl_idx, warp_sum, warp_sum_eight_scattered, warp_sum_sixteen_scattered};
 use crate::fast_math::exp;
 
 /// State rows each lane keeps: lane l holds rows `32·r + l`, r = 0 … 3.
@@ -566,17 +566,19 @@ pub(crate) struct GroupAt {
 /// columns 4·z + j of a group: k and q (one key head for the whole group), each column's v, the
 /// head's gate and β — each element the one [`TokenSource::load`] reads for column 4·z + j
 /// (GDN_LAYER_STEP's first phase wrote them; staged by [`stage_group_tokens`]).
+/// [batch] `C` columns: one group ([`GROUP_COLUMNS`]) or, in the batched step, a warp's two
+/// groups run as one.
 #[derive(Clone, Copy)]
-struct GroupInputs {
+struct GroupInputs<const C: usize> {
     k: [f32; ROWS_PER_LANE],
     q: [f32; ROWS_PER_LANE],
-    v: [f32; GROUP_COLUMNS],
+    v: [f32; C],
     g: f32,
     beta: f32,
 }
 
-impl GroupInputs {
-    const ZERO: GroupInputs = GroupInputs { k: [0.0; ROWS_PER_LANE], q: [0.0; ROWS_PER_LANE], v: [0.0; GROUP_COLUMNS], g: 0.0, beta: 0.0 };
+impl<const C: usize> GroupInputs<C> {
+    const ZERO: GroupInputs<C> = GroupInputs { k: [0.0; ROWS_PER_LANE], q: [0.0; ROWS_PER_LANE], v: [0.0; C], g: 0.0, beta: 0.0 };
 }
 
 /// [layer-step] The L2 prefetch of the initial state a [`run_group_at`] will read: the group's
@@ -709,7 +711,7 @@ unsafe fn issue_token_copies(layout: WarpGroups, mut src: TokenSource, n_tokens:
 /// [`stage_tokens`] with `layout` staged tokens > t of this block and warp, and nothing wrote the
 /// area since.
 #[inline(always)]
-unsafe fn staged_group_inputs(layout: WarpGroups, base: u32, warp: u32, lane: u32, t: u32, g: u32) -> GroupInputs {
+unsafe fn staged_group_inputs<const C: usize>(layout: WarpGroups, base: u32, warp: u32, lane: u32, t: u32, g: u32) -> GroupInputs<C> {
     let (qk, mine) = stage_slots(layout, base, warp, t);
     let mut x = GroupInputs::ZERO;
     let mut r = 0;
@@ -723,9 +725,9 @@ unsafe fn staged_group_inputs(layout: WarpGroups, base: u32, warp: u32, lane: u3
         r += 1;
     }
     let mut j = 0;
-    while j < GROUP_COLUMNS {
-        // SAFETY: as above.
-        x.v[j] = unsafe { shared::load_f32(mine + 4 * (g * GROUP_COLUMNS as u32 + j as u32)) };
+    while j < C {
+        // SAFETY: as above (columns g·C … g·C + C − 1 of the warp's 4·GP).
+        x.v[j] = unsafe { shared::load_f32(mine + 4 * (g * C as u32 + j as u32)) };
         j += 1;
     }
     let columns = layout.columns();
@@ -795,7 +797,7 @@ pub(crate) unsafe fn run_group_at(
     // after `inputs_ready`: the inputs are visible, the staging area free.
     unsafe { stage_tokens(WarpGroups::ONE, h.token_source(lane, col0), h.n_tokens, at.warp, stage) };
     // SAFETY: staged above for this warp's one group; the whole warp is here.
-    unsafe { group_recurrence(WarpGroups::ONE, &h, s, col0, stage, at.warp, at.lane, 0) };
+    unsafe { group_recurrence::<GROUP_COLUMNS, { 2 * GROUP_COLUMNS }>(WarpGroups::ONE, &h, s, col0, stage, at.warp, at.lane, 0) };
 }
 
 /// [batch] Where one second-phase item of the batched layer step works: value head `head` of
@@ -887,69 +889,95 @@ pub(crate) unsafe fn run_batch_groups(p: &abi::GatedDeltaNetParams, at: BatchGro
     let gp = at.groups.groups as usize;
     let warp_group = at.first_group as usize + at.warp as usize * gp;
     let col0 = warp_group * GROUP_COLUMNS;
+    // The warp's columns start at item-relative column (warp·GP)·4.
+    let k0 = at.warp as usize * gp * GROUP_COLUMNS;
+    if gp == 2 {
+        // [speed] Both groups in one recurrence: eight columns interleaved, their latencies
+        // overlapping (each column's operations unchanged).
+        // SAFETY: the item's state copy and staged inputs (caller); the whole warp is here.
+        unsafe {
+            let s = state_columns::<{ 2 * GROUP_COLUMNS }>(state, k0, at.lane);
+            group_recurrence::<{ 2 * GROUP_COLUMNS }, { 4 * GROUP_COLUMNS }>(at.groups, &h, s, col0, stage, at.warp, at.lane, 0)
+        };
+        return;
+    }
     let mut g = 0;
     while g < gp {
-        let col = col0 + g * GROUP_COLUMNS;
-        // Item-relative column of the group's first column.
-        let k = (at.warp as usize * gp + g) * GROUP_COLUMNS;
-        let mut s = [[0.0f32; ROWS_PER_LANE]; GROUP_COLUMNS];
-        let mut j = 0;
-        while j < GROUP_COLUMNS {
-            let mut r = 0;
-            while r < ROWS_PER_LANE {
-                // SAFETY: the item's state copy (caller), column k + j, row 32·r + lane.
-                s[j][r] = unsafe { shared::load_f32(state + 4 * (((k + j) * GDN_HEAD_DIM + 32 * r) as u32 + at.lane)) };
-                r += 1;
-            }
-            j += 1;
-        }
-        // SAFETY: staged above for this warp's GP groups; the whole warp is here.
-        unsafe { group_recurrence(at.groups, &h, s, col, stage, at.warp, at.lane, g as u32) };
+        // SAFETY: as above, group g's four columns.
+        unsafe {
+            let s = state_columns::<GROUP_COLUMNS>(state, k0 + g * GROUP_COLUMNS, at.lane);
+            group_recurrence::<GROUP_COLUMNS, { 2 * GROUP_COLUMNS }>(at.groups, &h, s, col0 + g * GROUP_COLUMNS, stage, at.warp, at.lane, g as u32)
+        };
         g += 1;
     }
 }
 
-/// [layer-step] The token loop of one warp's column group (columns `col0 … col0 + 3` of head
-/// `h`), from its initial state `s` (this lane's rows of each column) and the staged token
-/// inputs of the warp's group `g` (< `layout.groups`): for each column and token `token_step`'s operations in
-/// its order, then the `out` element (lane 4j for column j) and the state slots — what
-/// GATED_DELTA_NET_FROM_CACHE's warp for that column computes and stores.
+/// [batch] This lane's rows of `C` item-relative columns `k … k + C − 1` of a second-phase item's
+/// state copy at `state` (column c at `state + 512·c`, row i at `+ 4i`).
+///
+/// # Safety
+/// The copy is complete and visible to this thread; `k + C` ≤ the item's 16·GP columns.
+#[inline(always)]
+unsafe fn state_columns<const C: usize>(state: u32, k: usize, lane: u32) -> [[f32; ROWS_PER_LANE]; C] {
+    let mut s = [[0.0f32; ROWS_PER_LANE]; C];
+    let mut j = 0;
+    while j < C {
+        let mut r = 0;
+        while r < ROWS_PER_LANE {
+            // SAFETY: forwarded to the caller (column k + j, row 32·r + lane of the copy).
+            s[j][r] = unsafe { shared::load_f32(state + 4 * (((k + j) * GDN_HEAD_DIM + 32 * r) as u32 + lane)) };
+            r += 1;
+        }
+        j += 1;
+    }
+    s
+}
+
+/// [layer-step] The token loop of `C` columns of one warp (`col0 … col0 + C − 1` of head `h`:
+/// one group, or [batch] a warp's two groups as one), from their initial state `s` (this lane's
+/// rows of each column) and the staged token inputs of the warp's group `g` (< `layout.groups`;
+/// 0 for two groups as one): for each column and token `token_step`'s operations in its order,
+/// then the `out` element and the state slots — what GATED_DELTA_NET_FROM_CACHE's warp for that
+/// column computes and stores.
 ///
 /// [speed] Token t + 1's `KV` dot products ride in the same butterflies as token t's outputs
-/// (both read the state after token t's update; one eight-value reduce-scatter, each value's
+/// (both read the state after token t's update; one `V` = 2·C-value reduce-scatter, each value's
 /// butterfly unchanged) — the recurrence waits for one butterfly per token instead of two. Only
 /// the order of independent operations changes; every operation and its operands are the same.
 ///
 /// # Safety
 /// All 32 lanes of the warp call it together (`lane` each one's index); [`stage_tokens`] with
-/// `layout` staged this warp's tokens < n_t; the group's `out` elements and state-slot rows are
-/// written by this warp only (module docs).
+/// `layout` staged this warp's tokens < n_t; the columns' `out` elements and state-slot rows are
+/// written by this warp only (module docs); `V` = 2·C with C = 4 or 8.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn group_recurrence(
+unsafe fn group_recurrence<const C: usize, const V: usize>(
     layout: WarpGroups,
     h: &HeadViews,
-    mut s: [[f32; ROWS_PER_LANE]; GROUP_COLUMNS],
+    mut s: [[f32; ROWS_PER_LANE]; C],
     col0: usize,
     stage: u32,
     warp: u32,
     lane: u32,
     g: u32,
 ) {
+    const { assert!(V == 2 * C && (C == 4 || C == 8), "four or eight columns") };
+    // Value v of the reduce-scatter lands in lanes v·W … v·W + W − 1.
+    let w = 32 / V;
     let lane_usize = lane as usize;
     let mut out_t = h.out_head_row;
-    // `sums` is this lane's [`warp_sum_eight_scattered`] result: column j's output in lanes
-    // 4j … 4j + 3 (j < 4); lane 4j stores it.
-    let mut finish = |s: &[[f32; ROWS_PER_LANE]; GROUP_COLUMNS], sums: f32, t: usize| {
-        if lane_usize % 4 == 0 && lane_usize < 4 * GROUP_COLUMNS {
-            // SAFETY: element (col0 + lane / 4, head, t, seq) of `out`, written by this lane only.
-            unsafe { store_f32_at(out_t, (col0 + lane_usize / 4) as u32, mul(sums, h.scale)) };
+    // `sums` is this lane's reduce-scatter result: column j's output in lanes j·W …; its first
+    // lane stores it.
+    let mut finish = |s: &[[f32; ROWS_PER_LANE]; C], sums: f32, t: usize| {
+        if lane_usize % w == 0 && lane_usize < w * C {
+            // SAFETY: element (col0 + lane / W, head, t, seq) of `out`, written by this lane only.
+            unsafe { store_f32_at(out_t, (col0 + lane_usize / w) as u32, mul(sums, h.scale)) };
         }
         let slot = h.n_tokens - 1 - t;
         if slot < h.n_slots {
             let slot_head = h.state_head.wrapping_add(slot * h.states_slot);
             let mut j = 0;
-            while j < GROUP_COLUMNS {
+            while j < C {
                 // SAFETY: slot < n_slots: column col0 + j's row of slot `slot`; each lane
                 // writes its own four elements of it.
                 unsafe { store_f32x4_stride32(slot_head, ((col0 + j) * GDN_HEAD_DIM + lane_usize) as u32, &s[j]) };
@@ -960,37 +988,37 @@ unsafe fn group_recurrence(
         out_t = out_t.wrapping_add(h.out_token);
     };
     // SAFETY (every `staged_group_inputs`): tokens < n_tokens, staged (caller).
-    let mut x = unsafe { staged_group_inputs(layout, stage, warp, lane, 0, g) };
-    // Every butterfly is one eight-value reduce-scatter: values 0–3 the columns' outputs of
-    // token t, 4–7 their KV for token t + 1 (both read the state after token t's update), each
-    // value's sum landing in lanes 4j … 4j + 3; every lane reads the four KV back.
+    let mut x = unsafe { staged_group_inputs::<C>(layout, stage, warp, lane, 0, g) };
+    // Every butterfly is one reduce-scatter: values 0 … C−1 the columns' outputs of token t,
+    // C … 2C−1 their KV for token t + 1 (both read the state after token t's update); every
+    // lane reads the C KV back.
     let kv_of = |sums: f32| {
-        let mut kv = [0.0f32; GROUP_COLUMNS];
+        let mut kv = [0.0f32; C];
         let mut j = 0;
-        while j < GROUP_COLUMNS {
+        while j < C {
             // SAFETY: the whole warp (warp-uniform loop, caller).
-            kv[j] = unsafe { shfl_idx(sums, 4 * (GROUP_COLUMNS + j) as u32) };
+            kv[j] = unsafe { shfl_idx(sums, ((C + j) * w) as u32) };
             j += 1;
         }
         kv
     };
     // Token 0's KV (`token_step`'s first butterfly).
-    let mut both = [0.0f32; 2 * GROUP_COLUMNS];
+    let mut both = [0.0f32; V];
     let mut j = 0;
-    while j < GROUP_COLUMNS {
-        both[GROUP_COLUMNS + j] = lane_dot(&s[j], &x.k);
+    while j < C {
+        both[C + j] = lane_dot(&s[j], &x.k);
         j += 1;
     }
     // SAFETY: every lane of the warp runs the same tokens (warp-uniform bounds).
-    let mut kv = kv_of(unsafe { warp_sum_eight_scattered(both, lane) });
+    let mut kv = kv_of(unsafe { warp_sum_scattered(both, lane) });
     let n_tokens = h.n_tokens as u32;
     let mut t = 0u32;
     loop {
         // Token t: `token_step` from its γ to its output's dot products, for each column.
         let gamma = decay(x.g);
-        let mut both = [0.0f32; 2 * GROUP_COLUMNS];
+        let mut both = [0.0f32; V];
         let mut j = 0;
-        while j < GROUP_COLUMNS {
+        while j < C {
             update(&mut s[j], &x.k, gamma, delta(kv[j], gamma, x.v[j], x.beta));
             both[j] = lane_dot(&s[j], &x.q);
             j += 1;
@@ -1000,15 +1028,15 @@ unsafe fn group_recurrence(
         if !last {
             // Token t + 1's KV reads the same updated state.
             // SAFETY: t + 1 < n_tokens.
-            next = unsafe { staged_group_inputs(layout, stage, warp, lane, t + 1, g) };
+            next = unsafe { staged_group_inputs::<C>(layout, stage, warp, lane, t + 1, g) };
             let mut j = 0;
-            while j < GROUP_COLUMNS {
-                both[GROUP_COLUMNS + j] = lane_dot(&s[j], &next.k);
+            while j < C {
+                both[C + j] = lane_dot(&s[j], &next.k);
                 j += 1;
             }
         }
         // SAFETY: as above (the whole warp, warp-uniform loop).
-        let sums = unsafe { warp_sum_eight_scattered(both, lane) };
+        let sums = unsafe { warp_sum_scattered(both, lane) };
         finish(&s, sums, t as usize);
         if last {
             break;
@@ -1016,6 +1044,23 @@ unsafe fn group_recurrence(
         kv = kv_of(sums);
         x = next;
         t += 1;
+    }
+}
+
+/// [batch] [`warp_sum_eight_scattered`] (V = 8) or [`warp_sum_sixteen_scattered`] (V = 16): value
+/// v's sum in lanes v·32/V … with [`warp_sum`]'s bits.
+///
+/// # Safety
+/// All 32 lanes of the warp call it together.
+#[inline(always)]
+unsafe fn warp_sum_scattered<const V: usize>(x: [f32; V], lane: u32) -> f32 {
+    // SAFETY: forwarded to the caller.
+    unsafe {
+        if V == 8 {
+            warp_sum_eight_scattered(core::array::from_fn(|i| x[i]), lane)
+        } else {
+            warp_sum_sixteen_scattered(core::array::from_fn(|i| x[i]), lane)
+        }
     }
 }
 

@@ -346,10 +346,10 @@ unsafe fn tile_compute<const D_CONV: usize>(
     const _: () = assert!(GDN_CONV_CHAIN_MAX_ROWS == 16 && ROW_GROUP == 4, "write_rows! lists 4 groups of 4 rows");
 
     // ---- Phase 3: SSM_CONV + SiLU of this thread's tile row, token by token as `ssm_conv`
-    // walks a conv_input row. The row's columns come from the tile (the old state and the
-    // tokens this thread stored in phase 1: the tokens' registers are free after the barrier);
-    // tokens run in chunks of 4, each chunk computed whole (columns past n_t hold +0, their
-    // outputs are dropped) so that four conv/SiLU chains overlap, then stored. ----
+    // walks a conv_input row. The row's columns come from registers (the old state from the
+    // tile, the tokens still held from phase 1); tokens run in chunks of 4, each chunk computed
+    // whole (columns past n_t hold +0, their outputs are dropped) so that four conv/SiLU
+    // chains overlap, then stored. ----
     let mut cols = [0.0f32; 4 + GDN_CONV_CHAIN_MAX_TOKENS];
     let mut j = 0;
     while j < state_len {
@@ -358,10 +358,7 @@ unsafe fn tile_compute<const D_CONV: usize>(
     }
     let mut t = 0;
     while t < GDN_CONV_CHAIN_MAX_TOKENS {
-        if t < n_t {
-            // SAFETY: column state_len + t < stride of this thread's tile row, stored in phase 1.
-            cols[state_len + t] = unsafe { shared::load_f32(at(my_row, state_len + t)) };
-        }
+        cols[state_len + t] = x[t];
         t += 1;
     }
     let out = unsafe { (p.conv_out as *mut f32).add(seq * p.conv_out_seq as usize + c) };

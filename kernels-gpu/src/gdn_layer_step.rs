@@ -300,6 +300,19 @@ unsafe fn gdn_layer_step_batch<A: Accumulation, const D_CONV: usize>(params: &Gd
     let mut buffer = 0u32;
     let mut prefetched = false;
     let mut at = schedule.advance(BatchCursor { segment: 0, offset: 0 }, block);
+    // [speed] The state of this block's first second-phase item, asked for now: the first
+    // phase does not touch the ssm cache, so the copy lands while the block runs its first-phase
+    // items.
+    let mut first = at;
+    while let Some(cursor) = first {
+        if let (BatchItem::Groups { seq, head, first_group }, _) = schedule.item(cursor) {
+            // SAFETY: the item inside the validated launch; buffer 0 is free.
+            unsafe { issue_batch_state_copies(&p.gdn.gdn, source_rows, source_rows_stride, groups_at(seq, head, first_group), tid, base) };
+            prefetched = true;
+            break;
+        }
+        first = schedule.advance(cursor, grid);
+    }
     while let Some(cursor) = at {
         let next = schedule.advance(cursor, grid);
         match schedule.item(cursor) {
