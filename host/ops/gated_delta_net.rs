@@ -11,8 +11,8 @@ use crate::tensor::{DType, Tensor};
 
 const OP: &str = "GATED_DELTA_NET";
 const D: usize = abi::GDN_HEAD_DIM;
-// SAFETY: `abi::GatedDeltaNetParams` is `#[repr(C)]`: 31 u64 fields, then three u32, one
-// f32 and two u32, 272 bytes, alignment 8, no padding bytes; it is the type the GATED_DELTA_NET entry takes
+// SAFETY: `abi::GatedDeltaNetParams` is `#[repr(C)]`: 31 u64 fields, then three u32 and one
+// f32, 264 bytes, alignment 8, no padding bytes; it is the type the GATED_DELTA_NET entry takes
 // by value (the same abi.rs is compiled into both).
 unsafe impl crate::gpu::KernelParams for abi::GatedDeltaNetParams {}
 
@@ -290,8 +290,8 @@ impl Op for GatedDeltaNet {
 
 const FROM_CACHE_OP: &str = "GATED_DELTA_NET_FROM_CACHE";
 
-// SAFETY: `abi::GatedDeltaNetFromCacheParams` is `#[repr(C)]`: the 272-byte GatedDeltaNetParams
-// (alignment 8, no padding) then two u64: 288 bytes, alignment 8, no padding bytes; it is the
+// SAFETY: `abi::GatedDeltaNetFromCacheParams` is `#[repr(C)]`: the 264-byte GatedDeltaNetParams
+// (alignment 8, no padding) then two u64: 280 bytes, alignment 8, no padding bytes; it is the
 // type the GATED_DELTA_NET_FROM_CACHE entry takes by value (the same abi.rs is compiled into
 // both).
 unsafe impl crate::gpu::KernelParams for abi::GatedDeltaNetFromCacheParams {}
@@ -451,9 +451,6 @@ fn gdn_params(op: &GatedDeltaNet, shape: &GdnShape, mem: &DeviceMemory, [in_col,
         n_key_heads: shape.n_key_heads as u32,
         n_slots: shape.n_slots as u32,
         scale: attention_scale(),
-        // ggml's mapping (value head h reads key head h mod H_k).
-        key_head_ratio: 0,
-        _pad: 0,
     }
 }
 

@@ -317,8 +317,6 @@ impl GdnLayerStep {
         abi::LayerStepItems {
             n_heads: shape.gdn.n_heads as u32,
             n_key_heads: shape.gdn.n_key_heads as u32,
-            // ggml's mapping: the GDN's params carry 0 (`gdn_params`).
-            key_head_ratio: 0,
             chain_key_heads: self.chain.n_k_heads as u32,
             n_chain_tiles: (shape.chain.n_channels / abi::GDN_CONV_CHAIN_BLOCK as usize) as u32,
             n_tokens: shape.chain.n_tokens as u32,
@@ -610,8 +608,8 @@ impl GdnLayerStep {
 }
 
 // SAFETY: `#[repr(C)]`, `Copy`: the 312-byte GdnConvChainParams, the 144-byte
-// MulMatVecPairGateParams and the 288-byte GatedDeltaNetFromCacheParams (each alignment 8 with no
-// padding), one u64, four u32 and the 16-byte LayerStepBatchParams: 784 bytes, alignment 8, no
+// MulMatVecPairGateParams and the 280-byte GatedDeltaNetFromCacheParams (each alignment 8 with no
+// padding), one u64, four u32 and the 16-byte LayerStepBatchParams: 776 bytes, alignment 8, no
 // padding (`param_struct!` asserts it); it is exactly the type the `gdn_layer_step_*` and
 // `gdn_layer_step_batch_*` entries take.
 unsafe impl KernelParams for abi::GdnLayerStepParams {}
@@ -779,7 +777,7 @@ mod tests {
 
     #[test]
     fn params_have_no_padding_and_entries_are_named() {
-        assert_eq!(std::mem::size_of::<abi::GdnLayerStepParams>(), 312 + 144 + 288 + 8 + 4 * 4 + 16);
+        assert_eq!(std::mem::size_of::<abi::GdnLayerStepParams>(), 312 + 144 + 280 + 8 + 4 * 4 + 16);
         assert_eq!(std::mem::align_of::<abi::GdnLayerStepParams>(), 8);
         assert!(std::mem::size_of::<abi::GdnLayerStepParams>() <= crate::gpu::PARAM_BLOCK_BYTES);
         use abi::mul_mat_vec_kind::*;

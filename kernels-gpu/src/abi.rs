@@ -664,7 +664,7 @@ pub const GATED_DELTA_NET_ENTRY: &str = "gated_delta_net_f32_d128";
 
 /// Parameters of [`GATED_DELTA_NET_ENTRY`], passed by value: for each tensor its device address
 /// then its element strides (dimension 0 is contiguous for every tensor but `g` and `beta`,
-/// which have one element per row), then the sizes. 31 u64 and six 4-byte scalars: 272 bytes,
+/// which have one element per row), then the sizes. 31 u64 and four 4-byte scalars: 264 bytes,
 /// alignment 8, no padding.
 ///
 /// Layouts: `q`/`k` (i, kh, t, s) at `i + kh·*_head + t·*_token + s·*_seq`; `v` and `out`
@@ -707,34 +707,12 @@ pub struct GatedDeltaNetParams {
     pub states_slot: u64,
     /// n_t.
     pub n_tokens: u32,
-    /// H_k ≥ 1: value head h reads key head [`key_head`]`(h, H_k, key_head_ratio)`.
+    /// H_k ≥ 1: value head h reads key head h mod H_k.
     pub n_key_heads: u32,
     /// K: slots k < min(n_t, K) of `states` are written.
     pub n_slots: u32,
     /// The attention scale 1/√D.
     pub scale: f32,
-    /// Which key head a value head reads ([`key_head`]): 0 = ggml's `h mod H_k`, r ≥ 1 =
-    /// Hugging Face's `repeat_interleave` of the key heads, `h / r` (r = H_v / H_k).
-    pub key_head_ratio: u32,
-    /// Zero; makes the size a multiple of 8 (no padding bytes).
-    pub _pad: u32,
-}
-
-/// The key head value head `head` reads: `head mod n_key_heads` (ggml's broadcast, `ratio` = 0)
-/// or `head / ratio` (Hugging Face's `repeat_interleave` of the key heads, `ratio` = H_v / H_k);
-/// None for `n_key_heads` = 0 or a result ≥ `n_key_heads` (the host refuses both before a launch).
-/// One definition for the kernels and the host.
-#[inline(always)]
-pub const fn key_head(head: u32, n_key_heads: u32, ratio: u32) -> Option<u32> {
-    let k = if ratio == 0 {
-        match head.checked_rem(n_key_heads) {
-            Some(k) => k,
-            None => return None,
-        }
-    } else {
-        head / ratio
-    };
-    if k < n_key_heads { Some(k) } else { None }
 }
 
 // ---- [gdn-from-cache] GATED_DELTA_NET_FROM_CACHE: the state read from the ssm cache row ----
@@ -744,7 +722,7 @@ pub const GATED_DELTA_NET_FROM_CACHE_ENTRY: &str = "gated_delta_net_from_cache_f
 
 /// Parameters of [`GATED_DELTA_NET_FROM_CACHE_ENTRY`]: GATED_DELTA_NET's, with `gdn.state_in` =
 /// the cache's row 0, `gdn.in_col` = D, `gdn.in_head` = D·D, `gdn.in_seq` = the cache's row
-/// stride (elements), and the I32 row indices (device address, element stride). 288 bytes, no
+/// stride (elements), and the I32 row indices (device address, element stride). 280 bytes, no
 /// padding.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -1071,11 +1049,8 @@ pub const GDN_LAYER_STEP_WARPS: u32 = GDN_LAYER_STEP_BLOCK / 32;
 pub struct LayerStepItems {
     /// H_v: value heads (rows of each product).
     pub n_heads: u32,
-    /// GATED_DELTA_NET's key heads: value head h reads key head
-    /// [`key_head`]`(h, n_key_heads, key_head_ratio)`.
+    /// GATED_DELTA_NET's key heads: value head h reads key head h mod `n_key_heads`.
     pub n_key_heads: u32,
-    /// GATED_DELTA_NET's head mapping ([`key_head`]).
-    pub key_head_ratio: u32,
     /// The conv chain's H_k: q head kh is tile kh, k head kh tile H_k + kh, v head h tile
     /// 2·H_k + h (the host links it to `n_key_heads`; the two are read where the unfused
     /// kernels read them).
@@ -1103,7 +1078,6 @@ impl LayerStepItems {
         LayerStepItems {
             n_heads: p.n_heads,
             n_key_heads: p.gdn.gdn.n_key_heads,
-            key_head_ratio: p.gdn.gdn.key_head_ratio,
             chain_key_heads: p.chain.n_k_heads,
             n_chain_tiles: p.n_chain_tiles,
             n_tokens: p.n_tokens,
@@ -1163,7 +1137,7 @@ impl LayerStepItems {
             return Some(tiles + (lane / 2) * row_items + 2 * head + lane % 2);
         }
         // GATED_DELTA_NET's key head of value head `head` (`HeadViews::at`).
-        let Some(key_head) = key_head(head, self.n_key_heads, self.key_head_ratio) else { broken() };
+        let Some(key_head) = head.checked_rem(self.n_key_heads) else { broken() };
         // D = 128 = the tile width: q head kh is tile kh, k head kh tile H_k + kh, v head h tile
         // 2·H_k + h (channels q | k | v of conv_out).
         match lane - n_rows {
@@ -1528,7 +1502,7 @@ param_struct! {
     /// GDN_LAYER_STEP's parameters, passed by value: the three fused ops' own parameter structs
     /// (each exactly what its kernel would take: the conv chain's, the pair-gate's with
     /// `epilogue` = [`PAIR_EPILOGUE_GATE`], GATED_DELTA_NET_FROM_CACHE's), the cross-block
-    /// readiness state, the work split, and [batch] the batched entries' schedule. 784 bytes,
+    /// readiness state, the work split, and [batch] the batched entries' schedule. 776 bytes,
     /// alignment 8, no padding.
     #[repr(C)]
     #[derive(Clone, Copy, Debug, PartialEq)]

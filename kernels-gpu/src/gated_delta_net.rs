@@ -4,9 +4,8 @@
 //! tokens t = 0 … n_t−1:
 //! `γ = expf(g)`, `KV = Σ_i S[i][col]·k[i]`, `δ = β·(v[col] − γ·KV)`,
 //! `S[i][col] ← γ·S[i][col] + k[i]·δ`, `out[col] = (Σ_i S[i][col]·q[i])·scale`,
-//! with q and k taken from key head `h mod H_k` (ggml's broadcast; or `h / r` for Hugging Face's
-//! `repeat_interleave`, `key_head_ratio` = r: [`abi::key_head`]). (Sᵀk comes from the
-//! *undecayed* S and is then scaled by γ — the CUDA order, not ggml's CPU one.)
+//! with q and k taken from key head `h mod H_k`. (Sᵀk comes from the *undecayed* S and is then
+//! scaled by γ — the CUDA order, not ggml's CPU one.)
 //!
 //! Thread mapping: block (32, [`GDN_WARPS`] = 4, 1), grid (x = value head h, y = sequence s,
 //! z = D/4). Warp `threadIdx.y` of block z owns value column `col = 4·z + threadIdx.y`; lane l
@@ -370,17 +369,15 @@ struct HeadViews {
 }
 
 impl HeadViews {
-    /// The views of value head `head` (key head [`abi::key_head`]: `head mod n_key_heads`, or
-    /// `head / key_head_ratio`) of sequence `seq`.
+    /// The views of value head `head` (key head `head mod n_key_heads`) of sequence `seq`.
     ///
     /// # Safety
     /// `head` < H_v and `seq` < n_s of a launch whose views the host validated (module docs).
     #[inline(always)]
     unsafe fn at(p: &abi::GatedDeltaNetParams, head: u32, seq: u32) -> HeadViews {
-        // The host validated n_key_heads ≥ 1 and every value head's key head < n_key_heads;
-        // `key_head` keeps core's divide-by-zero panic path out of the PTX, and a violated
-        // contract aborts the launch.
-        let Some(key_head) = abi::key_head(head, p.n_key_heads, p.key_head_ratio) else { trap() };
+        // The host validated n_key_heads ≥ 1; `checked_rem` keeps core's divide-by-zero panic
+        // path out of the PTX, and a violated contract aborts the launch.
+        let Some(key_head) = head.checked_rem(p.n_key_heads) else { trap() };
         let (key_head, head, seq) = (key_head as usize, head as usize, seq as usize);
         let (q, k, v) = (p.q as usize as *const f32, p.k as usize as *const f32, p.v as usize as *const f32);
         let (g, beta) = (p.g as usize as *const f32, p.beta as usize as *const f32);
