@@ -286,7 +286,19 @@ impl Op for GdnConvChain {
 
     fn reference(&self, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()> {
         let shape = self.check(mem)?;
-        crate::reference::gdn_conv_chain::gdn_conv_chain(self, &shape, mem, mufu);
+        let views = crate::reference::gdn_conv_chain::ChainViews {
+            conv_cache: self.conv_cache,
+            qkv: self.qkv,
+            weight: self.weight,
+            conv_out: self.conv_out,
+            q_norm: self.q_norm,
+            k_norm: self.k_norm,
+            head_dim: self.head_dim,
+            n_k_heads: self.n_k_heads,
+            eps: self.eps,
+        };
+        let snapshots: Vec<(usize, usize)> = self.snapshots.iter().map(|s| (s.row, s.offset)).collect();
+        crate::reference::gdn_conv_chain::gdn_conv_chain(&views, shape.source_row, &snapshots, mem, mufu);
         Ok(())
     }
 

@@ -9,11 +9,38 @@ use super::l2_norm::l2_normalize;
 use super::math::Mufu;
 use super::ssm_conv::conv_output;
 use crate::memory::HostMemory;
-use crate::ops::gdn_conv_chain::{ChainShape, GdnConvChain};
+use crate::tensor::Tensor;
 
-/// CPU reference of [`GdnConvChain`] in the kernel's float-op order (`op` validated).
-pub fn gdn_conv_chain(op: &GdnConvChain, shape: &ChainShape, mem: &mut HostMemory, mufu: &mut dyn Mufu) {
-    let ChainShape { d_conv, n_channels, n_tokens, source_row, .. } = *shape;
+/// The views and parameters the conv chain's reference reads and writes (a validated
+/// GDN_CONV_CHAIN (`ops::GdnConvChain`)'s).
+#[derive(Clone, Copy, Debug)]
+pub struct ChainViews {
+    /// `[(d_conv − 1)·C, rows]`: the row `source_row` is read, the snapshot rows written.
+    pub conv_cache: Tensor,
+    /// `[C, n_t]`: the tokens.
+    pub qkv: Tensor,
+    /// `[d_conv, C]`: the conv taps.
+    pub weight: Tensor,
+    /// `[C, n_t]`: the conv outputs.
+    pub conv_out: Tensor,
+    /// `[D, H_k, n_t]`: the normalised q heads.
+    pub q_norm: Tensor,
+    /// `[D, H_k, n_t]`: the normalised k heads.
+    pub k_norm: Tensor,
+    /// D.
+    pub head_dim: usize,
+    /// H_k.
+    pub n_k_heads: usize,
+    /// The L2 norm's epsilon.
+    pub eps: f32,
+}
+
+/// CPU reference of GDN_CONV_CHAIN in the kernel's float-op order, on a validated op's views:
+/// the incoming state is cache row `source_row`; each `(row, offset)` of `snapshots` writes
+/// `window(offset)` to cache row `row`.
+pub fn gdn_conv_chain(op: &ChainViews, source_row: usize, snapshots: &[(usize, usize)], mem: &mut HostMemory, mufu: &mut dyn Mufu) {
+    let [d_conv, n_channels, ..] = op.weight.ne();
+    let n_tokens = op.qkv.ne()[1];
     let state_len = d_conv - 1;
     // Phase 1: every read. cols[c] = conv_input row of channel c (GET_ROWS + CONCAT), as bits.
     let cols: Vec<Vec<u32>> = (0..n_channels)
@@ -33,10 +60,10 @@ pub fn gdn_conv_chain(op: &GdnConvChain, shape: &ChainShape, mem: &mut HostMemor
         }
     }
     // Phase 3: row `row` ← window(offset): channel c's slot jj = column offset + jj.
-    for s in &op.snapshots {
+    for &(row, offset) in snapshots {
         for (c, col) in cols.iter().enumerate() {
             for jj in 0..state_len {
-                mem.write_u32(&op.conv_cache, [c * state_len + jj, s.row, 0, 0], col[s.offset + jj]);
+                mem.write_u32(&op.conv_cache, [c * state_len + jj, row, 0, 0], col[offset + jj]);
             }
         }
     }
