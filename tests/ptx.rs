@@ -372,7 +372,7 @@ fn scoped_memory_operations(body: &str) -> Vec<(String, String)> {
         // device/grid.rs wraps each operation as `{ .reg .b64 ga; cvta.to.global.u64 ga, %rdN; op …, [ga]; }`.
         let address = line.split("cvta.to.global.u64 ga, ").nth(1).and_then(|r| r.split(';').next()).unwrap_or("").trim();
         for stmt in line.split(';') {
-            let opcode = stmt.trim().trim_start_matches('{').trim().split_whitespace().next().unwrap_or("");
+            let opcode = stmt.trim().trim_start_matches('{').split_whitespace().next().unwrap_or("");
             let scoped = ["ld.", "st.", "red.", "atom."].iter().any(|p| opcode.starts_with(p))
                 && [".gpu", ".sys", ".cta"].iter().any(|s| opcode.contains(s));
             if scoped {

@@ -52,7 +52,7 @@ enum Command {
     /// Runs one unfused GDN layer step on random weights and checks it against the CPU reference.
     Layer(LayerArgs),
     /// Benchmarks one GDN layer's chain and a whole verify forward, fusion off and on.
-    Bench(rgdn::bench::BenchArgs),
+    Bench(Box<rgdn::bench::BenchArgs>),
 }
 
 #[derive(Debug, clap::Args)]
