@@ -186,11 +186,55 @@ pub fn run_case(gpu: &Gpu, case: &Case, table: &mut MufuTable) -> CaseReport {
     CaseReport { group: case.group, name: case.name.clone(), passed, detail }
 }
 
-/// Test helper: panics naming every case of `cases` that fails on the CPU ([`run_case_cpu`]).
+/// Test helper: panics naming every case of `cases` that fails on the CPU ([`run_case_cpu`]);
+/// a deterministic sample of them ([`sample_for_tests`]) unless `RGDN_FULL_TESTS=1`.
 #[cfg(test)]
-pub(crate) fn assert_cpu_passes(cases: &[Case]) {
+pub(crate) fn assert_cpu_passes(cases: Vec<Case>) {
+    let cases = sample_for_tests(cases);
     let failed: Vec<String> = cases.iter().map(run_case_cpu).filter(|r| !r.passed).map(|r| format!("{}: {}", r.name, r.detail)).collect();
     assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+/// Whether the test suites run in full (`RGDN_FULL_TESTS=1`, what `scripts/full-tests.sh`
+/// sets): every op-suite case on the CPU and the long property and fuzz runs. Otherwise
+/// `cargo test` runs a deterministic sample of the same kinds of checks, in minutes.
+pub fn full_tests() -> bool {
+    std::env::var("RGDN_FULL_TESTS").is_ok_and(|v| v == "1")
+}
+
+/// One case in this many of each op group runs in a sampled (not full) test run.
+pub const TEST_SAMPLE_EVERY: usize = 8;
+
+/// `cases` as a test run checks them: all of them with `RGDN_FULL_TESTS=1`, else
+/// [`sample`]`(cases, TEST_SAMPLE_EVERY)`.
+pub fn sample_for_tests(cases: Vec<Case>) -> Vec<Case> {
+    if full_tests() { cases } else { sample(cases, TEST_SAMPLE_EVERY) }
+}
+
+/// A deterministic sample of `cases`: in the g-th op group (in order of appearance), the cases
+/// at positions j with (j + g) mod `every` = 0 — one in `every`, at an offset that rotates from
+/// group to group so that neighbouring groups sample different positions (shape, dtype, edge
+/// case) — and at least one case of every group. The order is kept.
+pub fn sample(cases: Vec<Case>, every: usize) -> Vec<Case> {
+    let every = every.max(1);
+    let mut groups: Vec<&'static str> = Vec::new();
+    let mut sizes: Vec<usize> = Vec::new();
+    let mut position = Vec::with_capacity(cases.len());
+    for c in &cases {
+        let g = groups.iter().position(|x| *x == c.group).unwrap_or_else(|| {
+            groups.push(c.group);
+            sizes.push(0);
+            groups.len() - 1
+        });
+        position.push((g, sizes[g]));
+        sizes[g] += 1;
+    }
+    let keep = |(g, j): (usize, usize)| {
+        let first = (every - g % every) % every;
+        // A group smaller than its offset keeps one case all the same.
+        if first >= sizes[g] { j == g % sizes[g] } else { (j + g) % every == 0 }
+    };
+    cases.into_iter().zip(position).filter(|(_, p)| keep(*p)).map(|(c, _)| c).collect()
 }
 
 /// Runs one case on the CPU only (no GPU): the case must build, a `Match` case's ops must
@@ -519,6 +563,27 @@ mod tests {
     use super::*;
     use crate::ops::Scale;
     use crate::tensor::BufferId;
+
+    /// The sample keeps about one case in `every` of each group, at least one of every group,
+    /// at offsets that differ between neighbouring groups, in order, and the same every time.
+    #[test]
+    fn the_test_sample_covers_every_group_deterministically() {
+        let all = cases::all();
+        let names = |cases: &[Case]| cases.iter().map(|c| c.name.clone()).collect::<Vec<_>>();
+        let picked = sample(cases::all(), 8);
+        assert_eq!(names(&picked), names(&sample(cases::all(), 8)));
+        let groups = |cases: &[Case]| cases.iter().map(|c| c.group).collect::<std::collections::BTreeSet<_>>();
+        assert_eq!(groups(&picked), groups(&all));
+        assert!(picked.len() * 8 <= all.len() + 8 * groups(&all).len(), "{} of {}", picked.len(), all.len());
+        let order: Vec<usize> = picked.iter().map(|c| all.iter().position(|a| a.name == c.name).unwrap()).collect();
+        assert!(order.windows(2).all(|w| w[0] < w[1]));
+        // Groups 0 and 1 start at different positions.
+        let first_of =
+            |g: &str| all.iter().filter(|c| c.group == g).position(|c| c.name == picked.iter().find(|p| p.group == g).unwrap().name);
+        let (g0, g1) = (all[0].group, all.iter().find(|c| c.group != all[0].group).unwrap().group);
+        assert_ne!(first_of(g0), first_of(g1));
+        assert_eq!(sample(cases::all(), 1).len(), all.len());
+    }
 
     /// A Scale writing a 4-float output inside guard bytes, and two memories that differ by
     /// NaN payloads in one output element and, optionally, one guard word.
