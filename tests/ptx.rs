@@ -1,10 +1,7 @@
-//! The built PTX: every entry the host can launch is in it, and every kernel assembles with
-//! ptxas for sm_90 (registers and spills printed). ptxas comes from PyPI
-//! (`pip install nvidia-cuda-nvcc`); `RGDN_PTXAS` points at another one. Without ptxas the
-//! assembly test reports itself SKIPPED (loudly) and passes, unless `RGDN_REQUIRE_PTXAS=1`.
-
-use std::path::PathBuf;
-use std::process::Command;
+//! The built PTX: every entry the host can launch is in it, with the parameter struct the
+//! host passes; every float instruction is a form the spec allows; the layer step keeps its
+//! readiness protocol. (That every kernel assembles with ptxas without spills is
+//! `tests/ptxas.rs`.)
 
 #[test]
 fn every_host_entry_is_in_the_ptx() {
@@ -34,90 +31,6 @@ fn kernels_have_no_panic_paths() {
     let ptx = rgdn::kernels::PTX;
     let funcs: Vec<&str> = ptx.lines().filter(|l| l.starts_with(".func") && l.contains("panic")).collect();
     assert!(funcs.is_empty(), "panic paths in the PTX: {funcs:?}");
-}
-
-/// `RGDN_REQUIRE_PTXAS=1`: a missing ptxas is a failure instead of a loud skip (`.ci/run` sets it).
-fn require_ptxas() -> bool {
-    std::env::var("RGDN_REQUIRE_PTXAS").is_ok_and(|v| v == "1")
-}
-
-fn find_ptxas() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("RGDN_PTXAS") {
-        return Some(PathBuf::from(p));
-    }
-    let works = |p: &PathBuf| Command::new(p).arg("--version").output().is_ok_and(|o| o.status.success());
-    let on_path = PathBuf::from("ptxas");
-    if works(&on_path) {
-        return Some(on_path);
-    }
-    // pip's nvidia-cuda-nvcc wheel: <site-packages>/nvidia/cu13/bin/ptxas
-    let out = Command::new("python3").args(["-c", "import nvidia, os; print(list(nvidia.__path__)[0])"]).output().ok()?;
-    let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    ["cu13", "cuda_nvcc"].iter().map(|d| dir.join(d).join("bin/ptxas")).find(works)
-}
-
-#[test]
-fn every_kernel_assembles_with_ptxas_without_spills() {
-    let Some(ptxas) = find_ptxas() else {
-        // A fresh machine with only rustup has no ptxas: say so loudly and skip, unless CI (or
-        // anyone) asks for the check with RGDN_REQUIRE_PTXAS=1 — then a missing ptxas fails.
-        let hint = "`pip install nvidia-cuda-nvcc` (or set RGDN_PTXAS)";
-        if require_ptxas() {
-            panic!("ptxas not found and RGDN_REQUIRE_PTXAS=1: {hint}; .ci/run installs it");
-        }
-        let banner = "=".repeat(78);
-        // Straight to the process's stderr: the test harness captures eprintln! of passing tests.
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr(),
-            "{banner}\nSKIPPED every_kernel_assembles_with_ptxas_without_spills: ptxas not found ({hint}).\n\
-             Registers and spills were NOT checked. Set RGDN_REQUIRE_PTXAS=1 to make this a failure.\n{banner}"
-        );
-        return;
-    };
-    let dir = std::env::temp_dir().join(format!("rgdn-ptx-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let src = dir.join("rgdn.ptx");
-    std::fs::write(&src, rgdn::kernels::PTX).unwrap();
-    let out = Command::new(&ptxas)
-        .arg(format!("-arch={}", rgdn::kernels::PTX_ARCH))
-        .arg("-v")
-        .arg(&src)
-        .arg("-o")
-        .arg(dir.join("rgdn.cubin"))
-        .output()
-        .unwrap();
-    let log = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(out.status.success(), "ptxas failed:\n{log}");
-    // One line per kernel: name, registers, stack, spills.
-    let mut report = Vec::new();
-    let mut current = String::new();
-    for line in log.lines() {
-        if let Some(rest) = line.split("Compiling entry function '").nth(1) {
-            current = rest.split('\'').next().unwrap_or("").to_string();
-        } else if line.contains("Function properties for") {
-            // Only the entry's own properties line follows its "Compiling" line.
-            if !line.ends_with(&current) {
-                current.clear();
-            }
-        } else if line.contains("stack frame") && !current.is_empty() {
-            report.push((current.clone(), line.trim().trim_start_matches("ptxas info    : ").to_string()));
-        } else if line.contains("Used")
-            && line.contains("registers")
-            && let Some(r) = report.last_mut()
-        {
-            r.1 = format!("{}; {}", line.split(": ").last().unwrap_or(line).trim(), r.1);
-        }
-    }
-    println!("ptxas {} report ({} kernels):", rgdn::kernels::PTX_ARCH, report.len());
-    for (k, r) in &report {
-        println!("  {k:<32} {r}");
-    }
-    assert_eq!(report.len(), rgdn::kernels::ptx_entries().len(), "ptxas reported a different number of kernels:\n{log}");
-    for (k, r) in &report {
-        assert!(r.contains("0 bytes spill stores") && r.contains("0 bytes spill loads"), "{k} spills: {r}");
-    }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// [convchain] The fused conv chain indexes its parameter tables only with literal indices: a

@@ -539,23 +539,68 @@ pub fn check_mufu_bounds(table: &MufuTable) -> std::result::Result<Vec<(MufuOp, 
 
 /// Prints a test-backend-ops-like table (op, cases, passed) and returns whether all passed.
 pub fn summarize(reports: &[CaseReport], out: &mut dyn std::io::Write) -> std::io::Result<bool> {
-    let mut groups: Vec<(&str, usize, usize)> = Vec::new();
+    let groups = group_counts(reports, |r| [1, r.passed as usize]);
+    let w = name_width(&groups, "op");
+    writeln!(out, "{:<w$} {:>6} {:>7}", "op", "cases", "passed")?;
+    for (g, [n, p]) in &groups {
+        writeln!(out, "{:<w$} {:>6} {:>7}{}", g, n, p, if n == p { "" } else { "   FAIL" })?;
+    }
+    let [n, p] = totals(&groups);
+    writeln!(out, "{:<w$} {:>6} {:>7}", "total", n, p)?;
+    Ok(n == p)
+}
+
+/// The table of a run without a GPU: per group, how many cases ran their CPU reference, how
+/// many were refused as they expect, how many failed (did not build, reference refused, wrong
+/// refusal). Nothing was compared with a GPU, so no column says "passed". `Ok(true)` when
+/// none failed.
+pub fn summarize_cpu(reports: &[CaseReport], out: &mut dyn std::io::Write) -> std::io::Result<bool> {
+    let groups = group_counts(reports, |r| match (r.passed, r.detail.starts_with("refused as expected")) {
+        (true, false) => [1, 1, 0, 0],
+        (true, true) => [1, 0, 1, 0],
+        (false, _) => [1, 0, 0, 1],
+    });
+    let w = name_width(&groups, "op (CPU only)");
+    let row = |name: &str, c: [usize; 4]| format!("{name:<w$} {:>6} {:>14} {:>20} {:>7}", c[0], c[1], c[2], c[3]);
+    writeln!(out, "{:<w$} {:>6} {:>14} {:>20} {:>7}", "op (CPU only)", "cases", "reference ran", "refused as expected", "failed")?;
+    for (g, c) in &groups {
+        writeln!(out, "{}{}", row(g, *c), if c[3] == 0 { "" } else { "   FAIL" })?;
+    }
+    let total = totals(&groups);
+    writeln!(out, "{}", row("total", total))?;
+    writeln!(out, "(no GPU: nothing was compared; run on a GPU machine for the bit-exactness check)")?;
+    Ok(total[3] == 0)
+}
+
+/// Per group (in first-seen order), the sum of `count` over its reports.
+fn group_counts<const N: usize>(reports: &[CaseReport], count: impl Fn(&CaseReport) -> [usize; N]) -> Vec<(&'static str, [usize; N])> {
+    let mut groups: Vec<(&'static str, [usize; N])> = Vec::new();
     for r in reports {
-        match groups.iter_mut().find(|g| g.0 == r.group) {
-            Some(g) => {
-                g.1 += 1;
-                g.2 += r.passed as usize;
+        let i = match groups.iter().position(|g| g.0 == r.group) {
+            Some(i) => i,
+            None => {
+                groups.push((r.group, [0; N]));
+                groups.len() - 1
             }
-            None => groups.push((r.group, 1, r.passed as usize)),
+        };
+        for (sum, c) in groups[i].1.iter_mut().zip(count(r)) {
+            *sum += c;
         }
     }
-    writeln!(out, "{:<24} {:>6} {:>7}", "op", "cases", "passed")?;
-    for (g, n, p) in &groups {
-        writeln!(out, "{:<24} {:>6} {:>7}{}", g, n, p, if n == p { "" } else { "   FAIL" })?;
-    }
-    let (n, p) = groups.iter().fold((0, 0), |acc, g| (acc.0 + g.1, acc.1 + g.2));
-    writeln!(out, "{:<24} {:>6} {:>7}", "total", n, p)?;
-    Ok(n == p)
+    groups
+}
+
+/// The first column's width: the longest group name or the header, so that the columns stay
+/// aligned whatever the op names.
+fn name_width<const N: usize>(groups: &[(&str, [usize; N])], header: &str) -> usize {
+    groups.iter().map(|g| g.0.chars().count()).chain([header.chars().count(), "total".len()]).max().unwrap_or(0)
+}
+
+fn totals<const N: usize>(groups: &[(&str, [usize; N])]) -> [usize; N] {
+    groups.iter().fold([0; N], |mut acc, g| {
+        acc.iter_mut().zip(g.1).for_each(|(a, c)| *a += c);
+        acc
+    })
 }
 
 #[cfg(test)]
@@ -583,6 +628,37 @@ mod tests {
         let (g0, g1) = (all[0].group, all.iter().find(|c| c.group != all[0].group).unwrap().group);
         assert_ne!(first_of(g0), first_of(g1));
         assert_eq!(sample(cases::all(), 1).len(), all.len());
+    }
+
+    /// Column k of every line starts where the header's does, for group names longer than
+    /// the old fixed 24-character column.
+    #[test]
+    fn summary_columns_stay_aligned_for_long_op_names() {
+        let report =
+            |group: &'static str, passed: bool, detail: &str| CaseReport { group, name: group.into(), passed, detail: detail.into() };
+        let reports = [
+            report("SCALE", true, ""),
+            report("GDN_LAYER_STEP_VS_UNFUSED_AND_THEN_SOME", true, "refused as expected: x"),
+            report("GDN_LAYER_STEP_VS_UNFUSED_AND_THEN_SOME", false, "wrong"),
+        ];
+        for table in [0, 1] {
+            let mut out = Vec::new();
+            let ok = if table == 0 { summarize(&reports, &mut out) } else { summarize_cpu(&reports, &mut out) }.unwrap();
+            assert!(!ok);
+            let text = String::from_utf8(out).unwrap();
+            let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with('(')).collect();
+            // Where each right-aligned column ends: the header's column ends are every line's.
+            let ends = |l: &str| -> Vec<usize> {
+                let l = l.trim_end_matches("   FAIL");
+                let chars: Vec<char> = l.chars().collect();
+                (1..=chars.len()).filter(|&i| chars[i - 1] != ' ' && (i == chars.len() || chars[i] == ' ')).collect()
+            };
+            let want: Vec<usize> = ends(lines[0]).into_iter().rev().take(2).collect();
+            for l in &lines {
+                let got: Vec<usize> = ends(l).into_iter().rev().take(2).collect();
+                assert_eq!(got, want, "table {table}, line {l:?} in\n{text}");
+            }
+        }
     }
 
     /// A Scale writing a 4-float output inside guard bytes, and two memories that differ by
