@@ -49,7 +49,7 @@ fn gdn_conv_chain_entries_use_no_local_memory() {
 
 // ---- [exactness] every float instruction is a form the spec allows ---------------------------
 
-/// The float-typed PTX instructions the spec allows (`/work/shared/spec/ggml-gdn-chain.md`
+/// The float-typed PTX instructions the spec allows (`docs/spec.md`
 /// §0.1–0.2 and the per-operation table): the `.ftz` arithmetic ggml's fast-math build runs,
 /// with an explicit `.rn` on every add/sub/mul/fma so that ptxas cannot contract them; the
 /// MUFU approximations in their `.approx.ftz` forms; `max.ftz`; ordered `.ftz` compares; the
