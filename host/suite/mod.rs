@@ -628,6 +628,13 @@ mod tests {
         let (g0, g1) = (all[0].group, all.iter().find(|c| c.group != all[0].group).unwrap().group);
         assert_ne!(first_of(g0), first_of(g1));
         assert_eq!(sample(cases::all(), 1).len(), all.len());
+        // Groups smaller than their offset keep a case too.
+        let tiny = |group: &'static str, n: usize| {
+            (0..n).map(move |i| Case::new(group, format!("{group}#{i}"), || Err(crate::Error::Invalid { op: "test", what: String::new() })))
+        };
+        let few: Vec<Case> = tiny("A", 9).chain(tiny("B", 1)).chain(tiny("C", 2)).collect();
+        let kept: Vec<String> = sample(few, 8).into_iter().map(|c| c.name).collect();
+        assert_eq!(kept, ["A#0", "A#8", "B#0", "C#0"]);
     }
 
     /// Column k of every line starts where the header's does, for group names longer than
