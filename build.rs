@@ -10,7 +10,9 @@
 //!
 //! Stable Rust: the built PTX of each supported arch is committed as `kernels-gpu/ptx/<arch>.ptx`.
 //! When the kernel toolchain (a nightly rustc with `rust-src`) is absent — a downstream crate on
-//! stable — build.rs embeds that file instead, and says so (`cargo:warning`). `RGDN_PTX_FROM`
+//! stable — build.rs embeds that file instead: silently on a stable or beta rustc (the documented
+//! path for a downstream crate), with a `cargo:warning` on a nightly that cannot build the
+//! kernels (no `rust-src`: probably a broken setup of this repository). `RGDN_PTX_FROM`
 //! forces either way: `source` (build, or fail) or `committed`. The crate learns which
 //! (`RGDN_PTX_ORIGIN` = `source` | `committed`); `tests/ptx_committed.rs` rebuilds from source
 //! and fails when the committed file differs by one byte (`scripts/refresh-ptx.sh` refreshes it).
@@ -41,17 +43,19 @@ fn main() {
     let use_committed = match from.as_str() {
         "source" => {
             if let Err(why) = kernel_toolchain(&cargo) {
-                fail(&why);
+                fail(why.message());
             }
             false
         }
         "committed" => true,
         "" => match kernel_toolchain(&cargo) {
             Ok(()) => false,
+            // A stable or beta rustc: the committed PTX is the documented path, nothing to say.
+            Err(NoKernelToolchain::NotNightly(_)) => true,
             Err(why) => {
                 println!(
                     "cargo:warning=rgdn: no kernel toolchain ({}); embedding the committed PTX {}",
-                    why.lines().next().unwrap_or_default(),
+                    why.message().lines().next().unwrap_or_default(),
                     committed.display()
                 );
                 true
@@ -143,30 +147,49 @@ fn with_launch_bounds(ptx: &str, bounds: &[(&str, u32, u32)]) -> String {
 /// Whether the kernels can be built here: a nightly rustc (`-Zbuild-std`) whose `rust-src`
 /// component is installed (`-Zbuild-std` compiles `core` from it). Says plainly what is missing
 /// instead of letting cargo fail deep inside.
-fn kernel_toolchain(cargo: &str) -> Result<(), String> {
+fn kernel_toolchain(cargo: &str) -> Result<(), NoKernelToolchain> {
     let rustc = Path::new(cargo).with_file_name("rustc");
     let rustc = if rustc.exists() { rustc } else { PathBuf::from("rustc") };
     let version = Command::new(&rustc)
         .arg("--version")
         .output()
-        .map_err(|e| format!("could not run `{}`: {e}; install {TOOLCHAIN_HINT}", rustc.display()))?;
+        .map_err(|e| NoKernelToolchain::Broken(format!("could not run `{}`: {e}; install {TOOLCHAIN_HINT}", rustc.display())))?;
     let version = String::from_utf8_lossy(&version.stdout).trim().to_string();
     if !version.contains("nightly") {
-        return Err(format!("`{}` is `{version}`, but the device build needs nightly features; install {TOOLCHAIN_HINT}", rustc.display()));
+        return Err(NoKernelToolchain::NotNightly(format!(
+            "`{}` is `{version}`, but the device build needs nightly features; install {TOOLCHAIN_HINT}",
+            rustc.display()
+        )));
     }
     let sysroot = Command::new(&rustc)
         .args(["--print", "sysroot"])
         .output()
-        .map_err(|e| format!("could not run `{}`: {e}; install {TOOLCHAIN_HINT}", rustc.display()))?;
+        .map_err(|e| NoKernelToolchain::Broken(format!("could not run `{}`: {e}; install {TOOLCHAIN_HINT}", rustc.display())))?;
     let sysroot = String::from_utf8_lossy(&sysroot.stdout).trim().to_string();
     let core_src = Path::new(&sysroot).join("lib/rustlib/src/rust/library/core");
     if !core_src.exists() {
-        return Err(format!(
+        return Err(NoKernelToolchain::Broken(format!(
             "the toolchain at {sysroot} has no rust-src component (needed for -Zbuild-std=core).\n\
              Install it with `rustup component add rust-src --toolchain nightly-2026-05-20`, or {TOOLCHAIN_HINT}."
-        ));
+        )));
     }
     Ok(())
+}
+
+/// Why the kernels cannot be built with the rustc at hand.
+enum NoKernelToolchain {
+    /// A stable or beta rustc: a downstream crate's normal case (the committed PTX is embedded).
+    NotNightly(String),
+    /// A nightly that cannot build them, or no runnable rustc: worth a warning.
+    Broken(String),
+}
+
+impl NoKernelToolchain {
+    fn message(&self) -> &str {
+        match self {
+            NoKernelToolchain::NotNightly(m) | NoKernelToolchain::Broken(m) => m,
+        }
+    }
 }
 
 /// The nested cargo must not inherit the outer build's per-package settings (flags, target,

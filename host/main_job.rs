@@ -14,12 +14,12 @@ use crate::bench::chain::{ChainBuilder, ChainConfig, ChainPair, default_builder,
 use crate::bench::{self, BenchArgs};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
-use crate::layer::{GdnShape, LayerInit, Step};
+use crate::layer::{GdnShape, LayerInit, LayerTensors, Step};
 use crate::memory::{DeviceMemory, HostMemory};
 use crate::ops::Op;
 use crate::reference::math::{ExactMufu, MufuTable};
 use crate::tensor::BufferId;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The step the main job checks: Qwen3.5-9B, MTP K=3 verify.
 pub fn config() -> ChainConfig {
@@ -34,6 +34,16 @@ pub fn differing_buffers(a: &HostMemory, b: &HostMemory, skip: &BTreeSet<usize>)
         .collect()
 }
 
+/// Each buffer's name for the output: the layer tensors it holds (`conv_cache`), or
+/// `scratch buffer N` for one a chain builder allocated.
+pub fn buffer_names(mem: &HostMemory, tensors: &LayerTensors) -> BTreeMap<usize, String> {
+    let mut names: BTreeMap<usize, Vec<&str>> = BTreeMap::new();
+    for (name, t) in LayerTensors::NAMES.iter().zip(tensors.to_array()) {
+        names.entry(t.buffer.0).or_default().push(name);
+    }
+    (0..mem.n_buffers()).map(|b| (b, names.get(&b).map_or_else(|| format!("scratch buffer {b}"), |n| n.join(" / ")))).collect()
+}
+
 /// What the comparison found.
 #[derive(Debug)]
 pub struct Outcome {
@@ -45,6 +55,8 @@ pub struct Outcome {
     pub differing: Vec<usize>,
     /// Buffers where the unfused GPU run differs from the CPU reference (GPU only).
     pub differing_from_reference: Vec<usize>,
+    /// Each buffer's name ([`buffer_names`]), for the output.
+    pub names: BTreeMap<usize, String>,
 }
 
 impl Outcome {
@@ -86,6 +98,7 @@ pub fn compare(builder: &dyn ChainBuilder, cfg: &ChainConfig, gpu: Option<&Gpu>,
         None => (run_cpu(&built.mem, &built.off)?, run_cpu(&built.mem, &built.on)?, Vec::new()),
     };
     let differing = differing_buffers(&off, &on, &eliminated);
+    let names = buffer_names(&built.mem, &built.tensors);
     Ok(Outcome {
         on_gpu: gpu.is_some(),
         fusion_available: builder.fusion_available(),
@@ -93,7 +106,16 @@ pub fn compare(builder: &dyn ChainBuilder, cfg: &ChainConfig, gpu: Option<&Gpu>,
         eliminated,
         differing,
         differing_from_reference,
+        names,
     })
+}
+
+impl Outcome {
+    /// `buffers` by name: "conv_input, attn_out".
+    fn named(&self, buffers: impl IntoIterator<Item = usize>) -> String {
+        let name = |b: usize| self.names.get(&b).cloned().unwrap_or_else(|| format!("buffer {b}"));
+        buffers.into_iter().map(name).collect::<Vec<_>>().join(", ")
+    }
 }
 
 /// Prints what `compare` found.
@@ -106,23 +128,39 @@ pub fn describe(o: &Outcome) -> String {
     if o.differing.is_empty() {
         s.push_str(&format!("{side}: unfused vs fused — all {} compared buffers equal bit for bit", o.compared));
     } else {
-        s.push_str(&format!("{side}: unfused vs fused — {} of {} buffers DIFFER: {:?}", o.differing.len(), o.compared, o.differing));
+        s.push_str(&format!(
+            "{side}: unfused vs fused — {} of {} buffers DIFFER: {}",
+            o.differing.len(),
+            o.compared,
+            o.named(o.differing.iter().copied())
+        ));
     }
     if !o.eliminated.is_empty() {
         s.push_str(&format!(
-            " ({} intermediates the fused chain no longer writes are not compared: buffers {:?})",
+            " ({} intermediates the fused chain no longer writes are not compared: {})",
             o.eliminated.len(),
-            o.eliminated
+            o.named(o.eliminated.iter().copied())
         ));
     }
     if o.on_gpu {
         if o.differing_from_reference.is_empty() {
             s.push_str("\nGPU unfused chain vs CPU reference (hardware MUFU results): every buffer equal bit for bit");
         } else {
-            s.push_str(&format!("\nGPU unfused chain vs CPU reference: buffers {:?} DIFFER", o.differing_from_reference));
+            s.push_str(&format!("\nGPU unfused chain vs CPU reference: {} DIFFER", o.named(o.differing_from_reference.iter().copied())));
         }
     }
     s
+}
+
+/// The job's first line: the step, and the two chains it compares.
+fn header(cfg: &ChainConfig, builder: &dyn ChainBuilder) -> String {
+    format!(
+        "rgdn main job: Qwen3.5-9B GDN layer, verify step T = {} tokens, R = {} snapshots — {} against {}",
+        cfg.step.n_tokens,
+        cfg.step.n_rollback,
+        builder.label(false),
+        builder.label(true)
+    )
 }
 
 /// The main job. `Ok(true)` when every comparison held (and, on a GPU, the time table was
@@ -130,14 +168,7 @@ pub fn describe(o: &Outcome) -> String {
 pub fn run(out: &mut dyn std::io::Write) -> Result<bool> {
     let cfg = config();
     let builder = default_builder();
-    writeln!(
-        out,
-        "rgdn main job: Qwen3.5-9B GDN layer, verify step T = {} tokens, R = {} snapshots; unfused = {}; fused = {}",
-        cfg.step.n_tokens,
-        cfg.step.n_rollback,
-        builder.label(false),
-        builder.label(true)
-    )?;
+    writeln!(out, "{}", header(&cfg, builder))?;
     let gpu = match Gpu::new() {
         Ok(gpu) => {
             writeln!(out, "GPU: {}", gpu.info())?;
@@ -227,7 +258,20 @@ mod tests {
         let o = compare(&Broken, &cfg, None, 3).unwrap();
         assert!(!o.passed());
         assert_eq!(o.eliminated.len(), 1);
-        assert!(describe(&o).contains("DIFFER"));
+        let text = describe(&o);
+        assert!(text.contains("DIFFER"));
+        // Buffers are named by the tensors they hold, not by number: the skipped MUL's output
+        // (the gate) is the eliminated one, and the GDN's outputs differ.
+        assert!(text.contains("not compared: gate)"), "{text}");
+        assert!(text.contains("attn_out") && text.contains("ssm_cache"), "{text}");
+    }
+
+    #[test]
+    fn the_header_names_the_step_and_both_chains() {
+        let h = header(&config(), default_builder());
+        assert!(h.contains("T = 4 tokens, R = 3 snapshots"), "{h}");
+        assert!(h.contains("— unfused against fused (conv_chain + "), "{h}");
+        assert!(!h.contains("unfused = unfused"), "{h}");
     }
 
     /// The whole main job on a machine without a GPU: the 9B step's CPU-side comparison.

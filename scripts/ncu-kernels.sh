@@ -7,7 +7,7 @@
 # them), then matches ncu's kernels with the bench's launch manifest and writes to OUT_DIR:
 #   ncu.csv       op,config,n_t,columns,dtype,kernel,median_us,samples  (one row per kernel and
 #                 shape; what issue 7 commits as results/<date>-h200-speed/ncu.csv)
-#   ncu-table.md  per-kernel medians in the format of shared/reference/ggml-h200-timings.md
+#   ncu-table.md  per-kernel medians in the format of results/2026-11-30-h200-speed/upstream-ggml.md
 #                 (rows = ops, columns n_t = 1/4/8/16), also printed
 #   ncu-raw.csv   ncu's own CSV; manifest.csv; bench/ (the bench's report of the same run)
 #

@@ -6,7 +6,7 @@ usage: ncu_summary.py NCU_RAW_CSV MANIFEST_CSV OUT_CSV OUT_MD
 ncu's kernels (by ID) are matched one to one with the bench's launch manifest (same order,
 same names, checked); warm-up launches are left out. Writes OUT_CSV with the header
 `op,config,n_t,columns,dtype,kernel,median_us,samples` (one row per kernel and shape) and
-OUT_MD, a table in the format of shared/reference/ggml-h200-timings.md (rows = ops, columns
+OUT_MD, a table in the format of results/2026-11-30-h200-speed/upstream-ggml.md (rows = ops, columns
 n_t = 1/4/8/16; an op with several launches per layer, e.g. the mat-vecs at n_t = 16, is the
 sum of their medians).
 """

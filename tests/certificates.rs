@@ -607,9 +607,8 @@ fn check_multi_sequence(spec: &StackSpec, out: &sweep::OffOn) -> Result<(), Stri
     use rgdn::fusion::{Outcome, Refusal};
     sweep::check_case(spec, out).map(|_| ())?;
     let (step, layer) = (&spec.layers[0].step, &out.report.layers[0]);
-    let refused_by_the_op = |name: &str| {
-        matches!(layer.outcome(name), Some(Outcome::Refused(Refusal::FusedInvalid(why))) if why.contains("another sequence"))
-    };
+    let refused_by_the_op =
+        |name: &str| matches!(layer.outcome(name), Some(Outcome::Refused(Refusal::FusedInvalid(why))) if why.contains("another sequence"));
     if step.reads_another_sequences_row(step.slots()) && !refused_by_the_op("conv_chain") {
         return Err(format!("a sequence reading another's conv row did not refuse the conv chain by name:\n{}", out.report));
     }

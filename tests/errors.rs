@@ -465,7 +465,8 @@ mod cli {
         assert!(text(&o.stderr).contains("cannot write"), "{}", text(&o.stderr));
     }
 
-    /// Without a GPU nothing is compared: the table says the reference ran, not "passed".
+    /// Without a GPU nothing is compared: the table says the reference ran, not "passed"; the
+    /// run says how far it is, group by group (the whole suite takes minutes on a small machine).
     #[test]
     fn check_without_a_gpu_says_what_ran() {
         let o = rgdn(&["check".as_ref(), "scale".as_ref()]);
@@ -474,7 +475,51 @@ mod cli {
         let out = text(&o.stdout);
         if out.starts_with("no GPU") {
             assert!(out.contains("reference ran") && !out.contains("passed"), "{out}");
+            assert!(out.contains("[1/1] SCALE: "), "no progress line: {out}");
         }
+    }
+
+    /// "no GPU (no GPU: …)" said it twice.
+    #[test]
+    fn no_gpu_is_said_once() {
+        for args in [&["check", "scale"][..], &["layer", "9b", "--tokens", "1", "--rollback", "0"]] {
+            let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_ref()).collect();
+            let o = rgdn(&args);
+            no_panic(&o);
+            let out = text(&o.stdout);
+            assert!(!out.contains("no GPU (no GPU"), "{args:?}: {out}");
+            if out.contains("no GPU (") {
+                assert_eq!(o.status.code(), Some(0), "{args:?}: {}", text(&o.stderr));
+            }
+        }
+    }
+
+    /// `rgdn --help` says what `rgdn` alone does.
+    #[test]
+    fn help_says_that_no_subcommand_runs_the_main_job() {
+        let o = rgdn(&["--help".as_ref()]);
+        assert_eq!(o.status.code(), Some(0));
+        assert!(text(&o.stdout).contains("Without a subcommand, rgdn runs the main job"), "{}", text(&o.stdout));
+    }
+
+    /// `bench --help` is plain text (no rustdoc link syntax) and describes `all` as it is.
+    #[test]
+    fn bench_help_is_plain_text() {
+        let o = rgdn(&["bench".as_ref(), "--help".as_ref()]);
+        assert_eq!(o.status.code(), Some(0));
+        let help = text(&o.stdout);
+        assert!(!help.contains("[`") && !help.contains("`]"), "rustdoc link syntax in:\n{help}");
+        assert!(help.contains("`all` (every registered fusion") && !help.contains("also the one-launch"), "{help}");
+    }
+
+    /// A bench refusal names the command once: "rgdn bench: unknown preset 3b".
+    #[test]
+    fn a_bench_refusal_is_prefixed_once() {
+        let o = rgdn(&["bench".as_ref(), "--preset".as_ref(), "3b".as_ref()]);
+        no_panic(&o);
+        assert_eq!(o.status.code(), Some(1));
+        let err = text(&o.stderr);
+        assert!(err.contains("rgdn bench: unknown preset 3b") && !err.contains("bench: bench"), "{err}");
     }
 }
 

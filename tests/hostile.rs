@@ -15,8 +15,10 @@
 //!
 //! Adding an op is one entry in [`OPS`]: a function that builds it from a [`Gen`] (hazards on
 //! the tape's non-zero choices, e.g. [`Gen::one_in`], so the all-zero tape stays valid).
-//! `RGDN_PROPTEST_CASES=N` runs N cases per op (default 2048, a few seconds in CI); the generator is
+//! `RGDN_PROPTEST_CASES=N` runs N cases per op (default 512; 2048 with `RGDN_FULL_TESTS=1`); the generator is
 //! deterministic unless `RGDN_PROPTEST_SEED=<u64>` picks another seed.
+
+mod common;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
@@ -748,7 +750,8 @@ fn check_declared_writes(op: &dyn Op, mem: &HostMemory) -> Result<(), TestCaseEr
 }
 
 fn cases() -> u32 {
-    std::env::var("RGDN_PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(2048)
+    let default = if common::full_tests() { 2048 } else { 512 };
+    std::env::var("RGDN_PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
 #[test]

@@ -66,12 +66,13 @@ pub struct BenchArgs {
     /// Type of the alpha/beta mat-vec weights: f32, f16 or bf16.
     #[arg(long, default_value = "f32")]
     pub weights: String,
-    /// Fusions of the "on" arm: `default` (the registry's default set), `all` (also the
-    /// one-launch layer_step), or registered names, comma-separated (e.g. `conv_chain,pair`).
+    /// Fusions of the "on" arm: `default` (the registry's default set), `all` (every registered
+    /// fusion, also any outside the default set), `none`, or registered names, comma-separated
+    /// (e.g. `conv_chain,pair`).
     #[arg(long, default_value = "default")]
     pub fusions: String,
     /// Sequences per verify step, comma-separated (1 to 64): every mode runs at each n_s
-    /// ([`seqs_step`]: sequence s writes and reads cell s).
+    /// (sequence s writes and reads cache cell s).
     #[arg(long, value_delimiter = ',', default_value = "1")]
     pub seqs: Vec<usize>,
     /// ABBA rounds (each round: off, on, on, off).
@@ -600,16 +601,47 @@ pub fn write_outputs(dir: &std::path::Path, report: &Report, text: &str, out: &m
 /// message and 2; another error: the message and 1). Never panics on a machine without a GPU.
 /// A failed write to `out` (a closed pipe) comes back as the error, for the caller to end quietly.
 pub fn run_cli(args: &BenchArgs, out: &mut dyn std::io::Write) -> std::io::Result<std::process::ExitCode> {
-    match run(args, out) {
-        Ok(_) => Ok(std::process::ExitCode::SUCCESS),
+    exit_code("rgdn bench", run(args, out).map(drop), NoGpu::Exit2)
+}
+
+/// For `cargo bench` (`benches/gdn.rs`): [`run_cli`], except that a machine without a GPU is a
+/// loud skip with exit 0, as for the GPU tests (`RGDN_REQUIRE_GPU=1` makes it exit 2).
+pub fn run_bench_target(args: &BenchArgs, out: &mut dyn std::io::Write) -> std::io::Result<std::process::ExitCode> {
+    let require_gpu = std::env::var("RGDN_REQUIRE_GPU").is_ok_and(|v| v == "1");
+    exit_code("cargo bench", run(args, out).map(drop), if require_gpu { NoGpu::Exit2 } else { NoGpu::Skip })
+}
+
+/// What a missing GPU means for the exit code.
+enum NoGpu {
+    Exit2,
+    Skip,
+}
+
+/// The exit code of a run named `who` (the prefix of its messages on stderr).
+fn exit_code(who: &str, result: Result<()>, no_gpu: NoGpu) -> std::io::Result<std::process::ExitCode> {
+    use std::process::ExitCode;
+    match result {
+        Ok(()) => Ok(ExitCode::SUCCESS),
         Err(Error::Io(e)) => Err(e),
-        Err(Error::NoGpu { reason }) => {
-            eprintln!("rgdn bench: no GPU ({reason}): nothing was measured");
-            Ok(std::process::ExitCode::from(2))
+        Err(Error::NoGpu { reason }) => match no_gpu {
+            NoGpu::Exit2 => {
+                eprintln!("{who}: no GPU ({reason}): nothing was measured");
+                Ok(ExitCode::from(2))
+            }
+            NoGpu::Skip => {
+                let banner = "=".repeat(78);
+                eprintln!("{banner}\nSKIPPED {who}: no GPU ({reason}): nothing was measured.\n{banner}");
+                Ok(ExitCode::SUCCESS)
+            }
+        },
+        // The bench's own refusals carry its name already: "rgdn bench: unknown preset 3b".
+        Err(Error::Invalid { op: OP, what }) => {
+            eprintln!("{who}: {what}");
+            Ok(ExitCode::FAILURE)
         }
         Err(e) => {
-            eprintln!("rgdn bench: {e}");
-            Ok(std::process::ExitCode::FAILURE)
+            eprintln!("{who}: {e}");
+            Ok(ExitCode::FAILURE)
         }
     }
 }
@@ -691,6 +723,11 @@ mod tests {
         let a = parse(&["--quick", "--modes", "decode", "--out", std::env::temp_dir().join("rgdn-nogpu").to_str().unwrap()]);
         assert!(matches!(run(&a, &mut std::io::sink()), Err(Error::NoGpu { .. })));
         assert_eq!(run_cli(&a, &mut std::io::sink()).unwrap(), std::process::ExitCode::from(2));
+        // `cargo bench` skips loudly instead, as the GPU tests do (unless RGDN_REQUIRE_GPU=1).
+        assert_eq!(
+            exit_code("cargo bench", run(&a, &mut std::io::sink()).map(drop), NoGpu::Skip).unwrap(),
+            std::process::ExitCode::SUCCESS
+        );
     }
 
     #[test]

@@ -187,11 +187,14 @@ pub fn floor_us(mode: &ModeReport) -> Option<f64> {
     mode.state_bytes.map(|b| b as f64 / COPY_BYTES_PER_S * 1e6)
 }
 
+/// [batch] One row of [`PEERS`]: n_s, T and each peer's µs.
+pub type PeerRow = (usize, usize, &'static [(&'static str, f64)]);
+
 /// [batch] The peers' µs per layer verify step on the same H200, 9B F32 (SGLang 0.5.23, vLLM
 /// 0.33, FlashInfer 0.7.2 with SGLang's conv update; fla 0.6.0, which writes the final state only):
 /// `shared/reference/peers-h200.md` (measured 2026-12-02 in one device run with rgdn's c5ea5b2, a
 /// CUDA graph of 20 calls each; not this run). (n_s, T, [(peer, µs)]).
-pub const PEERS: &[(usize, usize, &[(&str, f64)])] = &[
+pub const PEERS: &[PeerRow] = &[
     (1, 1, &[("SGLang", 4.45), ("vLLM", 6.77), ("fla*", 7.55)]),
     (1, 4, &[("SGLang", 8.13), ("vLLM", 12.73), ("FlashInfer", 9.41), ("fla*", 9.26)]),
     (1, 8, &[("SGLang", 13.01), ("vLLM", 21.74), ("FlashInfer", 13.58), ("fla*", 11.62)]),
@@ -430,7 +433,7 @@ pub(crate) mod tests {
                         tokens: t,
                         rollback: r,
                         seqs: 1,
-                        state_bytes: Some((1 + t.min(r + 1)) as u64 * 2 << 20),
+                        state_bytes: Some(((1 + t.min(r + 1)) as u64 * 2) << 20),
                         kernels,
                         chain_ratio: ratio(off.chain_total.as_ref(), on.chain_total.as_ref()),
                         graph_ratio: ratio(off.graph_span.as_ref(), on.graph_span.as_ref()),

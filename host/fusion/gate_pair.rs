@@ -85,7 +85,7 @@ pub fn find(graph: &Graph, layer: usize) -> Result<Candidate, Refusal> {
     let alpha_biased = add.dst;
     // SOFTPLUS then MUL by ssm_a, or ggml's fused SOFTPLUS·MUL.
     let fused_gate = only_user::<UnaryMul>(graph, a_at, &alpha_biased, |u| u.kind == UnaryKind::Softplus && u.src == alpha_biased, "");
-    let (tail, ssm_a, gate, edges_tail, eliminated): (Vec<usize>, Tensor, Tensor, Vec<(usize, usize)>, Vec<usize>) = match fused_gate {
+    let (tail, ssm_a, gate, edges_tail, eliminated) = match fused_gate {
         Ok((u_at, u)) => (vec![u_at], u.mul, u.dst, vec![(a_at, u_at)], vec![a_at]),
         Err(_) => {
             let (sp_at, softplus) = only_user::<Unary>(

@@ -67,8 +67,8 @@ pub fn find(graph: &Graph, layer: usize) -> Result<Candidate, Refusal> {
         if stride == 0
             || s.layout.offset < cache.layout.offset
             || rel % stride != 0
-            || s.layout.nb[1] % stride != 0
-            || s.layout.nb[2] % stride != 0
+            || !s.layout.nb[1].is_multiple_of(stride)
+            || !s.layout.nb[2].is_multiple_of(stride)
         {
             return Err(Layout("the state slots are not whole rows of the ssm cache"));
         }

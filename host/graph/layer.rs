@@ -500,11 +500,7 @@ pub fn build_planned(spec: &StackSpec, seed: u64, budget: usize, groups: &Groups
         .collect();
     let values: Vec<ValueInfo> = defs.iter().map(|d| d.info.clone()).collect();
     let observed = ByteSet::of_all(
-        (0..values.len())
-            .filter(|&v| !values[v].role.planned() || values[v].role == Role::Output)
-            .map(|v| symbolic(v))
-            .collect::<Vec<_>>()
-            .iter(),
+        (0..values.len()).filter(|&v| !values[v].role.planned() || values[v].role == Role::Output).map(symbolic).collect::<Vec<_>>().iter(),
         Bound::Over,
     );
     let groups = groups(&nodes, &observed);

@@ -21,14 +21,8 @@ pub struct ConcatDim0 {
     pub dst: Tensor,
 }
 
-/// The sizes a valid [`ConcatDim0`] runs with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ConcatShape {
-    pub na: usize,
-    pub nb: usize,
-    pub n1: usize,
-    pub n2: usize,
-}
+/// The sizes a valid [`ConcatDim0`] runs with (declared beside the reference that iterates them).
+pub use crate::reference::concat::ConcatShape;
 
 impl ConcatDim0 {
     /// Validates the op and returns its sizes.
@@ -115,7 +109,7 @@ impl Op for ConcatDim0 {
 
     fn reference(&self, mem: &mut HostMemory, _mufu: &mut dyn Mufu) -> Result<()> {
         let shape = self.check(mem)?;
-        crate::reference::concat::concat_dim0(self, &shape, mem);
+        crate::reference::concat::concat_dim0(&self.a, &self.b, &self.dst, &shape, mem);
         Ok(())
     }
 

@@ -78,7 +78,7 @@ impl Op for Cpy {
 
     fn reference(&self, mem: &mut HostMemory, _mufu: &mut dyn Mufu) -> Result<()> {
         self.check(mem)?;
-        crate::reference::cpy::cpy(self, mem);
+        crate::reference::cpy::cpy(&self.src, &self.dst, mem);
         Ok(())
     }
 
@@ -114,15 +114,8 @@ pub struct CpySnapshots {
     pub n_slots: usize,
 }
 
-/// The sizes a valid [`CpySnapshots`] runs with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SnapshotShape {
-    /// d_conv − 1: columns of a conv state.
-    pub state_len: usize,
-    pub n_channels: usize,
-    pub n_tokens: usize,
-    pub n_seqs: usize,
-}
+/// The sizes a valid [`CpySnapshots`] runs with (declared beside the reference that iterates them).
+pub use crate::reference::cpy::SnapshotShape;
 
 impl CpySnapshots {
     /// The cache row that slot `slot` of sequence `seq` writes (exact on a validated op, which
@@ -265,7 +258,7 @@ impl Op for CpySnapshots {
 
     fn reference(&self, mem: &mut HostMemory, _mufu: &mut dyn Mufu) -> Result<()> {
         let shape = self.check(mem)?;
-        crate::reference::cpy::cpy_snapshots(self, &shape, mem);
+        crate::reference::cpy::cpy_snapshots(&self.conv_input, &self.cache, self.n_slots, &|slot, seq| self.row(slot, seq), &shape, mem);
         Ok(())
     }
 

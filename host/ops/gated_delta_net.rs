@@ -265,8 +265,8 @@ impl Op for GatedDeltaNet {
     }
 
     fn reference(&self, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()> {
-        let shape = self.check(mem)?;
-        crate::reference::gated_delta_net::gated_delta_net(self, &shape, mem, mufu);
+        self.check(mem)?;
+        crate::reference::gated_delta_net::gated_delta_net(&reference_views(self), &self.state_in, attention_scale(), mem, mufu);
         Ok(())
     }
 
@@ -383,11 +383,12 @@ impl Op for GatedDeltaNetFromCache {
     }
 
     fn reference(&self, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()> {
-        let shape = self.check(mem)?;
+        self.check(mem)?;
         let rows = mem
             .index_values(&self.source_rows)
             .ok_or_else(|| Error::Invalid { op: FROM_CACHE_OP, what: "`source_rows` is not an index buffer".into() })?;
-        crate::reference::gated_delta_net::gated_delta_net_from_cache(self, &shape, &rows, mem, mufu);
+        let views = reference_views(&self.as_gated_delta_net());
+        crate::reference::gated_delta_net::gated_delta_net_from_cache(&views, &self.ssm_cache, &rows, attention_scale(), mem, mufu);
         Ok(())
     }
 
@@ -403,6 +404,12 @@ impl Op for GatedDeltaNetFromCache {
     fn must_write(&self) -> Vec<Tensor> {
         self.as_gated_delta_net().must_write()
     }
+}
+
+/// The views the shared CPU reference reads and writes (`state_in` aside).
+fn reference_views(op: &GatedDeltaNet) -> crate::reference::gated_delta_net::GdnViews {
+    let GatedDeltaNet { q, k, v, g, beta, out, states, .. } = *op;
+    crate::reference::gated_delta_net::GdnViews { q, k, v, g, beta, out, states }
 }
 
 /// GATED_DELTA_NET's parameters for `op`'s views (validated, `shape` from the check), the

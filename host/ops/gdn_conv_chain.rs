@@ -333,8 +333,27 @@ impl Op for GdnConvChain {
     }
 
     fn reference(&self, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()> {
-        let shape = self.check(mem)?;
-        crate::reference::gdn_conv_chain::gdn_conv_chain(self, &shape, mem, mufu);
+        self.check(mem)?;
+        // Validated: an index buffer of n_s rows in 0..n_cache_rows.
+        let source_rows: Vec<usize> = mem
+            .index_values(&self.source_row)
+            .ok_or_else(|| Error::Invalid { op: OP, what: "`source_row` is not an index buffer".into() })?
+            .into_iter()
+            .map(|r| r as usize)
+            .collect();
+        let views = crate::reference::gdn_conv_chain::ChainViews {
+            conv_cache: self.conv_cache,
+            qkv: self.qkv,
+            weight: self.weight,
+            conv_out: self.conv_out,
+            q_norm: self.q_norm,
+            k_norm: self.k_norm,
+            head_dim: self.head_dim,
+            n_k_heads: self.n_k_heads,
+            eps: self.eps,
+        };
+        let snapshots: Vec<(usize, usize)> = self.snapshots.iter().map(|s| (s.row, s.offset)).collect();
+        crate::reference::gdn_conv_chain::gdn_conv_chain(&views, &source_rows, &snapshots, mem, mufu);
         Ok(())
     }
 

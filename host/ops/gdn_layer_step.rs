@@ -452,7 +452,8 @@ impl GdnLayerStep {
     /// cache's GATED_DELTA_NET_FROM_CACHE layout (D floats a column, D·D a head).
     fn check_batch(shape: &StepShape, gdn: &GatedDeltaNetFromCache, mem: &dyn Memory) -> Result<()> {
         let cache = &gdn.ssm_cache;
-        let aligned = mem.base_alignment(cache.buffer) >= 16 && cache.layout.offset.is_multiple_of(16) && cache.layout.nb[1].is_multiple_of(16);
+        let aligned =
+            mem.base_alignment(cache.buffer) >= 16 && cache.layout.offset.is_multiple_of(16) && cache.layout.nb[1].is_multiple_of(16);
         if !aligned {
             return Err(Error::Unsupported {
                 op: OP,
@@ -669,7 +670,10 @@ impl Op for GdnLayerStep {
         let shape = self.check(mem)?;
         let (kind, d_conv, n_t) = (shape.products.kind, shape.chain.d_conv, shape.chain.n_tokens);
         let (entry, shared) = if shape.batched() {
-            (abi::gdn_layer_step_batch_entry(kind, d_conv), abi::gdn_layer_step_batch_shared_bytes(d_conv, n_t, shape.batch.groups_per_warp))
+            (
+                abi::gdn_layer_step_batch_entry(kind, d_conv),
+                abi::gdn_layer_step_batch_shared_bytes(d_conv, n_t, shape.batch.groups_per_warp),
+            )
         } else {
             (abi::gdn_layer_step_entry(kind, d_conv), abi::gdn_layer_step_shared_bytes(d_conv, n_t))
         };

@@ -22,14 +22,8 @@ pub struct GetRows {
     pub dst: Tensor,
 }
 
-/// The sizes a valid [`GetRows`] runs with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RowsShape {
-    pub row_len: usize,
-    pub n_src_rows: usize,
-    /// Rows gathered (`rows` entries, `dst` rows).
-    pub n_rows: usize,
-}
+/// The sizes a valid [`GetRows`] runs with (declared beside the reference that iterates them).
+pub use crate::reference::get_rows::RowsShape;
 
 impl GetRows {
     /// Validates the op (every index included) and returns its sizes.
@@ -96,7 +90,7 @@ impl Op for GetRows {
 
     fn reference(&self, mem: &mut HostMemory, _mufu: &mut dyn Mufu) -> Result<()> {
         let shape = self.check(mem)?;
-        crate::reference::get_rows::get_rows(self, &shape, mem);
+        crate::reference::get_rows::get_rows(&self.src, &self.rows, &self.dst, &shape, mem);
         Ok(())
     }
 

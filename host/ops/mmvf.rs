@@ -45,20 +45,8 @@ pub struct MulMatVec {
     pub precision: Precision,
 }
 
-/// The sizes and launch choices of a valid [`MulMatVec`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MatVecShape {
-    /// E, the row length (even).
-    pub row_len: usize,
-    /// Weight rows = dst rows (H_v for the projections); one block each.
-    pub rows: usize,
-    /// Input (and dst) columns, 1 ≤ ncols ≤ 8 (≤ 16 for MUL_MAT_VEC_PAIR's products).
-    pub ncols: usize,
-    /// [`abi::mul_mat_vec_kind`] of the weight type and precision.
-    pub kind: u32,
-    /// ggml's block size for E ([`abi::mul_mat_vec_block_size`]).
-    pub block_size: u32,
-}
+/// The sizes and launch choices of a valid [`MulMatVec`] (declared beside the reference that iterates them).
+pub use crate::reference::mmvf::MatVecShape;
 
 impl MulMatVec {
     /// The [`abi::mul_mat_vec_kind`] for the weight type and precision (None: not a weight type).
@@ -213,7 +201,7 @@ impl Op for MulMatVec {
 
     fn reference(&self, mem: &mut HostMemory, _mufu: &mut dyn Mufu) -> Result<()> {
         let shape = self.check(mem)?;
-        crate::reference::mmvf::mul_mat_vec(self, &shape, mem);
+        crate::reference::mmvf::mul_mat_vec(&self.weight, &self.input, &self.dst, &shape, mem);
         Ok(())
     }
 

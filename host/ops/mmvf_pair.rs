@@ -181,9 +181,9 @@ impl Op for MulMatVecPair {
         // (over 8 columns, to the ≤ 8-column launches ggml splits each into; the reference is
         // per column, so one call over all the columns is the same).
         let shape = self.first.check_up_to(mem, abi::MUL_MAT_VEC_PAIR_MAX_COLS)?;
-        crate::reference::mmvf::mul_mat_vec(&self.first, &shape, mem);
+        crate::reference::mmvf::mul_mat_vec(&self.first.weight, &self.first.input, &self.first.dst, &shape, mem);
         let shape = self.second.check_up_to(mem, abi::MUL_MAT_VEC_PAIR_MAX_COLS)?;
-        crate::reference::mmvf::mul_mat_vec(&self.second, &shape, mem);
+        crate::reference::mmvf::mul_mat_vec(&self.second.weight, &self.second.input, &self.second.dst, &shape, mem);
         Ok(())
     }
 
@@ -339,7 +339,15 @@ impl Op for MulMatVecPairGate {
         // The pair's own reference (the unfused MUL_MAT_VEC per product), then the unfused ops'
         // element references in graph order: equal to the unfused chain by construction.
         self.pair.reference(mem, mufu)?;
-        crate::reference::mmvf::pair_gate_epilogue(self, &shape, mem, mufu);
+        let views = crate::reference::mmvf::GateViews {
+            alpha: self.pair.first.dst,
+            beta_raw: self.pair.second.dst,
+            dt_bias: self.dt_bias,
+            ssm_a: self.ssm_a,
+            beta: self.beta,
+            gate: self.gate,
+        };
+        crate::reference::mmvf::pair_gate_epilogue(&views, &shape, mem, mufu);
         Ok(())
     }
 

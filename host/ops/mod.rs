@@ -50,6 +50,9 @@ pub use gdn_layer_step::GdnLayerStep;
 // [speed] fused SOFTPLUS·MUL (its file is unary.rs)
 pub use unary::UnaryMul;
 
+#[cfg(test)]
+mod reference_tests;
+
 use crate::error::Result;
 use crate::gpu::Gpu;
 use crate::memory::{DeviceMemory, HostMemory, Memory};

@@ -115,8 +115,8 @@ impl Op for SsmConv {
     }
 
     fn reference(&self, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()> {
-        let shape = self.check(mem)?;
-        crate::reference::ssm_conv::ssm_conv(self, &shape, mem, mufu);
+        self.check(mem)?;
+        crate::reference::ssm_conv::ssm_conv(&self.conv_input, &self.weight, self.bias.as_ref(), &self.dst, self.apply_silu, mem, mufu);
         Ok(())
     }
 

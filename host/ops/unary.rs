@@ -6,7 +6,8 @@ use crate::error::{Error, Result};
 use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock};
 use crate::kernels::abi::{self, unary_kind};
 use crate::memory::{DeviceMemory, HostMemory, Memory};
-use crate::reference::math::Mufu;
+use crate::reference::math::{self, Mufu};
+use crate::reference::unary::UnaryFn;
 use crate::tensor::{DType, Tensor};
 
 /// Which function (ggml's fast-math forms, spec §2.7).
@@ -41,6 +42,16 @@ impl UnaryKind {
             UnaryKind::Softplus => unary_kind::SOFTPLUS,
             UnaryKind::Silu => unary_kind::SILU,
             UnaryKind::Exp => unary_kind::EXP,
+        }
+    }
+
+    /// The function's CPU reference, as the kernel computes it (fast-math mirrors).
+    pub fn reference_fn(self) -> UnaryFn {
+        match self {
+            UnaryKind::Sigmoid => math::sigmoid,
+            UnaryKind::Softplus => math::softplus,
+            UnaryKind::Silu => math::silu,
+            UnaryKind::Exp => math::exp,
         }
     }
 }
@@ -94,7 +105,7 @@ impl Op for Unary {
 
     fn reference(&self, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()> {
         self.check(mem)?;
-        crate::reference::unary::unary(self, mem, mufu);
+        crate::reference::unary::unary(self.kind.reference_fn(), &self.src, &self.dst, mem, mufu);
         Ok(())
     }
 
@@ -220,7 +231,7 @@ impl Op for UnaryMul {
 
     fn reference(&self, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()> {
         self.check(mem)?;
-        crate::reference::unary::unary_mul(self, mem, mufu);
+        crate::reference::unary::unary_mul(self.kind.reference_fn(), &self.src, &self.mul, &self.dst, mem, mufu);
         Ok(())
     }
 

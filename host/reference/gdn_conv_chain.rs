@@ -4,25 +4,54 @@
 //! fma from +0 over the taps, `+ 0` for the absent bias, SiLU); the snapshot rows as bit copies
 //! of their windows of `[old state | tokens]`; `conv_out`; then per token and q/k head the L2
 //! normalisation of the conv outputs ([`l2_normalize`], the L2_NORM reference's helper).
+//! [batch] Sequence by sequence: sequence s reads its own source row and tokens and writes the
+//! rows `row + s`.
 
 use super::l2_norm::l2_normalize;
 use super::math::Mufu;
 use super::ssm_conv::conv_output;
-use crate::memory::{HostMemory, Memory};
-use crate::ops::gdn_conv_chain::{ChainShape, GdnConvChain};
+use crate::memory::HostMemory;
+use crate::tensor::Tensor;
 
-/// CPU reference of [`GdnConvChain`] in the kernel's float-op order (`op` validated), sequence
-/// by sequence: every sequence's reads happen before any write (the op refuses a source row
-/// that another sequence writes, so the order of the sequences does not matter).
-pub fn gdn_conv_chain(op: &GdnConvChain, shape: &ChainShape, mem: &mut HostMemory, mufu: &mut dyn Mufu) {
-    let ChainShape { d_conv, n_channels, n_tokens, n_seqs, .. } = *shape;
+/// The views and parameters the conv chain's reference reads and writes (a validated
+/// GDN_CONV_CHAIN (`ops::GdnConvChain`)'s).
+#[derive(Clone, Copy, Debug)]
+pub struct ChainViews {
+    /// `[(d_conv − 1)·C, rows]`: the source rows are read, the snapshot rows written.
+    pub conv_cache: Tensor,
+    /// `[C, n_t, n_s]`: the tokens.
+    pub qkv: Tensor,
+    /// `[d_conv, C]`: the conv taps.
+    pub weight: Tensor,
+    /// `[C, n_t, n_s]`: the conv outputs.
+    pub conv_out: Tensor,
+    /// `[D, H_k, n_t, n_s]`: the normalised q heads.
+    pub q_norm: Tensor,
+    /// `[D, H_k, n_t, n_s]`: the normalised k heads.
+    pub k_norm: Tensor,
+    /// D.
+    pub head_dim: usize,
+    /// H_k.
+    pub n_k_heads: usize,
+    /// The L2 norm's epsilon.
+    pub eps: f32,
+}
+
+/// CPU reference of GDN_CONV_CHAIN in the kernel's float-op order, on a validated op's views:
+/// sequence s's incoming state is cache row `source_rows[s]`; each `(row, offset)` of
+/// `snapshots` writes `window(offset)` of sequence s to cache row `row + s`. Every sequence's
+/// reads happen before any write (the op refuses a source row that another sequence writes, so
+/// the order of the sequences does not matter).
+pub fn gdn_conv_chain(op: &ChainViews, source_rows: &[usize], snapshots: &[(usize, usize)], mem: &mut HostMemory, mufu: &mut dyn Mufu) {
+    let [d_conv, n_channels, ..] = op.weight.ne();
+    let n_tokens = op.qkv.ne()[1];
     let state_len = d_conv - 1;
-    let sources = mem.index_values(&op.source_row).expect("validated: an index buffer");
     // Phase 1: every read of every sequence. cols[s][c] = conv_input row of channel c (GET_ROWS
     // + CONCAT), as bits.
-    let cols: Vec<Vec<Vec<u32>>> = (0..n_seqs)
-        .map(|s| {
-            let source_row = sources[s] as usize;
+    let cols: Vec<Vec<Vec<u32>>> = source_rows
+        .iter()
+        .enumerate()
+        .map(|(s, &source_row)| {
             (0..n_channels)
                 .map(|c| {
                     let old = (0..state_len).map(|jj| mem.read_u32(&op.conv_cache, [c * state_len + jj, source_row, 0, 0]));
@@ -44,10 +73,10 @@ pub fn gdn_conv_chain(op: &GdnConvChain, shape: &ChainShape, mem: &mut HostMemor
             }
         }
         // Phase 3: row `row + s` ← window(offset): channel c's slot jj = column offset + jj.
-        for w in &op.snapshots {
+        for &(row, offset) in snapshots {
             for (c, col) in cols.iter().enumerate() {
                 for jj in 0..state_len {
-                    mem.write_u32(&op.conv_cache, [c * state_len + jj, w.row + s, 0, 0], col[w.offset + jj]);
+                    mem.write_u32(&op.conv_cache, [c * state_len + jj, row + s, 0, 0], col[offset + jj]);
                 }
             }
         }

@@ -4,7 +4,7 @@
 
 use super::math::{Mufu, fma, l2_scale, mul, warp_sum};
 use crate::memory::HostMemory;
-use crate::ops::l2_norm::L2Norm;
+use crate::tensor::Tensor;
 
 /// One normalised row (kernel's `lane_sum_sq` + `row_scale` + `scale_row`): lane l accumulates
 /// columns l, l+32, … from +0, the warp butterfly sums the lanes, `scale = rsqrt(max(Σ, eps²))`,
@@ -18,14 +18,14 @@ pub fn l2_normalize(row: &[f32], eps: f32, mufu: &mut dyn Mufu) -> Vec<f32> {
     row.iter().map(|x| mul(scale, *x)).collect()
 }
 
-/// CPU reference of [`L2Norm`] in the kernel's float-op order (`op` validated, shape `ne`).
-pub fn l2_norm(op: &L2Norm, ne: [usize; 4], mem: &mut HostMemory, mufu: &mut dyn Mufu) {
+/// CPU reference of L2_NORM in the kernel's float-op order, on a validated op's views (shape `ne`).
+pub fn l2_norm(src: &Tensor, dst: &Tensor, eps: f32, ne: [usize; 4], mem: &mut HostMemory, mufu: &mut dyn Mufu) {
     for i3 in 0..ne[3] {
         for i2 in 0..ne[2] {
             for i1 in 0..ne[1] {
-                let row: Vec<f32> = (0..ne[0]).map(|i0| mem.read_f32(&op.src, [i0, i1, i2, i3])).collect();
-                for (col, y) in l2_normalize(&row, op.eps, mufu).into_iter().enumerate() {
-                    mem.write_f32(&op.dst, [col, i1, i2, i3], y);
+                let row: Vec<f32> = (0..ne[0]).map(|i0| mem.read_f32(src, [i0, i1, i2, i3])).collect();
+                for (col, y) in l2_normalize(&row, eps, mufu).into_iter().enumerate() {
+                    mem.write_f32(dst, [col, i1, i2, i3], y);
                 }
             }
         }

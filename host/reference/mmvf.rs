@@ -10,8 +10,22 @@
 use super::math::{add, fma, warp_sum};
 use crate::kernels::abi::mul_mat_vec_kind;
 use crate::memory::HostMemory;
-use crate::ops::mmvf::{MatVecShape, MulMatVec};
-use crate::tensor::DType;
+use crate::tensor::{DType, Tensor};
+
+/// The sizes and launch choices of a valid MUL_MAT_VEC (`ops::MulMatVec`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MatVecShape {
+    /// E, the row length (even).
+    pub row_len: usize,
+    /// Weight rows = dst rows (H_v for the projections); one block each.
+    pub rows: usize,
+    /// Input (and dst) columns, 1 ≤ ncols ≤ 8 (≤ 16 for MUL_MAT_VEC_PAIR's products).
+    pub ncols: usize,
+    /// [`mul_mat_vec_kind`] of the weight type and precision.
+    pub kind: u32,
+    /// ggml's block size for E ([`crate::kernels::abi::mul_mat_vec_block_size`]).
+    pub block_size: u32,
+}
 
 /// f16 bits → f32 (exact; `cvt.f32.f16`).
 pub fn f16_to_f32(h: u16) -> f32 {
@@ -75,10 +89,10 @@ pub fn fma_f16(a: u16, b: u16, c: u16) -> u16 {
 }
 
 /// Weight element bits (f32 bits, or f16/bf16 bits in the low half).
-fn weight_bits(mem: &HostMemory, op: &MulMatVec, e: usize, r: usize) -> u32 {
-    match op.weight.dtype() {
-        DType::F32 => mem.read_u32(&op.weight, [e, r, 0, 0]),
-        _ => mem.read_u16(&op.weight, [e, r, 0, 0]) as u32,
+fn weight_bits(mem: &HostMemory, weight: &Tensor, e: usize, r: usize) -> u32 {
+    match weight.dtype() {
+        DType::F32 => mem.read_u32(weight, [e, r, 0, 0]),
+        _ => mem.read_u16(weight, [e, r, 0, 0]) as u32,
     }
 }
 
@@ -122,18 +136,35 @@ pub fn block_reduce(partials: &[f32]) -> f32 {
     warp_sum(&buf)
 }
 
-/// CPU reference of [`MulMatVec`] in the kernel's float-op order (`op` validated).
-pub fn mul_mat_vec(op: &MulMatVec, shape: &MatVecShape, mem: &mut HostMemory) {
+/// CPU reference of MUL_MAT_VEC in the kernel's float-op order, on a validated op's views.
+pub fn mul_mat_vec(weight: &Tensor, input: &Tensor, dst: &Tensor, shape: &MatVecShape, mem: &mut HostMemory) {
     let MatVecShape { row_len, rows, ncols, kind, block_size } = *shape;
     let threads = block_size as usize;
-    let columns: Vec<Vec<f32>> = (0..ncols).map(|j| (0..row_len).map(|e| mem.read_f32(&op.input, [e, j, 0, 0])).collect()).collect();
+    let columns: Vec<Vec<f32>> = (0..ncols).map(|j| (0..row_len).map(|e| mem.read_f32(input, [e, j, 0, 0])).collect()).collect();
     for r in 0..rows {
-        let w: Vec<u32> = (0..row_len).map(|e| weight_bits(mem, op, e, r)).collect();
+        let w: Vec<u32> = (0..row_len).map(|e| weight_bits(mem, weight, e, r)).collect();
         for (j, y) in columns.iter().enumerate() {
             let partials: Vec<f32> = (0..threads).map(|tid| thread_partial(kind, &w, y, tid, threads)).collect();
-            mem.write_f32(&op.dst, [r, j, 0, 0], block_reduce(&partials));
+            mem.write_f32(dst, [r, j, 0, 0], block_reduce(&partials));
         }
     }
+}
+
+/// The views MUL_MAT_VEC_PAIR_GATE's epilogue reads and writes (a validated op's).
+#[derive(Clone, Copy, Debug)]
+pub struct GateViews {
+    /// The first product (alpha), `[H_v, ncols]`.
+    pub alpha: Tensor,
+    /// The second product (beta before its sigmoid), `[H_v, ncols]`.
+    pub beta_raw: Tensor,
+    /// `[H_v]`, added to alpha.
+    pub dt_bias: Tensor,
+    /// `[H_v]`, the softplus's factor.
+    pub ssm_a: Tensor,
+    /// SIGMOID(beta_raw).
+    pub beta: Tensor,
+    /// SOFTPLUS(alpha + dt_bias) · ssm_a.
+    pub gate: Tensor,
 }
 
 /// [pair-gate] MUL_MAT_VEC_PAIR_GATE's epilogue on the products the pair reference wrote: per
@@ -141,28 +172,22 @@ pub fn mul_mat_vec(op: &MulMatVec, shape: &MatVecShape, mem: &mut HostMemory) {
 /// SOFTPLUS → MUL(·, ssm_a\[r\]) → gate — the very element functions the unfused references
 /// ([`super::unary::unary`], [`super::binary::binary`], [`super::unary::unary_mul`]) apply, with
 /// their operand order and broadcast indexing.
-pub fn pair_gate_epilogue(
-    op: &crate::ops::mmvf_pair::MulMatVecPairGate,
-    shape: &MatVecShape,
-    mem: &mut HostMemory,
-    mufu: &mut dyn super::math::Mufu,
-) {
-    use super::math::mul;
-    use crate::ops::UnaryKind;
-    let (alpha, beta_raw) = (op.pair.first.dst, op.pair.second.dst);
+pub fn pair_gate_epilogue(views: &GateViews, shape: &MatVecShape, mem: &mut HostMemory, mufu: &mut dyn super::math::Mufu) {
+    use super::math::{mul, sigmoid, softplus};
+    let GateViews { alpha, beta_raw, dt_bias, ssm_a, beta, gate } = views;
     for j in 0..shape.ncols {
         for r in 0..shape.rows {
             let i = [r, j, 0, 0];
-            let beta = super::unary::apply(UnaryKind::Sigmoid, mem.read_f32(&beta_raw, i), mufu);
-            mem.write_f32(&op.beta, i, beta);
+            let y = sigmoid(mem.read_f32(beta_raw, i), mufu);
+            mem.write_f32(beta, i, y);
         }
     }
     for j in 0..shape.ncols {
         for r in 0..shape.rows {
             let (i, ib) = ([r, j, 0, 0], [r, 0, 0, 0]);
-            let biased = add(mem.read_f32(&alpha, i), mem.read_f32(&op.dt_bias, ib));
-            let softplus = super::unary::apply(UnaryKind::Softplus, biased, mufu);
-            mem.write_f32(&op.gate, i, mul(softplus, mem.read_f32(&op.ssm_a, ib)));
+            let biased = add(mem.read_f32(alpha, i), mem.read_f32(dt_bias, ib));
+            let softplus = softplus(biased, mufu);
+            mem.write_f32(gate, i, mul(softplus, mem.read_f32(ssm_a, ib)));
         }
     }
 }
@@ -170,9 +195,6 @@ pub fn pair_gate_epilogue(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::{Op, Precision};
-    use crate::reference::math::ExactMufu;
-    use crate::tensor::Tensor;
 
     const F16_ONE: u16 = 0x3C00;
     const F16_INF: u16 = 0x7C00;
@@ -325,114 +347,5 @@ mod tests {
         assert_eq!(f32_to_f16_rn(2f32.powi(-25)), 0); // tie → even 0
         assert_eq!(f32_to_f16_rn(f32::from_bits(1)), 0);
         assert_eq!(f32_to_f16_rn(-f32::from_bits(1)), 0x8000);
-    }
-
-    /// Runs the op on a weight given as element bits (`dtype`) and `ncols` columns.
-    fn run(dtype: DType, precision: Precision, rows: &[Vec<u32>], cols: &[Vec<f32>]) -> Vec<Vec<f32>> {
-        let mut mem = HostMemory::new();
-        let e = rows[0].len();
-        let weight = mem.alloc_tensor(dtype, [e, rows.len(), 1, 1]);
-        for (r, row) in rows.iter().enumerate() {
-            for (i, bits) in row.iter().enumerate() {
-                match dtype {
-                    DType::F32 => mem.write_u32(&weight, [i, r, 0, 0], *bits),
-                    _ => mem.write_u16(&weight, [i, r, 0, 0], *bits as u16),
-                }
-            }
-        }
-        let input = mem.alloc_tensor(DType::F32, [e, cols.len(), 1, 1]);
-        mem.fill_f32(&input, &cols.concat());
-        let dst: Tensor = mem.alloc_tensor(DType::F32, [rows.len(), cols.len(), 1, 1]);
-        mem.fill_f32(&dst, &vec![f32::NAN; rows.len() * cols.len()]);
-        MulMatVec { weight, input, dst, precision }.reference(&mut mem, &mut ExactMufu).unwrap();
-        (0..rows.len()).map(|r| (0..cols.len()).map(|j| mem.read_f32(&dst, [r, j, 0, 0])).collect()).collect()
-    }
-
-    fn f32_rows(rows: &[&[f32]]) -> Vec<Vec<u32>> {
-        rows.iter().map(|r| r.iter().map(|x| x.to_bits()).collect()).collect()
-    }
-
-    #[test]
-    fn f32_weights_dot_each_column() {
-        let w = f32_rows(&[&[1.0, 2.0, 3.0, 4.0], &[0.5, -1.0, 0.0, 2.0]]);
-        let y = run(DType::F32, Precision::Default, &w, &[vec![1.0; 4], vec![1.0, 2.0, 3.0, 4.0]]);
-        assert_eq!(y, vec![vec![10.0, 30.0], vec![1.5, 6.5]]);
-    }
-
-    #[test]
-    fn bf16_weights_are_the_upper_half_of_an_f32_and_subnormals_flush() {
-        // 0x3FC0 = 1.5, 0xC020 = −2.5: 1.5·2 − 2.5·4 = −7.
-        let y = run(DType::BF16, Precision::Default, &[vec![0x3FC0, 0xC020]], &[vec![2.0, 4.0]]);
-        assert_eq!(y[0][0], -7.0);
-        // bf16 0x0001 is the f32 subnormal 2^-133: the ftz fma reads it as 0 (else 2^-33).
-        let y = run(DType::BF16, Precision::Default, &[vec![0x0001, 0]], &[vec![2f32.powi(100), 0.0]]);
-        assert_eq!(y[0][0].to_bits(), 0);
-    }
-
-    #[test]
-    fn f16_default_precision_accumulates_in_half() {
-        let w = vec![vec![F16_ONE as u32, F16_ONE as u32]];
-        let cols = [vec![0.1f32, 0.2]];
-        // Half: the inputs round to f16 (0x2E66 = 1638·2^-14, 0x3266 = 1638·2^-13), one per
-        // lane, and low + high = 4914·2^-14 exactly.
-        assert_eq!(run(DType::F16, Precision::Default, &w, &cols)[0][0], 4914.0 / 16384.0);
-        // F32 precision: fma(1, 0.1, 0) then fma(1, 0.2, 0.1) = 0.1f + 0.2f rounded once.
-        assert_eq!(run(DType::F16, Precision::F32, &w, &cols)[0][0].to_bits(), 0x3E99_999A);
-    }
-
-    #[test]
-    fn f16_half_accumulator_rounds_every_step() {
-        // E = 2560: block 256, thread 0 owns pairs 0, 256, 512, …; its low lane gets 1·2048 and
-        // then 1·1: 2049 is a tie at f16 spacing 2 → 2048. In f32 the sum stays 2049.
-        let mut w = vec![0u32; 2560];
-        w[0] = F16_ONE as u32;
-        w[512] = F16_ONE as u32;
-        let mut y = vec![0.0f32; 2560];
-        y[0] = 2048.0;
-        y[512] = 1.0;
-        let cols = [y];
-        assert_eq!(run(DType::F16, Precision::Default, std::slice::from_ref(&w), &cols)[0][0], 2048.0);
-        assert_eq!(run(DType::F16, Precision::F32, &[w], &cols)[0][0], 2049.0);
-    }
-
-    #[test]
-    fn f16_half_accumulation_overflows_on_large_inputs() {
-        // 70000 becomes +Inf in f16: 1·Inf = Inf, and 0·Inf = NaN; in f32 both are finite.
-        let cols = [vec![70000.0f32, 1.0]];
-        let one = vec![vec![F16_ONE as u32, 0]];
-        assert_eq!(run(DType::F16, Precision::Default, &one, &cols)[0][0], f32::INFINITY);
-        assert_eq!(run(DType::F16, Precision::F32, &one, &cols)[0][0], 70000.0);
-        let zero = vec![vec![0, F16_ONE as u32]];
-        assert!(run(DType::F16, Precision::Default, &zero, &cols)[0][0].is_nan());
-        assert_eq!(run(DType::F16, Precision::F32, &zero, &cols)[0][0], 1.0);
-    }
-
-    #[test]
-    fn warp_sums_combine_in_ggml_tree_order() {
-        // E = 512: block 256, one pair per thread. Thread 0 (warp 0) gives 2^25, thread 32
-        // (warp 1) −2^25, thread 128 (warp 4) 1. ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)):
-        // 2^25 + 1 rounds to 2^25 (spacing 4), then cancels: +0, where a running sum would give 1.
-        let mut w = vec![0.0f32; 512];
-        let mut y = vec![0.0f32; 512];
-        for (elem, value) in [(0, 2f32.powi(25)), (64, -(2f32.powi(25))), (256, 1.0)] {
-            w[elem] = 1.0;
-            y[elem] = value;
-        }
-        let out = run(DType::F32, Precision::Default, &f32_rows(&[&w]), &[y]);
-        assert_eq!(out[0][0].to_bits(), 0);
-    }
-
-    #[test]
-    fn one_warp_blocks_keep_negative_zero_and_larger_blocks_normalise_it() {
-        // Every pair gives −0: fma(−1e-20, 1e-20, +0) = −1e-40 flushes to −0; fma(0, −1, −0) = −0.
-        let pattern = |e: usize| {
-            let w: Vec<f32> = (0..e).map(|i| if i % 2 == 0 { -1e-20 } else { 0.0 }).collect();
-            let y: Vec<f32> = (0..e).map(|i| if i % 2 == 0 { 1e-20 } else { -1.0 }).collect();
-            run(DType::F32, Precision::Default, &f32_rows(&[&w]), &[y])[0][0]
-        };
-        // E = 64: one warp, the butterfly of 32 −0 is −0 and is the result.
-        assert_eq!(pattern(64).to_bits(), 0x8000_0000);
-        // E = 128: two warps; the second butterfly adds the buffer's +0s: +0.
-        assert_eq!(pattern(128).to_bits(), 0);
     }
 }

@@ -23,3 +23,28 @@ pub mod gated_delta_net;
 
 // [convchain]
 pub mod gdn_conv_chain;
+
+#[cfg(test)]
+mod tests {
+    /// The dependency runs one way, op → reference: a reference takes plain views, sizes and
+    /// parameters, and no file here names `crate::ops` (an op's reference tests live in
+    /// `host/ops/reference_tests.rs`).
+    #[test]
+    fn no_reference_file_imports_the_ops() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("host/reference");
+        let mut files = 0;
+        for entry in std::fs::read_dir(&dir).expect("host/reference is readable") {
+            let path = entry.expect("a directory entry").path();
+            let text = std::fs::read_to_string(&path).expect("a reference file is readable");
+            for (n, line) in text.lines().enumerate() {
+                let code = line.split("//").next().unwrap_or("");
+                // Spelled in pieces so that this test's own source does not match.
+                for needle in [concat!("crate::", "ops"), concat!("crate::", "{"), concat!("super::", "super")] {
+                    assert!(!code.contains(needle), "{}:{}: `{needle}` — a reference must not depend on the ops", path.display(), n + 1);
+                }
+            }
+            files += 1;
+        }
+        assert!(files >= 12, "found {files} reference files in {}", dir.display());
+    }
+}

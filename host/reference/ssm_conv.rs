@@ -3,7 +3,7 @@
 
 use super::math::{Mufu, add, fma, silu};
 use crate::memory::HostMemory;
-use crate::ops::ssm_conv::{ConvShape, SsmConv};
+use crate::tensor::Tensor;
 
 /// One output (kernel's `conv_output`): `fma` over the taps from the oldest column starting at
 /// +0, then `+ bias`, then SiLU if asked. Shared with the fused conv chain's reference.
@@ -16,17 +16,27 @@ pub fn conv_output(window: &[f32], weight: &[f32], bias: f32, apply_silu: bool, 
     if apply_silu { silu(u, mufu) } else { u }
 }
 
-/// CPU reference of [`SsmConv`] in the kernel's float-op order (`op` validated).
-pub fn ssm_conv(op: &SsmConv, shape: &ConvShape, mem: &mut HostMemory, mufu: &mut dyn Mufu) {
-    let ConvShape { d_conv, n_channels, n_tokens, n_seqs } = *shape;
+/// CPU reference of SSM_CONV in the kernel's float-op order, on a validated op's views:
+/// `weight` [d_conv, C], `conv_input` [d_conv − 1 + n_t, C, n_s], `dst` [C, n_t, n_s].
+pub fn ssm_conv(
+    conv_input: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    dst: &Tensor,
+    apply_silu: bool,
+    mem: &mut HostMemory,
+    mufu: &mut dyn Mufu,
+) {
+    let [d_conv, n_channels, ..] = weight.ne();
+    let [_, n_tokens, n_seqs, _] = dst.ne();
     for s in 0..n_seqs {
         for c in 0..n_channels {
-            let bias = op.bias.map_or(0.0, |b| mem.read_f32(&b, [c, 0, 0, 0]));
-            let weight: Vec<f32> = (0..d_conv).map(|j| mem.read_f32(&op.weight, [j, c, 0, 0])).collect();
+            let bias = bias.map_or(0.0, |b| mem.read_f32(b, [c, 0, 0, 0]));
+            let weight: Vec<f32> = (0..d_conv).map(|j| mem.read_f32(weight, [j, c, 0, 0])).collect();
             for t in 0..n_tokens {
-                let window: Vec<f32> = (0..d_conv).map(|j| mem.read_f32(&op.conv_input, [t + j, c, s, 0])).collect();
-                let y = conv_output(&window, &weight, bias, op.apply_silu, mufu);
-                mem.write_f32(&op.dst, [c, t, s, 0], y);
+                let window: Vec<f32> = (0..d_conv).map(|j| mem.read_f32(conv_input, [t + j, c, s, 0])).collect();
+                let y = conv_output(&window, &weight, bias, apply_silu, mufu);
+                mem.write_f32(dst, [c, t, s, 0], y);
             }
         }
     }

@@ -194,11 +194,55 @@ pub fn run_case(gpu: &Gpu, case: &Case, table: &mut MufuTable) -> CaseReport {
     CaseReport { group: case.group, name: case.name.clone(), passed, detail }
 }
 
-/// Test helper: panics naming every case of `cases` that fails on the CPU ([`run_case_cpu`]).
+/// Test helper: panics naming every case of `cases` that fails on the CPU ([`run_case_cpu`]);
+/// a deterministic sample of them ([`sample_for_tests`]) unless `RGDN_FULL_TESTS=1`.
 #[cfg(test)]
-pub(crate) fn assert_cpu_passes(cases: &[Case]) {
+pub(crate) fn assert_cpu_passes(cases: Vec<Case>) {
+    let cases = sample_for_tests(cases);
     let failed: Vec<String> = cases.iter().map(run_case_cpu).filter(|r| !r.passed).map(|r| format!("{}: {}", r.name, r.detail)).collect();
     assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+/// Whether the test suites run in full (`RGDN_FULL_TESTS=1`, what `scripts/full-tests.sh`
+/// sets): every op-suite case on the CPU and the long property and fuzz runs. Otherwise
+/// `cargo test` runs a deterministic sample of the same kinds of checks, in minutes.
+pub fn full_tests() -> bool {
+    std::env::var("RGDN_FULL_TESTS").is_ok_and(|v| v == "1")
+}
+
+/// One case in this many of each op group runs in a sampled (not full) test run.
+pub const TEST_SAMPLE_EVERY: usize = 8;
+
+/// `cases` as a test run checks them: all of them with `RGDN_FULL_TESTS=1`, else
+/// [`sample`]`(cases, TEST_SAMPLE_EVERY)`.
+pub fn sample_for_tests(cases: Vec<Case>) -> Vec<Case> {
+    if full_tests() { cases } else { sample(cases, TEST_SAMPLE_EVERY) }
+}
+
+/// A deterministic sample of `cases`: in the g-th op group (in order of appearance), the cases
+/// at positions j with (j + g) mod `every` = 0 — one in `every`, at an offset that rotates from
+/// group to group so that neighbouring groups sample different positions (shape, dtype, edge
+/// case) — and at least one case of every group. The order is kept.
+pub fn sample(cases: Vec<Case>, every: usize) -> Vec<Case> {
+    let every = every.max(1);
+    let mut groups: Vec<&'static str> = Vec::new();
+    let mut sizes: Vec<usize> = Vec::new();
+    let mut position = Vec::with_capacity(cases.len());
+    for c in &cases {
+        let g = groups.iter().position(|x| *x == c.group).unwrap_or_else(|| {
+            groups.push(c.group);
+            sizes.push(0);
+            groups.len() - 1
+        });
+        position.push((g, sizes[g]));
+        sizes[g] += 1;
+    }
+    let keep = |(g, j): (usize, usize)| {
+        let first = (every - g % every) % every;
+        // A group smaller than its offset keeps one case all the same.
+        if first >= sizes[g] { j == g % sizes[g] } else { (j + g) % every == 0 }
+    };
+    cases.into_iter().zip(position).filter(|(_, p)| keep(*p)).map(|(c, _)| c).collect()
 }
 
 /// Runs one case on the CPU only (no GPU): the case must build, a `Match` case's ops must
@@ -506,23 +550,68 @@ pub fn check_mufu_bounds(table: &MufuTable) -> std::result::Result<Vec<(MufuOp, 
 
 /// Prints a test-backend-ops-like table (op, cases, passed) and returns whether all passed.
 pub fn summarize(reports: &[CaseReport], out: &mut dyn std::io::Write) -> std::io::Result<bool> {
-    let mut groups: Vec<(&str, usize, usize)> = Vec::new();
+    let groups = group_counts(reports, |r| [1, r.passed as usize]);
+    let w = name_width(&groups, "op");
+    writeln!(out, "{:<w$} {:>6} {:>7}", "op", "cases", "passed")?;
+    for (g, [n, p]) in &groups {
+        writeln!(out, "{:<w$} {:>6} {:>7}{}", g, n, p, if n == p { "" } else { "   FAIL" })?;
+    }
+    let [n, p] = totals(&groups);
+    writeln!(out, "{:<w$} {:>6} {:>7}", "total", n, p)?;
+    Ok(n == p)
+}
+
+/// The table of a run without a GPU: per group, how many cases ran their CPU reference, how
+/// many were refused as they expect, how many failed (did not build, reference refused, wrong
+/// refusal). Nothing was compared with a GPU, so no column says "passed". `Ok(true)` when
+/// none failed.
+pub fn summarize_cpu(reports: &[CaseReport], out: &mut dyn std::io::Write) -> std::io::Result<bool> {
+    let groups = group_counts(reports, |r| match (r.passed, r.detail.starts_with("refused as expected")) {
+        (true, false) => [1, 1, 0, 0],
+        (true, true) => [1, 0, 1, 0],
+        (false, _) => [1, 0, 0, 1],
+    });
+    let w = name_width(&groups, "op (CPU only)");
+    let row = |name: &str, c: [usize; 4]| format!("{name:<w$} {:>6} {:>14} {:>20} {:>7}", c[0], c[1], c[2], c[3]);
+    writeln!(out, "{:<w$} {:>6} {:>14} {:>20} {:>7}", "op (CPU only)", "cases", "reference ran", "refused as expected", "failed")?;
+    for (g, c) in &groups {
+        writeln!(out, "{}{}", row(g, *c), if c[3] == 0 { "" } else { "   FAIL" })?;
+    }
+    let total = totals(&groups);
+    writeln!(out, "{}", row("total", total))?;
+    writeln!(out, "(no GPU: nothing was compared; run on a GPU machine for the bit-exactness check)")?;
+    Ok(total[3] == 0)
+}
+
+/// Per group (in first-seen order), the sum of `count` over its reports.
+fn group_counts<const N: usize>(reports: &[CaseReport], count: impl Fn(&CaseReport) -> [usize; N]) -> Vec<(&'static str, [usize; N])> {
+    let mut groups: Vec<(&'static str, [usize; N])> = Vec::new();
     for r in reports {
-        match groups.iter_mut().find(|g| g.0 == r.group) {
-            Some(g) => {
-                g.1 += 1;
-                g.2 += r.passed as usize;
+        let i = match groups.iter().position(|g| g.0 == r.group) {
+            Some(i) => i,
+            None => {
+                groups.push((r.group, [0; N]));
+                groups.len() - 1
             }
-            None => groups.push((r.group, 1, r.passed as usize)),
+        };
+        for (sum, c) in groups[i].1.iter_mut().zip(count(r)) {
+            *sum += c;
         }
     }
-    writeln!(out, "{:<24} {:>6} {:>7}", "op", "cases", "passed")?;
-    for (g, n, p) in &groups {
-        writeln!(out, "{:<24} {:>6} {:>7}{}", g, n, p, if n == p { "" } else { "   FAIL" })?;
-    }
-    let (n, p) = groups.iter().fold((0, 0), |acc, g| (acc.0 + g.1, acc.1 + g.2));
-    writeln!(out, "{:<24} {:>6} {:>7}", "total", n, p)?;
-    Ok(n == p)
+    groups
+}
+
+/// The first column's width: the longest group name or the header, so that the columns stay
+/// aligned whatever the op names.
+fn name_width<const N: usize>(groups: &[(&str, [usize; N])], header: &str) -> usize {
+    groups.iter().map(|g| g.0.chars().count()).chain([header.chars().count(), "total".len()]).max().unwrap_or(0)
+}
+
+fn totals<const N: usize>(groups: &[(&str, [usize; N])]) -> [usize; N] {
+    groups.iter().fold([0; N], |mut acc, g| {
+        acc.iter_mut().zip(g.1).for_each(|(a, c)| *a += c);
+        acc
+    })
 }
 
 #[cfg(test)]
@@ -530,6 +619,65 @@ mod tests {
     use super::*;
     use crate::ops::Scale;
     use crate::tensor::BufferId;
+
+    /// The sample keeps about one case in `every` of each group, at least one of every group,
+    /// at offsets that differ between neighbouring groups, in order, and the same every time.
+    #[test]
+    fn the_test_sample_covers_every_group_deterministically() {
+        let all = cases::all();
+        let names = |cases: &[Case]| cases.iter().map(|c| c.name.clone()).collect::<Vec<_>>();
+        let picked = sample(cases::all(), 8);
+        assert_eq!(names(&picked), names(&sample(cases::all(), 8)));
+        let groups = |cases: &[Case]| cases.iter().map(|c| c.group).collect::<std::collections::BTreeSet<_>>();
+        assert_eq!(groups(&picked), groups(&all));
+        assert!(picked.len() * 8 <= all.len() + 8 * groups(&all).len(), "{} of {}", picked.len(), all.len());
+        let order: Vec<usize> = picked.iter().map(|c| all.iter().position(|a| a.name == c.name).unwrap()).collect();
+        assert!(order.windows(2).all(|w| w[0] < w[1]));
+        // Groups 0 and 1 start at different positions.
+        let first_of =
+            |g: &str| all.iter().filter(|c| c.group == g).position(|c| c.name == picked.iter().find(|p| p.group == g).unwrap().name);
+        let (g0, g1) = (all[0].group, all.iter().find(|c| c.group != all[0].group).unwrap().group);
+        assert_ne!(first_of(g0), first_of(g1));
+        assert_eq!(sample(cases::all(), 1).len(), all.len());
+        // Groups smaller than their offset keep a case too.
+        let tiny = |group: &'static str, n: usize| {
+            (0..n).map(move |i| Case::new(group, format!("{group}#{i}"), || Err(crate::Error::Invalid { op: "test", what: String::new() })))
+        };
+        let few: Vec<Case> = tiny("A", 9).chain(tiny("B", 1)).chain(tiny("C", 2)).collect();
+        let kept: Vec<String> = sample(few, 8).into_iter().map(|c| c.name).collect();
+        assert_eq!(kept, ["A#0", "A#8", "B#0", "C#0"]);
+    }
+
+    /// Column k of every line starts where the header's does, for group names longer than
+    /// the old fixed 24-character column.
+    #[test]
+    fn summary_columns_stay_aligned_for_long_op_names() {
+        let report =
+            |group: &'static str, passed: bool, detail: &str| CaseReport { group, name: group.into(), passed, detail: detail.into() };
+        let reports = [
+            report("SCALE", true, ""),
+            report("GDN_LAYER_STEP_VS_UNFUSED_AND_THEN_SOME", true, "refused as expected: x"),
+            report("GDN_LAYER_STEP_VS_UNFUSED_AND_THEN_SOME", false, "wrong"),
+        ];
+        for table in [0, 1] {
+            let mut out = Vec::new();
+            let ok = if table == 0 { summarize(&reports, &mut out) } else { summarize_cpu(&reports, &mut out) }.unwrap();
+            assert!(!ok);
+            let text = String::from_utf8(out).unwrap();
+            let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with('(')).collect();
+            // Where each right-aligned column ends: the header's column ends are every line's.
+            let ends = |l: &str| -> Vec<usize> {
+                let l = l.trim_end_matches("   FAIL");
+                let chars: Vec<char> = l.chars().collect();
+                (1..=chars.len()).filter(|&i| chars[i - 1] != ' ' && (i == chars.len() || chars[i] == ' ')).collect()
+            };
+            let want: Vec<usize> = ends(lines[0]).into_iter().rev().take(2).collect();
+            for l in &lines {
+                let got: Vec<usize> = ends(l).into_iter().rev().take(2).collect();
+                assert_eq!(got, want, "table {table}, line {l:?} in\n{text}");
+            }
+        }
+    }
 
     /// A Scale writing a 4-float output inside guard bytes, and two memories that differ by
     /// NaN payloads in one output element and, optionally, one guard word.

@@ -11,6 +11,12 @@ pub fn f32_tensor(mem: &mut HostMemory, ne: [usize; 4], values: &[f32]) -> Tenso
     t
 }
 
+/// `RGDN_FULL_TESTS=1` (`scripts/full-tests.sh`): the long runs (the switch `rgdn::suite::full_tests`
+/// reads too); otherwise `cargo test` runs the same checks with fewer cases.
+pub fn full_tests() -> bool {
+    std::env::var("RGDN_FULL_TESTS").is_ok_and(|v| v == "1")
+}
+
 /// Asserts two floats are bitwise equal, printing both as hex when not.
 #[track_caller]
 pub fn assert_bits(got: f32, want: f32) {

@@ -9,7 +9,7 @@
 # (about 5–7 minutes; PROCESSES = 3 halves it; $OUT/summary.txt is rewritten after each
 # configuration, so a run cut short keeps what it measured).
 #
-# Method = the upstream table's (../../shared/reference/ggml-h200-timings.md): Nsight Compute,
+# Method = the upstream table's (results/2026-11-30-h200-speed/upstream-ggml.md): Nsight Compute,
 # `--clock-control none` (ALWAYS: the card keeps its own clocks; never lock or change them),
 # metric gpu__time_duration.sum, caches flushed before each profiled launch (ncu's default
 # --cache-control all), median over the samples.

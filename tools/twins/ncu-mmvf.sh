@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # mul_mat_vec_f kernel times on the GPU machine, with Nsight Compute, the way
-# /work/shared/reference/ggml-h200-timings.md measured upstream:
+# results/2026-11-30-h200-speed/upstream-ggml.md measured upstream:
 #   ncu --clock-control none --metrics gpu__time_duration.sum   (L2 flushed before each launch,
 #   ncu's default cache control). NEVER lock or change clocks: --clock-control none, always.
 #

@@ -338,6 +338,6 @@ mod tests {
 
     #[test]
     fn every_case_passes_on_the_cpu() {
-        crate::suite::assert_cpu_passes(&cases());
+        crate::suite::assert_cpu_passes(cases());
     }
 }

@@ -402,6 +402,6 @@ mod tests {
 
     #[test]
     fn every_case_passes_on_the_cpu() {
-        crate::suite::assert_cpu_passes(&cases());
+        crate::suite::assert_cpu_passes(cases());
     }
 }
