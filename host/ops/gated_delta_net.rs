@@ -3,7 +3,7 @@
 
 use super::{Op, check};
 use crate::error::{Error, Result};
-use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock};
+use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock, PreparedLaunch};
 use crate::kernels::abi;
 use crate::memory::{DeviceMemory, HostMemory, Memory};
 use crate::reference::math::Mufu;
@@ -250,7 +250,7 @@ impl Op for GatedDeltaNet {
         self.check(mem).map(|_| ())
     }
 
-    fn launch(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<()> {
+    fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {
         let shape = self.check(mem)?;
         let [_, in_col, in_head, in_seq] = check::elem_strides(&self.state_in);
         let params = gdn_params(self, &shape, mem, [in_col, in_head, in_seq]);
@@ -261,7 +261,7 @@ impl Op for GatedDeltaNet {
         // D/4) × block (32, 4) with D = 128, key heads < H_k, n_t tokens and K slots (D·D·H_v
         // floats per slot row); that out and states overlap no input, each other, or
         // themselves; and `params` is the entry's parameter struct.
-        unsafe { gpu.launch(entry(), dims, &args) }
+        unsafe { gpu.prepare(entry(), dims, &args) }
     }
 
     fn reference(&self, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()> {
@@ -366,7 +366,7 @@ impl Op for GatedDeltaNetFromCache {
         self.check(mem).map(|_| ())
     }
 
-    fn launch(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<()> {
+    fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {
         let shape = self.check(mem)?;
         let params = self.params(&shape, mem);
         let grid = (shape.n_heads as u32, shape.n_seqs as u32, D as u32 / abi::GDN_WARPS);
@@ -379,7 +379,7 @@ impl Op for GatedDeltaNetFromCache {
         // states overlapping no input but the cache, and a row read only as that same sequence's
         // own row, start for start (the kernel's race-free case, see its docs); and `params` is
         // the entry's parameter struct.
-        unsafe { gpu.launch(abi::GATED_DELTA_NET_FROM_CACHE_ENTRY, dims, &args) }
+        unsafe { gpu.prepare(abi::GATED_DELTA_NET_FROM_CACHE_ENTRY, dims, &args) }
     }
 
     fn reference(&self, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()> {

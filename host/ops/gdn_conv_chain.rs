@@ -8,7 +8,7 @@
 
 use super::{Op, check};
 use crate::error::{Error, Result};
-use crate::gpu::{Gpu, KernelArg, KernelParams, LaunchDims, ParamBlock};
+use crate::gpu::{Gpu, KernelArg, KernelParams, LaunchDims, ParamBlock, PreparedLaunch};
 use crate::kernels::abi;
 use crate::memory::{DeviceMemory, HostMemory, Memory};
 use crate::reference::math::Mufu;
@@ -266,7 +266,7 @@ impl Op for GdnConvChain {
         self.check(mem).map(|_| ())
     }
 
-    fn launch(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<()> {
+    fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {
         let shape = self.check(mem)?;
         let entry = abi::gdn_conv_chain_entry(shape.d_conv).expect("checked: d_conv has an entry");
         let params = self.params(&shape, mem);
@@ -281,7 +281,7 @@ impl Op for GdnConvChain {
         // except conv_out = qkv element for element (each thread reads before it writes) and the
         // cache rows the kernel reads before its barrier; the shared memory is what the kernel
         // lays out for (d_conv, n_t); and the single parameter is the entry's parameter struct.
-        unsafe { gpu.launch(entry, dims, &args) }
+        unsafe { gpu.prepare(entry, dims, &args) }
     }
 
     fn reference(&self, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()> {

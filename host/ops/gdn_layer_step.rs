@@ -15,7 +15,7 @@ use super::mmvf::MatVecShape;
 use super::{GatedDeltaNetFromCache, GdnConvChain, MulMatVecPairGate, Op, check};
 use crate::bytes::{Bound, ByteSet};
 use crate::error::{Error, Result};
-use crate::gpu::{Gpu, KernelArg, KernelParams, LaunchDims, ParamBlock};
+use crate::gpu::{Gpu, KernelArg, KernelParams, LaunchDims, ParamBlock, PreparedLaunch};
 use crate::kernels::abi;
 use crate::memory::{DeviceMemory, HostMemory, Memory};
 use crate::reference::math::Mufu;
@@ -462,7 +462,7 @@ impl Op for GdnLayerStep {
         self.check(mem).map(|_| ())
     }
 
-    fn launch(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<()> {
+    fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {
         let shape = self.check(mem)?;
         let entry = abi::gdn_layer_step_entry(shape.products.kind, shape.chain.d_conv).expect("checked: the kind and d_conv have an entry");
         let shared = abi::gdn_layer_step_shared_bytes(shape.chain.d_conv, shape.chain.n_tokens);
@@ -498,7 +498,7 @@ impl Op for GdnLayerStep {
         // the state is this Gpu's, whose one stream runs launches in order (each leaves `done` =
         // `arrived` for the next); every work index fits u32 with the grid added; the shared
         // memory is the entry's layout; `params` is the entry's parameter struct.
-        unsafe { gpu.launch_cooperative(entry, dims, &args) }
+        unsafe { gpu.prepare_cooperative(entry, dims, &args) }
     }
 
     fn reference(&self, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()> {

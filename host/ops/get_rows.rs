@@ -3,7 +3,7 @@
 
 use super::{Op, check};
 use crate::error::{Error, Result};
-use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock};
+use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock, PreparedLaunch};
 use crate::kernels::abi;
 use crate::memory::{DeviceMemory, HostMemory, Memory};
 use crate::reference::math::Mufu;
@@ -71,7 +71,7 @@ impl Op for GetRows {
         self.check(mem).map(|_| ())
     }
 
-    fn launch(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<()> {
+    fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {
         let shape = self.check(mem)?;
         let [_, src_row, ..] = check::elem_strides(&self.src);
         let [rows_stride, ..] = check::elem_strides(&self.rows);
@@ -91,7 +91,7 @@ impl Op for GetRows {
         // holds the same values) is in 0..n_src_rows, that src, rows and dst lie inside their
         // buffers for row_len elements × the grid's n_rows rows, that dst rows are distinct and
         // disjoint from src, and `params` is the struct the entry takes.
-        unsafe { gpu.launch(abi::GET_ROWS_ENTRY, dims, &[KernelArg::Params(ParamBlock::of(&params)?)]) }
+        unsafe { gpu.prepare(abi::GET_ROWS_ENTRY, dims, &[KernelArg::Params(ParamBlock::of(&params)?)]) }
     }
 
     fn reference(&self, mem: &mut HostMemory, _mufu: &mut dyn Mufu) -> Result<()> {
