@@ -62,7 +62,6 @@ fn run() -> Result<bool, Box<dyn std::error::Error>> {
         // The engine's own allocations, filled with the same initial bytes for both runs.
         let mut slices: Vec<CudaSlice<u8>> =
             (0..plan.n_buffers()).map(|i| stream.clone_htod(plan.bytes(BufferId(i)))).collect::<Result<_, _>>()?;
-        let ops = layer_step(&t, &shape, &step, &init, fused)?;
         let mut mem = CallerMemory::new(&gpu);
         for (i, slice) in slices.iter_mut().enumerate() {
             let id = if i == t.source_rows.buffer.0 {
@@ -77,6 +76,8 @@ fn run() -> Result<bool, Box<dyn std::error::Error>> {
                 return Err(format!("buffer {i} was bound as {}", id.0).into());
             }
         }
+        // Planned against the bound buffers: what a fusion cannot take there stays unfused.
+        let ops = layer_step(&t, &shape, &step, &init, fused, &mem)?;
         mem.enqueue(&ops)?;
         let bytes = observed.iter().map(|x| mem.download(x.buffer)).collect::<Result<Vec<_>, _>>()?;
         println!("{}: {} ops enqueued on the engine's stream", if fused { "fused" } else { "unfused" }, ops.len());

@@ -94,7 +94,6 @@ fn upload_all(stream: &Arc<CudaStream>, mem: &HostMemory) -> Result<Vec<CudaSlic
 fn run_on_caller(stream: &Arc<CudaStream>, gpu: &Gpu, p: &Plan, fused: bool) -> Result<Vec<Vec<u8>>, String> {
     let mut slices = upload_all(stream, &p.mem)?;
     let rows = p.mem.index_values(&p.t.source_rows).ok_or("no source rows")?;
-    let ops = layer_step(&p.t, &p.shape, &p.step, &p.init, fused).map_err(e)?;
     let mut mem = CallerMemory::new(gpu);
     for (i, s) in slices.iter_mut().enumerate() {
         let id = if i == p.t.source_rows.buffer.0 { mem.indices(&rows).map_err(e)?.buffer } else { mem.bind_mut(s).map_err(e)? };
@@ -102,6 +101,7 @@ fn run_on_caller(stream: &Arc<CudaStream>, gpu: &Gpu, p: &Plan, fused: bool) -> 
             return Err(format!("buffer {i} bound as {}", id.0));
         }
     }
+    let ops = layer_step(&p.t, &p.shape, &p.step, &p.init, fused, &mem).map_err(e)?;
     mem.enqueue(&ops).map_err(e)?;
     (0..mem.n_buffers()).map(|i| mem.download(BufferId(i)).map_err(e)).collect()
 }
@@ -112,7 +112,7 @@ fn layer_steps_agree(stream: &Arc<CudaStream>, gpu: &Gpu, n_t: usize, r: usize) 
     let fused = run_on_caller(stream, gpu, &p, true)?;
     // rgdn's own memory, same ops: the engine path must not change a byte.
     let dev = DeviceMemory::upload(gpu, &p.mem).map_err(e)?;
-    for op in layer_step(&p.t, &p.shape, &p.step, &p.init, false).map_err(e)? {
+    for op in layer_step(&p.t, &p.shape, &p.step, &p.init, false, &dev).map_err(e)? {
         op.launch(gpu, &dev).map_err(e)?;
     }
     let owned = dev.download(gpu).map_err(e)?;

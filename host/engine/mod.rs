@@ -294,28 +294,43 @@ fn index_bytes(values: &[i32]) -> Vec<u8> {
     values.iter().flat_map(|v| v.to_le_bytes()).collect()
 }
 
-/// One GDN layer's verify step over `t` (its tensors in memory the caller bound), in launch
-/// order: ggml's unfused chain (`fused = false`, the ground truth) or the same graph through the
-/// fusion pass (`fused = true`: the conv chain and the alpha/beta pair wherever the matcher
-/// accepts them; what it refuses stays unfused). Both compute the same bytes in every buffer the
-/// fused step writes, bit for bit.
-pub fn layer_step(t: &LayerTensors, shape: &GdnShape, step: &Step, init: &LayerInit, fused: bool) -> Result<Vec<Box<dyn Op>>> {
-    let fusions = if fused { crate::fusion::Options::ON } else { crate::fusion::Options::OFF };
-    layer_step_with(t, shape, step, init, fusions)
+/// One layer step compiled for the memory it runs on: its ops in launch order, and what the
+/// fusion pass decided for each registered fusion (which fired, which refused and why).
+#[derive(Clone, Debug)]
+pub struct CompiledStep {
+    /// The ops, in launch order.
+    pub ops: Vec<Box<dyn Op>>,
+    /// The fusion pass's decisions ([`crate::fusion::Options::OFF`]: every fusion `Off`).
+    pub report: crate::fusion::Report,
 }
 
-/// [`layer_step`] with the fusions in `fusions` (e.g. [`crate::fusion::Options::ALL`] for the
-/// one-launch GDN_LAYER_STEP where it applies); [`crate::fusion::Options::OFF`] is the unfused
-/// chain.
+/// One GDN layer's verify step over `t` (its tensors in `mem`, the memory it will run on: the
+/// engine's [`CallerMemory`], or rgdn's own), in launch order: ggml's unfused chain
+/// (`fused = false`, the ground truth) or the same graph through the fusion pass (`fused =
+/// true`: the default fusions wherever the matcher accepts them and `mem` admits the fused op;
+/// what either refuses stays unfused). Both compute the same bytes in every buffer the fused
+/// step writes, bit for bit.
+pub fn layer_step(t: &LayerTensors, shape: &GdnShape, step: &Step, init: &LayerInit, fused: bool, mem: &dyn Memory) -> Result<Vec<Box<dyn Op>>> {
+    let fusions = if fused { crate::fusion::Options::ON } else { crate::fusion::Options::OFF };
+    Ok(layer_step_with(t, shape, step, init, fusions, mem)?.ops)
+}
+
+/// [`layer_step`] with the fusions in `fusions` (e.g. [`crate::fusion::Options::ALL`]);
+/// [`crate::fusion::Options::OFF`] is the unfused chain. Planned against `mem`
+/// ([`crate::fusion::compile_for`]): a fused op that `mem` would refuse (an operand on bytes
+/// its kernel may not share, say) is refused by the pass ([`crate::fusion::Refusal::FusedInvalid`])
+/// and its pattern stays unfused — so whatever runs unfused on `mem` also runs with fusions.
+/// The report says what fused and why the rest did not.
 pub fn layer_step_with(
     t: &LayerTensors,
     shape: &GdnShape,
     step: &Step,
     init: &LayerInit,
     fusions: crate::fusion::Options,
-) -> Result<Vec<Box<dyn Op>>> {
+    mem: &dyn Memory,
+) -> Result<CompiledStep> {
     if fusions == crate::fusion::Options::OFF {
-        return unfused_ops(t, shape, step, init.precision);
+        return Ok(CompiledStep { ops: unfused_ops(t, shape, step, init.precision)?, report: crate::fusion::Report::all_off(0) });
     }
     let spec = crate::graph::layer::LayerSpec {
         weights: init.mat_vec_weights,
@@ -327,8 +342,8 @@ pub fn layer_step_with(
     // intermediates in between may be eliminated).
     let observed = [t.conv_cache, t.ssm_cache, t.conv_out, t.q_norm, t.k_norm, t.alpha, t.beta_raw, t.beta, t.gate, t.attn_out];
     let live_out = crate::graph::ByteSet::of_all(&observed, crate::graph::Bound::Over);
-    let (nodes, _report) = crate::fusion::compile(nodes, &live_out, fusions);
-    Ok(nodes.into_iter().map(|n| n.op).collect())
+    let (nodes, report) = crate::fusion::compile_for(nodes, &live_out, fusions, Some(mem));
+    Ok(CompiledStep { ops: nodes.into_iter().map(|n| n.op).collect(), report })
 }
 
 #[cfg(test)]
@@ -353,6 +368,48 @@ mod tests {
         assert!(refuse_read_only_writes(&scale, &[false, false, true]).is_err());
         // Ids past the flags (rgdn's own buffers) are writable.
         assert!(refuse_read_only_writes(&scale, &[]).is_ok());
+    }
+
+    /// [hardening] qkv placed in the conv cache's buffer, on a row the step never touches: the
+    /// byte-level check accepts the conv chain, GDN_CONV_CHAIN's own rule (the cache taken
+    /// whole) refuses it. Planned against the memory, the chain stays unfused (a named
+    /// refusal), every op of the step validates, and its bytes equal the unfused step's.
+    #[test]
+    fn the_fused_step_is_planned_against_the_memory_it_runs_on() {
+        use crate::fusion::{Options, Outcome, Refusal};
+        use crate::memory::HostMemory;
+        use crate::reference::math::ExactMufu;
+        use rand::SeedableRng;
+        let shape = GdnShape { n_embd: 64, n_k_heads: 1, n_v_heads: 2, head_dim: 128, d_conv: 4, eps: 1e-6 };
+        // Two cells: the step reads and writes cell 0, row 1 of the conv cache is untouched.
+        let step = Step { cells: 2, ..Step::new(2, 0) };
+        let init = LayerInit::default();
+        let mut mem = HostMemory::new();
+        let mut t = LayerTensors::alloc(&mut mem, &shape, &step, &init).unwrap();
+        t.fill_random(&mut mem, &shape, &mut rand::rngs::StdRng::seed_from_u64(27), &init);
+        let row = t.conv_cache.layout.nb[1];
+        let qkv = Tensor::new(t.conv_cache.buffer, t.qkv_mixed.layout.view(t.qkv_mixed.ne(), t.qkv_mixed.layout.nb, row));
+        let values = mem.to_f32_vec(&t.qkv_mixed);
+        mem.fill_f32(&qkv, &values);
+        t.qkv_mixed = qkv;
+
+        let unfused = layer_step(&t, &shape, &step, &init, false, &mem).unwrap();
+        let fused = layer_step_with(&t, &shape, &step, &init, Options::ALL, &mem).unwrap();
+        let chain = fused.report.layers[0].outcome("conv_chain");
+        assert!(matches!(chain, Some(Outcome::Refused(Refusal::FusedInvalid(_)))), "{}", fused.report);
+        for op in &fused.ops {
+            op.validate(&mem).unwrap_or_else(|e| panic!("{} refused on the memory it was planned for: {e}", op.name()));
+        }
+        assert!(fused.report.fired("pair") + fused.report.fired("gate_pair") > 0, "{}", fused.report);
+        let run = |ops: &[Box<dyn Op>]| {
+            let mut m = mem.clone();
+            ops.iter().for_each(|op| op.reference(&mut m, &mut ExactMufu).unwrap());
+            m
+        };
+        let (a, b) = (run(&unfused), run(&fused.ops));
+        for x in [t.conv_cache, t.ssm_cache, t.conv_out, t.q_norm, t.k_norm, t.alpha, t.beta_raw, t.beta, t.gate, t.attn_out] {
+            assert_eq!(a.bytes(x.buffer), b.bytes(x.buffer), "buffer {}", x.buffer.0);
+        }
     }
 
     #[test]
