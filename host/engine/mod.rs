@@ -34,6 +34,8 @@
 //! it, so the engine's other streams are ordered after it. With event tracking off (as
 //! [`Gpu::new`] sets on its own context), ordering across streams is the engine's.
 
+mod plan;
+
 use crate::error::{Error, Result};
 use crate::gpu::{DeviceBuffer, Gpu};
 use crate::graph::layer::unfused_ops;
@@ -41,6 +43,7 @@ use crate::layer::{GdnShape, LayerInit, LayerTensors, Step};
 use crate::memory::{DeviceMemory, Memory};
 use crate::ops::Op;
 use crate::tensor::{BufferId, DType, Layout, Tensor};
+pub use plan::{CapturedStep, StepPlan};
 use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, SyncOnDrop, sys};
 
 /// The engine's device buffers, bound under [`BufferId`]s (0, 1, … in binding order) for as
@@ -175,6 +178,34 @@ impl<'a> CallerMemory<'a> {
             op.launch(self.gpu, &self.mem)?;
         }
         Ok(())
+    }
+
+    /// Plans `step` (a [`CompiledStep`], or any op list) on these bindings: every op validated
+    /// (and refused if it writes a buffer bound read-only) and its launch prepared, once. Run
+    /// it with [`CallerMemory::run`] as often as wanted — on this memory, or on a later one
+    /// bound to the same buffers the same way.
+    pub fn plan(&self, step: impl Into<CompiledStep>) -> Result<StepPlan> {
+        StepPlan::prepare(self.gpu, &self.mem, &self.read_only, step.into())
+    }
+
+    /// One step of `plan` on these bindings: they must be bound as when the plan was prepared
+    /// (the same buffers, lengths, index and read-only flags); the ops that read the index
+    /// buffers check their index rules on the values set now ([`CallerMemory::set_indices`]);
+    /// then every prepared launch is enqueued. Microseconds of host time; nothing waits.
+    pub fn run(&self, plan: &StepPlan) -> Result<()> {
+        plan.launch_on(self.gpu, &self.mem, &self.read_only)
+    }
+
+    /// Captures one step of `plan` into a CUDA graph on the `Gpu`'s stream (see
+    /// [`StepPlan`]'s docs); replay it with [`CallerMemory::replay`] after setting the next
+    /// step's indices.
+    pub fn capture(&self, plan: &StepPlan) -> Result<CapturedStep> {
+        plan.capture_on(self.gpu, &self.mem, &self.read_only)
+    }
+
+    /// Replays a captured step after checking these bindings and the index values they hold.
+    pub fn replay(&self, step: &CapturedStep) -> Result<()> {
+        step.replay_on(&self.mem, &self.read_only)
     }
 
     /// [`CallerMemory::enqueue`] for one op.

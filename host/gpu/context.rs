@@ -606,6 +606,11 @@ impl Gpu {
         self.log().timing = on;
     }
 
+    /// Whether per-launch event timing is on.
+    pub fn is_timing(&self) -> bool {
+        self.log().timing
+    }
+
     /// Turns the launch recorder on or off and returns its previous state. Off by default: an
     /// engine stepping for hours keeps no per-launch bookkeeping. While on, every launch is kept
     /// (entry, shape) until [`Gpu::take_launches`] takes it; the op suite, the bench and

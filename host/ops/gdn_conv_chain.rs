@@ -113,14 +113,7 @@ impl GdnConvChain {
 
         check::tensor(OP, "source_row", &self.source_row, DType::I32, mem)?;
         check::shape(OP, "source_row", &self.source_row, [1, 1, 1, 1])?;
-        let values = mem.index_values(&self.source_row).ok_or_else(|| Error::Invalid {
-            op: OP,
-            what: format!("`source_row` (buffer {}) is not an index buffer: its value must be known to the host", self.source_row.buffer.0),
-        })?;
-        let index = values[0];
-        if index < 0 || index as usize >= n_cache_rows {
-            return Err(Error::IndexOutOfRange { op: OP, arg: "source_row", position: 0, index: index as i64, rows: n_cache_rows });
-        }
+        let index = self.check_source_row(mem, n_cache_rows)?;
 
         let n_rows = self.snapshots.len();
         if n_rows == 0 {
@@ -199,7 +192,20 @@ impl GdnConvChain {
         if n_channels / block > i32::MAX as usize {
             return Err(Error::Unsupported { op: OP, what: format!("C = {n_channels} channels (grid x holds at most 2^31 − 1 blocks)") });
         }
-        Ok(ChainShape { d_conv, n_channels, n_tokens, n_cache_rows, source_row: index as usize })
+        Ok(ChainShape { d_conv, n_channels, n_tokens, n_cache_rows, source_row: index })
+    }
+
+    /// The rule that depends on the index value: the source row in 0..n_cache_rows.
+    pub(crate) fn check_source_row(&self, mem: &dyn Memory, n_cache_rows: usize) -> Result<usize> {
+        let values = mem.index_values(&self.source_row).ok_or_else(|| Error::Invalid {
+            op: OP,
+            what: format!("`source_row` (buffer {}) is not an index buffer: its value must be known to the host", self.source_row.buffer.0),
+        })?;
+        let index = values.first().copied().unwrap_or(-1);
+        if index < 0 || index as usize >= n_cache_rows {
+            return Err(Error::IndexOutOfRange { op: OP, arg: "source_row", position: 0, index: index as i64, rows: n_cache_rows });
+        }
+        Ok(index as usize)
     }
 
     /// The kernel's parameter block for a validated op.
@@ -264,6 +270,10 @@ impl Op for GdnConvChain {
 
     fn validate(&self, mem: &dyn Memory) -> Result<()> {
         self.check(mem).map(|_| ())
+    }
+
+    fn check_indices(&self, mem: &dyn Memory) -> Result<()> {
+        self.check_source_row(mem, self.conv_cache.ne()[1]).map(|_| ())
     }
 
     fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {

@@ -462,6 +462,13 @@ impl Op for GdnLayerStep {
         self.check(mem).map(|_| ())
     }
 
+    /// The parts' index rules: no rule of the step's own (links, disjointness, readiness)
+    /// reads an index value.
+    fn check_indices(&self, mem: &dyn Memory) -> Result<()> {
+        self.chain.check_indices(mem)?;
+        self.gdn.check_indices(mem)
+    }
+
     fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {
         let shape = self.check(mem)?;
         let entry = abi::gdn_layer_step_entry(shape.products.kind, shape.chain.d_conv).expect("checked: the kind and d_conv have an entry");

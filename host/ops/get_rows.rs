@@ -49,6 +49,12 @@ impl GetRows {
         if n_rows > i32::MAX as usize {
             return Err(Error::Unsupported { op: OP, what: format!("{n_rows} rows gathered (grid x ≤ 2^31 − 1)") });
         }
+        self.check_rows(mem, n_src_rows)?;
+        Ok(RowsShape { row_len, n_src_rows, n_rows })
+    }
+
+    /// The rule that depends on the index values: each in 0..n_src_rows.
+    fn check_rows(&self, mem: &dyn Memory, n_src_rows: usize) -> Result<()> {
         let values = mem.index_values(&self.rows).ok_or_else(|| Error::Invalid {
             op: OP,
             what: format!("`rows` (buffer {}) is not an index buffer: its values must be known to the host", self.rows.buffer.0),
@@ -58,7 +64,7 @@ impl GetRows {
                 return Err(Error::IndexOutOfRange { op: OP, arg: "rows", position, index: index as i64, rows: n_src_rows });
             }
         }
-        Ok(RowsShape { row_len, n_src_rows, n_rows })
+        Ok(())
     }
 }
 
@@ -69,6 +75,10 @@ impl Op for GetRows {
 
     fn validate(&self, mem: &dyn Memory) -> Result<()> {
         self.check(mem).map(|_| ())
+    }
+
+    fn check_indices(&self, mem: &dyn Memory) -> Result<()> {
+        self.check_rows(mem, self.src.ne()[1])
     }
 
     fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {
