@@ -8,7 +8,10 @@
 //!    one kernel per fused node;
 //! 2. whole 24-layer verify forwards of the 9B preset (T = 4, R = 3 and T = 8, R = 7; 6 of 24
 //!    layers in the aliasing layout): every output and both caches identical off/on, kernels
-//!    per forward printed for both.
+//!    per forward printed for both — each forward with the launch recorder off and on.
+//!
+//! The sweep runs with the recorder off, as an engine runs (the launches each node made come
+//! from its prepared launch, `graph::exec::run_gpu`).
 //!
 //! Without a CUDA driver it prints that it SKIPPED and exits 0 — unless `RGDN_REQUIRE_GPU=1`.
 //! `RGDN_SWEEP_STRIDE=k` runs every k-th sweep case, `RGDN_SWEEP_FORWARDS=0` skips the forwards.
@@ -39,7 +42,7 @@ fn main() -> ExitCode {
         println!("  {layout}: {p}/{n}");
     }
     println!(
-        "SWEEP: {}/{} cases identical off/on (every observed value and every intact intermediate), every registered fusion \
+        "SWEEP (recorder off, the engine's path): {}/{} cases identical off/on (every observed value and every intact intermediate), every registered fusion \
          fired where its scope says and ran as one kernel per fused node — both layouts ({:.1} s)",
         s.passed,
         s.cases,
@@ -51,7 +54,10 @@ fn main() -> ExitCode {
     // `RGDN_SWEEP_FORWARDS=0` skips the two 24-layer forwards (for slow tools such as
     // compute-sanitizer); `RGDN_SWEEP_STRIDE=k` runs every k-th sweep case.
     let forwards: &[(usize, usize)] = if std::env::var("RGDN_SWEEP_FORWARDS").is_ok_and(|v| v == "0") { &[] } else { &[(4, 3), (8, 7)] };
-    for &(n_t, r) in forwards {
+    // The forwards run twice: recorder off (the engine's path) and on (the launch log checked
+    // against every node's prepared launch); the sweep above ran with it off.
+    for (&(n_t, r), recording) in forwards.iter().flat_map(|f| [(f, false), (f, true)]) {
+        gpu.set_recording(recording);
         let t = Instant::now();
         match sweep::forward(&gpu, GdnShape::QWEN35_9B, layers, n_t, r, 0xf0 + n_t as u64) {
             Ok(f) => {
@@ -60,8 +66,9 @@ fn main() -> ExitCode {
                 let fired: Vec<String> =
                     rgdn::fusion::REGISTRY.iter().map(|x| format!("{} {}/{layers}", x.name, f.report.fired(x.name))).collect();
                 println!(
-                    "FORWARD 9B × {layers} layers, T = {n_t}, R = {r}: {} ({} values, {} bytes compared); fused: {}; kernels per forward {} → {} \
+                    "FORWARD 9B × {layers} layers, T = {n_t}, R = {r}, recorder {}: {} ({} values, {} bytes compared); fused: {}; kernels per forward {} → {} \
                      ({:.1} → {:.1} per layer) ({:.1} s)",
+                    if recording { "on" } else { "off" },
                     if f.identical() { "identical" } else { "DIFFERS" },
                     f.values.len(),
                     f.bytes,
@@ -84,5 +91,6 @@ fn main() -> ExitCode {
             }
         }
     }
+    gpu.set_recording(false);
     if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }

@@ -624,6 +624,19 @@ impl Gpu {
         self.log().recording
     }
 
+    /// Runs `f` with the recorder `on` (and timing off), then puts both back as they were:
+    /// how tests run one check in both recorder states.
+    pub fn with_recorder<T>(&self, on: bool, f: impl FnOnce() -> T) -> T {
+        let (recording, timing) = {
+            let mut log = self.log();
+            (std::mem::replace(&mut log.recording, on), std::mem::replace(&mut log.timing, false))
+        };
+        let out = f();
+        let mut log = self.log();
+        (log.recording, log.timing) = (recording, timing);
+        out
+    }
+
     /// Takes the launch log (waits for timed launches to finish first); empty when nothing was
     /// recorded.
     pub fn take_launches(&self) -> Result<Vec<LaunchRecord>> {
