@@ -34,6 +34,7 @@
 //! it, so the engine's other streams are ordered after it. With event tracking off (as
 //! [`Gpu::new`] sets on its own context), ordering across streams is the engine's.
 
+pub mod hf;
 mod plan;
 
 use crate::error::{Error, Result};
@@ -82,7 +83,7 @@ impl<'a> CallerMemory<'a> {
         let (ptr, order) = slice.device_ptr(self.gpu.stream());
         // SAFETY: cudarc's slice is `len` bytes of device memory of this context (checked
         // above), kept allocated by the `'a` borrow, which the binding holds.
-        Ok(self.push(unsafe { DeviceBuffer::caller(ptr, len) }, order, true, None))
+        self.push(unsafe { DeviceBuffer::caller(ptr, len) }, order, true, None)
     }
 
     /// Binds a buffer that ops may read and write.
@@ -91,7 +92,7 @@ impl<'a> CallerMemory<'a> {
         let len = bytes_of::<T>(slice.len())?;
         let (ptr, order) = slice.device_ptr_mut(self.gpu.stream());
         // SAFETY: as `bind`; the exclusive borrow means nothing else writes it meanwhile.
-        Ok(self.push(unsafe { DeviceBuffer::caller(ptr, len) }, order, false, None))
+        self.push(unsafe { DeviceBuffer::caller(ptr, len) }, order, false, None)
     }
 
     /// Binds a view (part of a buffer) that ops may read but never write.
@@ -101,7 +102,7 @@ impl<'a> CallerMemory<'a> {
         self.check_device(ptr, len, false)?;
         // SAFETY: cudarc's view is `len` bytes of device memory on this device (checked),
         // kept allocated by the `'a` borrow.
-        Ok(self.push(unsafe { DeviceBuffer::caller(ptr, len) }, order, true, None))
+        self.push(unsafe { DeviceBuffer::caller(ptr, len) }, order, true, None)
     }
 
     /// Binds a view (part of a buffer) that ops may read and write.
@@ -110,7 +111,7 @@ impl<'a> CallerMemory<'a> {
         let (ptr, order) = view.view_ptr(self.gpu.stream());
         self.check_device(ptr, len, false)?;
         // SAFETY: as `bind_view`; the view is an exclusive borrow.
-        Ok(self.push(unsafe { DeviceBuffer::caller(ptr, len) }, order, false, None))
+        self.push(unsafe { DeviceBuffer::caller(ptr, len) }, order, false, None)
     }
 
     /// Binds `len` bytes of device memory at `ptr` (memory from another allocator, an FFI
@@ -124,7 +125,7 @@ impl<'a> CallerMemory<'a> {
         self.check_device(ptr, len, true)?;
         // SAFETY: the range is inside one live allocation on this device (checked); the rest
         // is the caller's promise.
-        Ok(self.push(unsafe { DeviceBuffer::caller(ptr, len) }, SyncOnDrop::Sync(None), !writable, None))
+        self.push(unsafe { DeviceBuffer::caller(ptr, len) }, SyncOnDrop::Sync(None), !writable, None)
     }
 
     /// A contiguous I32 index tensor holding `values`, in a small device buffer of rgdn's own
@@ -132,7 +133,7 @@ impl<'a> CallerMemory<'a> {
     pub fn indices(&mut self, values: &[i32]) -> Result<Tensor> {
         let bytes = index_bytes(values);
         let buffer = self.gpu.upload(&bytes)?;
-        let id = self.push(buffer, SyncOnDrop::Sync(None), false, Some(bytes));
+        let id = self.push(buffer, SyncOnDrop::Sync(None), false, Some(bytes))?;
         Ok(Tensor::new(id, Layout::contiguous(DType::I32, [values.len(), 1, 1, 1])))
     }
 
@@ -153,7 +154,7 @@ impl<'a> CallerMemory<'a> {
         // buffer, which no kernel writes.
         let mut buffer = unsafe { DeviceBuffer::caller(ptr, bytes.len()) };
         self.gpu.write(&mut buffer, &bytes)?;
-        let id = self.push(buffer, order, false, Some(bytes));
+        let id = self.push(buffer, order, false, Some(bytes))?;
         Ok(Tensor::new(id, Layout::contiguous(DType::I32, [values.len(), 1, 1, 1])))
     }
 
@@ -224,10 +225,13 @@ impl<'a> CallerMemory<'a> {
         refuse_read_only_writes(op, &self.read_only)
     }
 
-    fn push(&mut self, buffer: DeviceBuffer, order: SyncOnDrop<'a>, read_only: bool, index: Option<Vec<u8>>) -> BufferId {
+    /// Adds a binding; refuses a buffer whose first byte is not [`BIND_ALIGN`]-aligned (the ops
+    /// check their views' alignment relative to the buffer's start).
+    fn push(&mut self, buffer: DeviceBuffer, order: SyncOnDrop<'a>, read_only: bool, index: Option<Vec<u8>>) -> Result<BufferId> {
+        check_aligned(buffer.device_ptr())?;
         self._order.push(order);
         self.read_only.push(read_only);
-        self.mem.push(buffer, index)
+        Ok(self.mem.push(buffer, index))
     }
 
     fn same_context<T>(&self, slice: &CudaSlice<T>) -> Result<()> {
@@ -311,6 +315,18 @@ fn refuse_read_only_writes(op: &dyn Op, read_only: &[bool]) -> Result<()> {
         }),
         None => Ok(()),
     }
+}
+
+/// The alignment every bound buffer's first byte needs: the kernels' widest loads are element
+/// pairs (8 bytes) and ops check views against the buffer's start, so the start itself must be
+/// aligned (device allocations are 256-byte aligned; a view at an odd element is not).
+pub const BIND_ALIGN: u64 = 16;
+
+fn check_aligned(ptr: u64) -> Result<()> {
+    if !ptr.is_multiple_of(BIND_ALIGN) {
+        return Err(Error::Invalid { op: BIND, what: format!("device address {ptr:#x} is not {BIND_ALIGN}-byte aligned") });
+    }
+    Ok(())
 }
 
 fn bytes_of<T>(elements: usize) -> Result<usize> {
@@ -441,6 +457,13 @@ mod tests {
         for x in [t.conv_cache, t.ssm_cache, t.conv_out, t.q_norm, t.k_norm, t.alpha, t.beta_raw, t.beta, t.gate, t.attn_out] {
             assert_eq!(a.bytes(x.buffer), b.bytes(x.buffer), "buffer {}", x.buffer.0);
         }
+    }
+
+    #[test]
+    fn bound_buffers_start_aligned() {
+        assert!(check_aligned(0x7f00_0000_0100).is_ok());
+        assert!(check_aligned(0x7f00_0000_0110).is_ok());
+        assert!(matches!(check_aligned(0x7f00_0000_0104), Err(Error::Invalid { .. })));
     }
 
     #[test]

@@ -138,6 +138,12 @@ impl StepPlan {
         self.capture_on(gpu, mem, &[])
     }
 
+    /// Whether `mem` is bound exactly as the memory the plan was prepared on (then
+    /// [`super::CallerMemory::run`] takes it; else a plan for it must be prepared).
+    pub fn fits(&self, mem: &super::CallerMemory) -> bool {
+        same_bindings(&self.bindings, &mem.mem, &mem.read_only)
+    }
+
     /// The ops, in launch order.
     pub fn ops(&self) -> &[Box<dyn Op>] {
         &self.ops
