@@ -15,7 +15,7 @@
 //! Without a CUDA driver it prints that it SKIPPED and exits 0 — unless `RGDN_REQUIRE_GPU=1`.
 
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
-use rand::SeedableRng;
+use rand::{Rng, SeedableRng};
 use rand::rngs::StdRng;
 use rgdn::Error;
 use rgdn::engine::{CallerMemory, StepPlan, layer_step, layer_step_with};
@@ -78,6 +78,7 @@ fn main() -> ExitCode {
     run("a plan refuses a memory bound otherwise", plan_refuses_other_bindings(&stream, &gpu));
     run("a captured step replayed with new source rows = planned steps; a bad row refused", captured_steps(&gpu));
     run("two layer steps at once on two streams of one context, 200 times = serial", two_streams(&stream));
+    run("engine::hf::GdnLayer from Hugging Face tensors: fused = unfused over steps; refusals name the buffer", hf_layer(&stream, &gpu));
     if failed > 0 {
         println!("{failed} engine check(s) FAILED");
         return ExitCode::FAILURE;
@@ -562,4 +563,95 @@ fn two_streams(stream: &Arc<CudaStream>) -> Check {
     done.store(true, Ordering::Relaxed);
     let _ = watchdog.join();
     result
+}
+
+/// The layer an engine builds from its checkpoint (`engine::hf`), fused (one GDN_LAYER_STEP
+/// where it applies) and unfused, on the engine's own cudarc buffers: three steps with changing
+/// source rows, for one sequence (T = 4) and for two (T = 2; the second step's sequence 0 reads
+/// row 3, which sequence 1 writes: a fused op that refuses that index falls back to the unfused
+/// plan for the step): every output and both caches bit for bit; the fused plan's report says the layer step fired; a plan per shape; a buffer of
+/// the wrong length or at an unaligned address is refused, naming it.
+fn hf_layer(stream: &Arc<CudaStream>, gpu: &Gpu) -> Check {
+    use half::bf16;
+    use rgdn::engine::hf::{BetaAlpha, Decay, Floats, GdnConfig, GdnLayer, GdnWeights, HfTensor, KeyHeads, StepRows};
+    let cfg = GdnConfig::qwen3_5_9b(KeyHeads::Modulo);
+    let shape = cfg.shape().map_err(e)?;
+    let (c, k, en, hv) = (shape.channels(), shape.d_conv, shape.n_embd, shape.n_v_heads);
+    let mut rng = StdRng::seed_from_u64(0x27);
+    let mut floats = |n: usize, scale: f32| -> Vec<f32> { (0..n).map(|_| rng.random_range(-scale..scale)).collect() };
+    let conv1d = floats(c * k, 0.5);
+    let b: Vec<bf16> = floats(hv * en, 0.05).into_iter().map(bf16::from_f32).collect();
+    let a: Vec<bf16> = floats(hv * en, 0.05).into_iter().map(bf16::from_f32).collect();
+    let (dt_bias, a_log) = (floats(hv, 1.0), floats(hv, 1.0));
+    let (s_conv, s_proj, s_head) = ([c, 1, k], [hv, en], [hv]);
+    let weights = GdnWeights {
+        conv1d_weight: HfTensor { data: Floats::F32(&conv1d), shape: &s_conv },
+        beta_alpha: BetaAlpha::Split {
+            in_proj_b: HfTensor { data: Floats::BF16(&b), shape: &s_proj },
+            in_proj_a: HfTensor { data: Floats::BF16(&a), shape: &s_proj },
+        },
+        dt_bias: HfTensor { data: Floats::F32(&dt_bias), shape: &s_head },
+        decay: Decay::ALog(HfTensor { data: Floats::F32(&a_log), shape: &s_head }),
+    };
+    let mut fused = GdnLayer::new(gpu, cfg, &weights, Options::ON).map_err(e)?;
+    let mut unfused = GdnLayer::new(gpu, cfg, &weights, Options::OFF).map_err(e)?;
+    let (cells, rollback) = (2usize, 3usize);
+    let cache_rows = cells * (1 + rollback);
+    for (n_t, sources) in [(4usize, vec![vec![0u32], vec![5], vec![2]]), (2, vec![vec![0, 1], vec![3, 6], vec![7, 4]])] {
+        let n_s = sources[0].len();
+        let conv0 = floats(shape.conv_row() * cache_rows, 1.0);
+        let ssm0 = floats(shape.ssm_row() * cache_rows, 0.05);
+        let qkv = floats(c * n_t * n_s, 1.0);
+        let hidden = floats(en * n_t * n_s, 1.0);
+        let mut results = Vec::new();
+        for layer in [&mut fused, &mut unfused] {
+            let mut conv = stream.clone_htod(&conv0).map_err(e)?;
+            let mut ssm = stream.clone_htod(&ssm0).map_err(e)?;
+            let (q, h) = (stream.clone_htod(&qkv).map_err(e)?, stream.clone_htod(&hidden).map_err(e)?);
+            let mut outs = Vec::new();
+            for src in &sources {
+                let rows = StepRows { n_tokens: n_t, cells, rollback, kv_head: 0, sources: src, zero_cell: None };
+                let out = layer.step(gpu, conv.slice_mut(..), ssm.slice_mut(..), q.slice(..), h.slice(..), &rows).map_err(e)?;
+                let mut host = vec![0f32; out.len()];
+                stream.memcpy_dtoh(&out, &mut host).map_err(e)?;
+                outs.push(host);
+            }
+            let mut caches = (vec![0f32; conv0.len()], vec![0f32; ssm0.len()]);
+            stream.memcpy_dtoh(&conv, &mut caches.0).map_err(e)?;
+            stream.memcpy_dtoh(&ssm, &mut caches.1).map_err(e)?;
+            stream.synchronize().map_err(e)?;
+            results.push((outs, caches));
+        }
+        let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        let (f, u) = (&results[0], &results[1]);
+        for (i, (fo, uo)) in f.0.iter().zip(&u.0).enumerate() {
+            if bits(fo) != bits(uo) {
+                return Err(format!("n_t = {n_t}, n_s = {n_s}: step {i}'s output differs fused vs unfused"));
+            }
+        }
+        if bits(&f.1.0) != bits(&u.1.0) || bits(&f.1.1) != bits(&u.1.1) {
+            return Err(format!("n_t = {n_t}, n_s = {n_s}: the caches differ fused vs unfused"));
+        }
+        let report = fused.report().ok_or("no report after a step")?;
+        if n_s == 1 && report.fired("layer_step") != 1 {
+            return Err(format!("the fused layer's report:\n{report}"));
+        }
+    }
+    if (fused.planned_shapes(), unfused.planned_shapes()) != (2, 2) {
+        return Err(format!("{} and {} plans for two shapes", fused.planned_shapes(), unfused.planned_shapes()));
+    }
+    // Refusals name the engine's buffer.
+    let rows = StepRows { n_tokens: 1, cells, rollback, kv_head: 0, sources: &[0], zero_cell: None };
+    let mut conv = stream.alloc_zeros::<f32>(shape.conv_row() * cache_rows + 1).map_err(e)?;
+    let mut ssm = stream.alloc_zeros::<f32>(shape.ssm_row() * cache_rows).map_err(e)?;
+    let (q, h) = (stream.alloc_zeros::<f32>(c).map_err(e)?, stream.alloc_zeros::<f32>(en).map_err(e)?);
+    let long = fused.step(gpu, conv.slice_mut(..), ssm.slice_mut(..), q.slice(..), h.slice(..), &rows).map(|_| ());
+    if !matches!(&long, Err(Error::Invalid { what, .. }) if what.contains("conv_cache")) {
+        return Err(format!("a conv cache one float too long gave {long:?}"));
+    }
+    let unaligned = fused.step(gpu, conv.slice_mut(1..), ssm.slice_mut(..), q.slice(..), h.slice(..), &rows).map(|_| ());
+    if !matches!(&unaligned, Err(Error::Invalid { what, .. }) if what.contains("conv_cache") && what.contains("aligned")) {
+        return Err(format!("a conv cache at an unaligned address gave {unaligned:?}"));
+    }
+    Ok(())
 }

@@ -53,7 +53,10 @@
 //! row `sources[s]` (`s_copy`: depth·M + cell, any row of the caches) and writes cell
 //! `kv_head + s`: its conv rows and its first min(n_t, 1 + R) ssm slots `g·M + kv_head + s`.
 //! The source rows change every step at no planning cost; the shape (n_t, n_s, M, R, kv_head,
-//! the zeroed cell) and the buffers' addresses select a plan, made once.
+//! the zeroed cell) and the buffers' addresses select a plan, made once. Where a fused op's
+//! index rule is stricter than the unfused chain's (a sequence reading a row another sequence
+//! writes this step), that step runs the unfused plan instead: refused before any launch, then
+//! run unfused — the same bytes either way.
 
 use super::{CallerMemory, StepPlan, layer_step_with};
 use crate::error::{Error, Result};
@@ -543,6 +546,7 @@ struct PlanKey {
     rollback: usize,
     kv_head: usize,
     zero_cell: Option<usize>,
+    fusions: Options,
 }
 
 /// Plans kept per layer (the shapes an engine alternates between); the oldest goes first.
@@ -562,7 +566,7 @@ pub struct GdnLayer {
     output: CudaSlice<f32>,
     index: CudaSlice<i32>,
     fusions: Options,
-    plans: Vec<(PlanKey, StepPlan)>,
+    plans: Vec<Planned>,
     last: Option<usize>,
 }
 
@@ -600,12 +604,17 @@ impl GdnLayer {
     /// What the fusion pass decided for the last step's plan (which fusions fired, why the
     /// others did not); None before the first step.
     pub fn report(&self) -> Option<&Report> {
-        self.last.and_then(|i| self.plans.get(i)).map(|(_, p)| p.report())
+        self.last_plan().map(StepPlan::report)
     }
 
     /// The plan the last step ran (its ops and prepared launches).
     pub fn last_plan(&self) -> Option<&StepPlan> {
-        self.last.and_then(|i| self.plans.get(i)).map(|(_, p)| p)
+        self.last.and_then(|i| self.plans.get(i)).map(|p| &p.plan)
+    }
+
+    /// How many step shapes the layer holds plans for (at most 16; the oldest goes first).
+    pub fn planned_shapes(&self) -> usize {
+        self.plans.len()
     }
 
     /// One step into a buffer of the layer's own; returns its view, `[n_s][n_t][H_v][D]` F32.
@@ -667,10 +676,6 @@ impl GdnLayer {
             }
         }
         let sources = rows.source_values(step.try_cache_rows()?)?;
-        let (tensors, scratch_bytes) = layer_tensors(&self.shape, &step, self.dtype, &self.weight_layout)?;
-        if self.scratch.len() < scratch_bytes {
-            self.scratch = gpu.stream().alloc_zeros::<u8>(scratch_bytes)?;
-        }
         let key = PlanKey {
             gpu: (gpu.context().cu_ctx() as usize, gpu.grid_sync()),
             n_tokens: step.n_tokens,
@@ -679,8 +684,18 @@ impl GdnLayer {
             rollback: step.n_rollback,
             kv_head: step.kv_head,
             zero_cell: step.zero_cell,
+            fusions: self.fusions,
         };
-        let GdnLayer { shape, dtype, weights, scratch, output, index, fusions, plans, last, .. } = self;
+        // The views and the scratch size of a shape planned before; else laid out now.
+        let known = self.plans.iter().position(|p| p.key == key);
+        let (tensors, scratch_bytes) = match known {
+            Some(i) => (self.plans[i].tensors.clone(), self.plans[i].scratch_bytes),
+            None => layer_tensors(&self.shape, &step, self.dtype, &self.weight_layout)?,
+        };
+        if self.scratch.len() < scratch_bytes {
+            self.scratch = gpu.stream().alloc_zeros::<u8>(scratch_bytes)?;
+        }
+        let GdnLayer { shape, dtype, weights, scratch, output, index, plans, last, .. } = self;
         // A refused binding (an engine view at an unaligned address, say) names the buffer.
         let named = |name: &'static str| move |e: Error| Error::Invalid { op: OP, what: format!("`{name}`: {e}") };
         let mut mem = CallerMemory::new(gpu);
@@ -695,22 +710,52 @@ impl GdnLayer {
         mem.bind(&*weights)?;
         mem.bind_mut(scratch)?;
         mem.bind_indices(index, &sources)?;
-        let at = match plans.iter().position(|(k, p)| *k == key && p.fits(&mem)) {
-            Some(at) => at,
-            None => {
-                let init = LayerInit { mat_vec_weights: *dtype, precision: Precision::Default, specials: false };
-                let compiled = layer_step_with(&tensors, shape, &step, &init, *fusions, &mem)?;
-                let plan = mem.plan(compiled)?;
-                if plans.len() >= PLANS_KEPT {
-                    plans.remove(0);
-                }
-                plans.push((key, plan));
-                plans.len() - 1
+        let plan = |plans: &mut Vec<Planned>, key: PlanKey, known: Option<usize>| -> Result<usize> {
+            if let Some(i) = known.filter(|&i| plans[i].plan.fits(&mem)) {
+                return Ok(i);
             }
+            // A new shape, or the same shape on other buffers: plan it (once).
+            let init = LayerInit { mat_vec_weights: *dtype, precision: Precision::Default, specials: false };
+            let compiled = layer_step_with(&tensors, shape, &step, &init, key.fusions, &mem)?;
+            let planned = Planned { key, tensors: tensors.clone(), scratch_bytes, plan: mem.plan(compiled)? };
+            Ok(match known {
+                Some(i) => {
+                    plans[i] = planned;
+                    i
+                }
+                None => {
+                    if plans.len() >= PLANS_KEPT {
+                        plans.remove(0);
+                    }
+                    plans.push(planned);
+                    plans.len() - 1
+                }
+            })
         };
+        let at = plan(plans, key, known)?;
         *last = Some(at);
-        mem.run(&plans[at].1)
+        match mem.run(&plans[at].plan) {
+            // A fused op's index rules can be stricter than the unfused chain's (a sequence
+            // reading a row another sequence writes, which GET_ROWS then GATED_DELTA_NET take):
+            // refused before any launch, so this step runs unfused.
+            Err(Error::Aliasing { .. }) if key.fusions != Options::OFF => {
+                let unfused = PlanKey { fusions: Options::OFF, ..key };
+                let known = plans.iter().position(|p| p.key == unfused);
+                let at = plan(plans, unfused, known)?;
+                *last = Some(at);
+                mem.run(&plans[at].plan)
+            }
+            ran => ran,
+        }
     }
+}
+
+/// A planned step shape: its plan and the views it was planned with.
+struct Planned {
+    key: PlanKey,
+    tensors: LayerTensors,
+    scratch_bytes: usize,
+    plan: StepPlan,
 }
 
 
