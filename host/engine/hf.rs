@@ -631,7 +631,7 @@ impl GdnLayer {
         if self.output.len() < out_len {
             self.output = gpu.stream().alloc_zeros::<f32>(out_len)?;
         }
-        self.run(gpu, conv_cache, ssm_cache, qkv, hidden, None, rows)?;
+        self.run(gpu, Engine::Views { conv_cache, ssm_cache, qkv, hidden, out: None }, rows)?;
         Ok(self.output.slice(0..out_len))
     }
 
@@ -647,30 +647,33 @@ impl GdnLayer {
         out: CudaViewMut<'_, f32>,
         rows: &StepRows,
     ) -> Result<()> {
-        self.run(gpu, conv_cache, ssm_cache, qkv, hidden, Some(out), rows)
+        self.run(gpu, Engine::Views { conv_cache, ssm_cache, qkv, hidden, out: Some(out) }, rows)
+    }
+
+    /// One step on buffers the engine names by address — a framework's tensors whose storage
+    /// it reaches through raw device pointers (candle's `storage_and_layout`, as mistral.rs's
+    /// own kernels do): each a contiguous F32 range, checked against the driver's allocation
+    /// (it must lie inside one allocation of this device) and against the step's lengths.
+    ///
+    /// # Safety
+    /// Every range stays allocated until the step has run on `gpu`'s stream, and while it may
+    /// run nothing else writes any of them, nor reads `conv_cache`, `ssm_cache` or `out` (which
+    /// it writes) — stream order on `gpu`'s stream, the engine's own, gives that.
+    pub unsafe fn step_raw(&mut self, gpu: &Gpu, buffers: RawBuffers, rows: &StepRows) -> Result<()> {
+        self.run(gpu, Engine::Raw(buffers), rows)
     }
 
     /// Checks the engine's buffers and rows, binds them with the layer's own, finds (or makes)
-    /// the plan for this shape and these addresses, and runs one step of it. `out`: the
-    /// engine's, or (None) the layer's own output buffer, already long enough.
-    #[allow(clippy::too_many_arguments)]
-    fn run(
-        &mut self,
-        gpu: &Gpu,
-        conv_cache: CudaViewMut<'_, f32>,
-        ssm_cache: CudaViewMut<'_, f32>,
-        qkv: CudaView<'_, f32>,
-        hidden: CudaView<'_, f32>,
-        out: Option<CudaViewMut<'_, f32>>,
-        rows: &StepRows,
-    ) -> Result<()> {
+    /// the plan for this shape and these addresses, and runs one step of it. Without the
+    /// engine's `out`, the layer's own output buffer, already long enough.
+    fn run(&mut self, gpu: &Gpu, engine: Engine<'_>, rows: &StepRows) -> Result<()> {
         if gpu.context().cu_ctx() as usize != self.ctx {
             return Err(Error::Invalid { op: OP, what: "the Gpu runs on another CUDA context than the layer's weights".into() });
         }
         let step = rows.step()?;
         let lengths = engine_lengths(&self.shape, rows)?;
-        let out_len = out.as_ref().map_or(lengths[4].1, |v| v.len());
-        for ((name, want), got) in lengths.iter().zip([conv_cache.len(), ssm_cache.len(), qkv.len(), hidden.len(), out_len]) {
+        let got = engine.lengths(lengths[4].1);
+        for ((name, want), got) in lengths.iter().zip(got) {
             if got != *want {
                 return Err(Error::Invalid { op: OP, what: format!("`{name}` holds {got} f32, the step needs exactly {want}") });
             }
@@ -699,14 +702,29 @@ impl GdnLayer {
         // A refused binding (an engine view at an unaligned address, say) names the buffer.
         let named = |name: &'static str| move |e: Error| Error::Invalid { op: OP, what: format!("`{name}`: {e}") };
         let mut mem = CallerMemory::new(gpu);
-        mem.bind_view_mut(conv_cache).map_err(named("conv_cache"))?;
-        mem.bind_view_mut(ssm_cache).map_err(named("ssm_cache"))?;
-        mem.bind_view(qkv).map_err(named("qkv"))?;
-        mem.bind_view(hidden).map_err(named("hidden"))?;
-        match out {
-            Some(view) => mem.bind_view_mut(view).map_err(named("out"))?,
-            None => mem.bind_view_mut(output.slice_mut(0..out_len))?,
-        };
+        match engine {
+            Engine::Views { conv_cache, ssm_cache, qkv, hidden, out } => {
+                let out_len = lengths[4].1;
+                mem.bind_view_mut(conv_cache).map_err(named("conv_cache"))?;
+                mem.bind_view_mut(ssm_cache).map_err(named("ssm_cache"))?;
+                mem.bind_view(qkv).map_err(named("qkv"))?;
+                mem.bind_view(hidden).map_err(named("hidden"))?;
+                match out {
+                    Some(view) => mem.bind_view_mut(view).map_err(named("out"))?,
+                    None => mem.bind_view_mut(output.slice_mut(0..out_len))?,
+                };
+            }
+            Engine::Raw(raw) => {
+                for ((name, writable), b) in [("conv_cache", true), ("ssm_cache", true), ("qkv", false), ("hidden", false), ("out", true)]
+                    .into_iter()
+                    .zip(raw.all())
+                {
+                    // SAFETY: `step_raw`'s caller promises the ranges' lifetime and exclusivity;
+                    // `bind_raw` checks each lies in one allocation of this device.
+                    unsafe { mem.bind_raw(b.ptr, b.len.saturating_mul(4), writable) }.map_err(named(name))?;
+                }
+            }
+        }
         mem.bind(&*weights)?;
         mem.bind_mut(scratch)?;
         mem.bind_indices(index, &sources)?;
@@ -747,6 +765,64 @@ impl GdnLayer {
             }
             ran => ran,
         }
+    }
+}
+
+/// The engine's five buffers of a step.
+enum Engine<'v> {
+    /// cudarc views (the layer's own output buffer when `out` is None).
+    Views {
+        conv_cache: CudaViewMut<'v, f32>,
+        ssm_cache: CudaViewMut<'v, f32>,
+        qkv: CudaView<'v, f32>,
+        hidden: CudaView<'v, f32>,
+        out: Option<CudaViewMut<'v, f32>>,
+    },
+    /// Raw ranges ([`GdnLayer::step_raw`]).
+    Raw(RawBuffers),
+}
+
+impl Engine<'_> {
+    /// The f32 lengths of conv_cache, ssm_cache, qkv, hidden and out (`own_out` for the
+    /// layer's own).
+    fn lengths(&self, own_out: usize) -> [usize; 5] {
+        match self {
+            Engine::Views { conv_cache, ssm_cache, qkv, hidden, out } => {
+                [conv_cache.len(), ssm_cache.len(), qkv.len(), hidden.len(), out.as_ref().map_or(own_out, |v| v.len())]
+            }
+            Engine::Raw(raw) => raw.all().map(|b| b.len),
+        }
+    }
+}
+
+/// `len` f32 of device memory at `ptr` (a tensor's storage from its layout's start offset).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceF32 {
+    /// Device address of the first element.
+    pub ptr: u64,
+    /// Elements.
+    pub len: usize,
+}
+
+/// The engine's buffers of one step by address ([`GdnLayer::step_raw`]), laid out as the
+/// module docs say.
+#[derive(Clone, Copy, Debug)]
+pub struct RawBuffers {
+    /// Written: the conv cache, every row.
+    pub conv_cache: DeviceF32,
+    /// Written: the ssm cache, every row.
+    pub ssm_cache: DeviceF32,
+    /// Read: \[n_s\]\[n_t\]\[C\].
+    pub qkv: DeviceF32,
+    /// Read: \[n_s\]\[n_t\]\[E\].
+    pub hidden: DeviceF32,
+    /// Written: \[n_s\]\[n_t\]\[H_v\]\[D\].
+    pub out: DeviceF32,
+}
+
+impl RawBuffers {
+    fn all(&self) -> [DeviceF32; 5] {
+        [self.conv_cache, self.ssm_cache, self.qkv, self.hidden, self.out]
     }
 }
 
