@@ -65,7 +65,7 @@ impl StepPlan {
             // `prepare` validates first.
             launches.push(op.prepare(gpu, mem)?);
         }
-        let index_ops = (0..ops.len()).filter(|&i| ops[i].inputs().iter().any(|t| mem.is_index_buffer(t.buffer))).collect();
+        let index_ops = index_readers(&ops, mem);
         Ok(StepPlan { ops, launches, index_ops, bindings: bindings(mem, read_only), report })
     }
 
@@ -192,6 +192,11 @@ impl std::fmt::Debug for CapturedStep {
     }
 }
 
+/// The ops that read an index buffer (whose index rules a step re-runs).
+fn index_readers(ops: &[Box<dyn Op>], mem: &DeviceMemory) -> Vec<usize> {
+    (0..ops.len()).filter(|&i| ops[i].inputs().iter().any(|t| mem.is_index_buffer(t.buffer))).collect()
+}
+
 fn bindings(mem: &DeviceMemory, read_only: &[bool]) -> Vec<Binding> {
     mem.bindings().map(|(i, ptr, len, index)| Binding { ptr, len, index, read_only: read_only.get(i).copied().unwrap_or(false) }).collect()
 }
@@ -207,5 +212,62 @@ impl From<Vec<Box<dyn Op>>> for CompiledStep {
     /// A plain op list: no fusion pass ran (an empty report).
     fn from(ops: Vec<Box<dyn Op>>) -> Self {
         CompiledStep { ops, report: Report::default() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::DeviceBuffer;
+    use crate::ops::{GetRows, Scale};
+    use crate::tensor::{BufferId, DType, Layout, Tensor};
+
+    /// A device memory of buffers at made-up addresses (nothing here dereferences or launches):
+    /// a 4-row source at 0x1000, the row index at 0x2000 (host values `rows`), a destination
+    /// row at 0x3000.
+    fn memory(rows: i32, dst_at: u64) -> DeviceMemory {
+        let mut mem = DeviceMemory::empty();
+        // SAFETY: these buffers are never read or written: the test only validates views
+        // against their lengths and compares their addresses.
+        unsafe {
+            mem.push(DeviceBuffer::caller(0x1000, 4 * 8 * 4), None);
+            mem.push(DeviceBuffer::caller(0x2000, 4), Some(rows.to_le_bytes().to_vec()));
+            mem.push(DeviceBuffer::caller(dst_at, 4 * 8), None);
+        }
+        mem
+    }
+
+    fn gather() -> GetRows {
+        let f32s = |b, ne| Tensor::new(BufferId(b), Layout::contiguous(DType::F32, ne));
+        GetRows { src: f32s(0, [8, 4, 1, 1]), rows: Tensor::new(BufferId(1), Layout::contiguous(DType::I32, [1, 1, 1, 1])), dst: f32s(2, [8, 1, 1, 1]) }
+    }
+
+    fn plan(mem: &DeviceMemory, read_only: &[bool]) -> StepPlan {
+        let scale = Scale { src: gather().dst, dst: gather().dst, scale: 0.0, bias: 0.0 };
+        let ops: Vec<Box<dyn Op>> = vec![Box::new(scale), Box::new(gather())];
+        ops.iter().for_each(|op| op.validate(mem).unwrap());
+        let index_ops = index_readers(&ops, mem);
+        StepPlan { ops, launches: Vec::new(), index_ops, bindings: bindings(mem, read_only), report: Report::default() }
+    }
+
+    #[test]
+    fn a_step_checks_the_bindings_and_the_index_rules_before_any_launch() {
+        let planned = memory(1, 0x3000);
+        let p = plan(&planned, &[]);
+        // Only the gather reads an index.
+        assert_eq!(p.index_ops, [1]);
+        assert!(p.check_step(&planned, &[]).is_ok());
+        // The same bindings with another row in range: fine; out of range: refused.
+        assert!(p.check_step(&memory(3, 0x3000), &[]).is_ok());
+        assert!(matches!(p.check_step(&memory(4, 0x3000), &[]), Err(Error::IndexOutOfRange { index: 4, .. })));
+        assert!(matches!(p.check_step(&memory(-1, 0x3000), &[]), Err(Error::IndexOutOfRange { index: -1, .. })));
+        // Another destination address, or a buffer now read-only: not the planned memory.
+        let other = |e: Result<()>| matches!(e, Err(Error::Invalid { what, .. }) if what.contains("not bound as"));
+        assert!(other(p.check_step(&memory(1, 0x4000), &[])));
+        assert!(other(p.check_step(&planned, &[false, false, true])));
+        // A plan made with a read-only flag needs it again.
+        let q = plan(&planned, &[true]);
+        assert!(other(q.check_step(&planned, &[])));
+        assert!(q.check_step(&planned, &[true]).is_ok());
     }
 }
