@@ -36,7 +36,7 @@ grep -oE '^pub unsafe fn cu[A-Za-z0-9_]+\(' "$sys" | sed -E 's/pub unsafe fn (cu
   awk 'BEGIN { print "/* libcuda.so.1 link-time stand-in: never loaded (scripts/candle-bundle.sh). */" }
        { print "int " $1 "(void) { return 34; /* CUDA_ERROR_STUB_LIBRARY */ }" }' > "$STUB/cuda_stub.c"
 gcc -shared -fPIC -o "$STUB/libcuda.so" -Wl,-soname,libcuda.so.1 "$STUB/cuda_stub.c"
-for l in nvrtc cublas cublasLt; do ln -sf "$N/lib/lib$l.so.13" "$STUB/lib$l.so"; done
+for l in nvrtc cublas cublasLt cudart; do ln -sf "$N/lib/lib$l.so.13" "$STUB/lib$l.so"; done
 ln -sf "$N/lib/libcurand.so.10" "$STUB/libcurand.so"
 
 export PATH="$N/bin:$PATH" CUDA_COMPUTE_CAP=90 CUDA_ROOT="$N" CUDA_PATH="$N" CUDA_HOME="$N"

@@ -86,7 +86,9 @@ fn run() -> Res<bool> {
     let ssm0: Vec<f32> = Tensor::randn(0f32, 0.05, (rows, shape.ssm_row()), &device)?.flatten_all()?.to_vec1()?;
     let qkv0: Vec<f32> = Tensor::randn(0f32, 1.0, (n_t, c), &device)?.flatten_all()?.to_vec1()?;
     let hidden0: Vec<f32> = Tensor::randn(0f32, 1.0, (n_t, e), &device)?.flatten_all()?.to_vec1()?;
-    let step_rows = |src: &[u32; 1]| -> StepRows<'_> { StepRows { n_tokens: n_t, cells, rollback, kv_head: 0, sources: src, zero_cell: None } };
+    fn step_rows(src: &[u32], n_tokens: usize, cells: usize, rollback: usize) -> StepRows<'_> {
+        StepRows { n_tokens, cells, rollback, kv_head: 0, sources: src, zero_cell: None }
+    }
 
     // candle tensors, mistral.rs style: the storage's device address goes to the kernels.
     let on_candle = |fusions: Options| -> Res<Run> {
@@ -107,7 +109,7 @@ fn run() -> Res<bool> {
             };
             // SAFETY: the five tensors live until after the step (they are read back below, in
             // stream order); nothing else touches them meanwhile: one stream, candle's.
-            unsafe { layer.step_raw(&gpu, buffers, &step_rows(src)) }?;
+            unsafe { layer.step_raw(&gpu, buffers, &step_rows(src, n_t, cells, rollback)) }?;
             outs.push(out.flatten_all()?.to_vec1()?);
         }
         if fusions == Options::ON {
@@ -123,7 +125,7 @@ fn run() -> Res<bool> {
         let (qkv, hidden) = (stream.clone_htod(&qkv0)?, stream.clone_htod(&hidden0)?);
         let mut outs = Vec::new();
         for src in &sources {
-            let out = layer.step(&gpu, conv_cache.slice_mut(..), ssm_cache.slice_mut(..), qkv.slice(..), hidden.slice(..), &step_rows(src))?;
+            let out = layer.step(&gpu, conv_cache.slice_mut(..), ssm_cache.slice_mut(..), qkv.slice(..), hidden.slice(..), &step_rows(src, n_t, cells, rollback))?;
             outs.push(stream.clone_dtoh(&out)?);
         }
         Ok((outs, stream.clone_dtoh(&conv_cache)?, stream.clone_dtoh(&ssm_cache)?))
