@@ -15,8 +15,8 @@
 //! Without a CUDA driver it prints that it SKIPPED and exits 0 — unless `RGDN_REQUIRE_GPU=1`.
 
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
-use rand::{Rng, SeedableRng};
 use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use rgdn::Error;
 use rgdn::engine::{CallerMemory, StepPlan, layer_step, layer_step_with};
 use rgdn::fusion::Options;
@@ -371,7 +371,13 @@ fn layer_step_is_cooperative(gpu: &Gpu) -> Check {
 
 /// Binds every buffer of `p` in id order, the source rows as the engine's own index buffer
 /// (`idx`, so that the binding is the same address in every memory bound this way).
-fn bind_all<'a>(gpu: &'a Gpu, p: &Plan, slices: &'a mut [CudaSlice<u8>], idx: &'a mut CudaSlice<i32>, rows: &[i32]) -> Result<(CallerMemory<'a>, Tensor), String> {
+fn bind_all<'a>(
+    gpu: &'a Gpu,
+    p: &Plan,
+    slices: &'a mut [CudaSlice<u8>],
+    idx: &'a mut CudaSlice<i32>,
+    rows: &[i32],
+) -> Result<(CallerMemory<'a>, Tensor), String> {
     let mut mem = CallerMemory::new(gpu);
     let mut index = None;
     let mut idx = Some(idx);
@@ -469,8 +475,8 @@ fn captured_steps(gpu: &Gpu) -> Check {
     let index = p.t.source_rows.buffer;
     let steps = |capture: bool| -> Result<(Vec<Vec<u8>>, DeviceMemory, StepPlan), String> {
         let mut dev = DeviceMemory::upload(gpu, &p.mem).map_err(e)?;
-        let plan = StepPlan::on_device(gpu, &dev, layer_step_with(&p.t, &p.shape, &p.step, &p.init, Options::ALL, &dev).map_err(e)?)
-            .map_err(e)?;
+        let plan =
+            StepPlan::on_device(gpu, &dev, layer_step_with(&p.t, &p.shape, &p.step, &p.init, Options::ALL, &dev).map_err(e)?).map_err(e)?;
         // Functions loaded, the readiness state settled: a first step from these bytes is
         // what both arms' first steps redo below.
         let graph = if capture { Some(plan.capture(gpu, &dev).map_err(e)?) } else { None };

@@ -211,7 +211,13 @@ pub struct HostSteps {
 /// timed planned steps and `steps` timed unplanned ones (each timed alone; the stream is
 /// drained every 32 steps, untimed, so the launch queue never blocks the host). `index`: the
 /// step's index tensor (its values rewritten before every step, as an engine does).
-pub fn host_steps(gpu: &Gpu, host: &crate::memory::HostMemory, ops: &[Box<dyn Op>], index: &crate::tensor::Tensor, steps: usize) -> Result<HostSteps> {
+pub fn host_steps(
+    gpu: &Gpu,
+    host: &crate::memory::HostMemory,
+    ops: &[Box<dyn Op>],
+    index: &crate::tensor::Tensor,
+    steps: usize,
+) -> Result<HostSteps> {
     let (recording, timing) = (gpu.set_recording(false), gpu.is_timing());
     gpu.set_timing(false);
     let measured = (|| -> Result<HostSteps> {

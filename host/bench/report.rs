@@ -304,7 +304,8 @@ pub fn render_text(r: &Report) -> String {
                 cell(h.off_unplanned.as_ref()),
                 cell(h.on_unplanned.as_ref())
             );
-            let _ = writeln!(o, "recorder off (the engine's path): fused = unfused in all {} buffers the step hands on", h.identical_buffers);
+            let _ =
+                writeln!(o, "recorder off (the engine's path): fused = unfused in all {} buffers the step hands on", h.identical_buffers);
         }
         let _ = writeln!(
             o,

@@ -715,9 +715,8 @@ impl GdnLayer {
                 };
             }
             Engine::Raw(raw) => {
-                for ((name, writable), b) in [("conv_cache", true), ("ssm_cache", true), ("qkv", false), ("hidden", false), ("out", true)]
-                    .into_iter()
-                    .zip(raw.all())
+                for ((name, writable), b) in
+                    [("conv_cache", true), ("ssm_cache", true), ("qkv", false), ("hidden", false), ("out", true)].into_iter().zip(raw.all())
                 {
                     // SAFETY: `step_raw`'s caller promises the ranges' lifetime and exclusivity;
                     // `bind_raw` checks each lies in one allocation of this device.
@@ -833,7 +832,6 @@ struct Planned {
     scratch_bytes: usize,
     plan: StepPlan,
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -1072,7 +1070,11 @@ mod tests {
             for slot in 0..=rows.rollback {
                 // Conv slot j: the state after max(0, n_t − j) tokens; ssm slot j < n_t: after n_t − j.
                 let r = slot * m + rows.kv_head;
-                close(&format!("conv slot {slot}"), &conv[r * conv_row..(r + 1) * conv_row], &want.conv[rows.n_tokens.saturating_sub(slot)]);
+                close(
+                    &format!("conv slot {slot}"),
+                    &conv[r * conv_row..(r + 1) * conv_row],
+                    &want.conv[rows.n_tokens.saturating_sub(slot)],
+                );
                 if slot < rows.n_tokens {
                     close(&format!("ssm slot {slot}"), &ssm[r * ssm_row..(r + 1) * ssm_row], &want.ssm[rows.n_tokens - slot]);
                 }
@@ -1099,8 +1101,10 @@ mod tests {
             &engine[3],
         );
         // x_ext[c][j]: the K − 1 state columns, then the tokens.
-        let x = |ch: usize, j: usize| -> f64 { if j < k - 1 { conv0[ch * (k - 1) + j] as f64 } else { qkv[(j - (k - 1)) * c + ch] as f64 } };
-        let conv = (0..=n_t).map(|n| (0..c).flat_map(|ch| (0..k - 1).map(move |j| (ch, n + j))).map(|(ch, j)| x(ch, j)).collect()).collect();
+        let x =
+            |ch: usize, j: usize| -> f64 { if j < k - 1 { conv0[ch * (k - 1) + j] as f64 } else { qkv[(j - (k - 1)) * c + ch] as f64 } };
+        let conv =
+            (0..=n_t).map(|n| (0..c).flat_map(|ch| (0..k - 1).map(move |j| (ch, n + j))).map(|(ch, j)| x(ch, j)).collect()).collect();
         let silu = |v: f64| v / (1.0 + (-v).exp());
         let y = |t: usize, ch: usize| silu((0..k).map(|j| ck.conv1d[ch * k + j] as f64 * x(ch, t + j)).sum());
         let eps = cfg.eps as f64;

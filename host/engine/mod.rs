@@ -44,8 +44,8 @@ use crate::layer::{GdnShape, LayerInit, LayerTensors, Step};
 use crate::memory::{DeviceMemory, Memory};
 use crate::ops::Op;
 use crate::tensor::{BufferId, DType, Layout, Tensor};
-pub use plan::{CapturedStep, StepPlan};
 use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, SyncOnDrop, sys};
+pub use plan::{CapturedStep, StepPlan};
 
 /// The engine's device buffers, bound under [`BufferId`]s (0, 1, … in binding order) for as
 /// long as `'a` — the borrow of the buffers and of the [`Gpu`] they are used with.
@@ -357,7 +357,14 @@ pub struct CompiledStep {
 /// true`: the default fusions wherever the matcher accepts them and `mem` admits the fused op;
 /// what either refuses stays unfused). Both compute the same bytes in every buffer the fused
 /// step writes, bit for bit.
-pub fn layer_step(t: &LayerTensors, shape: &GdnShape, step: &Step, init: &LayerInit, fused: bool, mem: &dyn Memory) -> Result<Vec<Box<dyn Op>>> {
+pub fn layer_step(
+    t: &LayerTensors,
+    shape: &GdnShape,
+    step: &Step,
+    init: &LayerInit,
+    fused: bool,
+    mem: &dyn Memory,
+) -> Result<Vec<Box<dyn Op>>> {
     let fusions = if fused { crate::fusion::Options::ON } else { crate::fusion::Options::OFF };
     Ok(layer_step_with(t, shape, step, init, fusions, mem)?.ops)
 }

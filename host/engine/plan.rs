@@ -239,7 +239,11 @@ mod tests {
 
     fn gather() -> GetRows {
         let f32s = |b, ne| Tensor::new(BufferId(b), Layout::contiguous(DType::F32, ne));
-        GetRows { src: f32s(0, [8, 4, 1, 1]), rows: Tensor::new(BufferId(1), Layout::contiguous(DType::I32, [1, 1, 1, 1])), dst: f32s(2, [8, 1, 1, 1]) }
+        GetRows {
+            src: f32s(0, [8, 4, 1, 1]),
+            rows: Tensor::new(BufferId(1), Layout::contiguous(DType::I32, [1, 1, 1, 1])),
+            dst: f32s(2, [8, 1, 1, 1]),
+        }
     }
 
     fn plan(mem: &DeviceMemory, read_only: &[bool]) -> StepPlan {

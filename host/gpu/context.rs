@@ -547,7 +547,14 @@ impl Gpu {
     ///
     /// # Safety
     /// As [`Gpu::launch`].
-    unsafe fn launch_with(&self, func: &CudaFunction, label: &'static str, dims: LaunchDims, args: &[KernelArg], kind: LaunchKind) -> Result<()> {
+    unsafe fn launch_with(
+        &self,
+        func: &CudaFunction,
+        label: &'static str,
+        dims: LaunchDims,
+        args: &[KernelArg],
+        kind: LaunchKind,
+    ) -> Result<()> {
         if kind == LaunchKind::Cooperative {
             // Again at run time: the check is a memo lookup, and a plan's launch may have been
             // prepared by code that did not ask.

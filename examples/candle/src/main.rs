@@ -125,7 +125,14 @@ fn run() -> Res<bool> {
         let (qkv, hidden) = (stream.clone_htod(&qkv0)?, stream.clone_htod(&hidden0)?);
         let mut outs = Vec::new();
         for src in &sources {
-            let out = layer.step(&gpu, conv_cache.slice_mut(..), ssm_cache.slice_mut(..), qkv.slice(..), hidden.slice(..), &step_rows(src, n_t, cells, rollback))?;
+            let out = layer.step(
+                &gpu,
+                conv_cache.slice_mut(..),
+                ssm_cache.slice_mut(..),
+                qkv.slice(..),
+                hidden.slice(..),
+                &step_rows(src, n_t, cells, rollback),
+            )?;
             outs.push(stream.clone_dtoh(&out)?);
         }
         Ok((outs, stream.clone_dtoh(&conv_cache)?, stream.clone_dtoh(&ssm_cache)?))
@@ -136,7 +143,10 @@ fn run() -> Res<bool> {
     let bits = |r: &Run| -> Vec<u32> { r.0.iter().flatten().chain(&r.1).chain(&r.2).map(|x| x.to_bits()).collect() };
     let words = bits(&fused).len();
     let (fu, fo) = (bits(&fused) == bits(&unfused), bits(&fused) == bits(&own));
-    println!("fused vs unfused on candle tensors: {} ({words} words: 4 steps' outputs and both caches)", if fu { "identical" } else { "DIFFER" });
+    println!(
+        "fused vs unfused on candle tensors: {} ({words} words: 4 steps' outputs and both caches)",
+        if fu { "identical" } else { "DIFFER" }
+    );
     println!("candle (fused) vs rgdn's own step on cudarc buffers: {}", if fo { "identical" } else { "DIFFER" });
     Ok(fu && fo)
 }
