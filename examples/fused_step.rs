@@ -10,7 +10,8 @@
 use cudarc::driver::{CudaContext, CudaSlice};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use rgdn::engine::{CallerMemory, layer_step};
+use rgdn::engine::{CallerMemory, layer_step_with};
+use rgdn::fusion::Options;
 use rgdn::gpu::{Gpu, probe};
 use rgdn::layer::{GdnShape, LayerInit, LayerTensors, Step};
 use rgdn::memory::{HostMemory, Memory};
@@ -62,7 +63,6 @@ fn run() -> Result<bool, Box<dyn std::error::Error>> {
         // The engine's own allocations, filled with the same initial bytes for both runs.
         let mut slices: Vec<CudaSlice<u8>> =
             (0..plan.n_buffers()).map(|i| stream.clone_htod(plan.bytes(BufferId(i)))).collect::<Result<_, _>>()?;
-        let ops = layer_step(&t, &shape, &step, &init, fused)?;
         let mut mem = CallerMemory::new(&gpu);
         for (i, slice) in slices.iter_mut().enumerate() {
             let id = if i == t.source_rows.buffer.0 {
@@ -77,9 +77,18 @@ fn run() -> Result<bool, Box<dyn std::error::Error>> {
                 return Err(format!("buffer {i} was bound as {}", id.0).into());
             }
         }
-        mem.enqueue(&ops)?;
+        // Compiled against the bound buffers (what a fusion cannot take there stays unfused),
+        // then planned once: every op validated, every launch prepared. A step is then the
+        // binding check, the source-row check and the launches — an engine runs the same plan
+        // every step, after `mem.set_indices` with the step's source rows.
+        let fusions = if fused { Options::ON } else { Options::OFF };
+        let plan = mem.plan(layer_step_with(&t, &shape, &step, &init, fusions, &mem)?)?;
+        mem.run(&plan)?;
         let bytes = observed.iter().map(|x| mem.download(x.buffer)).collect::<Result<Vec<_>, _>>()?;
-        println!("{}: {} ops enqueued on the engine's stream", if fused { "fused" } else { "unfused" }, ops.len());
+        println!("{}: {} launches on the engine's stream", if fused { "fused" } else { "unfused" }, plan.launches().len());
+        if fused {
+            print!("{}", plan.report());
+        }
         results.push(bytes);
     }
     let differing: Vec<usize> =

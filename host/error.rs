@@ -123,6 +123,19 @@ pub enum Error {
         what: String,
     },
 
+    /// A cooperative launch's grid is larger than the blocks of its kernel that fit the device
+    /// at once: its blocks could wait on blocks that are never scheduled, so rgdn refuses it
+    /// (before the driver is asked).
+    #[error("{entry}: a cooperative grid of {grid} blocks, but only {co_resident} can be resident at once")]
+    NotCoResident {
+        /// The kernel entry.
+        entry: &'static str,
+        /// Blocks in the grid.
+        grid: u64,
+        /// Blocks of this entry, block size and shared memory that fit the device at once.
+        co_resident: u32,
+    },
+
     /// A caller-level inconsistency: wrong mode, missing host values of an index tensor, …
     #[error("{op}: {what}")]
     Invalid {

@@ -259,6 +259,12 @@ impl DeviceMemory {
         self.buffers.len()
     }
 
+    /// (id, device address, length, index buffer?) of every buffer: what a plan was prepared
+    /// on ([`crate::engine::StepPlan`]).
+    pub(crate) fn bindings(&self) -> impl Iterator<Item = (usize, u64, usize, bool)> + '_ {
+        self.buffers.iter().zip(&self.index_shadow).enumerate().map(|(i, (b, shadow))| (i, b.device_ptr(), b.len(), shadow.is_some()))
+    }
+
     /// Allocates one device buffer per host buffer and copies the contents.
     pub fn upload(gpu: &Gpu, host: &HostMemory) -> Result<Self> {
         let mut buffers = Vec::with_capacity(host.n_buffers());

@@ -487,3 +487,38 @@ fn the_whole_sweep_and_a_9b_forward_on_the_cpu() {
     assert!(REGISTRY.iter().all(|f| r.report.fired(f.name) == 24), "{}", r.report);
     assert_eq!(sweep::check_case(&sweep::forward_spec(GdnShape::QWEN35_9B, 24, 4, 3), &r).map(|_| ()), Ok(()));
 }
+
+/// [hardening] An L2_NORM reading the SiLU output through a view whose head offsets overflow
+/// (ne [2^62, 1, 1, 1], zero strides: `4·D` does not fit) is no conv chain — a named refusal
+/// of the matcher, never a panic (the release profile checks overflow).
+#[test]
+fn an_l2_norm_whose_head_offsets_overflow_is_refused_not_a_panic() {
+    let mut c = base();
+    let q_at = c.k + 3;
+    let l2 = c.nodes[q_at].get::<L2Norm>().expect("node 3+K is the q L2_NORM").clone();
+    c.replace(q_at, L2Norm { src: l2.src.view([1 << 62, 1, 1, 1], [0; 4], 0), ..l2 });
+    let live_out = c.live_out();
+    let (_, report) = compile(c.nodes, &live_out, Options::ALL);
+    assert_eq!(report.layers[0].outcome("conv_chain"), Some(&Outcome::Refused(Refusal::L2NotFound)), "{report}");
+}
+
+/// [hardening] The byte sets of a valid CPY_SNAPSHOTS with 65,535 (slot, sequence) rows — one
+/// view per row in its `must_write` — are built in n log n: the whole pass takes well under a
+/// second (it took 4–9 s when every view re-sorted the runs so far).
+#[test]
+fn a_65535_row_snapshot_copy_compiles_in_well_under_a_second() {
+    let mut mem = HostMemory::new();
+    let (d_conv, n_seqs) = (2, 65_535);
+    let conv_input = mem.alloc_tensor(DType::F32, [d_conv, 1, n_seqs, 1]);
+    // Rows 8 bytes apart, 4 written: one byte run per row (adjacent rows would merge).
+    let padded = mem.alloc_tensor(DType::F32, [2 * (d_conv - 1), n_seqs, 1, 1]);
+    let cache = padded.view([d_conv - 1, n_seqs, 1, 1], [4, 8, 8 * n_seqs, 8 * n_seqs], 0);
+    let op = rgdn::ops::CpySnapshots { conv_input, cache, d_conv, first_row: 0, group_stride: n_seqs, n_slots: 1 };
+    op.validate(&mem).expect("a valid CPY_SNAPSHOTS");
+    assert_eq!(op.must_write().len(), n_seqs);
+    let started = std::time::Instant::now();
+    let (nodes, _) = compile(vec![Node::new(Box::new(op), Some(0))], &ByteSet::of(&cache, Bound::Over), Options::ALL);
+    let took = started.elapsed();
+    assert_eq!(nodes.len(), 1);
+    assert!(took < std::time::Duration::from_millis(500), "compile took {took:?}");
+}

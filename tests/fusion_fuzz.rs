@@ -47,7 +47,7 @@ impl Op for OverDeclared {
     fn validate(&self, mem: &dyn Memory) -> Result<()> {
         Cpy { src: self.src, dst: self.written }.validate(mem)
     }
-    fn launch(&self, _: &rgdn::gpu::Gpu, _: &DeviceMemory) -> Result<()> {
+    fn prepare(&self, _: &rgdn::gpu::Gpu, _: &DeviceMemory) -> Result<rgdn::gpu::PreparedLaunch> {
         unreachable!("CPU only")
     }
     fn reference(&self, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()> {

@@ -8,7 +8,10 @@
 //!    one kernel per fused node;
 //! 2. whole 24-layer verify forwards of the 9B preset (T = 4, R = 3 and T = 8, R = 7; 6 of 24
 //!    layers in the aliasing layout): every output and both caches identical off/on, kernels
-//!    per forward printed for both.
+//!    per forward printed for both — each forward with the launch recorder off and on.
+//!
+//! The sweep runs with the recorder off, as an engine runs (the launches each node made come
+//! from its prepared launch, `graph::exec::run_gpu`).
 //!
 //! Without a CUDA driver it prints that it SKIPPED and exits 0 — unless `RGDN_REQUIRE_GPU=1`.
 //! `RGDN_SWEEP_STRIDE=k` runs every k-th sweep case, `RGDN_SWEEP_FORWARDS=0` skips the forwards.
@@ -39,7 +42,7 @@ fn main() -> ExitCode {
         println!("  {layout}: {p}/{n}");
     }
     println!(
-        "SWEEP: {}/{} cases identical off/on (every observed value and every intact intermediate), every registered fusion \
+        "SWEEP (recorder off, the engine's path): {}/{} cases identical off/on (every observed value and every intact intermediate), every registered fusion \
          fired where its scope says and ran as one kernel per fused node — both layouts ({:.1} s)",
         s.passed,
         s.cases,
@@ -50,10 +53,16 @@ fn main() -> ExitCode {
     let layers = 24;
     // `RGDN_SWEEP_FORWARDS=0` skips the four 24-layer forwards (for slow tools such as
     // compute-sanitizer); `RGDN_SWEEP_STRIDE=k` runs every k-th sweep case.
-    // [batch] (n_t, R, n_s): the two single-sequence forwards and two of 16 sequences.
-    let forwards: &[(usize, usize, usize)] =
-        if std::env::var("RGDN_SWEEP_FORWARDS").is_ok_and(|v| v == "0") { &[] } else { &[(4, 3, 1), (8, 7, 1), (4, 3, 16), (1, 0, 16)] };
-    for &(n_t, r, n_s) in forwards {
+    // [batch] (n_t, R, n_s, recorder): the two single-sequence forwards, each with the recorder
+    // off (the engine's path) and on (the launch log checked against every node's prepared
+    // launch), and two of 16 sequences, one each way; the sweep above ran with it off.
+    let forwards: &[(usize, usize, usize, bool)] = if std::env::var("RGDN_SWEEP_FORWARDS").is_ok_and(|v| v == "0") {
+        &[]
+    } else {
+        &[(4, 3, 1, false), (4, 3, 1, true), (8, 7, 1, false), (8, 7, 1, true), (4, 3, 16, false), (1, 0, 16, true)]
+    };
+    for &(n_t, r, n_s, recording) in forwards {
+        gpu.set_recording(recording);
         let t = Instant::now();
         match sweep::forward_seqs(&gpu, GdnShape::QWEN35_9B, layers, n_t, r, n_s, 0xf0 + n_t as u64) {
             Ok(f) => {
@@ -62,8 +71,9 @@ fn main() -> ExitCode {
                 let fired: Vec<String> =
                     rgdn::fusion::REGISTRY.iter().map(|x| format!("{} {}/{layers}", x.name, f.report.fired(x.name))).collect();
                 println!(
-                    "FORWARD 9B × {layers} layers, n_s = {n_s}, T = {n_t}, R = {r}: {} ({} values, {} bytes compared); fused: {}; kernels per forward {} → {} \
+                    "FORWARD 9B × {layers} layers, n_s = {n_s}, T = {n_t}, R = {r}, recorder {}: {} ({} values, {} bytes compared); fused: {}; kernels per forward {} → {} \
                      ({:.1} → {:.1} per layer) ({:.1} s)",
+                    if recording { "on" } else { "off" },
                     if f.identical() { "identical" } else { "DIFFERS" },
                     f.values.len(),
                     f.bytes,
@@ -86,5 +96,6 @@ fn main() -> ExitCode {
             }
         }
     }
+    gpu.set_recording(false);
     if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }

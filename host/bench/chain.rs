@@ -65,10 +65,11 @@ impl ChainBuilder for Fused {
         if fusion { format!("fused ({} where the pass accepts)", self.0.names().join(" + ")) } else { "unfused".into() }
     }
 
-    fn layer_ops(&self, _mem: &mut HostMemory, t: &LayerTensors, cfg: &ChainConfig, fusion: bool) -> Result<Vec<Box<dyn Op>>> {
-        // The library's own entry (what an engine calls): one definition of the fused step.
+    fn layer_ops(&self, mem: &mut HostMemory, t: &LayerTensors, cfg: &ChainConfig, fusion: bool) -> Result<Vec<Box<dyn Op>>> {
+        // The library's own entry (what an engine calls): one definition of the fused step,
+        // planned on this memory (the device copy has the same buffers).
         let fusions = if fusion { self.0 } else { crate::fusion::Options::OFF };
-        crate::engine::layer_step_with(t, &cfg.shape, &cfg.step, &cfg.init, fusions)
+        Ok(crate::engine::layer_step_with(t, &cfg.shape, &cfg.step, &cfg.init, fusions, mem)?.ops)
     }
 }
 

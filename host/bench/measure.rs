@@ -192,3 +192,59 @@ pub fn replay(gpu: &Gpu, timer: &Timer, fwd: &Forward, n: usize, label: &str) ->
         }
     }
 }
+
+/// Host time of one layer step, and the step's bytes, on the path an engine runs: recorder
+/// and timing off (as [`Gpu::new`] leaves them).
+pub struct HostSteps {
+    /// µs per step through a plan prepared once ([`crate::engine::StepPlan`]): the index write
+    /// (`s_copy`, as every step writes it) and `StepPlan::launch` (binding check, index rules,
+    /// the prepared launches).
+    pub planned_us: Vec<f64>,
+    /// µs per step without a plan: the index write and every op's `launch` (full validation
+    /// and launch preparation each time).
+    pub unplanned_us: Vec<f64>,
+    /// Every buffer after one planned step on a fresh copy of the layer.
+    pub after_step: crate::memory::HostMemory,
+}
+
+/// Runs `ops` as one planned step on a fresh copy of `host` (its bytes after), then `steps`
+/// timed planned steps and `steps` timed unplanned ones (each timed alone; the stream is
+/// drained every 32 steps, untimed, so the launch queue never blocks the host). `index`: the
+/// step's index tensor (its values rewritten before every step, as an engine does).
+pub fn host_steps(
+    gpu: &Gpu,
+    host: &crate::memory::HostMemory,
+    ops: &[Box<dyn Op>],
+    index: &crate::tensor::Tensor,
+    steps: usize,
+) -> Result<HostSteps> {
+    let (recording, timing) = (gpu.set_recording(false), gpu.is_timing());
+    gpu.set_timing(false);
+    let measured = (|| -> Result<HostSteps> {
+        let bytes = host.bytes(index.buffer).to_vec();
+        let mut mem = DeviceMemory::upload(gpu, host)?;
+        let plan = crate::engine::StepPlan::on_device(gpu, &mem, ops.to_vec())?;
+        plan.launch(gpu, &mem)?;
+        let after_step = mem.download(gpu)?;
+        let time = |mem: &mut DeviceMemory, step: &dyn Fn(&DeviceMemory) -> Result<()>| -> Result<Vec<f64>> {
+            let mut us = Vec::with_capacity(steps);
+            for i in 0..steps {
+                if i % 32 == 0 {
+                    gpu.synchronize()?;
+                }
+                let t0 = std::time::Instant::now();
+                mem.write(gpu, index.buffer, &bytes)?;
+                step(mem)?;
+                us.push(t0.elapsed().as_secs_f64() * 1e6);
+            }
+            gpu.synchronize()?;
+            Ok(us)
+        };
+        let planned_us = time(&mut mem, &|m| plan.launch(gpu, m))?;
+        let unplanned_us = time(&mut mem, &|m| ops.iter().try_for_each(|op| op.launch(gpu, m)))?;
+        Ok(HostSteps { planned_us, unplanned_us, after_step })
+    })();
+    gpu.set_recording(recording);
+    gpu.set_timing(timing);
+    measured
+}

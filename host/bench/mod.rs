@@ -562,6 +562,7 @@ fn measure_mode(
             bar.inc(1);
         }
     }
+    let host = host_report(gpu, built)?;
     let [off, on] = acc;
     let round_ratios =
         off.round_totals.iter().zip(&on.round_totals).filter_map(|(a, b)| ratio(summarize(a).as_ref(), summarize(b).as_ref())).collect();
@@ -580,8 +581,36 @@ fn measure_mode(
         off: off_s,
         on: on_s,
         round_ratios,
+        host: Some(host),
     };
     Ok((report, n_sets))
+}
+
+/// Steps timed per arm for the host-cost rows.
+const HOST_STEPS: usize = 256;
+
+/// The path an engine runs, recorder and timing off: host µs per step through a plan and
+/// without one, per arm; and one planned step per arm from identical memory, every buffer the
+/// step hands on compared bit for bit (an error if any differs).
+fn host_report(gpu: &Gpu, built: &ChainPair) -> Result<report::HostReport> {
+    let index = built.tensors.source_rows;
+    let off = measure::host_steps(gpu, &built.mem, built.ops(false), &index, HOST_STEPS)?;
+    let on = measure::host_steps(gpu, &built.mem, built.ops(true), &index, HOST_STEPS)?;
+    let t = &built.tensors;
+    let observed = [t.conv_cache, t.ssm_cache, t.conv_out, t.q_norm, t.k_norm, t.alpha, t.beta_raw, t.beta, t.gate, t.attn_out];
+    if let Some(x) = observed.iter().find(|x| off.after_step.bytes(x.buffer) != on.after_step.bytes(x.buffer)) {
+        return Err(Error::Invalid {
+            op: OP,
+            what: format!("recorder off: buffer {} differs between the fused and the unfused step", x.buffer.0),
+        });
+    }
+    Ok(report::HostReport {
+        off_planned: summarize(&off.planned_us),
+        on_planned: summarize(&on.planned_us),
+        off_unplanned: summarize(&off.unplanned_us),
+        on_unplanned: summarize(&on.unplanned_us),
+        identical_buffers: observed.len(),
+    })
 }
 
 /// Writes report.json, report.txt, bench.png and bench.svg under `dir`.

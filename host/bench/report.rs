@@ -82,6 +82,25 @@ pub struct ModeReport {
     pub graph_ratio: Option<f64>,
     /// chain-total ratio of each ABBA round (on/off of that round's medians).
     pub round_ratios: Vec<f64>,
+    /// The path an engine runs (recorder and timing off): host time per step and the bytes
+    /// (absent in reports written before it).
+    #[serde(default)]
+    pub host: Option<HostReport>,
+}
+
+/// Host time of one layer step with the recorder and timing off, and the production-path
+/// comparison (`measure::host_steps`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct HostReport {
+    /// µs per step through a plan prepared once (index write + `StepPlan::launch`), per arm.
+    pub off_planned: Option<Summary>,
+    pub on_planned: Option<Summary>,
+    /// µs per step validating and preparing every launch (index write + each op's `launch`).
+    pub off_unplanned: Option<Summary>,
+    pub on_unplanned: Option<Summary>,
+    /// Buffers the step hands on that were compared off vs on after one planned step each
+    /// (the bench fails when any differs).
+    pub identical_buffers: usize,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -315,6 +334,24 @@ pub fn render_text(r: &Report) -> String {
             rate(&mode.off),
             rate(&mode.on)
         );
+        if let Some(h) = &mode.host {
+            let _ = writeln!(
+                o,
+                "{:<52} {:>30} {:>30}",
+                "host µs per step, plan once (recorder off)",
+                cell(h.off_planned.as_ref()),
+                cell(h.on_planned.as_ref())
+            );
+            let _ = writeln!(
+                o,
+                "{:<52} {:>30} {:>30}",
+                "host µs per step, validating every launch",
+                cell(h.off_unplanned.as_ref()),
+                cell(h.on_unplanned.as_ref())
+            );
+            let _ =
+                writeln!(o, "recorder off (the engine's path): fused = unfused in all {} buffers the step hands on", h.identical_buffers);
+        }
         let _ = writeln!(
             o,
             "on/off: chain {} | graph {} | per ABBA round: {}",
@@ -440,6 +477,13 @@ pub(crate) mod tests {
                         off,
                         on,
                         round_ratios: vec![1.0, 0.99],
+                        host: Some(HostReport {
+                            off_planned: s(3.0),
+                            on_planned: s(1.5),
+                            off_unplanned: s(90.0),
+                            on_unplanned: s(30.0),
+                            identical_buffers: 10,
+                        }),
                     }
                 })
                 .collect();
@@ -473,6 +517,7 @@ pub(crate) mod tests {
             chain_ratio: None,
             graph_ratio: None,
             round_ratios: vec![],
+            host: None,
         };
         assert_eq!(tokens_per_second(&mode, Some(&span)), Some(64.0 / 500e-6));
         assert_eq!(tokens_per_second(&mode, None), None);
@@ -495,6 +540,10 @@ pub(crate) mod tests {
         let fused = render_text(&synthetic(true));
         assert!(!fused.contains("FUSION NOT AVAILABLE"));
         assert!(fused.contains("gdn_conv_chain_f32 (GDN_CONV_CHAIN#0)"));
+        // The engine's path: host µs per step with and without a plan, and the bytes.
+        assert!(fused.contains("host µs per step, plan once (recorder off)"), "{fused}");
+        assert!(fused.contains("host µs per step, validating every launch"));
+        assert!(fused.contains("recorder off (the engine's path): fused = unfused in all 10 buffers"));
     }
 
     #[test]

@@ -146,7 +146,8 @@ pub fn find(graph: &Graph, layer: usize) -> Result<Candidate, Refusal> {
     let head = |offset_heads: usize, l: &L2Norm| {
         let [d, hk, ..] = l.src.ne();
         let nb = conv_out.layout.nb;
-        l.src == conv_out.view([d, hk, n_tokens, n_seqs], [4, 4 * d, nb[1], nb[2]], 4 * offset_heads * hk * d)
+        let (Some(row), Some(offset)) = (d.checked_mul(4), crate::tensor::checked_product(&[4, offset_heads, hk, d])) else { return false };
+        l.src == conv_out.view([d, hk, n_tokens, n_seqs], [4, row, nb[1], nb[2]], offset)
     };
     let (q_at, q) = *l2s.iter().find(|(_, l)| head(0, l)).ok_or(L2NotFound)?;
     let (k_at, k) = *l2s.iter().find(|(_, l)| head(1, l) && l.src.ne() == q.src.ne()).ok_or(L2NotFound)?;

@@ -281,8 +281,8 @@ mod tests {
         fn validate(&self, _: &dyn crate::memory::Memory) -> crate::Result<()> {
             Ok(())
         }
-        fn launch(&self, _: &crate::gpu::Gpu, _: &crate::memory::DeviceMemory) -> crate::Result<()> {
-            Ok(())
+        fn prepare(&self, _: &crate::gpu::Gpu, _: &crate::memory::DeviceMemory) -> crate::Result<crate::gpu::PreparedLaunch> {
+            unreachable!("CPU only")
         }
         fn reference(&self, _: &mut crate::memory::HostMemory, _: &mut dyn crate::reference::math::Mufu) -> crate::Result<()> {
             Ok(())

@@ -350,6 +350,12 @@ pub struct Report {
 }
 
 impl Report {
+    /// Layer `layer` with every registered fusion turned off (what [`Options::OFF`] reports).
+    pub fn all_off(layer: usize) -> Report {
+        let outcomes = REGISTRY.iter().map(|f| (f.name, Outcome::Refused(Refusal::Off))).collect();
+        Report { layers: vec![LayerReport { layer, outcomes }] }
+    }
+
     /// Layers where fusion `name` fired.
     pub fn fired(&self, name: &str) -> usize {
         self.layers.iter().filter(|l| l.outcome(name).is_some_and(Outcome::fused)).count()

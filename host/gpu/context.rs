@@ -148,6 +148,65 @@ impl LaunchDims {
     }
 }
 
+/// How a kernel is launched. The op decides (it is part of its [`PreparedLaunch`]), never a
+/// logging or timing switch: the path users run is the path tests run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LaunchKind {
+    /// `cuLaunchKernel`: blocks are scheduled as resources free up.
+    Plain,
+    /// `cuLaunchCooperativeKernel`: every block of the grid is resident at once, or the launch
+    /// is refused — what a grid whose blocks wait on each other needs. rgdn refuses a grid
+    /// larger than the device's co-resident block count itself ([`Error::NotCoResident`])
+    /// before the driver is asked.
+    Cooperative,
+    /// Not a kernel: a stream-ordered device-to-device copy (the graph's STAGE nodes). Never
+    /// in the launch log.
+    Copy,
+}
+
+/// One kernel launch, prepared by an op's [`crate::ops::Op::prepare`] after its validation:
+/// the function, the launch shape, the parameter block and the [`LaunchKind`] — everything
+/// [`Gpu::run`] needs, so that a plan ([`crate::engine::StepPlan`]) validates once and then
+/// only launches. Bound to the [`Gpu`] it was prepared on (its module, its readiness state).
+#[derive(Clone, Debug)]
+pub struct PreparedLaunch {
+    work: Work,
+    entry: &'static str,
+    dims: LaunchDims,
+    kind: LaunchKind,
+    gpu: GpuKey,
+}
+
+#[derive(Clone, Debug)]
+enum Work {
+    Kernel { func: CudaFunction, args: Vec<KernelArg> },
+    Copy { dst: u64, src: u64, bytes: usize },
+}
+
+impl PreparedLaunch {
+    /// The PTX entry.
+    pub fn entry(&self) -> &'static str {
+        self.entry
+    }
+
+    /// The launch shape (all zeros for a [`LaunchKind::Copy`]).
+    pub fn dims(&self) -> LaunchDims {
+        self.dims
+    }
+
+    /// Plain or cooperative: decided by the op that prepared it.
+    pub fn kind(&self) -> LaunchKind {
+        self.kind
+    }
+}
+
+/// Which [`Gpu`] a [`PreparedLaunch`] belongs to: its context and its readiness state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct GpuKey {
+    ctx: usize,
+    grid_sync: u64,
+}
+
 /// One launch as the log saw it; `elapsed_ms` is filled when timing was on.
 #[derive(Clone, Debug)]
 pub struct LaunchRecord {
@@ -169,10 +228,11 @@ struct LaunchLog {
     timing: bool,
 }
 
-/// The device, its stream and the rgdn kernels. Every launch of the library goes through
-/// [`Gpu::launch`] (or [`Gpu::launch_function`] for test oracles), which checks the launch
-/// shape, and — when the recorder is on ([`Gpu::set_recording`], [`Gpu::set_timing`]) — logs and
-/// times the launch.
+/// The device, its stream and the rgdn kernels. Every launch of the library goes through one
+/// path — [`Gpu::run`] of a [`PreparedLaunch`] (what [`Gpu::launch`] and the ops' launches do;
+/// [`Gpu::launch_function`] for test oracles) — which launches as the op's [`LaunchKind`] says
+/// and, only when the recorder is on ([`Gpu::set_recording`], [`Gpu::set_timing`]), also logs
+/// and times the launch: no switch chooses another launch.
 ///
 /// [`Gpu::new`] makes its own context and stream on device 0; [`Gpu::from_stream`] runs on an
 /// engine's own context and stream instead.
@@ -183,6 +243,9 @@ pub struct Gpu {
     module: Arc<CudaModule>,
     functions: Mutex<HashMap<&'static str, CudaFunction>>,
     log: Mutex<LaunchLog>,
+    /// Co-resident block counts per (entry, block threads, shared bytes): the driver's
+    /// occupancy query runs once per shape, not per cooperative launch.
+    co_resident: Mutex<HashMap<(&'static str, u32, u32), u32>>,
     /// [layer-step] The cross-block readiness state (`kernels-gpu/src/device/grid.rs`: `done`,
     /// `arrived` and the work-item flags, [`abi::GRID_SYNC_BYTES`]) for cooperative launches on
     /// this Gpu's one stream; zero at creation, and each launch that uses it leaves `done` =
@@ -222,7 +285,16 @@ impl Gpu {
         let module = ctx.load_module(Ptx::from_src(crate::kernels::PTX))?;
         // Allocated here, not lazily: an allocation during stream capture would fail.
         let grid_sync = Self::wrap(stream.alloc_zeros::<u8>(abi::GRID_SYNC_BYTES)?, abi::GRID_SYNC_BYTES, &stream);
-        Ok(Gpu { info, ctx, stream, module, functions: Mutex::new(HashMap::new()), log: Mutex::new(LaunchLog::default()), grid_sync })
+        Ok(Gpu {
+            info,
+            ctx,
+            stream,
+            module,
+            functions: Mutex::new(HashMap::new()),
+            log: Mutex::new(LaunchLog::default()),
+            co_resident: Mutex::new(HashMap::new()),
+            grid_sync,
+        })
     }
 
     /// What the probe found about the device this `Gpu` runs on.
@@ -326,16 +398,102 @@ impl Gpu {
         Ok(self.stream.synchronize()?)
     }
 
-    /// Launches `entry` of the rgdn module.
+    /// Launches `entry` of the rgdn module, plainly ([`LaunchKind::Plain`]).
     ///
     /// # Safety
     /// `args` must match the entry's parameter list in number, order and type, and every
     /// pointer with the extents the kernel will derive from the other arguments and `dims` must
     /// lie inside live device allocations (the op wrappers establish this by validation).
     pub unsafe fn launch(&self, entry: &'static str, dims: LaunchDims, args: &[KernelArg]) -> Result<()> {
-        let func = self.function(entry)?;
         // SAFETY: forwarded to the caller.
-        unsafe { self.launch_function(&func, entry, dims, args) }
+        let launch = unsafe { self.prepare(entry, dims, args) }?;
+        // SAFETY: prepared just now, on the caller's promise.
+        unsafe { self.run(&launch) }
+    }
+
+    /// [layer-step] Launches `entry` cooperatively ([`LaunchKind::Cooperative`]): every block
+    /// of the grid runs at once or the launch is refused, which blocks that wait on each other
+    /// need. A grid above [`Gpu::co_resident_blocks`] is refused ([`Error::NotCoResident`]).
+    ///
+    /// # Safety
+    /// As [`Gpu::launch`].
+    pub unsafe fn launch_cooperative(&self, entry: &'static str, dims: LaunchDims, args: &[KernelArg]) -> Result<()> {
+        // SAFETY: forwarded to the caller.
+        let launch = unsafe { self.prepare_cooperative(entry, dims, args) }?;
+        // SAFETY: prepared just now, on the caller's promise.
+        unsafe { self.run(&launch) }
+    }
+
+    /// A plain launch of `entry`, prepared to run later ([`Gpu::run`]): the function is looked
+    /// up and the shape checked now.
+    ///
+    /// # Safety
+    /// As [`Gpu::launch`], for as long as the launch may run.
+    pub unsafe fn prepare(&self, entry: &'static str, dims: LaunchDims, args: &[KernelArg]) -> Result<PreparedLaunch> {
+        self.prepared(entry, dims, args, LaunchKind::Plain)
+    }
+
+    /// [layer-step] A cooperative launch of `entry`, prepared to run later; a grid that
+    /// cannot be co-resident is refused now ([`Error::NotCoResident`]) and again at every run.
+    ///
+    /// # Safety
+    /// As [`Gpu::launch`], for as long as the launch may run.
+    pub unsafe fn prepare_cooperative(&self, entry: &'static str, dims: LaunchDims, args: &[KernelArg]) -> Result<PreparedLaunch> {
+        self.prepared(entry, dims, args, LaunchKind::Cooperative)
+    }
+
+    fn prepared(&self, entry: &'static str, dims: LaunchDims, args: &[KernelArg], kind: LaunchKind) -> Result<PreparedLaunch> {
+        let func = self.function(entry)?;
+        check_dims(entry, &dims)?;
+        if kind == LaunchKind::Cooperative {
+            self.check_co_resident(&func, entry, &dims)?;
+        }
+        Ok(PreparedLaunch { work: Work::Kernel { func, args: args.to_vec() }, entry, dims, kind, gpu: self.key() })
+    }
+
+    /// A stream-ordered copy of `bytes` bytes from device address `src` to `dst`, prepared to
+    /// run later; `label` names it in errors (copies are not logged).
+    ///
+    /// # Safety
+    /// `src..src + bytes` and `dst..dst + bytes` lie in live device allocations of this
+    /// context and do not overlap, for as long as the copy may run.
+    pub unsafe fn prepare_copy(&self, label: &'static str, dst: u64, src: u64, bytes: usize) -> Result<PreparedLaunch> {
+        let dims = LaunchDims::new((0, 0, 0), (0, 0, 0));
+        Ok(PreparedLaunch { work: Work::Copy { dst, src, bytes }, entry: label, dims, kind: LaunchKind::Copy, gpu: self.key() })
+    }
+
+    /// Launches a prepared launch on this `Gpu`'s stream, as its [`LaunchKind`] says (whatever
+    /// the recorder and timing switches say: they only log). A launch prepared on another
+    /// `Gpu` is refused.
+    ///
+    /// # Safety
+    /// What [`Gpu::prepare`] was promised must still hold: every buffer the launch addresses is
+    /// still allocated with the length it was validated against, and every index the kernel
+    /// reads holds a value its op's validation accepts
+    /// ([`crate::ops::Op::check_indices`]).
+    pub unsafe fn run(&self, launch: &PreparedLaunch) -> Result<()> {
+        if launch.gpu != self.key() {
+            return Err(Error::Invalid {
+                op: launch.entry,
+                what: "the launch was prepared on another Gpu (its module and readiness state are that Gpu's)".into(),
+            });
+        }
+        match &launch.work {
+            // SAFETY: forwarded to the caller.
+            Work::Kernel { func, args } => unsafe { self.launch_with(func, launch.entry, launch.dims, args, launch.kind) },
+            &Work::Copy { dst, src, bytes } => {
+                // Raw driver calls do not bind the context themselves.
+                self.ctx.bind_to_thread()?;
+                // SAFETY: the caller's promise (`prepare_copy`): both ranges live, disjoint; the
+                // copy is ordered on this Gpu's one stream.
+                unsafe { cudarc::driver::result::memcpy_dtod_async(dst, src, bytes, self.stream.cu_stream()) }?;
+                Ok(())
+            }
+        }
+    }
+
+    fn key(&self) -> GpuKey {
+        GpuKey { ctx: self.ctx.cu_ctx() as usize, grid_sync: self.grid_sync.device_ptr() }
     }
 
     /// [layer-step] Device address of the cross-block readiness state (see the field's docs),
@@ -347,11 +505,20 @@ impl Gpu {
     /// [layer-step] How many blocks of `entry` with `block_threads` threads and `shared_bytes`
     /// of dynamic shared memory can be resident at once on the whole device (the driver's
     /// occupancy for the compiled kernel × the multiprocessor count): the largest grid a
-    /// cooperative launch of it takes. [batch] Above the 48 KiB a launch gets without asking, the
-    /// entry's dynamic shared-memory limit is raised to `shared_bytes` first (the driver refuses
-    /// a request past the device's opt-in limit: a typed error).
+    /// cooperative launch of it takes. Asked of the driver once per shape. [batch] Above the 48
+    /// KiB a launch gets without asking, the entry's dynamic shared-memory limit is raised to
+    /// `shared_bytes` first (the driver refuses a request past the device's opt-in limit: a typed
+    /// error).
     pub fn co_resident_blocks(&self, entry: &'static str, block_threads: u32, shared_bytes: u32) -> Result<u32> {
         let func = self.function(entry)?;
+        self.co_resident_of(&func, entry, block_threads, shared_bytes)
+    }
+
+    fn co_resident_of(&self, func: &CudaFunction, entry: &'static str, block_threads: u32, shared_bytes: u32) -> Result<u32> {
+        let key = (entry, block_threads, shared_bytes);
+        if let Some(&n) = self.co_resident.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+            return Ok(n);
+        }
         if shared_bytes > DEFAULT_SHARED_BYTES {
             let bytes = i32::try_from(shared_bytes)
                 .map_err(|_| Error::Unsupported { op: entry, what: format!("{shared_bytes} bytes of dynamic shared memory") })?;
@@ -359,31 +526,36 @@ impl Gpu {
         }
         let per_sm = func.occupancy_max_active_blocks_per_multiprocessor(block_threads, shared_bytes as usize, None)?;
         let sms = self.ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
-        Ok(per_sm.saturating_mul(u32::try_from(sms).unwrap_or(0)))
+        let n = per_sm.saturating_mul(u32::try_from(sms).unwrap_or(0));
+        self.co_resident.lock().unwrap_or_else(|p| p.into_inner()).insert(key, n);
+        Ok(n)
     }
 
-    /// [layer-step] Launches `entry` cooperatively (`cuLaunchCooperativeKernel`): the driver
-    /// runs every block of the grid at once or refuses the launch, which a grid-wide barrier
-    /// needs.
-    ///
-    /// # Safety
-    /// As [`Gpu::launch`].
-    pub unsafe fn launch_cooperative(&self, entry: &'static str, dims: LaunchDims, args: &[KernelArg]) -> Result<()> {
-        let func = self.function(entry)?;
-        // SAFETY: forwarded to the caller.
-        unsafe { self.launch_with(&func, entry, dims, args, true) }
+    /// Refuses a cooperative grid larger than the blocks of `entry` that fit the device at once.
+    fn check_co_resident(&self, func: &CudaFunction, entry: &'static str, dims: &LaunchDims) -> Result<()> {
+        let (bx, by, bz) = dims.block;
+        let threads = bx.saturating_mul(by).saturating_mul(bz);
+        let co_resident = self.co_resident_of(func, entry, threads, dims.shared_bytes)?;
+        let (gx, gy, gz) = dims.grid;
+        let grid = gx as u64 * gy as u64 * gz as u64;
+        if grid > co_resident as u64 {
+            return Err(Error::NotCoResident { entry, grid, co_resident });
+        }
+        Ok(())
     }
 
-    /// Launches a function of any loaded module; `label` names it in the launch log.
+    /// Launches a function of any loaded module, plainly; `label` names it in the launch log.
     ///
     /// # Safety
     /// As [`Gpu::launch`].
     pub unsafe fn launch_function(&self, func: &CudaFunction, label: &'static str, dims: LaunchDims, args: &[KernelArg]) -> Result<()> {
+        check_dims(label, &dims)?;
         // SAFETY: forwarded to the caller.
-        unsafe { self.launch_with(func, label, dims, args, false) }
+        unsafe { self.launch_with(func, label, dims, args, LaunchKind::Plain) }
     }
 
-    /// The one launch path: a plain or a cooperative launch.
+    /// The one launch path, for both kinds and every recorder state: the kind is the caller's
+    /// (an op's), and the recorder and timing only add a record and events around the launch.
     ///
     /// # Safety
     /// As [`Gpu::launch`].
@@ -393,9 +565,13 @@ impl Gpu {
         label: &'static str,
         dims: LaunchDims,
         args: &[KernelArg],
-        cooperative: bool,
+        kind: LaunchKind,
     ) -> Result<()> {
-        check_dims(label, &dims)?;
+        if kind == LaunchKind::Cooperative {
+            // Again at run time: the check is a memo lookup, and a plan's launch may have been
+            // prepared by code that did not ask.
+            self.check_co_resident(func, label, &dims)?;
+        }
         let cfg = LaunchConfig { grid_dim: dims.grid, block_dim: dims.block, shared_mem_bytes: dims.shared_bytes };
         let mut builder = self.stream.launch_builder(func);
         for a in args {
@@ -408,27 +584,23 @@ impl Gpu {
             };
         }
         let mut log = self.log();
-        if !(log.recording || log.timing) {
-            // SAFETY: the caller guarantees the argument list and extents (see `launch`).
-            unsafe { builder.launch(cfg) }?;
-            return Ok(());
-        }
         // Timing events need CU_EVENT_DEFAULT: cudarc's default flags disable timing.
         let timed = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
         let start = if log.timing { Some(self.stream.record_event(timed)?) } else { None };
-        // SAFETY: the caller guarantees the argument list and extents (see `launch`).
-        if cooperative {
-            // SAFETY: as above.
-            unsafe { builder.launch_cooperative(cfg) }?;
-        } else {
-            // SAFETY: as above.
-            unsafe { builder.launch(cfg) }?;
-        }
-        let index = log.records.len();
-        log.records.push(LaunchRecord { entry: label, dims, elapsed_ms: None });
-        if let Some(start) = start {
-            let end = self.stream.record_event(timed)?;
-            log.pending_events.push((index, start, end));
+        match kind {
+            // SAFETY: the caller guarantees the argument list and extents (see `launch`).
+            LaunchKind::Plain => unsafe { builder.launch(cfg) }?,
+            // SAFETY: as above; the grid fits the device at once (checked above).
+            LaunchKind::Cooperative => unsafe { builder.launch_cooperative(cfg) }?,
+            LaunchKind::Copy => return Err(Error::Invalid { op: label, what: "a copy is not a kernel launch".into() }),
+        };
+        if log.recording || log.timing {
+            let index = log.records.len();
+            log.records.push(LaunchRecord { entry: label, dims, elapsed_ms: None });
+            if let Some(start) = start {
+                let end = self.stream.record_event(timed)?;
+                log.pending_events.push((index, start, end));
+            }
         }
         Ok(())
     }
@@ -453,6 +625,11 @@ impl Gpu {
         self.log().timing = on;
     }
 
+    /// Whether per-launch event timing is on.
+    pub fn is_timing(&self) -> bool {
+        self.log().timing
+    }
+
     /// Turns the launch recorder on or off and returns its previous state. Off by default: an
     /// engine stepping for hours keeps no per-launch bookkeeping. While on, every launch is kept
     /// (entry, shape) until [`Gpu::take_launches`] takes it; the op suite, the bench and
@@ -464,6 +641,19 @@ impl Gpu {
     /// Whether the launch recorder is on.
     pub fn is_recording(&self) -> bool {
         self.log().recording
+    }
+
+    /// Runs `f` with the recorder `on` (and timing off), then puts both back as they were:
+    /// how tests run one check in both recorder states.
+    pub fn with_recorder<T>(&self, on: bool, f: impl FnOnce() -> T) -> T {
+        let (recording, timing) = {
+            let mut log = self.log();
+            (std::mem::replace(&mut log.recording, on), std::mem::replace(&mut log.timing, false))
+        };
+        let out = f();
+        let mut log = self.log();
+        (log.recording, log.timing) = (recording, timing);
+        out
     }
 
     /// Takes the launch log (waits for timed launches to finish first); empty when nothing was

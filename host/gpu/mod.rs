@@ -4,5 +4,7 @@
 mod context;
 mod probe;
 
-pub use context::{DeviceBuffer, Gpu, KernelArg, KernelParams, LaunchDims, LaunchRecord, PARAM_BLOCK_BYTES, ParamBlock};
+pub use context::{
+    DeviceBuffer, Gpu, KernelArg, KernelParams, LaunchDims, LaunchKind, LaunchRecord, PARAM_BLOCK_BYTES, ParamBlock, PreparedLaunch,
+};
 pub use probe::{GpuInfo, probe};

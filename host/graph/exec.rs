@@ -3,7 +3,7 @@
 
 use super::Node;
 use crate::error::Result;
-use crate::gpu::Gpu;
+use crate::gpu::{Gpu, LaunchKind};
 use crate::memory::{DeviceMemory, HostMemory};
 use crate::reference::math::Mufu;
 
@@ -25,22 +25,31 @@ impl Launches {
     }
 }
 
-/// Launches every node on the GPU in order and waits for the stream. The GPU's launch log is
-/// taken (emptied) first; the recorder is on for the run (to say what each node launched) and
-/// back to its previous state after.
+/// Launches every node on the GPU in order and waits for the stream; what each node launched
+/// comes from its prepared launch ([`crate::ops::Op::prepare`]: the entry, or nothing for a
+/// copy), so the run does not need the launch recorder and leaves it as the caller set it —
+/// off, the path an engine runs, unless the caller turned it on. With the recorder on, the
+/// log must show exactly the prepared entries (checked; the log is taken first).
 pub fn run_gpu(gpu: &Gpu, nodes: &[Node], mem: &DeviceMemory) -> Result<Launches> {
-    let was_recording = gpu.set_recording(true);
-    let launches = run_recorded(gpu, nodes, mem);
-    gpu.set_recording(was_recording);
-    launches
-}
-
-fn run_recorded(gpu: &Gpu, nodes: &[Node], mem: &DeviceMemory) -> Result<Launches> {
-    gpu.take_launches()?;
+    let recording = gpu.is_recording();
+    if recording {
+        gpu.take_launches()?;
+    }
     let mut per_node = Vec::with_capacity(nodes.len());
     for node in nodes {
-        node.op.launch(gpu, mem)?;
-        let entries = gpu.take_launches()?.into_iter().map(|r| r.entry).collect();
+        let launch = node.op.prepare(gpu, mem)?;
+        // SAFETY: prepared just now on `mem`, borrowed for this call.
+        unsafe { gpu.run(&launch) }?;
+        let entries = if launch.kind() == LaunchKind::Copy { vec![] } else { vec![launch.entry()] };
+        if recording {
+            let logged: Vec<&'static str> = gpu.take_launches()?.into_iter().map(|r| r.entry).collect();
+            if logged != entries {
+                return Err(crate::Error::Invalid {
+                    op: "exec::run_gpu",
+                    what: format!("{} prepared {entries:?} but the launch log shows {logged:?}", node.op.name()),
+                });
+            }
+        }
         per_node.push((node.op.name(), entries));
     }
     gpu.synchronize()?;

@@ -21,7 +21,7 @@ pub mod plan;
 pub use bytes::{Bound, ByteSet};
 
 use crate::error::{Error, Result};
-use crate::gpu::Gpu;
+use crate::gpu::{Gpu, PreparedLaunch};
 use crate::memory::{DeviceMemory, HostMemory, Memory};
 use crate::ops::Op;
 use crate::reference::math::Mufu;
@@ -153,15 +153,12 @@ impl Op for Stage {
         self.check(mem).map(|_| ())
     }
 
-    fn launch(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<()> {
+    fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {
         let bytes = self.check(mem)?;
         let (dst, src) = (mem.device_ptr(&self.dst), mem.device_ptr(&self.src));
-        // Raw driver calls do not bind the context themselves.
-        gpu.context().bind_to_thread()?;
         // SAFETY: `check` proved both contiguous views (`bytes` bytes each) lie inside their
-        // live device buffers and are disjoint; the copy is ordered on the GPU's one stream.
-        unsafe { cudarc::driver::result::memcpy_dtod_async(dst, src, bytes, gpu.stream().cu_stream()) }?;
-        Ok(())
+        // live device buffers and are disjoint.
+        unsafe { gpu.prepare_copy(STAGE, dst, src, bytes) }
     }
 
     fn reference(&self, mem: &mut HostMemory, _mufu: &mut dyn Mufu) -> Result<()> {

@@ -3,7 +3,7 @@
 
 use super::{Op, check};
 use crate::error::{Error, Result};
-use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock};
+use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock, PreparedLaunch};
 use crate::kernels::abi::{self, binary_kind};
 use crate::memory::{DeviceMemory, HostMemory, Memory};
 use crate::reference::math::Mufu;
@@ -73,7 +73,7 @@ impl Op for Binary {
         self.check(mem).map(|_| ())
     }
 
-    fn launch(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<()> {
+    fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {
         let ne = self.check(mem)?;
         let entry = abi::binary_entry(self.kind.kernel_id()).expect("every kind has an entry");
         let [_, a1, a2, a3] = check::elem_strides(&self.a);
@@ -94,7 +94,7 @@ impl Op for Binary {
         // SAFETY: `check` proved a and dst cover shape `ne`, b covers `ne_b` (which divides ne),
         // dimension 0 is contiguous in all three, dst aliases an input only element for element,
         // and `params` is the struct every binary entry takes.
-        unsafe { gpu.launch(entry, dims, &[KernelArg::Params(ParamBlock::of(&params)?)]) }
+        unsafe { gpu.prepare(entry, dims, &[KernelArg::Params(ParamBlock::of(&params)?)]) }
     }
 
     fn reference(&self, mem: &mut HostMemory, _mufu: &mut dyn Mufu) -> Result<()> {

@@ -3,7 +3,7 @@
 
 use super::{Op, check};
 use crate::error::{Error, Result};
-use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock};
+use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock, PreparedLaunch};
 use crate::kernels::abi;
 use crate::memory::{DeviceMemory, HostMemory, Memory};
 use crate::reference::math::Mufu;
@@ -59,7 +59,7 @@ impl ConcatDim0 {
         total.is_some_and(|total| u32::try_from(total).is_ok() && total.div_ceil(abi::CONCAT_FLAT_BLOCK as usize) <= i32::MAX as usize)
     }
 
-    fn launch_flat(&self, gpu: &Gpu, mem: &DeviceMemory, shape: &ConcatShape) -> Result<()> {
+    fn launch_flat(&self, gpu: &Gpu, mem: &DeviceMemory, shape: &ConcatShape) -> Result<PreparedLaunch> {
         // `takes_flat_path` proved the total fits u32.
         let total = (shape.na + shape.nb) * shape.n1 * shape.n2;
         let strides = |t: &Tensor| {
@@ -83,7 +83,7 @@ impl ConcatDim0 {
         // (na, nb, n1 ≥ 1: empty views are refused), dst addresses every element once and
         // overlaps neither source; `takes_flat_path` that total (hence na, nb, n1) fits u32;
         // the block is the entry's `ConcatFlatParams`.
-        unsafe { gpu.launch(abi::CONCAT_FLAT_ENTRY, dims, &[KernelArg::Params(ParamBlock::of(&params)?)]) }
+        unsafe { gpu.prepare(abi::CONCAT_FLAT_ENTRY, dims, &[KernelArg::Params(ParamBlock::of(&params)?)]) }
     }
 }
 
@@ -99,7 +99,7 @@ impl Op for ConcatDim0 {
         self.check(mem).map(|_| ())
     }
 
-    fn launch(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<()> {
+    fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {
         let shape = self.check(mem)?;
         if self.takes_flat_path(&shape) {
             return self.launch_flat(gpu, mem, &shape);
@@ -129,7 +129,7 @@ impl Op for ConcatDim0 {
 impl ConcatDim0 {
     /// ggml's per-row kernel (`concat_dim0_f32`): the launch for views [`ConcatDim0::takes_flat_path`]
     /// refuses, and through [`ConcatDim0PerRow`] for the suite.
-    fn launch_per_row(&self, gpu: &Gpu, mem: &DeviceMemory, shape: &ConcatShape) -> Result<()> {
+    fn launch_per_row(&self, gpu: &Gpu, mem: &DeviceMemory, shape: &ConcatShape) -> Result<PreparedLaunch> {
         let [a0, a1, a2, _] = check::elem_strides(&self.a);
         let [b0, b1, b2, _] = check::elem_strides(&self.b);
         let [d0, d1, d2, _] = check::elem_strides(&self.dst);
@@ -147,7 +147,7 @@ impl ConcatDim0 {
         // SAFETY: `check` proved that a, b and dst lie inside their buffers for the grid (n1,
         // n2) and their dimension-0 sizes, that dst addresses every element once and is
         // disjoint from a and b, and `params` is the struct the entry takes.
-        unsafe { gpu.launch(abi::CONCAT_DIM0_ENTRY, dims, &[KernelArg::Params(ParamBlock::of(&params)?)]) }
+        unsafe { gpu.prepare(abi::CONCAT_DIM0_ENTRY, dims, &[KernelArg::Params(ParamBlock::of(&params)?)]) }
     }
 }
 
@@ -166,7 +166,7 @@ impl Op for ConcatDim0PerRow {
         self.0.validate(mem)
     }
 
-    fn launch(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<()> {
+    fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {
         let shape = self.0.check(mem)?;
         self.0.launch_per_row(gpu, mem, &shape)
     }

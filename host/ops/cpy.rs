@@ -4,7 +4,7 @@
 
 use super::{Op, check};
 use crate::error::{Error, Result};
-use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock};
+use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock, PreparedLaunch};
 use crate::kernels::abi;
 use crate::memory::{DeviceMemory, HostMemory, Memory};
 use crate::reference::math::Mufu;
@@ -54,7 +54,7 @@ impl Op for Cpy {
         self.check(mem).map(|_| ())
     }
 
-    fn launch(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<()> {
+    fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {
         let n = self.check(mem)?;
         let (sn, dn) = (self.src.ne(), self.dst.ne());
         let blocks = n.div_ceil(abi::CPY_BLOCK as usize) as u32;
@@ -73,7 +73,7 @@ impl Op for Cpy {
         // SAFETY: `check` proved that both views hold n ≥ 1 elements (so every size is ≥ 1)
         // inside their buffers, that dst addresses each element once and is disjoint from src,
         // and `params` is the struct the entry takes.
-        unsafe { gpu.launch(abi::CPY_ENTRY, dims, &[KernelArg::Params(ParamBlock::of(&params)?)]) }
+        unsafe { gpu.prepare(abi::CPY_ENTRY, dims, &[KernelArg::Params(ParamBlock::of(&params)?)]) }
     }
 
     fn reference(&self, mem: &mut HostMemory, _mufu: &mut dyn Mufu) -> Result<()> {
@@ -229,7 +229,7 @@ impl Op for CpySnapshots {
         self.check(mem).map(|_| ())
     }
 
-    fn launch(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<()> {
+    fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {
         let shape = self.check(mem)?;
         let [_, in_channel, in_seq, _] = check::elem_strides(&self.conv_input);
         let [_, cache_row, ..] = check::elem_strides(&self.cache);
@@ -253,7 +253,7 @@ impl Op for CpySnapshots {
         // (grid y = n_slots·n_s) lies in the cache and these rows are distinct, that the cache
         // is disjoint from conv_input, and `params` is the struct the entry takes (the u32 sizes
         // were checked to fit).
-        unsafe { gpu.launch(abi::CPY_SNAPSHOTS_ENTRY, dims, &[KernelArg::Params(ParamBlock::of(&params)?)]) }
+        unsafe { gpu.prepare(abi::CPY_SNAPSHOTS_ENTRY, dims, &[KernelArg::Params(ParamBlock::of(&params)?)]) }
     }
 
     fn reference(&self, mem: &mut HostMemory, _mufu: &mut dyn Mufu) -> Result<()> {

@@ -3,7 +3,7 @@
 
 use super::{Op, check};
 use crate::error::{Error, Result};
-use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock};
+use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock, PreparedLaunch};
 use crate::kernels::abi;
 use crate::memory::{DeviceMemory, HostMemory, Memory};
 use crate::reference::math::Mufu;
@@ -144,21 +144,7 @@ fn check_views(op: &'static str, t: &Views, state: StateSource, mem: &dyn Memory
             check::rows_contiguous(op, "ssm_cache", cache)?;
             check::tensor(op, "source_rows", source_rows, DType::I32, mem)?;
             check::shape(op, "source_rows", source_rows, [n_seqs, 1, 1, 1])?;
-            let values = mem.index_values(source_rows).ok_or_else(|| Error::Invalid {
-                op,
-                what: format!(
-                    "`source_rows` (buffer {}) is not an index buffer: its values must be known to the host",
-                    source_rows.buffer.0
-                ),
-            })?;
-            for (position, &index) in values.iter().enumerate() {
-                if index < 0 || index as usize >= n_rows {
-                    return Err(Error::IndexOutOfRange { op, arg: "source_rows", position, index: index as i64, rows: n_rows });
-                }
-                // Inside the validated cache view: offset + index·nb[1] fits (the view's end does).
-                let offset = cache.layout.offset + index as usize * cache.layout.nb[1];
-                read_rows.push(cache.view([row_len, 1, 1, 1], cache.layout.nb, offset - cache.layout.offset));
-            }
+            read_rows = source_row_views(op, cache, source_rows, mem)?;
         }
     }
     check::output(op, "out", t.out, DType::F32, mem)?;
@@ -193,6 +179,26 @@ fn check_views(op: &'static str, t: &Views, state: StateSource, mem: &dyn Memory
     check::fits_u32(op, "key heads", n_key_heads)?;
     check::fits_u32(op, "tokens", n_tokens)?;
     Ok(GdnShape { n_key_heads, n_heads, n_tokens, n_seqs, n_slots })
+}
+
+/// The cache rows `source_rows` selects, as [row_len, 1, 1, 1] views of a validated `cache`
+/// (F32 [row_len, n_rows], rows contiguous): the rule that depends on the index values, each
+/// in 0..n_rows.
+fn source_row_views(op: &'static str, cache: &Tensor, source_rows: &Tensor, mem: &dyn Memory) -> Result<Vec<Tensor>> {
+    let [row_len, n_rows, ..] = cache.ne();
+    let values = mem.index_values(source_rows).ok_or_else(|| Error::Invalid {
+        op,
+        what: format!("`source_rows` (buffer {}) is not an index buffer: its values must be known to the host", source_rows.buffer.0),
+    })?;
+    let mut read_rows = Vec::with_capacity(values.len());
+    for (position, &index) in values.iter().enumerate() {
+        if index < 0 || index as usize >= n_rows {
+            return Err(Error::IndexOutOfRange { op, arg: "source_rows", position, index: index as i64, rows: n_rows });
+        }
+        // Inside the validated cache view: offset + index·nb[1] fits (the view's end does).
+        read_rows.push(cache.view([row_len, 1, 1, 1], cache.layout.nb, index as usize * cache.layout.nb[1]));
+    }
+    Ok(read_rows)
 }
 
 /// GATED_DELTA_NET_FROM_CACHE's one admitted overlap (see the kernel's docs, "Reading the state
@@ -250,7 +256,7 @@ impl Op for GatedDeltaNet {
         self.check(mem).map(|_| ())
     }
 
-    fn launch(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<()> {
+    fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {
         let shape = self.check(mem)?;
         let [_, in_col, in_head, in_seq] = check::elem_strides(&self.state_in);
         let params = gdn_params(self, &shape, mem, [in_col, in_head, in_seq]);
@@ -261,7 +267,7 @@ impl Op for GatedDeltaNet {
         // D/4) × block (32, 4) with D = 128, key heads < H_k, n_t tokens and K slots (D·D·H_v
         // floats per slot row); that out and states overlap no input, each other, or
         // themselves; and `params` is the entry's parameter struct.
-        unsafe { gpu.launch(entry(), dims, &args) }
+        unsafe { gpu.prepare(entry(), dims, &args) }
     }
 
     fn reference(&self, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()> {
@@ -366,7 +372,14 @@ impl Op for GatedDeltaNetFromCache {
         self.check(mem).map(|_| ())
     }
 
-    fn launch(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<()> {
+    /// The rules that read the source rows: each in range, and no written state slot on a row
+    /// another sequence reads (the slots written: min(n_t, K)).
+    fn check_indices(&self, mem: &dyn Memory) -> Result<()> {
+        let read_rows = source_row_views(FROM_CACHE_OP, &self.ssm_cache, &self.source_rows, mem)?;
+        states_over_read_rows(FROM_CACHE_OP, &self.states, &read_rows, self.q.ne()[2].min(self.states.ne()[2]))
+    }
+
+    fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {
         let shape = self.check(mem)?;
         let params = self.params(&shape, mem);
         let grid = (shape.n_heads as u32, shape.n_seqs as u32, D as u32 / abi::GDN_WARPS);
@@ -379,7 +392,7 @@ impl Op for GatedDeltaNetFromCache {
         // states overlapping no input but the cache, and a row read only as that same sequence's
         // own row, start for start (the kernel's race-free case, see its docs); and `params` is
         // the entry's parameter struct.
-        unsafe { gpu.launch(abi::GATED_DELTA_NET_FROM_CACHE_ENTRY, dims, &args) }
+        unsafe { gpu.prepare(abi::GATED_DELTA_NET_FROM_CACHE_ENTRY, dims, &args) }
     }
 
     fn reference(&self, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()> {

@@ -8,7 +8,7 @@
 
 use super::{Op, check};
 use crate::error::{Error, Result};
-use crate::gpu::{Gpu, KernelArg, KernelParams, LaunchDims, ParamBlock};
+use crate::gpu::{Gpu, KernelArg, KernelParams, LaunchDims, ParamBlock, PreparedLaunch};
 use crate::kernels::abi;
 use crate::memory::{DeviceMemory, HostMemory, Memory};
 use crate::reference::math::Mufu;
@@ -127,15 +127,6 @@ impl GdnConvChain {
 
         check::tensor(OP, "source_row", &self.source_row, DType::I32, mem)?;
         check::shape(OP, "source_row", &self.source_row, [n_seqs, 1, 1, 1])?;
-        let values = mem.index_values(&self.source_row).ok_or_else(|| Error::Invalid {
-            op: OP,
-            what: format!("`source_row` (buffer {}) is not an index buffer: its value must be known to the host", self.source_row.buffer.0),
-        })?;
-        for (position, &index) in values.iter().enumerate() {
-            if index < 0 || index as usize >= n_cache_rows {
-                return Err(Error::IndexOutOfRange { op: OP, arg: "source_row", position, index: index as i64, rows: n_cache_rows });
-            }
-        }
 
         let n_rows = self.snapshots.len();
         if n_rows == 0 {
@@ -169,19 +160,8 @@ impl GdnConvChain {
                 return Err(Error::Aliasing { op: OP, a: "snapshots", b: "snapshots", why: "one cache row written twice" });
             }
         }
-        // [batch] A sequence's source row written by another sequence: that read would race with
-        // the other sequence's block (the unfused GET_ROWS reads every source row first).
-        for (s, &index) in values.iter().enumerate() {
-            let index = index as usize;
-            if self.snapshots.iter().any(|w| index >= w.row && index - w.row < n_seqs && index - w.row != s) {
-                return Err(Error::Aliasing {
-                    op: OP,
-                    a: "source_row",
-                    b: "snapshots",
-                    why: "a sequence reads a conv-cache row that another sequence of the step writes",
-                });
-            }
-        }
+        // The index values: in range, and [batch] none a row that another sequence writes.
+        self.check_source_rows(mem)?;
 
         let (d, h_k) = (self.head_dim, self.n_k_heads);
         if !abi::GDN_CONV_CHAIN_HEAD_DIMS.contains(&d) {
@@ -230,6 +210,38 @@ impl GdnConvChain {
             return Err(Error::Unsupported { op: OP, what: format!("C = {n_channels} channels (grid x holds at most 2^31 − 1 blocks)") });
         }
         Ok(ChainShape { d_conv, n_channels, n_tokens, n_seqs, n_cache_rows })
+    }
+
+    /// The rules that depend on the index values (a plan checks them every step): every
+    /// sequence's source row in 0..n_cache_rows, and [batch] none a row that another sequence
+    /// writes (the sequences' blocks run at the same time; the unfused GET_ROWS reads every source
+    /// row before any CPY writes). The snapshot rows must have been checked (`check`).
+    pub(crate) fn check_source_rows(&self, mem: &dyn Memory) -> Result<Vec<usize>> {
+        let (n_cache_rows, n_seqs) = (self.conv_cache.ne()[1], self.n_seqs());
+        let values = mem.index_values(&self.source_row).ok_or_else(|| Error::Invalid {
+            op: OP,
+            what: format!("`source_row` (buffer {}) is not an index buffer: its value must be known to the host", self.source_row.buffer.0),
+        })?;
+        if values.len() != n_seqs {
+            return Err(Error::Invalid { op: OP, what: format!("{} source rows for {n_seqs} sequences", values.len()) });
+        }
+        for (position, &index) in values.iter().enumerate() {
+            if index < 0 || index as usize >= n_cache_rows {
+                return Err(Error::IndexOutOfRange { op: OP, arg: "source_row", position, index: index as i64, rows: n_cache_rows });
+            }
+        }
+        for (s, &index) in values.iter().enumerate() {
+            let index = index as usize;
+            if self.snapshots.iter().any(|w| index >= w.row && index - w.row < n_seqs && index - w.row != s) {
+                return Err(Error::Aliasing {
+                    op: OP,
+                    a: "source_row",
+                    b: "snapshots",
+                    why: "a sequence reads a conv-cache row that another sequence of the step writes",
+                });
+            }
+        }
+        Ok(values.into_iter().map(|v| v as usize).collect())
     }
 
     /// The kernel's parameter block for a validated op.
@@ -313,7 +325,11 @@ impl Op for GdnConvChain {
         self.check(mem).map(|_| ())
     }
 
-    fn launch(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<()> {
+    fn check_indices(&self, mem: &dyn Memory) -> Result<()> {
+        self.check_source_rows(mem).map(|_| ())
+    }
+
+    fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {
         let shape = self.check(mem)?;
         let entry = abi::gdn_conv_chain_entry(shape.d_conv).expect("checked: d_conv has an entry");
         let params = self.params(&shape, mem);
@@ -329,7 +345,7 @@ impl Op for GdnConvChain {
         // except conv_out = qkv element for element (each thread reads before it writes) and the
         // cache rows the kernel reads before its barrier; the shared memory is what the kernel
         // lays out for (d_conv, n_t); and the single parameter is the entry's parameter struct.
-        unsafe { gpu.launch(entry, dims, &args) }
+        unsafe { gpu.prepare(entry, dims, &args) }
     }
 
     fn reference(&self, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()> {

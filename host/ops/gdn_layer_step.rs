@@ -15,7 +15,7 @@ use super::mmvf::MatVecShape;
 use super::{GatedDeltaNetFromCache, GdnConvChain, MulMatVecPairGate, Op, check};
 use crate::bytes::{Bound, ByteSet};
 use crate::error::{Error, Result};
-use crate::gpu::{Gpu, KernelArg, KernelParams, LaunchDims, ParamBlock};
+use crate::gpu::{Gpu, KernelArg, KernelParams, LaunchDims, ParamBlock, PreparedLaunch};
 use crate::kernels::abi;
 use crate::memory::{DeviceMemory, HostMemory, Memory};
 use crate::reference::math::Mufu;
@@ -666,7 +666,14 @@ impl Op for GdnLayerStep {
         self.check(mem).map(|_| ())
     }
 
-    fn launch(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<()> {
+    /// The parts' index rules: no rule of the step's own (links, disjointness, readiness)
+    /// reads an index value.
+    fn check_indices(&self, mem: &dyn Memory) -> Result<()> {
+        self.chain.check_indices(mem)?;
+        self.gdn.check_indices(mem)
+    }
+
+    fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {
         let shape = self.check(mem)?;
         let (kind, d_conv, n_t) = (shape.products.kind, shape.chain.d_conv, shape.chain.n_tokens);
         let (entry, shared) = if shape.batched() {
@@ -713,7 +720,7 @@ impl Op for GdnLayerStep {
         // the state is this Gpu's, whose one stream runs launches in order (each leaves `done` =
         // `arrived` for the next); every work index fits u32 with the grid added; the shared
         // memory is the entry's layout; `params` is the entry's parameter struct.
-        unsafe { gpu.launch_cooperative(entry, dims, &args) }
+        unsafe { gpu.prepare_cooperative(entry, dims, &args) }
     }
 
     fn reference(&self, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()> {

@@ -3,7 +3,7 @@
 
 use super::{Op, check};
 use crate::error::{Error, Result};
-use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock};
+use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock, PreparedLaunch};
 use crate::kernels::abi;
 use crate::memory::{DeviceMemory, HostMemory, Memory};
 use crate::reference::math::Mufu;
@@ -43,6 +43,12 @@ impl GetRows {
         if n_rows > i32::MAX as usize {
             return Err(Error::Unsupported { op: OP, what: format!("{n_rows} rows gathered (grid x ≤ 2^31 − 1)") });
         }
+        self.check_rows(mem, n_src_rows)?;
+        Ok(RowsShape { row_len, n_src_rows, n_rows })
+    }
+
+    /// The rule that depends on the index values: each in 0..n_src_rows.
+    fn check_rows(&self, mem: &dyn Memory, n_src_rows: usize) -> Result<()> {
         let values = mem.index_values(&self.rows).ok_or_else(|| Error::Invalid {
             op: OP,
             what: format!("`rows` (buffer {}) is not an index buffer: its values must be known to the host", self.rows.buffer.0),
@@ -52,7 +58,7 @@ impl GetRows {
                 return Err(Error::IndexOutOfRange { op: OP, arg: "rows", position, index: index as i64, rows: n_src_rows });
             }
         }
-        Ok(RowsShape { row_len, n_src_rows, n_rows })
+        Ok(())
     }
 }
 
@@ -65,7 +71,11 @@ impl Op for GetRows {
         self.check(mem).map(|_| ())
     }
 
-    fn launch(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<()> {
+    fn check_indices(&self, mem: &dyn Memory) -> Result<()> {
+        self.check_rows(mem, self.src.ne()[1])
+    }
+
+    fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {
         let shape = self.check(mem)?;
         let [_, src_row, ..] = check::elem_strides(&self.src);
         let [rows_stride, ..] = check::elem_strides(&self.rows);
@@ -85,7 +95,7 @@ impl Op for GetRows {
         // holds the same values) is in 0..n_src_rows, that src, rows and dst lie inside their
         // buffers for row_len elements × the grid's n_rows rows, that dst rows are distinct and
         // disjoint from src, and `params` is the struct the entry takes.
-        unsafe { gpu.launch(abi::GET_ROWS_ENTRY, dims, &[KernelArg::Params(ParamBlock::of(&params)?)]) }
+        unsafe { gpu.prepare(abi::GET_ROWS_ENTRY, dims, &[KernelArg::Params(ParamBlock::of(&params)?)]) }
     }
 
     fn reference(&self, mem: &mut HostMemory, _mufu: &mut dyn Mufu) -> Result<()> {

@@ -3,7 +3,7 @@
 
 use super::{Op, check};
 use crate::error::{Error, Result};
-use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock};
+use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock, PreparedLaunch};
 use crate::kernels::abi;
 use crate::memory::{DeviceMemory, HostMemory, Memory};
 use crate::reference::math::Mufu;
@@ -58,7 +58,7 @@ impl Op for L2Norm {
         self.check(mem).map(|_| ())
     }
 
-    fn launch(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<()> {
+    fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {
         let ne = self.check(mem)?;
         let [_, s1, s2, s3] = check::elem_strides(&self.src);
         let [_, d1, d2, d3] = check::elem_strides(&self.dst);
@@ -78,7 +78,7 @@ impl Op for L2Norm {
         // SAFETY: `check` proved both views lie inside their buffers for the grid (ne1, ne2,
         // ne3) and ne0 columns, that dst is src itself or disjoint from it, and `params` is the
         // struct the entry takes.
-        unsafe { gpu.launch(abi::L2_NORM_ENTRY, dims, &[KernelArg::Params(ParamBlock::of(&params)?)]) }
+        unsafe { gpu.prepare(abi::L2_NORM_ENTRY, dims, &[KernelArg::Params(ParamBlock::of(&params)?)]) }
     }
 
     fn reference(&self, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()> {

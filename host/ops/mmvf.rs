@@ -3,7 +3,7 @@
 
 use super::{Op, check};
 use crate::error::{Error, Result};
-use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock};
+use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock, PreparedLaunch};
 use crate::kernels::abi;
 use crate::memory::{DeviceMemory, HostMemory, Memory};
 use crate::reference::math::Mufu;
@@ -167,7 +167,7 @@ impl Op for MulMatVec {
         self.check(mem).map(|_| ())
     }
 
-    fn launch(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<()> {
+    fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {
         let shape = self.check(mem)?;
         let per_block = cols_per_block(shape.ncols);
         let entry = abi::mul_mat_vec_entry(shape.kind, per_block).expect("checked: kind and ncols have an entry");
@@ -196,7 +196,7 @@ impl Op for MulMatVec {
         // kernel's `.nc` loads need); the block size is ggml's rule (a multiple of 32, ≤ 256,
         // the PTX launch bound) with the MUL_MAT_VEC_SHARED_BYTES reduction buffer; and
         // `params` is the entry's parameter struct.
-        unsafe { gpu.launch(entry, dims, &args) }
+        unsafe { gpu.prepare(entry, dims, &args) }
     }
 
     fn reference(&self, mem: &mut HostMemory, _mufu: &mut dyn Mufu) -> Result<()> {

@@ -16,7 +16,7 @@
 use super::mmvf::MatVecShape;
 use super::{MulMatVec, Op, check};
 use crate::error::{Error, Result};
-use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock};
+use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock, PreparedLaunch};
 use crate::kernels::abi;
 use crate::memory::{DeviceMemory, HostMemory, Memory};
 use crate::reference::math::Mufu;
@@ -153,7 +153,7 @@ impl Op for MulMatVecPair {
         self.check(mem).map(|_| ())
     }
 
-    fn launch(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<()> {
+    fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {
         let shape = self.check(mem)?;
         let per_block = super::mmvf::pair_cols_per_block(shape.ncols);
         let entry = abi::mul_mat_vec_pair_entry(shape.kind, per_block).expect("checked: kind and ncols have an entry");
@@ -172,7 +172,7 @@ impl Op for MulMatVecPair {
         // dst and the other weight; the block size is ggml's rule (≤ 256, the PTX launch bound)
         // with the reduction buffer of MUL_MAT_VEC_SHARED_BYTES; `params` is the entry's
         // parameter struct, with the epilogue off (its addresses unused).
-        unsafe { gpu.launch(entry, dims, &args) }
+        unsafe { gpu.prepare(entry, dims, &args) }
     }
 
     fn reference(&self, mem: &mut HostMemory, _mufu: &mut dyn Mufu) -> Result<()> {
@@ -315,7 +315,7 @@ impl Op for MulMatVecPairGate {
         self.check(mem).map(|_| ())
     }
 
-    fn launch(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<()> {
+    fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {
         let shape = self.check(mem)?;
         let per_block = super::mmvf::pair_cols_per_block(shape.ncols);
         let entry = abi::mul_mat_vec_pair_gate_entry(shape.kind, per_block).expect("checked: kind and ncols have an entry");
@@ -331,7 +331,7 @@ impl Op for MulMatVecPairGate {
         // element-distinct and disjoint from every input (so the `.nc` loads of weights, input,
         // dt_bias and ssm_a see no write) and from every other output; `params` is the entry's
         // parameter struct with the gate epilogue on.
-        unsafe { gpu.launch(entry, dims, &args) }
+        unsafe { gpu.prepare(entry, dims, &args) }
     }
 
     fn reference(&self, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()> {

@@ -1,6 +1,8 @@
 //! One host wrapper per kernel file: an op is a plain struct of tensors and parameters that
-//! validates itself against a [`Memory`], launches on the GPU, or runs its CPU reference. The
-//! launch is the only `unsafe` line; its SAFETY comment names what validation proved.
+//! validates itself against a [`Memory`], prepares its launch on the GPU (entry, shape,
+//! parameters and [`crate::gpu::LaunchKind`], decided by the op), or runs its CPU reference.
+//! Preparing the launch is the only `unsafe` line; its SAFETY comment names what validation
+//! proved.
 
 pub(crate) mod check;
 pub mod l2_norm;
@@ -54,7 +56,7 @@ pub use unary::UnaryMul;
 mod reference_tests;
 
 use crate::error::Result;
-use crate::gpu::Gpu;
+use crate::gpu::{Gpu, PreparedLaunch};
 use crate::memory::{DeviceMemory, HostMemory, Memory};
 use crate::reference::math::Mufu;
 use crate::tensor::Tensor;
@@ -94,8 +96,27 @@ pub trait Op: std::fmt::Debug + AsAny + CloneOp {
     /// Checks every tensor and parameter; the same checks guard [`Op::launch`] and
     /// [`Op::reference`].
     fn validate(&self, mem: &dyn Memory) -> Result<()>;
+    /// Validates, then prepares the kernel launch: entry, shape, parameters and how it must be
+    /// launched ([`crate::gpu::LaunchKind`]: the op decides, nothing else does). Nothing is
+    /// launched; [`Op::launch`] runs it at once, a plan ([`crate::engine::StepPlan`]) at every
+    /// step.
+    fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch>;
     /// Validates, then launches the kernel (asynchronously, on the GPU's stream).
-    fn launch(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<()>;
+    fn launch(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<()> {
+        let launch = self.prepare(gpu, mem)?;
+        // SAFETY: prepared just now, on `mem` (borrowed for this call): the validation behind
+        // it holds for these buffers and these index values.
+        unsafe { gpu.run(&launch) }
+    }
+    /// The rules of [`Op::validate`] whose outcome depends on the values in index buffers
+    /// (a source row in range, …), for an op that passed [`Op::validate`] on this memory with
+    /// other index values: a plan runs the full validation once, then only this before each
+    /// step. The default runs the full validation (always sound); an op that reads indices
+    /// overrides it with exactly its index-dependent rules, and `tests/plan.rs` holds every
+    /// override to the full validation's verdict.
+    fn check_indices(&self, mem: &dyn Memory) -> Result<()> {
+        self.validate(mem)
+    }
     /// Validates, then computes the same result on the CPU in the kernel's float-op order.
     fn reference(&self, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()>;
     /// The tensors the op reads (views as the op addresses them; index tensors included).

@@ -2,7 +2,7 @@
 
 use super::{Op, check};
 use crate::error::{Error, Result};
-use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock};
+use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock, PreparedLaunch};
 use crate::kernels::abi;
 use crate::memory::{DeviceMemory, HostMemory, Memory};
 use crate::reference::math::Mufu;
@@ -46,7 +46,7 @@ impl Op for Scale {
         self.check(mem).map(|_| ())
     }
 
-    fn launch(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<()> {
+    fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {
         let n = self.check(mem)?;
         let blocks = n.div_ceil(abi::SCALE_BLOCK as usize).min(abi::SCALE_MAX_BLOCKS as usize) as u32;
         let dims = LaunchDims::new((blocks, 1, 1), (abi::SCALE_BLOCK, 1, 1));
@@ -60,7 +60,7 @@ impl Op for Scale {
         // SAFETY: `check` proved that src and dst are contiguous runs of n f32 inside their
         // buffers, either the very same elements or disjoint, and `params` is the struct the
         // entry takes.
-        unsafe { gpu.launch(abi::SCALE_ENTRY, dims, &[KernelArg::Params(ParamBlock::of(&params)?)]) }
+        unsafe { gpu.prepare(abi::SCALE_ENTRY, dims, &[KernelArg::Params(ParamBlock::of(&params)?)]) }
     }
 
     fn reference(&self, mem: &mut HostMemory, _mufu: &mut dyn Mufu) -> Result<()> {

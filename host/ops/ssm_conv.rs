@@ -3,7 +3,7 @@
 
 use super::{Op, check};
 use crate::error::{Error, Result};
-use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock};
+use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock, PreparedLaunch};
 use crate::kernels::abi;
 use crate::memory::{DeviceMemory, HostMemory, Memory};
 use crate::reference::math::Mufu;
@@ -85,7 +85,7 @@ impl Op for SsmConv {
         self.check(mem).map(|_| ())
     }
 
-    fn launch(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<()> {
+    fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {
         let shape = self.check(mem)?;
         let entry = abi::ssm_conv_entry(shape.d_conv, self.apply_silu).expect("checked: d_conv has an entry");
         let [_, in_channel, in_seq, _] = check::elem_strides(&self.conv_input);
@@ -111,7 +111,7 @@ impl Op for SsmConv {
         // SAFETY: `check` proved every view lies inside its buffer with the shapes the kernel
         // derives from (n_channels, n_tokens, grid.x = n_seqs), that dst is disjoint from the
         // inputs, and `params` is the struct every SSM_CONV entry takes.
-        unsafe { gpu.launch(entry, dims, &[KernelArg::Params(ParamBlock::of(&params)?)]) }
+        unsafe { gpu.prepare(entry, dims, &[KernelArg::Params(ParamBlock::of(&params)?)]) }
     }
 
     fn reference(&self, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()> {

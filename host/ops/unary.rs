@@ -3,7 +3,7 @@
 
 use super::{Op, check};
 use crate::error::{Error, Result};
-use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock};
+use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock, PreparedLaunch};
 use crate::kernels::abi::{self, unary_kind};
 use crate::memory::{DeviceMemory, HostMemory, Memory};
 use crate::reference::math::{self, Mufu};
@@ -93,14 +93,14 @@ impl Op for Unary {
         self.check(mem).map(|_| ())
     }
 
-    fn launch(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<()> {
+    fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {
         let n = self.check(mem)?;
         let entry = abi::unary_entry(self.kind.kernel_id()).expect("every kind has an entry");
         let dims = LaunchDims::new((n.div_ceil(abi::UNARY_BLOCK as usize) as u32, 1, 1), (abi::UNARY_BLOCK, 1, 1));
         let params = abi::UnaryParams { src: mem.device_ptr(&self.src), dst: mem.device_ptr(&self.dst), n: n as u64 };
         // SAFETY: `check` proved both views are contiguous runs of n f32 inside their buffers and
         // dst is src itself or disjoint; `params` is the struct every unary entry takes.
-        unsafe { gpu.launch(entry, dims, &[KernelArg::Params(ParamBlock::of(&params)?)]) }
+        unsafe { gpu.prepare(entry, dims, &[KernelArg::Params(ParamBlock::of(&params)?)]) }
     }
 
     fn reference(&self, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()> {
@@ -213,7 +213,7 @@ impl Op for UnaryMul {
         self.check(mem).map(|_| ())
     }
 
-    fn launch(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<()> {
+    fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {
         let n = self.check(mem)?;
         let params = abi::UnaryMulParams {
             x: mem.device_ptr(&self.src),
@@ -226,7 +226,7 @@ impl Op for UnaryMul {
         // SAFETY: `check` proved the three views are contiguous runs of n f32 inside their
         // buffers (n fits u32) and dst is src or mul itself or disjoint from each; the block is
         // the entry's `UnaryMulParams`.
-        unsafe { gpu.launch(abi::UNARY_SOFTPLUS_MUL_ENTRY, dims, &[KernelArg::Params(ParamBlock::of(&params)?)]) }
+        unsafe { gpu.prepare(abi::UNARY_SOFTPLUS_MUL_ENTRY, dims, &[KernelArg::Params(ParamBlock::of(&params)?)]) }
     }
 
     fn reference(&self, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()> {

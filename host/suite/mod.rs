@@ -180,11 +180,13 @@ impl Builder {
 }
 
 /// Runs one case on the GPU (both checks), never panicking: errors become a failed report.
+/// Matches and equivalences run with the launch recorder and timing off — the path an engine
+/// runs; refusals run with it on (to count what a refused op launched: nothing) and off.
 pub fn run_case(gpu: &Gpu, case: &Case, table: &mut MufuTable) -> CaseReport {
     let result = match case.build() {
-        Ok(Expect::Match(s)) => run_match(gpu, &s, table),
+        Ok(Expect::Match(s)) => gpu.with_recorder(false, || run_match(gpu, &s, table)),
         Ok(Expect::Refusal { scenario, predicate, expected }) => run_refusal(gpu, &scenario, predicate, expected),
-        Ok(Expect::Equivalent(eq)) => run_equivalent(gpu, &eq),
+        Ok(Expect::Equivalent(eq)) => gpu.with_recorder(false, || run_equivalent(gpu, &eq)),
         Err(e) => Err(format!("the case did not build: {e}")),
     };
     let (passed, detail) = match result {
@@ -410,16 +412,22 @@ fn run_refusal(gpu: &Gpu, s: &Scenario, predicate: fn(&Error) -> bool, expected:
     };
     let dev = DeviceMemory::upload(gpu, &s.mem).map_err(|e| e.to_string())?;
     // The recorder counts what the refused op launched (nothing, if the refusal is right).
-    let was_recording = gpu.set_recording(true);
-    let before: usize = gpu.launch_counts().values().sum();
-    let result = op.launch(gpu, &dev);
-    let launched = gpu.launch_counts().values().sum::<usize>() - before;
-    gpu.set_recording(was_recording);
-    match result {
-        Err(err) if predicate(&err) && launched == 0 => Ok(format!("refused as expected: {err}")),
-        Err(err) if predicate(&err) => Err(format!("refused ({err}) but launched {launched} kernel(s)")),
-        Err(err) => Err(format!("refused with the wrong error: {err} (expected {expected})")),
-        Ok(()) => Err(format!("was not refused (expected {expected})")),
+    let (result, launched) = gpu.with_recorder(true, || {
+        let before: usize = gpu.launch_counts().values().sum();
+        let result = op.launch(gpu, &dev);
+        (result, gpu.launch_counts().values().sum::<usize>() - before)
+    });
+    // And with the recorder off (the engine's path): the same refusal.
+    let unrecorded = gpu.with_recorder(false, || op.launch(gpu, &dev));
+    match (result, unrecorded) {
+        (Err(err), Err(off)) if predicate(&err) && launched == 0 && err.to_string() == off.to_string() => {
+            Ok(format!("refused as expected (recorder on and off): {err}"))
+        }
+        (Err(err), Err(off)) if predicate(&err) && launched == 0 => Err(format!("refused ({err}) with the recorder on, but off: {off}")),
+        (Err(err), Ok(())) if predicate(&err) => Err(format!("refused ({err}) with the recorder on, NOT with it off")),
+        (Err(err), _) if predicate(&err) => Err(format!("refused ({err}) but launched {launched} kernel(s)")),
+        (Err(err), _) => Err(format!("refused with the wrong error: {err} (expected {expected})")),
+        (Ok(()), _) => Err(format!("was not refused (expected {expected})")),
     }
 }
 

@@ -34,6 +34,9 @@
 //! it, so the engine's other streams are ordered after it. With event tracking off (as
 //! [`Gpu::new`] sets on its own context), ordering across streams is the engine's.
 
+pub mod hf;
+mod plan;
+
 use crate::error::{Error, Result};
 use crate::gpu::{DeviceBuffer, Gpu};
 use crate::graph::layer::unfused_ops;
@@ -42,6 +45,7 @@ use crate::memory::{DeviceMemory, Memory};
 use crate::ops::Op;
 use crate::tensor::{BufferId, DType, Layout, Tensor};
 use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, SyncOnDrop, sys};
+pub use plan::{CapturedStep, StepPlan};
 
 /// The engine's device buffers, bound under [`BufferId`]s (0, 1, … in binding order) for as
 /// long as `'a` — the borrow of the buffers and of the [`Gpu`] they are used with.
@@ -79,7 +83,7 @@ impl<'a> CallerMemory<'a> {
         let (ptr, order) = slice.device_ptr(self.gpu.stream());
         // SAFETY: cudarc's slice is `len` bytes of device memory of this context (checked
         // above), kept allocated by the `'a` borrow, which the binding holds.
-        Ok(self.push(unsafe { DeviceBuffer::caller(ptr, len) }, order, true, None))
+        self.push(unsafe { DeviceBuffer::caller(ptr, len) }, order, true, None)
     }
 
     /// Binds a buffer that ops may read and write.
@@ -88,7 +92,7 @@ impl<'a> CallerMemory<'a> {
         let len = bytes_of::<T>(slice.len())?;
         let (ptr, order) = slice.device_ptr_mut(self.gpu.stream());
         // SAFETY: as `bind`; the exclusive borrow means nothing else writes it meanwhile.
-        Ok(self.push(unsafe { DeviceBuffer::caller(ptr, len) }, order, false, None))
+        self.push(unsafe { DeviceBuffer::caller(ptr, len) }, order, false, None)
     }
 
     /// Binds a view (part of a buffer) that ops may read but never write.
@@ -98,7 +102,7 @@ impl<'a> CallerMemory<'a> {
         self.check_device(ptr, len, false)?;
         // SAFETY: cudarc's view is `len` bytes of device memory on this device (checked),
         // kept allocated by the `'a` borrow.
-        Ok(self.push(unsafe { DeviceBuffer::caller(ptr, len) }, order, true, None))
+        self.push(unsafe { DeviceBuffer::caller(ptr, len) }, order, true, None)
     }
 
     /// Binds a view (part of a buffer) that ops may read and write.
@@ -107,7 +111,7 @@ impl<'a> CallerMemory<'a> {
         let (ptr, order) = view.view_ptr(self.gpu.stream());
         self.check_device(ptr, len, false)?;
         // SAFETY: as `bind_view`; the view is an exclusive borrow.
-        Ok(self.push(unsafe { DeviceBuffer::caller(ptr, len) }, order, false, None))
+        self.push(unsafe { DeviceBuffer::caller(ptr, len) }, order, false, None)
     }
 
     /// Binds `len` bytes of device memory at `ptr` (memory from another allocator, an FFI
@@ -121,7 +125,7 @@ impl<'a> CallerMemory<'a> {
         self.check_device(ptr, len, true)?;
         // SAFETY: the range is inside one live allocation on this device (checked); the rest
         // is the caller's promise.
-        Ok(self.push(unsafe { DeviceBuffer::caller(ptr, len) }, SyncOnDrop::Sync(None), !writable, None))
+        self.push(unsafe { DeviceBuffer::caller(ptr, len) }, SyncOnDrop::Sync(None), !writable, None)
     }
 
     /// A contiguous I32 index tensor holding `values`, in a small device buffer of rgdn's own
@@ -129,7 +133,7 @@ impl<'a> CallerMemory<'a> {
     pub fn indices(&mut self, values: &[i32]) -> Result<Tensor> {
         let bytes = index_bytes(values);
         let buffer = self.gpu.upload(&bytes)?;
-        let id = self.push(buffer, SyncOnDrop::Sync(None), false, Some(bytes));
+        let id = self.push(buffer, SyncOnDrop::Sync(None), false, Some(bytes))?;
         Ok(Tensor::new(id, Layout::contiguous(DType::I32, [values.len(), 1, 1, 1])))
     }
 
@@ -150,7 +154,7 @@ impl<'a> CallerMemory<'a> {
         // buffer, which no kernel writes.
         let mut buffer = unsafe { DeviceBuffer::caller(ptr, bytes.len()) };
         self.gpu.write(&mut buffer, &bytes)?;
-        let id = self.push(buffer, order, false, Some(bytes));
+        let id = self.push(buffer, order, false, Some(bytes))?;
         Ok(Tensor::new(id, Layout::contiguous(DType::I32, [values.len(), 1, 1, 1])))
     }
 
@@ -177,6 +181,34 @@ impl<'a> CallerMemory<'a> {
         Ok(())
     }
 
+    /// Plans `step` (a [`CompiledStep`], or any op list) on these bindings: every op validated
+    /// (and refused if it writes a buffer bound read-only) and its launch prepared, once. Run
+    /// it with [`CallerMemory::run`] as often as wanted — on this memory, or on a later one
+    /// bound to the same buffers the same way.
+    pub fn plan(&self, step: impl Into<CompiledStep>) -> Result<StepPlan> {
+        StepPlan::prepare(self.gpu, &self.mem, &self.read_only, step.into())
+    }
+
+    /// One step of `plan` on these bindings: they must be bound as when the plan was prepared
+    /// (the same buffers, lengths, index and read-only flags); the ops that read the index
+    /// buffers check their index rules on the values set now ([`CallerMemory::set_indices`]);
+    /// then every prepared launch is enqueued. Microseconds of host time; nothing waits.
+    pub fn run(&self, plan: &StepPlan) -> Result<()> {
+        plan.launch_on(self.gpu, &self.mem, &self.read_only)
+    }
+
+    /// Captures one step of `plan` into a CUDA graph on the `Gpu`'s stream (see
+    /// [`StepPlan`]'s docs); replay it with [`CallerMemory::replay`] after setting the next
+    /// step's indices.
+    pub fn capture(&self, plan: &StepPlan) -> Result<CapturedStep> {
+        plan.capture_on(self.gpu, &self.mem, &self.read_only)
+    }
+
+    /// Replays a captured step after checking these bindings and the index values they hold.
+    pub fn replay(&self, step: &CapturedStep) -> Result<()> {
+        step.replay_on(&self.mem, &self.read_only)
+    }
+
     /// [`CallerMemory::enqueue`] for one op.
     pub fn launch(&self, op: &dyn Op) -> Result<()> {
         self.check_op(op)?;
@@ -193,10 +225,13 @@ impl<'a> CallerMemory<'a> {
         refuse_read_only_writes(op, &self.read_only)
     }
 
-    fn push(&mut self, buffer: DeviceBuffer, order: SyncOnDrop<'a>, read_only: bool, index: Option<Vec<u8>>) -> BufferId {
+    /// Adds a binding; refuses a buffer whose first byte is not [`BIND_ALIGN`]-aligned (the ops
+    /// check their views' alignment relative to the buffer's start).
+    fn push(&mut self, buffer: DeviceBuffer, order: SyncOnDrop<'a>, read_only: bool, index: Option<Vec<u8>>) -> Result<BufferId> {
+        check_aligned(buffer.device_ptr())?;
         self._order.push(order);
         self.read_only.push(read_only);
-        self.mem.push(buffer, index)
+        Ok(self.mem.push(buffer, index))
     }
 
     fn same_context<T>(&self, slice: &CudaSlice<T>) -> Result<()> {
@@ -286,6 +321,18 @@ fn refuse_read_only_writes(op: &dyn Op, read_only: &[bool]) -> Result<()> {
     }
 }
 
+/// The alignment every bound buffer's first byte needs: the kernels' widest loads are element
+/// pairs (8 bytes) and ops check views against the buffer's start, so the start itself must be
+/// aligned (device allocations are 256-byte aligned; a view at an odd element is not).
+pub const BIND_ALIGN: u64 = 16;
+
+fn check_aligned(ptr: u64) -> Result<()> {
+    if !ptr.is_multiple_of(BIND_ALIGN) {
+        return Err(Error::Invalid { op: BIND, what: format!("device address {ptr:#x} is not {BIND_ALIGN}-byte aligned") });
+    }
+    Ok(())
+}
+
 fn bytes_of<T>(elements: usize) -> Result<usize> {
     elements.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| Error::Overflow {
         op: BIND,
@@ -298,28 +345,50 @@ fn index_bytes(values: &[i32]) -> Vec<u8> {
     values.iter().flat_map(|v| v.to_le_bytes()).collect()
 }
 
-/// One GDN layer's verify step over `t` (its tensors in memory the caller bound), in launch
-/// order: ggml's unfused chain (`fused = false`, the ground truth) or the same graph through the
-/// fusion pass (`fused = true`: the conv chain and the alpha/beta pair wherever the matcher
-/// accepts them; what it refuses stays unfused). Both compute the same bytes in every buffer the
-/// fused step writes, bit for bit.
-pub fn layer_step(t: &LayerTensors, shape: &GdnShape, step: &Step, init: &LayerInit, fused: bool) -> Result<Vec<Box<dyn Op>>> {
-    let fusions = if fused { crate::fusion::Options::ON } else { crate::fusion::Options::OFF };
-    layer_step_with(t, shape, step, init, fusions)
+/// One layer step compiled for the memory it runs on: its ops in launch order, and what the
+/// fusion pass decided for each registered fusion (which fired, which refused and why).
+#[derive(Clone, Debug)]
+pub struct CompiledStep {
+    /// The ops, in launch order.
+    pub ops: Vec<Box<dyn Op>>,
+    /// The fusion pass's decisions ([`crate::fusion::Options::OFF`]: every fusion `Off`).
+    pub report: crate::fusion::Report,
 }
 
-/// [`layer_step`] with the fusions in `fusions` (e.g. [`crate::fusion::Options::ALL`] for the
-/// one-launch GDN_LAYER_STEP where it applies); [`crate::fusion::Options::OFF`] is the unfused
-/// chain.
+/// One GDN layer's verify step over `t` (its tensors in `mem`, the memory it will run on: the
+/// engine's [`CallerMemory`], or rgdn's own), in launch order: ggml's unfused chain
+/// (`fused = false`, the ground truth) or the same graph through the fusion pass (`fused =
+/// true`: the default fusions wherever the matcher accepts them and `mem` admits the fused op;
+/// what either refuses stays unfused). Both compute the same bytes in every buffer the fused
+/// step writes, bit for bit.
+pub fn layer_step(
+    t: &LayerTensors,
+    shape: &GdnShape,
+    step: &Step,
+    init: &LayerInit,
+    fused: bool,
+    mem: &dyn Memory,
+) -> Result<Vec<Box<dyn Op>>> {
+    let fusions = if fused { crate::fusion::Options::ON } else { crate::fusion::Options::OFF };
+    Ok(layer_step_with(t, shape, step, init, fusions, mem)?.ops)
+}
+
+/// [`layer_step`] with the fusions in `fusions` (e.g. [`crate::fusion::Options::ALL`]);
+/// [`crate::fusion::Options::OFF`] is the unfused chain. Planned against `mem`
+/// ([`crate::fusion::compile_for`]): a fused op that `mem` would refuse (an operand on bytes
+/// its kernel may not share, say) is refused by the pass ([`crate::fusion::Refusal::FusedInvalid`])
+/// and its pattern stays unfused — so whatever runs unfused on `mem` also runs with fusions.
+/// The report says what fused and why the rest did not.
 pub fn layer_step_with(
     t: &LayerTensors,
     shape: &GdnShape,
     step: &Step,
     init: &LayerInit,
     fusions: crate::fusion::Options,
-) -> Result<Vec<Box<dyn Op>>> {
+    mem: &dyn Memory,
+) -> Result<CompiledStep> {
     if fusions == crate::fusion::Options::OFF {
-        return unfused_ops(t, shape, step, init.precision);
+        return Ok(CompiledStep { ops: unfused_ops(t, shape, step, init.precision)?, report: crate::fusion::Report::all_off(0) });
     }
     let spec = crate::graph::layer::LayerSpec {
         weights: init.mat_vec_weights,
@@ -331,8 +400,8 @@ pub fn layer_step_with(
     // intermediates in between may be eliminated).
     let observed = [t.conv_cache, t.ssm_cache, t.conv_out, t.q_norm, t.k_norm, t.alpha, t.beta_raw, t.beta, t.gate, t.attn_out];
     let live_out = crate::graph::ByteSet::of_all(&observed, crate::graph::Bound::Over);
-    let (nodes, _report) = crate::fusion::compile(nodes, &live_out, fusions);
-    Ok(nodes.into_iter().map(|n| n.op).collect())
+    let (nodes, report) = crate::fusion::compile_for(nodes, &live_out, fusions, Some(mem));
+    Ok(CompiledStep { ops: nodes.into_iter().map(|n| n.op).collect(), report })
 }
 
 #[cfg(test)]
@@ -357,6 +426,55 @@ mod tests {
         assert!(refuse_read_only_writes(&scale, &[false, false, true]).is_err());
         // Ids past the flags (rgdn's own buffers) are writable.
         assert!(refuse_read_only_writes(&scale, &[]).is_ok());
+    }
+
+    /// [hardening] qkv placed in the conv cache's buffer, on a row the step never touches: the
+    /// byte-level check accepts the conv chain, GDN_CONV_CHAIN's own rule (the cache taken
+    /// whole) refuses it. Planned against the memory, the chain stays unfused (a named
+    /// refusal), every op of the step validates, and its bytes equal the unfused step's.
+    #[test]
+    fn the_fused_step_is_planned_against_the_memory_it_runs_on() {
+        use crate::fusion::{Options, Outcome, Refusal};
+        use crate::memory::HostMemory;
+        use crate::reference::math::ExactMufu;
+        use rand::SeedableRng;
+        let shape = GdnShape { n_embd: 64, n_k_heads: 1, n_v_heads: 2, head_dim: 128, d_conv: 4, eps: 1e-6 };
+        // Two cells: the step reads and writes cell 0, row 1 of the conv cache is untouched.
+        let step = Step { cells: 2, ..Step::new(2, 0) };
+        let init = LayerInit::default();
+        let mut mem = HostMemory::new();
+        let mut t = LayerTensors::alloc(&mut mem, &shape, &step, &init).unwrap();
+        t.fill_random(&mut mem, &shape, &mut rand::rngs::StdRng::seed_from_u64(27), &init);
+        let row = t.conv_cache.layout.nb[1];
+        let qkv = Tensor::new(t.conv_cache.buffer, t.qkv_mixed.layout.view(t.qkv_mixed.ne(), t.qkv_mixed.layout.nb, row));
+        let values = mem.to_f32_vec(&t.qkv_mixed);
+        mem.fill_f32(&qkv, &values);
+        t.qkv_mixed = qkv;
+
+        let unfused = layer_step(&t, &shape, &step, &init, false, &mem).unwrap();
+        let fused = layer_step_with(&t, &shape, &step, &init, Options::ALL, &mem).unwrap();
+        let chain = fused.report.layers[0].outcome("conv_chain");
+        assert!(matches!(chain, Some(Outcome::Refused(Refusal::FusedInvalid(_)))), "{}", fused.report);
+        for op in &fused.ops {
+            op.validate(&mem).unwrap_or_else(|e| panic!("{} refused on the memory it was planned for: {e}", op.name()));
+        }
+        assert!(fused.report.fired("pair") + fused.report.fired("gate_pair") > 0, "{}", fused.report);
+        let run = |ops: &[Box<dyn Op>]| {
+            let mut m = mem.clone();
+            ops.iter().for_each(|op| op.reference(&mut m, &mut ExactMufu).unwrap());
+            m
+        };
+        let (a, b) = (run(&unfused), run(&fused.ops));
+        for x in [t.conv_cache, t.ssm_cache, t.conv_out, t.q_norm, t.k_norm, t.alpha, t.beta_raw, t.beta, t.gate, t.attn_out] {
+            assert_eq!(a.bytes(x.buffer), b.bytes(x.buffer), "buffer {}", x.buffer.0);
+        }
+    }
+
+    #[test]
+    fn bound_buffers_start_aligned() {
+        assert!(check_aligned(0x7f00_0000_0100).is_ok());
+        assert!(check_aligned(0x7f00_0000_0110).is_ok());
+        assert!(matches!(check_aligned(0x7f00_0000_0104), Err(Error::Invalid { .. })));
     }
 
     #[test]
