@@ -346,7 +346,12 @@ pub struct SweepSummary {
 pub fn sweep(gpu: &Gpu, log: &mut dyn FnMut(&str)) -> SweepSummary {
     let stride = std::env::var("RGDN_SWEEP_STRIDE").ok().and_then(|v| v.parse::<usize>().ok()).filter(|k| *k >= 1).unwrap_or(1);
     let mut s = SweepSummary::default();
-    for (i, (name, spec)) in cases().into_iter().enumerate().filter(|(i, _)| i % stride == 0) {
+    let all = cases();
+    let (n, started) = (all.len(), std::time::Instant::now());
+    for (i, (name, spec)) in all.into_iter().enumerate().filter(|(i, _)| i % stride == 0) {
+        if i > 0 && i % 200 == 0 {
+            log(&format!("  … case {i} of {n}, {} passed ({:.1} s)", s.passed, started.elapsed().as_secs_f64()));
+        }
         let layout = format!("{:?}", spec.layers[0].layout);
         let verdict = match off_on_gpu(gpu, &spec, 0x5eed_0000 + i as u64) {
             Ok(r) => check_case(&spec, &r),

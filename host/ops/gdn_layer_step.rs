@@ -90,10 +90,12 @@ impl StepShape {
         }
     }
 
-    /// [batch] The work split of a batched step over `n_seqs` sequences of `n_tokens` tokens:
-    /// chunks of ⌈n_s / 8⌉ sequences (so a chunk's second phase overlaps the next chunk's
-    /// first), conv items of up to 4 sequences, two column groups per warp from 8 sequences on
-    /// (fewer, larger second-phase items once there are enough of them). Each may be overridden
+    /// [batch] The work split of a batched step over `n_seqs` sequences: chunks of ⌈n_s / 4⌉
+    /// sequences, at least 2 (so a chunk's second phase overlaps the next chunk's first; measured
+    /// on the H200 at n_s 4 and 64 against ⌈n_s / 8⌉ and 2: `results/2026-12-02-h200-batch/`),
+    /// conv items of up to 4 sequences, two column groups per warp — one eight-column recurrence
+    /// — from 8 sequences on (fewer, larger second-phase items once there are enough of them).
+    /// Each may be overridden
     /// for measurements by `RGDN_BATCH_CHUNK`, `RGDN_BATCH_TILE_SEQS`, `RGDN_BATCH_GROUPS`
     /// ([test] knobs, read once per process; no bit depends on them).
     pub fn batch_split(n_seqs: usize) -> abi::LayerStepBatchParams {
@@ -109,7 +111,7 @@ impl StepShape {
             ]
         });
         let n = n_seqs as u32;
-        let chunk_seqs = chunk.unwrap_or(n.div_ceil(8)).clamp(1, n.max(1));
+        let chunk_seqs = chunk.unwrap_or(n.div_ceil(4).max(2)).clamp(1, n.max(1));
         // At least ⌈n / BATCH_MAX_CHUNKS⌉ sequences a chunk: one counter each.
         let chunk_seqs = chunk_seqs.max(n.div_ceil(abi::BATCH_MAX_CHUNKS as u32));
         abi::LayerStepBatchParams {
