@@ -69,7 +69,7 @@ pub fn find(graph: &Graph, layer: usize) -> Result<Candidate, Refusal> {
     }
     let sequences = gdn.q.ne()[3];
     if sequences > abi::GDN_LAYER_STEP_MAX_SEQS {
-        return Err(MultiSequence { sequences });
+        return Err(TooManySequences { sequences });
     }
     let op = GdnLayerStep { chain: chain.clone(), gate: gate.clone(), gdn: gdn.clone() };
     if let Some(what) = op.broken_link() {

@@ -162,8 +162,8 @@ pub enum Refusal {
     Off,
     /// The layer does not hold the pattern (what is missing).
     NoPattern(&'static str),
-    /// Scope: more sequences than the fused kernel takes.
-    MultiSequence { sequences: usize },
+    /// Scope: more sequences than the fused layer step takes (GDN_LAYER_STEP_MAX_SEQS).
+    TooManySequences { sequences: usize },
     /// Scope: n_t > 16.
     TooManyTokens { n_tokens: usize },
     /// Scope: 1–16 snapshot rows.
@@ -237,7 +237,7 @@ impl fmt::Display for Refusal {
         match self {
             Off => write!(f, "fusion off"),
             NoPattern(what) => write!(f, "no pattern: {what}"),
-            MultiSequence { sequences } => {
+            TooManySequences { sequences } => {
                 write!(f, "scope: {sequences} sequences (at most {})", crate::kernels::abi::GDN_LAYER_STEP_MAX_SEQS)
             }
             TooManyTokens { n_tokens } => write!(f, "scope: n_t = {n_tokens} (at most {})", conv_chain::MAX_TOKENS),

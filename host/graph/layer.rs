@@ -853,8 +853,9 @@ mod chain_tests {
         // A further sequence reading outside the cells, or deeper than the snapshots kept.
         assert!(invalid(base.with_sequences(&[(4, 0)]).unwrap()));
         assert!(invalid(base.with_sequences(&[(1, 2)]).unwrap()));
-        // More than 64 sequences; more token columns than a graph takes.
-        assert!(matches!(base.with_sequences(&[(0, 0); 64]), Err(Error::Unsupported { .. })));
+        // More than 256 sequences; more token columns than a graph takes.
+        assert!(matches!(base.with_sequences(&[(0, 0); crate::layer::MAX_SEQS]), Err(Error::Unsupported { .. })));
+        assert!(base.with_sequences(&[(0, 0); crate::layer::MAX_SEQS - 1]).is_ok());
         let wide = Step { cells: 64, ..Step::new(1000, 0) }.with_sequences(&[(0, 0); 1]).unwrap();
         assert!(matches!(wide.validate_with_max_tokens(crate::layer::MAX_GRAPH_TOKENS), Err(Error::Unsupported { .. })));
         // The layer's tensors are sized for n_s: one of another step's size does not conform.

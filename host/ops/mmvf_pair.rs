@@ -452,21 +452,23 @@ mod tests {
     }
 
     #[test]
-    fn valid_pairs_pass_and_seventeen_columns_are_refused() {
+    fn valid_pairs_pass_and_too_many_columns_are_refused() {
         let mut mem = HostMemory::new();
-        for ncols in 1..=16 {
-            let p = pair(&mut mem, DType::BF16, 4096, 32, ncols);
+        // [batch] Up to 16 tokens of 256 sequences: any count, in column groups of ≤ 8.
+        for ncols in (1..=16).chain([24, 60, 255, abi::MUL_MAT_VEC_PAIR_MAX_COLS]) {
+            let p = pair(&mut mem, DType::BF16, 64, 32, ncols);
             let shape = p.check(&mem).unwrap();
-            assert_eq!((shape.ncols, shape.rows, shape.block_size), (ncols, 32, 256));
+            assert_eq!((shape.ncols, shape.rows), (ncols, 32));
             // The launch's column groups: one entry's width (≤ 8), dividing the columns.
             let per_block = crate::ops::mmvf::pair_cols_per_block(ncols);
             assert!(per_block <= abi::MUL_MAT_VEC_MAX_COLS && ncols.is_multiple_of(per_block), "{ncols}: {per_block}");
             assert!(abi::mul_mat_vec_pair_entry(shape.kind, per_block).is_some());
         }
-        let p = pair(&mut mem, DType::F32, 4096, 32, 17);
+        let too_many = abi::MUL_MAT_VEC_PAIR_MAX_COLS + 1;
+        let p = pair(&mut mem, DType::F32, 64, 32, too_many);
         match p.validate(&mem) {
             Err(Error::Unsupported { op: OP, what }) => {
-                assert!(what.contains("17 input columns") && what.contains("MUL_MAT_VEC_PAIR_MAX_COLS"), "{what}")
+                assert!(what.contains(&format!("{too_many} input columns")) && what.contains("MUL_MAT_VEC_PAIR_MAX_COLS"), "{what}")
             }
             other => panic!("{other:?}"),
         }
@@ -475,11 +477,12 @@ mod tests {
         let gate = MulMatVecPairGate {
             dt_bias: mem.alloc_tensor(DType::F32, [32, 1, 1, 1]),
             ssm_a: mem.alloc_tensor(DType::F32, [32, 1, 1, 1]),
-            beta: mem.alloc_tensor(DType::F32, [32, 17, 1, 1]),
-            gate: mem.alloc_tensor(DType::F32, [32, 17, 1, 1]),
+            beta: mem.alloc_tensor(DType::F32, [32, too_many, 1, 1]),
+            gate: mem.alloc_tensor(DType::F32, [32, too_many, 1, 1]),
             pair: p,
         };
-        assert!(matches!(gate.validate(&mem), Err(Error::Unsupported { op: GATE_OP, what }) if what.contains("17 input columns")));
+        let expected = format!("{too_many} input columns");
+        assert!(matches!(gate.validate(&mem), Err(Error::Unsupported { op: GATE_OP, what }) if what.contains(&expected)));
     }
 
     #[test]
