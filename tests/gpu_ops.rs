@@ -34,7 +34,10 @@ fn main() -> ExitCode {
     let started = Instant::now();
     let mut table = MufuTable::new();
     let mut reports: Vec<CaseReport> = Vec::new();
-    for case in suite::cases::filtered(&filter) {
+    // `RGDN_OPS_SHARD=j/n`: the j-th of n interleaved shards of the cases (n processes side by
+    // side run every case once; the parity sweep and the launch-log check go with shard 0).
+    let (shard, shards) = rgdn::fusion::sweep::shard_of(std::env::var("RGDN_OPS_SHARD").ok().as_deref());
+    for case in suite::cases::filtered(&filter).into_iter().skip(shard).step_by(shards) {
         let t = Instant::now();
         let r = suite::run_case(&gpu, &case, &mut table);
         println!("  {} {} [{:.0} ms] {}", if r.passed { "ok  " } else { "FAIL" }, r.name, t.elapsed().as_secs_f64() * 1e3, r.detail);
@@ -42,7 +45,7 @@ fn main() -> ExitCode {
     }
 
     let parity_wanted =
-        std::env::var("RGDN_SKIP_PARITY").is_err() && (filter.is_empty() || "MATH_PARITY".contains(&filter.to_ascii_uppercase()));
+        shard == 0 && std::env::var("RGDN_SKIP_PARITY").is_err() && (filter.is_empty() || "MATH_PARITY".contains(&filter.to_ascii_uppercase()));
     if parity_wanted {
         let t = Instant::now();
         match parity::run(&gpu, 28) {
@@ -60,7 +63,7 @@ fn main() -> ExitCode {
         }
     }
 
-    if filter.is_empty() {
+    if filter.is_empty() && shard == 0 {
         let (passed, detail) = match launch_log_check(&gpu) {
             Ok(d) => (true, d),
             Err(d) => (false, d),

@@ -1,20 +1,23 @@
 //! The GDN fusion pass on the GPU (custom runner, `harness = false`):
 //!
 //! 1. the sweep — n_t 1–16 × R ∈ {0, 2, 3, 7, 15} × 5 shapes, on the ggml layout and on the
-//!    reference PR's aliasing layout (800 runs): each graph runs with fusion off and on from
+//!    reference PR's aliasing layout (800 runs), and batches of n_s ∈ {2, 3, 5, 16, 64}
+//!    sequences (distinct and shared source rows, 1000 runs): each graph runs with fusion off and on from
 //!    identical memory (fusion-aware planning); every observed value (caches, the products, the
 //!    GDN output) and every intermediate no rewrite left stale must be byte-identical, and every
 //!    registered fusion must fire where its scope says (`fusion::sweep::check_case`) and run as
 //!    one kernel per fused node;
-//! 2. whole 24-layer verify forwards of the 9B preset (T = 4, R = 3 and T = 8, R = 7; 6 of 24
+//! 2. whole 24-layer verify forwards of the 9B preset (T = 4, R = 3 and T = 8, R = 7, each with
+//!    the launch recorder off and on; 16 sequences at T = 4, R = 3 and T = 1, R = 0; 6 of 24
 //!    layers in the aliasing layout): every output and both caches identical off/on, kernels
-//!    per forward printed for both — each forward with the launch recorder off and on.
+//!    per forward printed for both.
 //!
 //! The sweep runs with the recorder off, as an engine runs (the launches each node made come
 //! from its prepared launch, `graph::exec::run_gpu`).
 //!
 //! Without a CUDA driver it prints that it SKIPPED and exits 0 — unless `RGDN_REQUIRE_GPU=1`.
-//! `RGDN_SWEEP_STRIDE=k` runs every k-th sweep case, `RGDN_SWEEP_FORWARDS=0` skips the forwards.
+//! `RGDN_SWEEP_STRIDE=k` runs every k-th sweep case, `RGDN_SWEEP_SHARD=j/n` the j-th of n
+//! interleaved shards; `RGDN_SWEEP_FORWARDS=0` skips the forwards, `=only` runs them alone.
 
 use rgdn::fusion::sweep;
 use rgdn::gpu::Gpu;
@@ -36,8 +39,9 @@ fn main() -> ExitCode {
     println!("GPU: {}", gpu.info());
     let mut ok = true;
 
+    let forwards_only = std::env::var("RGDN_SWEEP_FORWARDS").is_ok_and(|v| v == "only");
     let t = Instant::now();
-    let s = sweep::sweep(&gpu, &mut |line| println!("{line}"));
+    let s = if forwards_only { sweep::SweepSummary::default() } else { sweep::sweep(&gpu, &mut |line| println!("{line}")) };
     for (layout, n, p) in &s.by_layout {
         println!("  {layout}: {p}/{n}");
     }

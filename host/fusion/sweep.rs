@@ -339,16 +339,25 @@ pub struct SweepSummary {
     pub failures: Vec<(String, String)>,
 }
 
+/// `j/n` with j < n → (j, n); anything else (unset, malformed) → the one shard (0, 1).
+pub fn shard_of(spec: Option<&str>) -> (usize, usize) {
+    let parsed = spec.and_then(|s| s.split_once('/')).and_then(|(j, n)| Some((j.trim().parse::<usize>().ok()?, n.trim().parse::<usize>().ok()?)));
+    parsed.filter(|&(j, n)| j < n).unwrap_or((0, 1))
+}
+
 /// Runs every sweep case on the GPU; `log` gets one line per failure. A case that does not
 /// run (an op refused at launch) is a failure, not the end of the sweep.
 ///
-/// `RGDN_SWEEP_STRIDE=k` runs every k-th case only (for slow tools such as compute-sanitizer).
+/// `RGDN_SWEEP_STRIDE=k` runs every k-th case only (for slow tools such as compute-sanitizer);
+/// `RGDN_SWEEP_SHARD=j/n` runs the j-th of n interleaved shards of those (n processes side by
+/// side cover every case once: the CPU references are the sweep's long pole).
 pub fn sweep(gpu: &Gpu, log: &mut dyn FnMut(&str)) -> SweepSummary {
     let stride = std::env::var("RGDN_SWEEP_STRIDE").ok().and_then(|v| v.parse::<usize>().ok()).filter(|k| *k >= 1).unwrap_or(1);
+    let (shard, shards) = shard_of(std::env::var("RGDN_SWEEP_SHARD").ok().as_deref());
     let mut s = SweepSummary::default();
     let all = cases();
     let (n, started) = (all.len(), std::time::Instant::now());
-    for (i, (name, spec)) in all.into_iter().enumerate().filter(|(i, _)| i % stride == 0) {
+    for (i, (name, spec)) in all.into_iter().enumerate().filter(|(i, _)| i % stride == 0 && (i / stride) % shards == shard) {
         if i > 0 && i % 200 == 0 {
             log(&format!("  … case {i} of {n}, {} passed ({:.1} s)", s.passed, started.elapsed().as_secs_f64()));
         }
