@@ -499,7 +499,7 @@ pub fn engine_lengths(shape: &GdnShape, rows: &StepRows) -> Result<[(&'static st
 
 /// The step's tensors over the buffers [`ids`] names: the engine's five (contiguous, from
 /// offset 0), the weights at `weights`' offsets, the intermediates packed in the scratch buffer
-/// (each [`ALIGN`]ed) and the index tensor. Returns them and the scratch bytes they need.
+/// (each aligned to 256 bytes) and the index tensor. Returns them and the scratch bytes they need.
 pub fn layer_tensors(shape: &GdnShape, step: &Step, dtype: DType, weights: &WeightLayout) -> Result<(LayerTensors, usize)> {
     let table = LayerTensors::table(shape, step, dtype)?;
     let placeholder = Tensor::new(BufferId(usize::MAX), Layout::contiguous(DType::F32, [0; 4]));
