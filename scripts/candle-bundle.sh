@@ -50,4 +50,4 @@ cp "$CARGO_TARGET_DIR/release/rgdn-candle" "$out/candle/"
 strip "$out/candle/rgdn-candle" || true
 tar czf "$root/bundle-candle.tgz" -C "$out" candle
 rm -rf "$out"
-echo "bundle-candle.tgz: $(stat -c %s "$root/bundle-candle.tgz") bytes; needs on the GPU machine: $(readelf -d "$CARGO_TARGET_DIR/release/rgdn-candle" | grep -oE 'lib[a-zA-Z]+\.so\.[0-9]+' | tr '\n' ' ')"
+echo "bundle-candle.tgz: $(stat -c %s "$root/bundle-candle.tgz") bytes; needs on the GPU machine: $(readelf -d "$CARGO_TARGET_DIR/release/rgdn-candle" | grep NEEDED | grep -oE '\[[^]]+\]' | tr -d '[]' | tr '\n' ' ')"

@@ -28,8 +28,9 @@
 //! **Key heads** ([`KeyHeads`]): value head h reads key head h mod H_k (ggml's broadcast;
 //! GGUF files are converted to it — llama.cpp reorders the value heads from grouped to tiled
 //! order) or ⌊h / r⌋ (Hugging Face's `repeat_interleave`, the checkpoints' own order). The two
-//! coincide when H_v = H_k. [`KeyHeads::Interleaved`] with H_v > H_k needs the kernels' head
-//! mapping parameter (in progress) and is refused until then ([`Error::Unsupported`]).
+//! coincide when H_v = H_k. [`KeyHeads::Interleaved`] with H_v > H_k is refused
+//! ([`Error::Unsupported`]) until the layer permutes the heads host-side (the kernels keep
+//! ggml's mapping); convert such weights as llama.cpp does and pass [`KeyHeads::Modulo`].
 //!
 //! **Caches** (the engine's, F32, `(1 + R)·M` rows; row `g·M + c` holds cell c's state g tokens
 //! back — g = 0 the live state — as llama.cpp's rollback groups):
@@ -130,9 +131,12 @@ impl GdnConfig {
             ));
         }
         if self.key_heads == KeyHeads::Interleaved && self.num_value_heads != self.num_key_heads {
-            // TODO(lead, key_head_ratio): once GATED_DELTA_NET's parameters carry the head
-            // mapping (`ops::GatedDeltaNet{,FromCache}::key_heads`), pass `self.key_heads`
-            // through `layer_tensors` into the step's GDN ops and drop this refusal.
+            // TODO(key heads): the kernels keep ggml's h mod H_k (no mapping parameter, by the
+            // lead's decision: the Hugging Face mapping stays host-side). Taking Interleaved here
+            // means permuting host-side: the weights' value heads grouped → tiled at load (as
+            // llama.cpp's converter does: conv1d's v channels, b, a, dt_bias, A_log), the qkv
+            // activations' v channels likewise before the step and the output's heads back
+            // after it (two strided CPYs), and stating the caches' head order as tiled.
             return bad(format!(
                 "KeyHeads::Interleaved (Hugging Face's repeat_interleave) with H_v = {} > H_k = {}: the GATED_DELTA_NET \
                  kernels read key head h mod H_k; pass GGUF-ordered weights with KeyHeads::Modulo",
@@ -499,7 +503,7 @@ pub fn engine_lengths(shape: &GdnShape, rows: &StepRows) -> Result<[(&'static st
 
 /// The step's tensors over the buffers [`ids`] names: the engine's five (contiguous, from
 /// offset 0), the weights at `weights`' offsets, the intermediates packed in the scratch buffer
-/// (each [`ALIGN`]ed) and the index tensor. Returns them and the scratch bytes they need.
+/// (each aligned to 256 bytes) and the index tensor. Returns them and the scratch bytes they need.
 pub fn layer_tensors(shape: &GdnShape, step: &Step, dtype: DType, weights: &WeightLayout) -> Result<(LayerTensors, usize)> {
     let table = LayerTensors::table(shape, step, dtype)?;
     let placeholder = Tensor::new(BufferId(usize::MAX), Layout::contiguous(DType::F32, [0; 4]));

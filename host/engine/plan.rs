@@ -74,7 +74,8 @@ impl StepPlan {
         Self::prepare(gpu, mem, &[], step.into())
     }
 
-    /// One step on rgdn's own memory: see [`StepPlan::launch_on`].
+    /// One step on rgdn's own memory: the binding check, the index rules, then every prepared
+    /// launch, in order on `gpu`'s stream (nothing waits).
     pub fn launch(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<()> {
         self.launch_on(gpu, mem, &[])
     }
@@ -133,7 +134,9 @@ impl StepPlan {
         Ok(CapturedStep { graph, plan: self.clone() })
     }
 
-    /// [`StepPlan::capture_on`] for rgdn's own memory.
+    /// Captures one step's launches on rgdn's own memory into a CUDA graph on `gpu`'s stream
+    /// (nothing runs); the binding check and the index rules run now and before every
+    /// [`CapturedStep::replay`]. Timing must be off ([`Gpu::set_timing`]).
     pub fn capture(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<CapturedStep> {
         self.capture_on(gpu, mem, &[])
     }
@@ -168,7 +171,8 @@ pub struct CapturedStep {
 }
 
 impl CapturedStep {
-    /// Replays the graph on rgdn's own memory: see [`CapturedStep::replay_on`].
+    /// Replays the graph on rgdn's own memory after checking its bindings and the index values
+    /// it holds, as a step of the plan would.
     pub fn replay(&self, mem: &DeviceMemory) -> Result<()> {
         self.replay_on(mem, &[])
     }

@@ -434,7 +434,7 @@ impl Gpu {
     }
 
     /// [layer-step] A cooperative launch of `entry`, prepared to run later; a grid that
-    /// cannot be co-resident is refused now ([`Error::NotCoResident`]) and again at every run.
+    /// cannot be co-resident is refused when it is run ([`Error::NotCoResident`]).
     ///
     /// # Safety
     /// As [`Gpu::launch`], for as long as the launch may run.
@@ -445,9 +445,6 @@ impl Gpu {
     fn prepared(&self, entry: &'static str, dims: LaunchDims, args: &[KernelArg], kind: LaunchKind) -> Result<PreparedLaunch> {
         let func = self.function(entry)?;
         check_dims(entry, &dims)?;
-        if kind == LaunchKind::Cooperative {
-            self.check_co_resident(&func, entry, &dims)?;
-        }
         Ok(PreparedLaunch { work: Work::Kernel { func, args: args.to_vec() }, entry, dims, kind, gpu: self.key() })
     }
 
@@ -567,11 +564,6 @@ impl Gpu {
         args: &[KernelArg],
         kind: LaunchKind,
     ) -> Result<()> {
-        if kind == LaunchKind::Cooperative {
-            // Again at run time: the check is a memo lookup, and a plan's launch may have been
-            // prepared by code that did not ask.
-            self.check_co_resident(func, label, &dims)?;
-        }
         let cfg = LaunchConfig { grid_dim: dims.grid, block_dim: dims.block, shared_mem_bytes: dims.shared_bytes };
         let mut builder = self.stream.launch_builder(func);
         for a in args {
@@ -590,8 +582,15 @@ impl Gpu {
         match kind {
             // SAFETY: the caller guarantees the argument list and extents (see `launch`).
             LaunchKind::Plain => unsafe { builder.launch(cfg) }?,
-            // SAFETY: as above; the grid fits the device at once (checked above).
-            LaunchKind::Cooperative => unsafe { builder.launch_cooperative(cfg) }?,
+            // The co-residency check belongs to the cooperative launch itself (a memo lookup
+            // after the first): any path that launched otherwise would skip it too, and the
+            // GPU test that runs an oversize grid with the recorder on and off would see that
+            // grid run.
+            LaunchKind::Cooperative => {
+                self.check_co_resident(func, label, &dims)?;
+                // SAFETY: as above; the grid fits the device at once (just checked).
+                unsafe { builder.launch_cooperative(cfg) }?
+            }
             LaunchKind::Copy => return Err(Error::Invalid { op: label, what: "a copy is not a kernel launch".into() }),
         };
         if log.recording || log.timing {
