@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# [batch] The whole GPU evidence of one commit in one device call (under 10 minutes): the bench
+# first with the GPU to itself, then every correctness run side by side (the CPU references are
+# the long pole, so the GPU suite and the sweep run as interleaved shards, RGDN_OPS_SHARD /
+# RGDN_SWEEP_SHARD): the GPU suite (every case), the fusion sweep (every case) and its 24-layer
+# forwards, every other bundled test executable, compute-sanitizer memcheck / racecheck /
+# synccheck on batched cases, a planted batched-only bug (bundle-plant-*.tgz, which must fail)
+# and the candle example (bundle-candle.tgz) when carried. Logs under $OUT/final/, summary.txt
+# first. ncu is not run here (scripts/device-batch-variants.sh has the sections, always
+# --clock-control none).
+#   run(command="bash scripts/device-batch-final.sh", carry=["bundle.tgz", "bundle-plant-seqrow.tgz", "bundle-candle.tgz"])
+set -uo pipefail
+cd "$(dirname "$0")/.."
+[ -d bundle ] || tar xzf bundle.tgz
+for t in bundle-plant-*.tgz; do [ -f "$t" ] || continue; n=${t#bundle-plant-}; n=${n%.tgz}; mkdir -p "plant-$n" && tar xzf "$t" -C "plant-$n"; done
+[ -f bundle-candle.tgz ] && tar xzf bundle-candle.tgz
+export PATH="$PATH:/usr/local/cuda/bin" RGDN_REQUIRE_GPU=1
+o=${OUT:-bundle/out}/final
+mkdir -p "$o"
+s="$o/summary.txt"
+t0=$(date +%s)
+at() { echo "$(($(date +%s) - t0)) s"; }
+deadline=${DEADLINE:-530}
+left() { echo $((deadline - ($(date +%s) - t0))); }
+{
+  echo "date: $(date -u +%FT%TZ)"
+  echo "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>&1 | head -1)"
+  bundle/rgdn info 2>&1 | grep -iE "commit|ptx" | head -3
+} > "$s"
+
+# 1. Speed, the GPU to itself.
+timeout 110 bundle/rgdn bench --no-progress --quick --seqs 1,4,16,64 --modes decode,mtp3,dflash7 --out "$o/bench" > "$o/bench.txt" 2>&1
+echo "bench --seqs 1,4,16,64 --modes decode,mtp3,dflash7: exit $? ($(at))" >> "$s"
+timeout 50 bundle/rgdn bench --no-progress --quick --seqs 1,4,16 --modes t16 --out "$o/bench-t16" > "$o/bench-t16.txt" 2>&1
+echo "bench --seqs 1,4,16 --modes t16: exit $? ($(at))" >> "$s"
+timeout 40 bundle/rgdn bench --no-progress --quick --seqs 256 --modes decode,mtp3 --layers 8 --out "$o/bench-256" > "$o/bench-256.txt" 2>&1
+echo "bench --seqs 256 --modes decode,mtp3 --layers 8: exit $? ($(at))" >> "$s"
+
+# 2. Correctness, side by side.
+pids=()
+bg() { local name=$1; shift; (timeout "$(left)" "$@" > "$o/$name.log" 2>&1; echo "$name: exit $? ($(at))" >> "$o/exits.txt") & pids+=($!); }
+for j in 0 1 2 3 4 5; do RGDN_OPS_SHARD=$j/6 bg "gpu_ops-$j" bundle/tests/gpu_ops; done
+for j in 0 1 2 3; do RGDN_SWEEP_FORWARDS=0 RGDN_SWEEP_SHARD=$j/4 bg "gpu_sweep-$j" bundle/tests/gpu_sweep; done
+RGDN_SWEEP_FORWARDS=only bg forwards bundle/tests/gpu_sweep
+(for t in bundle/tests/*; do
+   n=$(basename "$t"); case $n in gpu_ops|gpu_sweep) continue ;; esac
+   timeout "$(left)" "$t" > "$o/$n.log" 2>&1; echo "$n: exit $? $(grep -E 'test result' "$o/$n.log" | tail -1) ($(at))" >> "$o/exits.txt"
+ done) & pids+=($!)
+export RGDN_SKIP_PARITY=1
+# compute-sanitizer on batched cases: a 2-sequence step (every GDN_LAYER_STEP check of it),
+# and every 50th sweep case (n_s up to 64 among them).
+bg memcheck-ops compute-sanitizer --tool memcheck --error-exitcode 9 bundle/tests/gpu_ops "2:0]"
+bg racecheck-ops compute-sanitizer --tool racecheck --error-exitcode 9 bundle/tests/gpu_ops "2:0]"
+bg synccheck-ops compute-sanitizer --tool synccheck --error-exitcode 9 bundle/tests/gpu_ops "2:0]"
+RGDN_SWEEP_FORWARDS=0 RGDN_SWEEP_STRIDE=50 bg memcheck-sweep compute-sanitizer --tool memcheck --error-exitcode 9 bundle/tests/gpu_sweep
+# The plants: each must fail.
+for d in plant-*/; do
+  n=${d#plant-}; n=${n%/}
+  RGDN_SWEEP_FORWARDS=0 RGDN_SWEEP_STRIDE=3 bg "plant-$n-sweep" "$d/bundle/tests/gpu_sweep"
+  bg "plant-$n-ops" "$d/bundle/tests/gpu_ops" GDN_LAYER_STEP_VS
+done
+[ -x candle/rgdn-candle ] && bg candle candle/rgdn-candle
+wait "${pids[@]}"
+echo "all runs ended ($(at))" >> "$s"
+
+# 3. Summary.
+{
+  cat "$o/exits.txt"
+  for f in "$o"/gpu_ops-*.log; do echo "$(basename "$f"): $(grep -E '^GPU suite' "$f" | tail -1)"; grep -E '^  FAIL' "$f" | head -5; done
+  for f in "$o"/gpu_sweep-*.log "$o"/plant-*-sweep.log; do echo "$(basename "$f"): $(grep -E '^SWEEP' "$f" | cut -c1-70)"; grep FAIL "$f" | head -3 | cut -c1-200; done
+  grep -E '^FORWARD' "$o/forwards.log" | cut -c1-150
+  for f in "$o"/plant-*-ops.log; do echo "$(basename "$f"): $(grep -E '^GPU suite' "$f" | tail -1)"; done
+  for f in "$o"/*check-*.log; do echo "$(basename "$f"): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|SYNCCHECK SUMMARY|^GPU suite|^SWEEP' "$f" | cut -c1-80 | tr '\n' ' ')"; done
+  sed -n '/per layer step/,/^$/p' "$o/bench.txt" "$o/bench-t16.txt" "$o/bench-256.txt"
+} >> "$s"
+cat "$s"
