@@ -8,7 +8,7 @@
 # and the candle example (bundle-candle.tgz) when carried. Logs under $OUT/final/, summary.txt
 # first. ncu is not run here (scripts/device-batch-variants.sh has the sections, always
 # --clock-control none).
-#   run(command="bash scripts/device-batch-final.sh", carry=["bundle.tgz", "bundle-plant-seqrow.tgz", "bundle-candle.tgz"])
+#   run(command="bash scripts/device-batch-final.sh", carry=["bundle.tgz", "bundle-plant-seqrow.tgz", "bundle-candle.tgz", "bundle-kindplant.tgz"])
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [ -d bundle ] || tar xzf bundle.tgz
@@ -59,6 +59,9 @@ for d in plant-*/; do
   RGDN_SWEEP_FORWARDS=0 RGDN_SWEEP_STRIDE=3 bg "plant-$n-sweep" "$d/bundle/tests/gpu_sweep"
   bg "plant-$n-ops" "$d/bundle/tests/gpu_ops" GDN_LAYER_STEP_VS
 done
+# A host plant (bundle-kindplant.tgz: gpu_engine built with every launch plain while the recorder
+# is off): the oversize cooperative grid's refusal, recorder off, must fail.
+[ -f bundle-kindplant.tgz ] && tar xzf bundle-kindplant.tgz && bg kind-plant-engine kind-plant/gpu_engine
 [ -x candle/rgdn-candle ] && bg candle candle/rgdn-candle
 wait "${pids[@]}"
 echo "all runs ended ($(at))" >> "$s"
@@ -69,6 +72,8 @@ echo "all runs ended ($(at))" >> "$s"
   for f in "$o"/gpu_ops-*.log; do echo "$(basename "$f"): $(grep -E '^GPU suite' "$f" | tail -1)"; grep -E '^  FAIL' "$f" | head -5; done
   for f in "$o"/gpu_sweep-*.log "$o"/plant-*-sweep.log; do echo "$(basename "$f"): $(grep -E '^SWEEP' "$f" | cut -c1-70)"; grep FAIL "$f" | head -3 | cut -c1-200; done
   grep -E '^FORWARD' "$o/forwards.log" | cut -c1-150
+  grep -E 'FAIL|test result' "$o/kind-plant-engine.log" 2>/dev/null | head -5
+  tail -n 5 "$o/candle.log" 2>/dev/null
   for f in "$o"/plant-*-ops.log; do echo "$(basename "$f"): $(grep -E '^GPU suite' "$f" | tail -1)"; done
   for f in "$o"/*check-*.log; do echo "$(basename "$f"): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|SYNCCHECK SUMMARY|^GPU suite|^SWEEP' "$f" | cut -c1-80 | tr '\n' ' ')"; done
   sed -n '/per layer step/,/^$/p' "$o/bench.txt" "$o/bench-t16.txt" "$o/bench-256.txt"
