@@ -8,9 +8,14 @@
 # and the candle example (bundle-candle.tgz) when carried. Logs under $OUT/final/, summary.txt
 # first. ncu is not run here (scripts/device-batch-variants.sh has the sections, always
 # --clock-control none).
+# `recheck` instead of the default `all`: the bench at n_s = 256 alone, then the GPU suite, the sweep,
+# the forwards and the other test executables (no plants, sanitizers, candle or n_s ≤ 64 bench).
+# Everything under $OUT/final/ comes back as one archive, final.tgz, beside summary.txt (the
+# device returns a handful of files per call).
 #   run(command="bash scripts/device-batch-final.sh", carry=["bundle.tgz", "bundle-plant-seqrow.tgz", "bundle-candle.tgz", "bundle-kindplant.tgz"])
 set -uo pipefail
 cd "$(dirname "$0")/.."
+what=${1:-all}
 [ -d bundle ] || tar xzf bundle.tgz
 for t in bundle-plant-*.tgz; do [ -f "$t" ] || continue; n=${t#bundle-plant-}; n=${n%.tgz}; mkdir -p "plant-$n" && tar xzf "$t" -C "plant-$n"; done
 [ -f bundle-candle.tgz ] && tar xzf bundle-candle.tgz
@@ -25,16 +30,20 @@ left() { echo $((deadline - ($(date +%s) - t0))); }
 {
   echo "date: $(date -u +%FT%TZ)"
   echo "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>&1 | head -1)"
-  bundle/rgdn info 2>&1 | grep -iE "commit|ptx" | head -3
+  echo "commit: $(cat bundle/COMMIT 2>/dev/null || echo unknown)"
+  bundle/rgdn info 2>&1 | grep -iE "ptx" | head -2
 } > "$s"
 
 # 1. Speed, the GPU to itself.
+if [[ $what == all ]]; then
 timeout 110 bundle/rgdn bench --no-progress --quick --seqs 1,4,16,64 --modes decode,mtp3,dflash7 --out "$o/bench" > "$o/bench.txt" 2>&1
 echo "bench --seqs 1,4,16,64 --modes decode,mtp3,dflash7: exit $? ($(at))" >> "$s"
 timeout 50 bundle/rgdn bench --no-progress --quick --seqs 1,4,16 --modes t16 --out "$o/bench-t16" > "$o/bench-t16.txt" 2>&1
 echo "bench --seqs 1,4,16 --modes t16: exit $? ($(at))" >> "$s"
-timeout 40 bundle/rgdn bench --no-progress --quick --seqs 256 --modes decode,mtp3 --layers 8 --out "$o/bench-256" > "$o/bench-256.txt" 2>&1
+else
+timeout 100 bundle/rgdn bench --no-progress --quick --seqs 256 --modes decode,mtp3 --layers 8 --out "$o/bench-256" > "$o/bench-256.txt" 2>&1
 echo "bench --seqs 256 --modes decode,mtp3 --layers 8: exit $? ($(at))" >> "$s"
+fi
 
 # 2. Correctness, side by side.
 pids=()
@@ -47,6 +56,7 @@ RGDN_SWEEP_FORWARDS=only bg forwards bundle/tests/gpu_sweep
    timeout "$(left)" "$t" > "$o/$n.log" 2>&1; echo "$n: exit $? $(grep -E 'test result' "$o/$n.log" | tail -1) ($(at))" >> "$o/exits.txt"
  done) & pids+=($!)
 export RGDN_SKIP_PARITY=1
+if [[ $what == all ]]; then
 # compute-sanitizer on batched cases: a 2-sequence step (every GDN_LAYER_STEP check of it),
 # and every 50th sweep case (n_s up to 64 among them).
 bg memcheck-ops compute-sanitizer --tool memcheck --error-exitcode 9 bundle/tests/gpu_ops "2:0]"
@@ -63,6 +73,7 @@ done
 # is off): the oversize cooperative grid's refusal, recorder off, must fail.
 [ -f bundle-kindplant.tgz ] && tar xzf bundle-kindplant.tgz && bg kind-plant-engine kind-plant/gpu_engine
 [ -x candle/rgdn-candle ] && bg candle candle/rgdn-candle
+fi
 wait "${pids[@]}"
 echo "all runs ended ($(at))" >> "$s"
 
@@ -76,6 +87,9 @@ echo "all runs ended ($(at))" >> "$s"
   tail -n 5 "$o/candle.log" 2>/dev/null
   for f in "$o"/plant-*-ops.log; do echo "$(basename "$f"): $(grep -E '^GPU suite' "$f" | tail -1)"; done
   for f in "$o"/*check-*.log; do echo "$(basename "$f"): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|SYNCCHECK SUMMARY|^GPU suite|^SWEEP' "$f" | cut -c1-80 | tr '\n' ' ')"; done
-  sed -n '/per layer step/,/^$/p' "$o/bench.txt" "$o/bench-t16.txt" "$o/bench-256.txt"
-} >> "$s"
+  sed -n '/per layer step/,/^$/p' "$o"/bench*.txt
+} >> "$s" 2>/dev/null
+tar czf "${OUT:-bundle/out}/final.tgz" -C "$(dirname "$o")" final
+cp "$s" "${OUT:-bundle/out}/summary.txt"
+find "$o" -mindepth 1 -delete
 cat "$s"

@@ -41,6 +41,7 @@ for line in open(src):
     print("bundled test", name)
 PY
 cp target/release/rgdn "$bundle/rgdn"
+echo "$RGDN_GIT_COMMIT" > "$bundle/COMMIT"
 mkdir -p "$bundle/examples"
 for e in target/release/examples/*; do if [[ -x "$e" && -f "$e" && "$(basename "$e")" != *-* ]]; then cp "$e" "$bundle/examples/"; fi; done
 ptx=$(ls -t target/release/build/rgdn-*/out/rgdn.ptx | head -1)

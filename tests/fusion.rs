@@ -275,7 +275,10 @@ fn every_rule_refuses_the_graph_that_breaks_it() {
     let too_many = rgdn::kernels::abi::MUL_MAT_VEC_PAIR_MAX_COLS + 1;
     let (alpha, beta) = (c.nodes[mv].get::<MulMatVec>().unwrap().clone(), c.nodes[mv + 1].get::<MulMatVec>().unwrap().clone());
     let input = c.mem.alloc_tensor(alpha.input.dtype(), [alpha.input.ne()[0], too_many, 1, 1]);
-    let (a_dst, b_dst) = (c.mem.alloc_tensor(DType::F32, [alpha.dst.ne()[0], too_many, 1, 1]), c.mem.alloc_tensor(DType::F32, [beta.dst.ne()[0], too_many, 1, 1]));
+    let (a_dst, b_dst) = (
+        c.mem.alloc_tensor(DType::F32, [alpha.dst.ne()[0], too_many, 1, 1]),
+        c.mem.alloc_tensor(DType::F32, [beta.dst.ne()[0], too_many, 1, 1]),
+    );
     c.replace(mv, MulMatVec { input, dst: a_dst, ..alpha });
     c.replace(mv + 1, MulMatVec { input, dst: b_dst, ..beta });
     assert_eq!(c.pair(), Err(PairTooWide { ncols: too_many }));

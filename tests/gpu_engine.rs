@@ -643,8 +643,21 @@ fn hf_layer(stream: &Arc<CudaStream>, gpu: &Gpu) -> Check {
             return Err(format!("the fused layer's report:\n{report}"));
         }
     }
-    if (fused.planned_shapes(), unfused.planned_shapes()) != (2, 2) {
-        return Err(format!("{} and {} plans for two shapes", fused.planned_shapes(), unfused.planned_shapes()));
+    // [batch] The two-sequence steps with rows [3, 6] and [7, 4] read a row the other sequence
+    // writes (2 cells, 1 + 3 snapshot slots: sequence s writes rows s, s + 2, s + 4, s + 6): the
+    // fused ops' index rules refuse that (Aliasing) before any launch, so those steps ran on
+    // an unfused plan of the same shape — a third plan in the fused layer, its report the
+    // unfused one (the last step was [7, 4]) — and still equal the unfused layer (above).
+    if (fused.planned_shapes(), unfused.planned_shapes()) != (3, 2) {
+        return Err(format!(
+            "{} and {} plans for two shapes (the fused layer: two fused, one unfused fallback)",
+            fused.planned_shapes(),
+            unfused.planned_shapes()
+        ));
+    }
+    let last = fused.report().ok_or("no report after a step")?;
+    if rgdn::fusion::REGISTRY.iter().any(|f| last.fired(f.name) != 0) {
+        return Err(format!("the rows [7, 4] step should have run unfused:\n{last}"));
     }
     // Refusals name the engine's buffer.
     let rows = StepRows { n_tokens: 1, cells, rollback, kv_head: 0, sources: &[0], zero_cell: None };

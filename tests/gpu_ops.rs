@@ -44,8 +44,9 @@ fn main() -> ExitCode {
         reports.push(r);
     }
 
-    let parity_wanted =
-        shard == 0 && std::env::var("RGDN_SKIP_PARITY").is_err() && (filter.is_empty() || "MATH_PARITY".contains(&filter.to_ascii_uppercase()));
+    let parity_wanted = shard == 0
+        && std::env::var("RGDN_SKIP_PARITY").is_err()
+        && (filter.is_empty() || "MATH_PARITY".contains(&filter.to_ascii_uppercase()));
     if parity_wanted {
         let t = Instant::now();
         match parity::run(&gpu, 28) {

@@ -341,7 +341,8 @@ pub struct SweepSummary {
 
 /// `j/n` with j < n → (j, n); anything else (unset, malformed) → the one shard (0, 1).
 pub fn shard_of(spec: Option<&str>) -> (usize, usize) {
-    let parsed = spec.and_then(|s| s.split_once('/')).and_then(|(j, n)| Some((j.trim().parse::<usize>().ok()?, n.trim().parse::<usize>().ok()?)));
+    let parsed =
+        spec.and_then(|s| s.split_once('/')).and_then(|(j, n)| Some((j.trim().parse::<usize>().ok()?, n.trim().parse::<usize>().ok()?)));
     parsed.filter(|&(j, n)| j < n).unwrap_or((0, 1))
 }
 

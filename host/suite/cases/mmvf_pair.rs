@@ -1,7 +1,8 @@
 //! MUL_MAT_VEC_PAIR cases: the alpha/beta pair of a GDN layer (two mul_mat_vec_f of one input,
 //! one launch) for 1–16 columns × F32, F16 (half accumulation), BF16 at the Qwen3.5-9B shape
 //! (E = 4096, H_v = 32), F16 with f32 accumulation, the 4B/27B shapes, every reduction path
-//! (one warp, partial chunks), special values, strided views; 17 columns and mismatched
+//! (one warp, partial chunks), special values, strided views; one column over
+//! `MUL_MAT_VEC_PAIR_MAX_COLS` (16 tokens × 256 sequences) and mismatched
 //! products are refusals. Every case compares both products bit for bit with the unfused
 //! mul_mat_vec_f reference, which the unfused kernels match on the GPU.
 //!
@@ -72,6 +73,14 @@ fn refusal(name: &str, build: fn(&mut Builder) -> MulMatVecPair, predicate: fn(&
     })
 }
 
+/// [batch] One column more than the pair takes (16 tokens × 256 sequences + 1).
+pub(super) const TOO_MANY_COLS: usize = abi::MUL_MAT_VEC_PAIR_MAX_COLS + 1;
+
+/// The refusal of [`TOO_MANY_COLS`] columns, naming the count and the limit.
+pub(super) fn too_many_cols(e: &Error) -> bool {
+    matches!(e, Error::Unsupported { what, .. } if what.contains(&format!("{TOO_MANY_COLS} input columns")) && what.contains("MUL_MAT_VEC_PAIR_MAX_COLS"))
+}
+
 /// A plain pair of `dtype` products, E × rows × ncols, sharing one input.
 fn plain_pair(b: &mut Builder, dtype: DType, e: usize, rows: usize, ncols: usize) -> MulMatVecPair {
     let first = plain(b, dtype, e, rows, ncols);
@@ -135,24 +144,24 @@ pub fn cases() -> Vec<Case> {
     let mut cases: Vec<Case> = out.into_iter().map(pair_case).collect();
     cases.extend(wide.into_iter().map(vs_split_case));
 
-    // 17 columns: beyond the pair's 16 (MUL_MAT_VEC_PAIR_MAX_COLS), for each weight type.
+    // [batch] One column beyond the pair's 16 × 256 (MUL_MAT_VEC_PAIR_MAX_COLS), for each weight type.
     cases.push(refusal(
-        "type=f32,ncols=17",
-        |b| plain_pair(b, DType::F32, 4096, 32, 17),
-        |e| matches!(e, Error::Unsupported { op: GROUP, what } if what.contains("17 input columns") && what.contains("MUL_MAT_VEC_PAIR_MAX_COLS")),
-        "Unsupported (17 columns)",
+        "type=f32,ncols=4097",
+        |b| plain_pair(b, DType::F32, 64, 32, TOO_MANY_COLS),
+        |e| matches!(e, Error::Unsupported { op: GROUP, .. }) && too_many_cols(e),
+        "Unsupported (4097 columns)",
     ));
     cases.push(refusal(
-        "type=f16,ncols=17",
-        |b| plain_pair(b, DType::F16, 4096, 32, 17),
-        |e| matches!(e, Error::Unsupported { op: GROUP, what } if what.contains("17 input columns") && what.contains("MUL_MAT_VEC_PAIR_MAX_COLS")),
-        "Unsupported (17 columns)",
+        "type=f16,ncols=4097",
+        |b| plain_pair(b, DType::F16, 64, 32, TOO_MANY_COLS),
+        |e| matches!(e, Error::Unsupported { op: GROUP, .. }) && too_many_cols(e),
+        "Unsupported (4097 columns)",
     ));
     cases.push(refusal(
-        "type=bf16,ncols=17",
-        |b| plain_pair(b, DType::BF16, 4096, 32, 17),
-        |e| matches!(e, Error::Unsupported { op: GROUP, what } if what.contains("17 input columns") && what.contains("MUL_MAT_VEC_PAIR_MAX_COLS")),
-        "Unsupported (17 columns)",
+        "type=bf16,ncols=4097",
+        |b| plain_pair(b, DType::BF16, 64, 32, TOO_MANY_COLS),
+        |e| matches!(e, Error::Unsupported { op: GROUP, .. }) && too_many_cols(e),
+        "Unsupported (4097 columns)",
     ));
     // A wide pair keeps the unfused op's per-column rules: input columns off the element pairs.
     cases.push(refusal(
@@ -247,7 +256,7 @@ mod tests {
     use crate::ops::Op;
 
     #[test]
-    fn cases_cover_one_to_seventeen_columns_of_each_type() {
+    fn cases_cover_one_to_sixteen_columns_of_each_type_and_refuse_one_more() {
         let cases = cases();
         assert!(cases.len() >= 45, "{} cases", cases.len());
         for label in ["type=f32", "type=f16,acc=half", "type=bf16"] {
@@ -261,7 +270,7 @@ mod tests {
             }
         }
         for t in ["f32", "f16", "bf16"] {
-            let name = format!("{GROUP}(refuse:type={t},ncols=17)");
+            let name = format!("{GROUP}(refuse:type={t},ncols={TOO_MANY_COLS})");
             let case = cases.iter().find(|c| c.name == name).unwrap_or_else(|| panic!("missing {name}"));
             assert!(matches!(case.build(), Ok(Expect::Refusal { .. })));
         }

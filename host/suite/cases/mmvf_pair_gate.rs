@@ -1,8 +1,8 @@
 //! [pair-gate] MUL_MAT_VEC_PAIR_GATE cases: the alpha/beta pair with the gate path as its
 //! epilogue, 1–16 columns × F32, F16 (half and f32 accumulation), BF16 at the Qwen3.5-9B shape
 //! (E = 4096, H_v = 32), the 4B/27B shapes, one-warp blocks, padded views, special values in the
-//! weights, the input, dt_bias and ssm_a, alpha + dt_bias straddling softplus' threshold; 17
-//! columns, overlapping outputs and wrong shapes are refusals. (Over 8 columns the pair itself
+//! weights, the input, dt_bias and ssm_a, alpha + dt_bias straddling softplus' threshold; one
+//! column over the pair's 16 × 256, overlapping outputs and wrong shapes are refusals. (Over 8 columns the pair itself
 //! is checked against ggml's split launches: `MUL_MAT_VEC_PAIR_VS_SPLIT`.)
 //!
 //! Every match case with contiguous views (the unfused SIGMOID/SOFTPLUS need them) has a twin in
@@ -12,6 +12,7 @@
 //! identical.
 
 use super::mmvf::{Data, Kind, MatVecCase, plain};
+use super::mmvf_pair::{TOO_MANY_COLS, too_many_cols};
 use crate::error::Error;
 use crate::memory::HostMemory;
 use crate::ops::{Binary, BinaryKind, MulMatVecPair, MulMatVecPairGate, Op, Unary, UnaryKind, UnaryMul};
@@ -220,17 +221,18 @@ pub fn cases() -> Vec<Case> {
     let setups = setups();
     let mut cases: Vec<Case> = setups.iter().map(|s| s.match_case()).collect();
     for (t, dtype) in [("f32", DType::F32), ("f16", DType::F16), ("bf16", DType::BF16)] {
-        let name = format!("type={t},ncols=17");
+        // [batch] One column beyond the pair's 16 × 256.
+        let name = format!("type={t},ncols={TOO_MANY_COLS}");
         let build: fn(&mut Builder) -> MulMatVecPairGate = match dtype {
-            DType::F32 => |b| plain_gate(b, DType::F32, 4096, 32, 17),
-            DType::F16 => |b| plain_gate(b, DType::F16, 4096, 32, 17),
-            _ => |b| plain_gate(b, DType::BF16, 4096, 32, 17),
+            DType::F32 => |b| plain_gate(b, DType::F32, 64, 32, TOO_MANY_COLS),
+            DType::F16 => |b| plain_gate(b, DType::F16, 64, 32, TOO_MANY_COLS),
+            _ => |b| plain_gate(b, DType::BF16, 64, 32, TOO_MANY_COLS),
         };
         cases.push(refusal(
             &name,
             build,
-            |e| matches!(e, Error::Unsupported { op: GROUP, what } if what.contains("17 input columns") && what.contains("MUL_MAT_VEC_PAIR_MAX_COLS")),
-            "Unsupported (17 columns)",
+            |e| matches!(e, Error::Unsupported { op: GROUP, .. }) && too_many_cols(e),
+            "Unsupported (4097 columns)",
         ));
     }
     cases.push(refusal(
