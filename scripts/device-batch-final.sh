@@ -92,4 +92,4 @@ echo "all runs ended ($(at))" >> "$s"
 tar czf "${OUT:-bundle/out}/final.tgz" -C "$(dirname "$o")" final
 cp "$s" "${OUT:-bundle/out}/summary.txt"
 find "$o" -mindepth 1 -delete
-cat "$s"
+cat "${OUT:-bundle/out}/summary.txt"
