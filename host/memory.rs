@@ -17,7 +17,7 @@ pub trait Memory {
     fn is_index_buffer(&self, id: BufferId) -> bool;
     /// The values of an I32 view of an index buffer, in logical order.
     fn index_values(&self, t: &Tensor) -> Option<Vec<i32>>;
-    /// [batch] The largest power of two (up to [`ALLOCATION_ALIGNMENT`]) dividing the device
+    /// [seq-batch] The largest power of two (up to [`ALLOCATION_ALIGNMENT`]) dividing the device
     /// address of buffer `id`'s first byte: what a kernel reading it in wide pieces needs to
     /// know. rgdn's own buffers (and the host buffers that model them) start
     /// [`ALLOCATION_ALIGNMENT`]-aligned, as the driver's allocations do.
@@ -27,7 +27,7 @@ pub trait Memory {
     }
 }
 
-/// [batch] The alignment of a driver allocation's start (cuMemAlloc: at least 256 bytes).
+/// [seq-batch] The alignment of a driver allocation's start (cuMemAlloc: at least 256 bytes).
 pub const ALLOCATION_ALIGNMENT: usize = 256;
 
 /// The host memory budget of a new [`HostMemory`]: `RGDN_HOST_MEMORY_BUDGET` bytes when set

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# [batch] The whole GPU evidence of one commit in one device call (under 10 minutes): the bench
+# [seq-batch] The whole GPU evidence of one commit in one device call (under 10 minutes): the bench
 # first with the GPU to itself, then every correctness run side by side (the CPU references are
 # the long pole, so the GPU suite and the sweep run as interleaved shards, RGDN_OPS_SHARD /
 # RGDN_SWEEP_SHARD): the GPU suite (every case), the fusion sweep (every case) and its 24-layer

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# [batch] Measurement call: the batched layer step's GPU twins (fast correctness), the sweep's
+# [seq-batch] Measurement call: the batched layer step's GPU twins (fast correctness), the sweep's
 # batched cases, the bench at every n_s, the schedule knobs at two shapes, and ncu's sections of
 # one batched launch (--clock-control none: the card's clocks are never touched).
 set -uo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# [batch] The batched layer step on the H200 in one call: its GPU suite cases (match, twins vs the
+# [seq-batch] The batched layer step on the H200 in one call: its GPU suite cases (match, twins vs the
 # three-kernel and the unfused chain, batch invariance up to 256 sequences), the fusion sweep
 # (single- and multi-sequence cases) and the forwards, then `rgdn bench --seqs`. Logs under
 # $OUT/batch/. Build first: scripts/gpu-bundle.sh (carry bundle.tgz).

@@ -475,7 +475,7 @@ fn certify_batch(case: &Case, n_s: usize, p: usize, others_seed: u64, path: Path
     let first_cell = x.checked_sub(p).expect("the batch's first cell");
     assert!(first_cell + n_s <= m);
     let mut rng = rand::rngs::StdRng::seed_from_u64(others_seed);
-    // [batch] On the fused path the others read only rows no other sequence writes (their own
+    // [seq-batch] On the fused path the others read only rows no other sequence writes (their own
     // cell, or a cell outside the batch), so that the batched layer step fires (a step where a
     // sequence reads another's row stays unfused: the unfused path covers those).
     let fused = path.options != Options::OFF;
@@ -599,7 +599,7 @@ fn multi_sequence_spec(s: &sweep::SweepShape, n_t: usize, r: usize, n_s: usize, 
 }
 
 /// What a multi-sequence off/on run must show: identical bytes and the registry's scope
-/// ([`sweep::check_case`]); [batch] where a sequence reads a row another one writes, the
+/// ([`sweep::check_case`]); [seq-batch] where a sequence reads a row another one writes, the
 /// sequence-bound fusions refused by name (the fused op's own refusal on the memory), else
 /// fired; the pair fired exactly when its n_t·n_s columns are within the pair's limit (over
 /// 8, ggml's split launches taken whole).

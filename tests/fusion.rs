@@ -161,7 +161,7 @@ fn every_rule_refuses_the_graph_that_breaks_it() {
     let g = c.nodes[0].get::<rgdn::ops::GetRows>().unwrap().clone();
     let two = c.mem.alloc_indices(&[0, 1]);
     c.replace(0, rgdn::ops::GetRows { rows: two, ..g });
-    // [batch] Two source rows for a one-sequence concat: the rows and the sequences disagree.
+    // [seq-batch] Two source rows for a one-sequence concat: the rows and the sequences disagree.
     assert_eq!(c.chain(), Err(Layout("the CONCAT's sequences are not the GET_ROWS' source rows")));
     // Layout: an L2 output with padded rows.
     let mut c = base();
@@ -264,7 +264,7 @@ fn every_rule_refuses_the_graph_that_breaks_it() {
     assert_eq!(try_fusion(&c.nodes, &live_out, fusion("conv_chain").unwrap(), 0).map(|_| ()).unwrap_err(), EliminatedLive);
 
     // The pair.
-    // [batch] The pair takes up to 16 tokens of 256 sequences; 17 tokens of 241 is one column more.
+    // [seq-batch] The pair takes up to 16 tokens of 256 sequences; 17 tokens of 241 is one column more.
     assert_eq!(case(TINY, Step::new(17, 0)).pair(), Ok(()));
     assert_eq!(case(TINY, Step::new(17, 0)).chain(), Err(TooManyTokens { n_tokens: 17 }));
     assert_eq!(case(TINY, Step::new(12, 0)).chain(), Ok(()));

@@ -643,7 +643,7 @@ fn hf_layer(stream: &Arc<CudaStream>, gpu: &Gpu) -> Check {
             return Err(format!("the fused layer's report:\n{report}"));
         }
     }
-    // [batch] The two-sequence steps with rows [3, 6] and [7, 4] read a row the other sequence
+    // [seq-batch] The two-sequence steps with rows [3, 6] and [7, 4] read a row the other sequence
     // writes (2 cells, 1 + 3 snapshot slots: sequence s writes rows s, s + 2, s + 4, s + 6): the
     // fused ops' index rules refuse that (Aliasing) before any launch, so those steps ran on
     // an unfused plan of the same shape — a third plan in the fused layer, its report the

@@ -57,7 +57,7 @@ fn main() -> ExitCode {
     let layers = 24;
     // `RGDN_SWEEP_FORWARDS=0` skips the four 24-layer forwards (for slow tools such as
     // compute-sanitizer); `RGDN_SWEEP_STRIDE=k` runs every k-th sweep case.
-    // [batch] (n_t, R, n_s, recorder): the two single-sequence forwards, each with the recorder
+    // [seq-batch] (n_t, R, n_s, recorder): the two single-sequence forwards, each with the recorder
     // off (the engine's path) and on (the launch log checked against every node's prepared
     // launch), and two of 16 sequences, one each way; the sweep above ran with it off.
     let forwards: &[(usize, usize, usize, bool)] = if std::env::var("RGDN_SWEEP_FORWARDS").is_ok_and(|v| v == "0") {

@@ -94,17 +94,7 @@ fn a_source_row_another_sequence_writes_is_refused_by_the_index_rules_too() {
         .find(|g| g.src == t.ssm_cache)
         .cloned()
         .expect("the ssm-state GET_ROWS");
-    let op = GatedDeltaNetFromCache {
-        q: gdn.q,
-        k: gdn.k,
-        v: gdn.v,
-        g: gdn.g,
-        beta: gdn.beta,
-        ssm_cache: gather.src,
-        source_rows: gather.rows,
-        out: gdn.out,
-        states: gdn.states,
-    };
+    let op = GatedDeltaNetFromCache::from_cache(&gdn, gather.src, gather.rows);
     // Sequence 0 reading the row sequence 1 writes (cell 1, slot 0): refused either way.
     set_indices(&mut mem, &t.source_rows, &[1, 1, 2]);
     let (full, quick) = (op.validate(&mem), op.check_indices(&mem));

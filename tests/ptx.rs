@@ -308,7 +308,7 @@ fn readiness_protocol_problem(body: &str) -> Option<String> {
     readiness_problem(body, &["ld.acquire.gpu.global.u64", "st.release.gpu.global.u64", "red.release.gpu.global.add.u64"])
 }
 
-/// [batch] The batched entries' readiness protocol (`device/grid.rs`: `publish_count`,
+/// [seq-batch] The batched entries' readiness protocol (`device/grid.rs`: `publish_count`,
 /// `wait_count`): the same operations, with the chunk counters' release adds in place of the
 /// flags' release stores — an acquire of each polled counter and release adds present.
 fn batch_readiness_protocol_problem(body: &str) -> Option<String> {
@@ -371,7 +371,7 @@ fn the_readiness_protocol_check_refuses_weakened_orderings() {
         .expect("a layer-step entry");
     let body = entry_body(ptx, entry);
     assert_eq!(readiness_protocol_problem(body), None);
-    // [batch] The batched entries' counters: a weakened acquire or release add is refused too.
+    // [seq-batch] The batched entries' counters: a weakened acquire or release add is refused too.
     let batch = rgdn::kernels::ptx_entries().into_iter().find(|e| e.starts_with("gdn_layer_step_batch_")).expect("a batched entry");
     let batch_body = entry_body(ptx, batch);
     assert_eq!(batch_readiness_protocol_problem(batch_body), None);

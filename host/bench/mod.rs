@@ -573,7 +573,7 @@ fn measure_mode(
         tokens: *t,
         rollback: *r,
         seqs: mode.seqs,
-        // [batch] The state floor: one ssm state read and min(T, 1 + R) written per sequence.
+        // [seq-batch] The state floor: one ssm state read and min(T, 1 + R) written per sequence.
         state_bytes: Some((built.tensors.ssm_cache.ne()[0] * 4 * mode.seqs * (1 + (*t).min(*r + 1))) as u64),
         kernels: rows(&off, &on),
         chain_ratio: ratio(off_s.chain_total.as_ref(), on_s.chain_total.as_ref()),

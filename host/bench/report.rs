@@ -70,7 +70,7 @@ pub struct ModeReport {
     /// Sequences per step n_s (1 in reports written before multi-sequence steps).
     #[serde(default = "one_sequence")]
     pub seqs: usize,
-    /// [batch] Bytes of ssm state a step must move at least: each sequence's state read once
+    /// [seq-batch] Bytes of ssm state a step must move at least: each sequence's state read once
     /// and its min(T, 1 + R) snapshot states written once ([`floor_us`]).
     #[serde(default)]
     pub state_bytes: Option<u64>,
@@ -197,19 +197,19 @@ fn one_sequence() -> usize {
     1
 }
 
-/// [batch] The H200's copy bandwidth (a large device-to-device copy, bytes read plus written,
+/// [seq-batch] The H200's copy bandwidth (a large device-to-device copy, bytes read plus written,
 /// measured on this workplace's H200s: 4.3 TB/s): the rate of the memory floor.
 pub const COPY_BYTES_PER_S: f64 = 4.3e12;
 
-/// [batch] The memory floor of one layer step in µs: its state bytes at [`COPY_BYTES_PER_S`].
+/// [seq-batch] The memory floor of one layer step in µs: its state bytes at [`COPY_BYTES_PER_S`].
 pub fn floor_us(mode: &ModeReport) -> Option<f64> {
     mode.state_bytes.map(|b| b as f64 / COPY_BYTES_PER_S * 1e6)
 }
 
-/// [batch] One row of [`PEERS`]: n_s, T and each peer's µs.
+/// [seq-batch] One row of [`PEERS`]: n_s, T and each peer's µs.
 pub type PeerRow = (usize, usize, &'static [(&'static str, f64)]);
 
-/// [batch] The peers' µs per layer verify step on the same H200, 9B F32 (SGLang 0.5.23, vLLM
+/// [seq-batch] The peers' µs per layer verify step on the same H200, 9B F32 (SGLang 0.5.23, vLLM
 /// 0.33, FlashInfer 0.7.2 with SGLang's conv update; fla 0.6.0, which writes the final state only):
 /// `shared/reference/peers-h200.md` (measured 2026-12-02 in one device run with rgdn's c5ea5b2, a
 /// CUDA graph of 20 calls each; not this run). (n_s, T, [(peer, µs)]).
@@ -231,7 +231,7 @@ pub const PEERS: &[PeerRow] = &[
     (64, 8, &[("SGLang", 389.04), ("vLLM", 359.80), ("FlashInfer", 395.12), ("fla*", 291.46)]),
 ];
 
-/// [batch] The fastest peer that keeps per-token states (fla, marked `*`, keeps only the final
+/// [seq-batch] The fastest peer that keeps per-token states (fla, marked `*`, keeps only the final
 /// state) at (n_s, T), from [`PEERS`].
 pub fn best_state_keeping_peer(n_s: usize, t: usize) -> Option<(&'static str, f64)> {
     let (_, _, peers) = PEERS.iter().find(|(s, tt, _)| *s == n_s && *tt == t)?;
@@ -360,7 +360,7 @@ pub fn render_text(r: &Report) -> String {
             mode.round_ratios.iter().map(|x| format!("{x:.3}")).collect::<Vec<_>>().join(" ")
         );
     }
-    // [batch] Per layer step against the memory floor and beside the peers.
+    // [seq-batch] Per layer step against the memory floor and beside the peers.
     if r.modes.iter().any(|m| m.state_bytes.is_some()) && m.graph_layers > 0 {
         let _ = writeln!(o);
         let _ = writeln!(

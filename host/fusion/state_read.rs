@@ -22,7 +22,7 @@ pub const FUSION: Fusion = Fusion {
     default: true,
 };
 
-/// Wherever the GDN is built. [batch] With n_s > 1 a sequence's source row may be another
+/// Wherever the GDN is built. [seq-batch] With n_s > 1 a sequence's source row may be another
 /// sequence's written slot, an overlap the fused kernel does not support (the unfused GET_ROWS
 /// reads every source row before the GDN writes): the op refuses it on the memory
 /// (`compile_for`), by the index values; llama.cpp's steps (each sequence reads a row of its own
@@ -73,17 +73,7 @@ pub fn find(graph: &Graph, layer: usize) -> Result<Candidate, Refusal> {
             return Err(Layout("the state slots are not whole rows of the ssm cache"));
         }
     }
-    let op = GatedDeltaNetFromCache {
-        q: gdn.q,
-        k: gdn.k,
-        v: gdn.v,
-        g: gdn.g,
-        beta: gdn.beta,
-        ssm_cache: cache,
-        source_rows: gather.rows,
-        out: gdn.out,
-        states: gdn.states,
-    };
+    let op = GatedDeltaNetFromCache::from_cache(gdn, cache, gather.rows);
     Ok(Candidate {
         nodes: vec![g, n],
         at: n,

@@ -1,6 +1,6 @@
 //! The fusion pass's proof runs, kept in the library so `rgdn` can call them:
 //!
-//! - [`sweep`] (GPU): n_t 1–16 × R ∈ {0, 2, 3, 7, 15} × 5 shapes, and [batch] n_s ∈ {2, 3, 5,
+//! - [`sweep`] (GPU): n_t 1–16 × R ∈ {0, 2, 3, 7, 15} × 5 shapes, and [seq-batch] n_s ∈ {2, 3, 5,
 //!   16, 64} × 10 (n_t, R) × 5 shapes × distinct / shared source rows, on both layouts; each case
 //!   runs its graph with fusion off and on from identical memory and compares every comparable
 //!   value byte for byte (the L2 outputs, the SiLU output, the whole conv cache, both alpha/beta
@@ -105,13 +105,13 @@ pub fn case_spec(s: &SweepShape, n_t: usize, r: usize, layout: LayerLayout) -> S
     StackSpec { layers: vec![layer], outputs: Outputs::Products }
 }
 
-/// [batch] The sequence counts of the batched sweep.
+/// [seq-batch] The sequence counts of the batched sweep.
 pub const SEQUENCES: [usize; 5] = [2, 3, 5, 16, 64];
-/// [batch] The (n_t, R) pairs of the batched sweep: short and long steps, R below, at and above
+/// [seq-batch] The (n_t, R) pairs of the batched sweep: short and long steps, R below, at and above
 /// n_t − 1.
 pub const BATCH_STEPS: [(usize, usize); 10] = [(1, 0), (2, 2), (3, 3), (4, 3), (5, 7), (6, 2), (8, 7), (9, 15), (16, 0), (16, 15)];
 
-/// [batch] How the further sequences of a batched sweep case read the cache.
+/// [seq-batch] How the further sequences of a batched sweep case read the cache.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SeqSources {
     /// Each sequence its own row: its own cell (at a rollback depth) where the shape reads the
@@ -122,7 +122,7 @@ pub enum SeqSources {
 }
 
 impl SweepShape {
-    /// [batch] This shape's step over `n_s` sequences: sequence s writes cell kv_head + s (the
+    /// [seq-batch] This shape's step over `n_s` sequences: sequence s writes cell kv_head + s (the
     /// cells grow to hold them), sequence 0 reads as the shape says, the others as `sources`
     /// says. No sequence reads a row another one writes.
     pub fn batch_step(&self, n_t: usize, r: usize, n_s: usize, sources: SeqSources) -> Step {
@@ -145,14 +145,14 @@ impl SweepShape {
     }
 }
 
-/// [batch] One batched sweep case.
+/// [seq-batch] One batched sweep case.
 pub fn batch_case_spec(s: &SweepShape, n_t: usize, r: usize, n_s: usize, sources: SeqSources, layout: LayerLayout) -> StackSpec {
     let layer = LayerSpec { weights: s.weights, layout, ..LayerSpec::new(s.shape, s.batch_step(n_t, r, n_s, sources)) };
     StackSpec { layers: vec![layer], outputs: Outputs::Products }
 }
 
 /// Every sweep case: (name, graph) — one sequence: n_t 1–16 × R ∈ [`ROLLBACKS`] × 5 shapes (400
-/// per layout); [batch] several: n_s ∈ [`SEQUENCES`] × [`BATCH_STEPS`] × 5 shapes × distinct and
+/// per layout); [seq-batch] several: n_s ∈ [`SEQUENCES`] × [`BATCH_STEPS`] × 5 shapes × distinct and
 /// shared source rows (500 per layout).
 pub fn cases() -> Vec<(String, StackSpec)> {
     let mut out = Vec::new();
@@ -393,7 +393,7 @@ pub fn forward_spec(shape: GdnShape, layers: usize, n_t: usize, r: usize) -> Sta
     forward_spec_seqs(shape, layers, n_t, r, 1)
 }
 
-/// [batch] [`forward_spec`] over `n_s` sequences: sequence s writes cell s and reads its own cell
+/// [seq-batch] [`forward_spec`] over `n_s` sequences: sequence s writes cell s and reads its own cell
 /// (sequence s at rollback depth s mod (R + 1)).
 pub fn forward_spec_seqs(shape: GdnShape, layers: usize, n_t: usize, r: usize, n_s: usize) -> StackSpec {
     let more: Vec<(usize, usize)> = (1..n_s).map(|s| (s, s % (r + 1))).collect();
@@ -412,7 +412,7 @@ pub fn forward(gpu: &Gpu, shape: GdnShape, layers: usize, n_t: usize, r: usize, 
     off_on_gpu(gpu, &forward_spec(shape, layers, n_t, r), seed)
 }
 
-/// [batch] Runs [`forward_spec_seqs`] off and on on the GPU.
+/// [seq-batch] Runs [`forward_spec_seqs`] off and on on the GPU.
 pub fn forward_seqs(gpu: &Gpu, shape: GdnShape, layers: usize, n_t: usize, r: usize, n_s: usize, seed: u64) -> Result<OffOn> {
     off_on_gpu(gpu, &forward_spec_seqs(shape, layers, n_t, r, n_s), seed)
 }

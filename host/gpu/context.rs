@@ -72,7 +72,7 @@ pub enum KernelArg {
     Params(ParamBlock),
 }
 
-/// [batch] Dynamic shared memory a launch gets without raising the function's limit (CUDA's
+/// [seq-batch] Dynamic shared memory a launch gets without raising the function's limit (CUDA's
 /// default: 48 KiB).
 const DEFAULT_SHARED_BYTES: u32 = 48 * 1024;
 
@@ -502,7 +502,7 @@ impl Gpu {
     /// [layer-step] How many blocks of `entry` with `block_threads` threads and `shared_bytes`
     /// of dynamic shared memory can be resident at once on the whole device (the driver's
     /// occupancy for the compiled kernel × the multiprocessor count): the largest grid a
-    /// cooperative launch of it takes. Asked of the driver once per shape. [batch] Above the 48
+    /// cooperative launch of it takes. Asked of the driver once per shape. [seq-batch] Above the 48
     /// KiB a launch gets without asking, the entry's dynamic shared-memory limit is raised to
     /// `shared_bytes` first (the driver refuses a request past the device's opt-in limit: a typed
     /// error).

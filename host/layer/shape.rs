@@ -253,7 +253,7 @@ impl Step {
         self.source_rows().into_iter().map(|r| i32::try_from(r).unwrap_or(i32::MAX)).collect()
     }
 
-    /// [batch] Whether some sequence reads a cache row that another sequence of the step writes,
+    /// [seq-batch] Whether some sequence reads a cache row that another sequence of the step writes,
     /// when each sequence writes the rows `j·M + kv_head + s` of the first `written_groups`
     /// groups (the conv cache: all 1 + R; the ssm cache: the min(n_t, 1 + R) newest). The unfused
     /// chain reads every source row before it writes; the fused ops run the sequences at the

@@ -333,6 +333,22 @@ pub struct GatedDeltaNetFromCache {
 }
 
 impl GatedDeltaNetFromCache {
+    /// GATED_DELTA_NET `gdn` reading its initial states straight from rows `source_rows` of
+    /// `ssm_cache` (what the `state_read` fusion makes of GET_ROWS + GATED_DELTA_NET).
+    pub fn from_cache(gdn: &GatedDeltaNet, ssm_cache: Tensor, source_rows: Tensor) -> GatedDeltaNetFromCache {
+        GatedDeltaNetFromCache {
+            q: gdn.q,
+            k: gdn.k,
+            v: gdn.v,
+            g: gdn.g,
+            beta: gdn.beta,
+            ssm_cache,
+            source_rows,
+            out: gdn.out,
+            states: gdn.states,
+        }
+    }
+
     /// Validates the op and returns its sizes.
     pub fn check(&self, mem: &dyn Memory) -> Result<GdnShape> {
         let views = Views { q: &self.q, k: &self.k, v: &self.v, g: &self.g, beta: &self.beta, out: &self.out, states: &self.states };

@@ -160,7 +160,7 @@ impl GdnConvChain {
                 return Err(Error::Aliasing { op: OP, a: "snapshots", b: "snapshots", why: "one cache row written twice" });
             }
         }
-        // The index values: in range, and [batch] none a row that another sequence writes.
+        // The index values: in range, and [seq-batch] none a row that another sequence writes.
         self.check_source_rows(mem)?;
 
         let (d, h_k) = (self.head_dim, self.n_k_heads);
@@ -213,7 +213,7 @@ impl GdnConvChain {
     }
 
     /// The rules that depend on the index values (a plan checks them every step): every
-    /// sequence's source row in 0..n_cache_rows, and [batch] none a row that another sequence
+    /// sequence's source row in 0..n_cache_rows, and [seq-batch] none a row that another sequence
     /// writes (the sequences' blocks run at the same time; the unfused GET_ROWS reads every source
     /// row before any CPY writes). The snapshot rows must have been checked (`check`).
     pub(crate) fn check_source_rows(&self, mem: &dyn Memory) -> Result<Vec<usize>> {

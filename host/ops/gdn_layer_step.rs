@@ -67,17 +67,17 @@ pub struct StepShape {
     pub chain: ChainShape,
     pub products: MatVecShape,
     pub gdn: GdnShape,
-    /// [batch] How the batched entries split the work (all zero for one sequence).
+    /// [seq-batch] How the batched entries split the work (all zero for one sequence).
     pub batch: abi::LayerStepBatchParams,
 }
 
 impl StepShape {
-    /// [batch] Whether the batched entries run the step (n_s ≥ 2).
+    /// [seq-batch] Whether the batched entries run the step (n_s ≥ 2).
     pub fn batched(&self) -> bool {
         self.gdn.n_seqs > 1
     }
 
-    /// [batch] The batched entries' schedule (see [`abi::LayerStepSchedule`]).
+    /// [seq-batch] The batched entries' schedule (see [`abi::LayerStepSchedule`]).
     pub fn schedule(&self) -> abi::LayerStepSchedule {
         abi::LayerStepSchedule {
             n_seqs: self.batch.n_seqs,
@@ -90,7 +90,7 @@ impl StepShape {
         }
     }
 
-    /// [batch] The work split of a batched step over `n_seqs` sequences: chunks of ⌈n_s / 4⌉
+    /// [seq-batch] The work split of a batched step over `n_seqs` sequences: chunks of ⌈n_s / 4⌉
     /// sequences, at least 2 (so a chunk's second phase overlaps the next chunk's first; measured
     /// on the H200 at n_s 4 and 64 against ⌈n_s / 8⌉ and 2: `results/2026-12-02-h200-batch/`),
     /// conv items of up to 4 sequences, two column groups per warp — one eight-column recurrence
@@ -147,7 +147,7 @@ impl StepShape {
         Ok((check::fits_u32(OP, "first-phase work items", first)?, check::fits_u32(OP, "second-phase work items", second)?))
     }
 
-    /// [batch] (all work items of the schedule, 0), every count the kernel derives checked to fit
+    /// [seq-batch] (all work items of the schedule, 0), every count the kernel derives checked to fit
     /// u32 first (the schedule's arithmetic is u32): items per chunk and their sum.
     fn batch_items(&self) -> Result<(u32, u32)> {
         let (n_s, n_t, h_v) = (self.gdn.n_seqs, self.gdn.n_tokens, self.gdn.n_heads);
@@ -370,7 +370,7 @@ impl GdnLayerStep {
         bytes
     }
 
-    /// [batch] The bytes a batched first-phase item writes: a conv item its tile of each of its
+    /// [seq-batch] The bytes a batched first-phase item writes: a conv item its tile of each of its
     /// sequences ([`Self::tile_writes`]); a mat-vec item the (head, column) elements of both
     /// products' outputs (alpha and gate, beta_raw and beta) for its heads and columns.
     fn batch_item_writes(&self, shape: &StepShape, item: abi::BatchItem) -> ByteSet {
@@ -409,7 +409,7 @@ impl GdnLayerStep {
         bytes
     }
 
-    /// [batch] The batched readiness proof: the first (sequence, value head, first-phase item)
+    /// [seq-batch] The batched readiness proof: the first (sequence, value head, first-phase item)
     /// where the item writes a byte that the head's column groups of that sequence read
     /// ([`Self::batch_item_writes`], [`Self::head_reads`]) and the item is not one of the
     /// sequence's chunk — the items whose count its second-phase items wait for
@@ -449,7 +449,7 @@ impl GdnLayerStep {
         None
     }
 
-    /// [batch] The checks only the batched entries need: the ssm cache's rows at 16-byte aligned
+    /// [seq-batch] The checks only the batched entries need: the ssm cache's rows at 16-byte aligned
     /// device addresses (each second-phase item's state is copied in 16-byte pieces) and the
     /// cache's GATED_DELTA_NET_FROM_CACHE layout (D floats a column, D·D a head).
     fn check_batch(shape: &StepShape, gdn: &GatedDeltaNetFromCache, mem: &dyn Memory) -> Result<()> {
@@ -476,7 +476,7 @@ impl GdnLayerStep {
     }
 
     /// Runs a readiness proof once per distinct step: `prove` (None: no gap) unless this step —
-    /// its views, snapshot rows, sizes and [batch] schedule — was proved before; a proof
+    /// its views, snapshot rows, sizes and [seq-batch] schedule — was proved before; a proof
     /// depends on nothing else (not on memory contents). Proved steps are remembered (at most
     /// [`PROVED_STEPS`], then forgotten).
     fn proved<T>(&self, shape: &StepShape, prove: impl FnOnce() -> Option<T>) -> Option<T> {
@@ -711,12 +711,12 @@ impl Op for GdnLayerStep {
         // (as its own launch would: the chain for C/128 tiles of n_s sequences, the products for
         // H_v rows and n_t·n_s columns of ggml's block size, the GDN for H_v heads × 32 column
         // groups of n_s sequences), the links that make the second phase read exactly the first
-        // phase's outputs, the disjointness the kernel's docs rely on, and [batch] the
+        // phase's outputs, the disjointness the kernel's docs rely on, and [seq-batch] the
         // schedule's chunk counters (≤ BATCH_MAX_CHUNKS), item counts (u32) and the ssm cache's
         // 16-byte row alignment; the grid is at most the
         // device's co-resident block count for this entry, block and shared memory, and the
         // launch is cooperative (the driver refuses a grid that cannot be resident at once), so
-        // no wait for an item's flag (or [batch] a chunk's count) can wait on an unscheduled
+        // no wait for an item's flag (or [seq-batch] a chunk's count) can wait on an unscheduled
         // block; the first-phase items fit the readiness state's flags (`items`) and one warp's
         // lanes (2·⌈n_t/2⌉ + 3 ≤ 32: abi);
         // the state is this Gpu's, whose one stream runs launches in order (each leaves `done` =
@@ -872,7 +872,7 @@ mod tests {
         }
     }
 
-    /// [batch] Steps of several sequences: the fused graph (one batched GDN_LAYER_STEP) equals
+    /// [seq-batch] Steps of several sequences: the fused graph (one batched GDN_LAYER_STEP) equals
     /// the unfused chain on the CPU, every output and both caches — sequences reading their own
     /// cells (some at a rollback depth), two sequences sharing a source row nobody writes, both
     /// layouts, every weight kind, n_t 1–16, n_s 2–5, small chunks (several chunks a launch).
@@ -913,7 +913,7 @@ mod tests {
         }
     }
 
-    /// [batch] A sequence reading a row another sequence writes (conv and ssm caches): the fused
+    /// [seq-batch] A sequence reading a row another sequence writes (conv and ssm caches): the fused
     /// ops refuse it by name on the memory, so the layer stays unfused (and equal).
     #[test]
     fn a_sequence_reading_another_sequences_row_stays_unfused() {

@@ -454,7 +454,7 @@ mod tests {
     #[test]
     fn valid_pairs_pass_and_too_many_columns_are_refused() {
         let mut mem = HostMemory::new();
-        // [batch] Up to 16 tokens of 256 sequences: any count, in column groups of ≤ 8.
+        // [seq-batch] Up to 16 tokens of 256 sequences: any count, in column groups of ≤ 8.
         for ncols in (1..=16).chain([24, 60, 255, abi::MUL_MAT_VEC_PAIR_MAX_COLS]) {
             let p = pair(&mut mem, DType::BF16, 64, 32, ncols);
             let shape = p.check(&mem).unwrap();

@@ -4,7 +4,7 @@
 //! fma from +0 over the taps, `+ 0` for the absent bias, SiLU); the snapshot rows as bit copies
 //! of their windows of `[old state | tokens]`; `conv_out`; then per token and q/k head the L2
 //! normalisation of the conv outputs ([`l2_normalize`], the L2_NORM reference's helper).
-//! [batch] Sequence by sequence: sequence s reads its own source row and tokens and writes the
+//! [seq-batch] Sequence by sequence: sequence s reads its own source row and tokens and writes the
 //! rows `row + s`.
 
 use super::l2_norm::l2_normalize;

@@ -98,7 +98,7 @@ pub struct Case {
     pub group: &'static str,
     pub name: String,
     build: Box<dyn Fn() -> Result<Expect> + Send + Sync>,
-    /// [batch] Too large for the CPU run (`run_case_cpu` reports it skipped): a GPU-only twin
+    /// [seq-batch] Too large for the CPU run (`run_case_cpu` reports it skipped): a GPU-only twin
     /// whose references would take minutes on the CPU.
     pub gpu_only: bool,
 }
@@ -108,7 +108,7 @@ impl Case {
         Case { group, name, build: Box::new(build), gpu_only: false }
     }
 
-    /// [batch] This case, run on the GPU only (see [`Case::gpu_only`]).
+    /// [seq-batch] This case, run on the GPU only (see [`Case::gpu_only`]).
     pub fn on_gpu_only(self) -> Self {
         Case { gpu_only: true, ..self }
     }

@@ -525,7 +525,7 @@ pub const MUL_MAT_VEC_MAX_COLS: usize = 8;
 /// products ggml splits into launches of at most [`MUL_MAT_VEC_MAX_COLS`] columns, taken whole.
 /// The pair's launch runs column groups of at most [`MUL_MAT_VEC_MAX_COLS`] (grid z, the
 /// existing entries) and a column's loop, butterflies and block sum do not depend on the other
-/// columns of its block, so every element keeps ggml's bits; [batch] 16 tokens of each of up to
+/// columns of its block, so every element keeps ggml's bits; [seq-batch] 16 tokens of each of up to
 /// [`GDN_LAYER_STEP_MAX_SEQS`] sequences (the batched layer step's n_t·n_s).
 pub const MUL_MAT_VEC_PAIR_MAX_COLS: usize = GDN_LAYER_STEP_MAX_TOKENS * GDN_LAYER_STEP_MAX_SEQS;
 /// Most warps of a MUL_MAT_VEC block (ggml's block sizes go up to 256 threads).
@@ -799,7 +799,7 @@ param_struct! {
         pub q_token: u64,
         pub k_head: u64,
         pub k_token: u64,
-        /// [batch] Element strides between sequences: the index, qkv, conv_out, q_norm, k_norm.
+        /// [seq-batch] Element strides between sequences: the index, qkv, conv_out, q_norm, k_norm.
         pub source_row_seq: u64,
         pub qkv_seq: u64,
         pub conv_out_seq: u64,
@@ -815,7 +815,7 @@ param_struct! {
         /// Rows to write, 1 ..= [`GDN_CONV_CHAIN_MAX_ROWS`]: row `rows[i] + s` ← window(`offsets[i]`)
         /// of sequence s.
         pub n_rows: u32,
-        /// [batch] n_s: sequences (grid y of GDN_CONV_CHAIN).
+        /// [seq-batch] n_s: sequences (grid y of GDN_CONV_CHAIN).
         pub n_seqs: u32,
         pub rows: [u32; GDN_CONV_CHAIN_MAX_ROWS],
         pub offsets: [u32; GDN_CONV_CHAIN_MAX_ROWS],
@@ -1031,10 +1031,10 @@ pub const GRID_SYNC_LINE: usize = 128;
 /// (2·H_v·⌈n_t/2⌉ + C/128) must not exceed it (the host refuses more).
 pub const GRID_SYNC_FLAGS: usize = 2048;
 /// Bytes of the readiness state (`device/grid.rs`): `done`, `arrived`, then
-/// [`GRID_SYNC_FLAGS`] flags, then [batch] [`BATCH_MAX_CHUNKS`] chunk counters, one u64 per
+/// [`GRID_SYNC_FLAGS`] flags, then [seq-batch] [`BATCH_MAX_CHUNKS`] chunk counters, one u64 per
 /// [`GRID_SYNC_LINE`].
 pub const GRID_SYNC_BYTES: usize = (2 + GRID_SYNC_FLAGS + BATCH_MAX_CHUNKS) * GRID_SYNC_LINE;
-/// [batch] The line of chunk counter 0 in the readiness state.
+/// [seq-batch] The line of chunk counter 0 in the readiness state.
 pub const GRID_SYNC_COUNTER_LINE: u32 = 2 + GRID_SYNC_FLAGS as u32;
 /// GDN_LAYER_STEP: warps per block; in the second phase each warp runs whole column groups
 /// (the group's four columns interleaved), so a grid of G blocks runs 4·G groups at a time.
@@ -1169,7 +1169,7 @@ pub const fn gdn_layer_step_entry(kind: u32, d_conv: usize) -> Option<&'static s
     })
 }
 
-/// [batch] The batched GDN_LAYER_STEP entry (n_s ≥ 2 sequences) for a [`mul_mat_vec_kind`] of
+/// [seq-batch] The batched GDN_LAYER_STEP entry (n_s ≥ 2 sequences) for a [`mul_mat_vec_kind`] of
 /// the alpha/beta weights and `d_conv`.
 pub const fn gdn_layer_step_batch_entry(kind: u32, d_conv: usize) -> Option<&'static str> {
     use mul_mat_vec_kind::*;
@@ -1221,35 +1221,35 @@ pub const fn layer_step_stage_warp_token_bytes(groups: u32) -> u32 {
     (4 * (GDN_LAYER_STEP_GROUP_COLUMNS * groups + 2)).next_power_of_two()
 }
 
-// ---- [batch] GDN_LAYER_STEP over n_s sequences: one persistent launch ----
-/// [batch] Most sequences one batched layer step takes.
+// ---- [seq-batch] GDN_LAYER_STEP over n_s sequences: one persistent launch ----
+/// [seq-batch] Most sequences one batched layer step takes.
 pub const GDN_LAYER_STEP_MAX_SEQS: usize = 256;
-/// [batch] Value heads one batched mat-vec item computes (both products: twice as many rows).
+/// [seq-batch] Value heads one batched mat-vec item computes (both products: twice as many rows).
 pub const BATCH_ROW_HEADS: u32 = 4;
-/// [batch] Token columns one batched mat-vec item computes.
+/// [seq-batch] Token columns one batched mat-vec item computes.
 pub const BATCH_ROW_COLS: u32 = 4;
-/// [batch] Values one batched mat-vec item reduces: rows × columns (one per lane of a warp).
+/// [seq-batch] Values one batched mat-vec item reduces: rows × columns (one per lane of a warp).
 pub const BATCH_ROW_VALUES: u32 = 2 * BATCH_ROW_HEADS * BATCH_ROW_COLS;
 const _: () = assert!(BATCH_ROW_VALUES == 32, "one warp's lanes hold the item's values after the reduce-scatter");
-/// [batch] Most column groups one warp runs in a second-phase item.
+/// [seq-batch] Most column groups one warp runs in a second-phase item.
 pub const BATCH_MAX_GROUPS_PER_WARP: u32 = 2;
-/// [batch] Most sequence chunks of a launch (one readiness counter each).
+/// [seq-batch] Most sequence chunks of a launch (one readiness counter each).
 pub const BATCH_MAX_CHUNKS: usize = 256;
-/// [batch] Most sequences one first-phase conv item runs back to back.
+/// [seq-batch] Most sequences one first-phase conv item runs back to back.
 pub const BATCH_MAX_TILE_SEQS: u32 = 8;
-/// [batch] Shared bytes of a mat-vec item's cross-warp reduction buffer: 32 values × 8 virtual
+/// [seq-batch] Shared bytes of a mat-vec item's cross-warp reduction buffer: 32 values × 8 virtual
 /// warps.
 pub const BATCH_ROW_REDUCE_BYTES: u32 = BATCH_ROW_VALUES * MUL_MAT_VEC_MAX_WARPS * 4;
-/// [batch] Shared bytes of one second-phase item's initial state, per group a warp runs: 4 warps
+/// [seq-batch] Shared bytes of one second-phase item's initial state, per group a warp runs: 4 warps
 /// × 4 columns × D floats.
 pub const BATCH_STATE_BYTES_PER_GROUP: u32 = GDN_LAYER_STEP_WARPS * GDN_LAYER_STEP_GROUP_COLUMNS * GDN_HEAD_DIM as u32 * 4;
 
-/// [batch] Shared bytes of the batched layer step's copy of its parameters (the first bytes of
+/// [seq-batch] Shared bytes of the batched layer step's copy of its parameters (the first bytes of
 /// its dynamic shared memory): [`GdnLayerStepParams`] rounded up to 1 KiB.
 pub const BATCH_PARAMS_BYTES: u32 = 1024;
 const _: () = assert!(size_of::<GdnLayerStepParams>() <= BATCH_PARAMS_BYTES as usize);
 
-/// [batch] The batched layer step's dynamic shared memory: its parameters' copy, two
+/// [seq-batch] The batched layer step's dynamic shared memory: its parameters' copy, two
 /// second-phase state buffers (the current item's and the next one's, in flight), then one area
 /// the first-phase items (the conv tile, the mat-vec reduction) and the second phase's staged
 /// token inputs share (a block barrier between items).
@@ -1257,13 +1257,13 @@ pub const fn gdn_layer_step_batch_shared_bytes(d_conv: usize, n_tokens: usize, g
     BATCH_PARAMS_BYTES + batch_scratch_offset(groups_per_warp) + batch_scratch_bytes(d_conv, n_tokens)
 }
 
-/// [batch] Where the shared scratch area starts, counted from the end of the parameters' copy:
+/// [seq-batch] Where the shared scratch area starts, counted from the end of the parameters' copy:
 /// after the two state buffers.
 pub const fn batch_scratch_offset(groups_per_warp: u32) -> u32 {
     2 * groups_per_warp * BATCH_STATE_BYTES_PER_GROUP
 }
 
-/// [batch] The scratch area's bytes: the largest of the conv tile, the reduction buffer and the
+/// [seq-batch] The scratch area's bytes: the largest of the conv tile, the reduction buffer and the
 /// token stage (q, k of [`GDN_LAYER_STEP_MAX_TOKENS`] tokens, then per warp and token the v, g, β
 /// of [`BATCH_MAX_GROUPS_PER_WARP`] groups).
 pub const fn batch_scratch_bytes(d_conv: usize, n_tokens: usize) -> u32 {
@@ -1275,7 +1275,7 @@ pub const fn batch_scratch_bytes(d_conv: usize, n_tokens: usize) -> u32 {
 }
 
 param_struct! {
-    /// [batch] How a batched GDN_LAYER_STEP splits its work (zero for the single-sequence entries,
+    /// [seq-batch] How a batched GDN_LAYER_STEP splits its work (zero for the single-sequence entries,
     /// which ignore it). The sequences run in chunks of `chunk_seqs`; see [`LayerStepSchedule`].
     #[repr(C)]
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -1291,7 +1291,7 @@ param_struct! {
     }
 }
 
-/// [batch] One work item of the batched layer step ([`LayerStepSchedule::item`]).
+/// [seq-batch] One work item of the batched layer step ([`LayerStepSchedule::item`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BatchItem {
     /// First phase: conv-chain tile `tile` of sequences `first_seq … first_seq + n_seqs − 1`.
@@ -1304,7 +1304,7 @@ pub enum BatchItem {
     Groups { seq: u32, head: u32, first_group: u32 },
 }
 
-/// [batch] `a / b`, 0 for b = 0 (the host never passes 0; no panic path in the kernels).
+/// [seq-batch] `a / b`, 0 for b = 0 (the host never passes 0; no panic path in the kernels).
 #[inline(always)]
 pub const fn div_or_zero(a: u32, b: u32) -> u32 {
     match a.checked_div(b) {
@@ -1313,7 +1313,7 @@ pub const fn div_or_zero(a: u32, b: u32) -> u32 {
     }
 }
 
-/// [batch] `a mod b`, 0 for b = 0 (as [`div_or_zero`]).
+/// [seq-batch] `a mod b`, 0 for b = 0 (as [`div_or_zero`]).
 #[inline(always)]
 pub const fn rem_or_zero(a: u32, b: u32) -> u32 {
     match a.checked_rem(b) {
@@ -1322,14 +1322,14 @@ pub const fn rem_or_zero(a: u32, b: u32) -> u32 {
     }
 }
 
-/// [batch] ⌈a / b⌉, 0 for b = 0 (as [`div_or_zero`]).
+/// [seq-batch] ⌈a / b⌉, 0 for b = 0 (as [`div_or_zero`]).
 #[inline(always)]
 pub const fn div_ceil_or_zero(a: u32, b: u32) -> u32 {
     let q = div_or_zero(a, b);
     if q * b < a { q + 1 } else { q }
 }
 
-/// [batch] The batched layer step's work, as the kernel runs it and the host proves it: the
+/// [seq-batch] The batched layer step's work, as the kernel runs it and the host proves it: the
 /// sequences in chunks c = 0, 1, … of `chunk_seqs`; chunk c's first-phase items (its conv
 /// tiles, then its mat-vec items) and second-phase items (its column groups); and the order of
 /// the segments: `P1(0), P1(1), P2(0), P1(2), P2(1), …, P2(last)` — every chunk's first phase
@@ -1349,7 +1349,7 @@ pub struct LayerStepSchedule {
     pub groups_per_warp: u32,
 }
 
-/// [batch] A position in the schedule: segment `segment` (module order above), item `offset` in it.
+/// [seq-batch] A position in the schedule: segment `segment` (module order above), item `offset` in it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BatchCursor {
     pub segment: u32,
@@ -1502,7 +1502,7 @@ param_struct! {
     /// GDN_LAYER_STEP's parameters, passed by value: the three fused ops' own parameter structs
     /// (each exactly what its kernel would take: the conv chain's, the pair-gate's with
     /// `epilogue` = [`PAIR_EPILOGUE_GATE`], GATED_DELTA_NET_FROM_CACHE's), the cross-block
-    /// readiness state, the work split, and [batch] the batched entries' schedule. 776 bytes,
+    /// readiness state, the work split, and [seq-batch] the batched entries' schedule. 776 bytes,
     /// alignment 8, no padding.
     #[repr(C)]
     #[derive(Clone, Copy, Debug, PartialEq)]
@@ -1522,7 +1522,7 @@ param_struct! {
         pub n_chain_tiles: u32,
         /// n_t (1 ..= [`GDN_LAYER_STEP_MAX_TOKENS`]) per sequence.
         pub n_tokens: u32,
-        /// [batch] The batched entries' schedule (zero for the single-sequence entries).
+        /// [seq-batch] The batched entries' schedule (zero for the single-sequence entries).
         pub batch: LayerStepBatchParams,
     }
 }

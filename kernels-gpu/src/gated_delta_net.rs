@@ -563,7 +563,7 @@ pub(crate) struct GroupAt {
 /// columns 4·z + j of a group: k and q (one key head for the whole group), each column's v, the
 /// head's gate and β — each element the one [`TokenSource::load`] reads for column 4·z + j
 /// (GDN_LAYER_STEP's first phase wrote them; staged by [`stage_group_tokens`]).
-/// [batch] `C` columns: one group ([`GROUP_COLUMNS`]) or, in the batched step, a warp's two
+/// [seq-batch] `C` columns: one group ([`GROUP_COLUMNS`]) or, in the batched step, a warp's two
 /// groups run as one.
 #[derive(Clone, Copy)]
 struct GroupInputs<const C: usize> {
@@ -797,7 +797,7 @@ pub(crate) unsafe fn run_group_at(
     unsafe { group_recurrence::<GROUP_COLUMNS, { 2 * GROUP_COLUMNS }>(WarpGroups::ONE, &h, s, col0, stage, at.warp, at.lane, 0) };
 }
 
-/// [batch] Where one second-phase item of the batched layer step works: value head `head` of
+/// [seq-batch] Where one second-phase item of the batched layer step works: value head `head` of
 /// sequence `seq`, groups `first_group …` (4·GP of them, GP = `groups.groups`: warp w runs
 /// groups first_group + w·GP + g, g < GP, consecutive columns), with the item's initial state
 /// already in shared memory at `state` (column k of the item — item-relative, `k` < 16·GP — at
@@ -813,7 +813,7 @@ pub(crate) struct BatchGroups {
     pub lane: u32,
 }
 
-/// [batch] Starts staging the token inputs of a second-phase item ([`issue_token_copies`] for
+/// [seq-batch] Starts staging the token inputs of a second-phase item ([`issue_token_copies`] for
 /// the warp's GP groups of (head, seq)).
 ///
 /// # Safety
@@ -828,7 +828,7 @@ pub(crate) unsafe fn issue_batch_token_copies(p: &abi::GatedDeltaNetParams, at: 
     unsafe { issue_token_copies(at.groups, h.token_source(at.lane as usize, col0), h.n_tokens, at.warp, stage) };
 }
 
-/// [batch] Starts copying a second-phase item's initial state — columns 4·`first_group` …
+/// [seq-batch] Starts copying a second-phase item's initial state — columns 4·`first_group` …
 /// + 16·GP − 1 of value head `head`, row `source_rows[seq]` of the ssm cache: GP × 8 KiB,
 /// contiguous in the row — into shared memory at `state` (thread t copies the 16-byte chunks
 /// t, t + 128, …), as one committed copy group. The same bytes as the coherent loads of
@@ -864,7 +864,7 @@ pub(crate) unsafe fn issue_batch_state_copies(
     shared::commit_async_copies();
 }
 
-/// [batch] The batched layer step's second-phase item, once its token inputs are staged
+/// [seq-batch] The batched layer step's second-phase item, once its token inputs are staged
 /// ([`issue_batch_token_copies`]) and its initial state copied ([`issue_batch_state_copies`]):
 /// each warp runs its GP groups one after the other, each column with exactly [`run_group_at`]'s
 /// operations (the initial state read from the copy of the cache row in shared memory instead
@@ -909,7 +909,7 @@ pub(crate) unsafe fn run_batch_groups(p: &abi::GatedDeltaNetParams, at: BatchGro
     }
 }
 
-/// [batch] This lane's rows of `C` item-relative columns `k … k + C − 1` of a second-phase item's
+/// [seq-batch] This lane's rows of `C` item-relative columns `k … k + C − 1` of a second-phase item's
 /// state copy at `state` (column c at `state + 512·c`, row i at `+ 4i`).
 ///
 /// # Safety
@@ -931,7 +931,7 @@ unsafe fn state_columns<const C: usize>(state: u32, k: usize, lane: u32) -> [[f3
 }
 
 /// [layer-step] The token loop of `C` columns of one warp (`col0 … col0 + C − 1` of head `h`:
-/// one group, or [batch] a warp's two groups as one), from their initial state `s` (this lane's
+/// one group, or [seq-batch] a warp's two groups as one), from their initial state `s` (this lane's
 /// rows of each column) and the staged token inputs of the warp's group `g` (< `layout.groups`;
 /// 0 for two groups as one): for each column and token `token_step`'s operations in its order,
 /// then the `out` element and the state slots — what GATED_DELTA_NET_FROM_CACHE's warp for that
@@ -1044,7 +1044,7 @@ unsafe fn group_recurrence<const C: usize, const V: usize>(
     }
 }
 
-/// [batch] [`warp_sum_eight_scattered`] (V = 8) or [`warp_sum_sixteen_scattered`] (V = 16): value
+/// [seq-batch] [`warp_sum_eight_scattered`] (V = 8) or [`warp_sum_sixteen_scattered`] (V = 16): value
 /// v's sum in lanes v·32/V … with [`warp_sum`]'s bits.
 ///
 /// # Safety

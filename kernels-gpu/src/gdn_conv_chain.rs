@@ -219,7 +219,7 @@ pub(crate) unsafe fn gdn_conv_chain_tile<const D_CONV: usize>(p: &GdnConvChainPa
     }
 }
 
-/// [batch] Tile `tile` of sequences `first_seq … first_seq + n_seqs − 1`, one after the other
+/// [seq-batch] Tile `tile` of sequences `first_seq … first_seq + n_seqs − 1`, one after the other
 /// through the same shared memory at `tile_base` (a block barrier between them), each exactly
 /// [`gdn_conv_chain_tile`]'s body; [speed] sequence i + 1's global loads are issued before
 /// sequence i's phases 2–4, so that one memory round trip serves the tile of every sequence

@@ -257,7 +257,7 @@ unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepP
     }
 }
 
-/// [batch] GDN_LAYER_STEP over n_s ≥ 2 sequences (see "Several sequences" in the module docs):
+/// [seq-batch] GDN_LAYER_STEP over n_s ≥ 2 sequences (see "Several sequences" in the module docs):
 /// block b runs the schedule's items b, b + G, b + 2G, … ([`LayerStepSchedule`]).
 ///
 /// # Safety
@@ -384,7 +384,7 @@ unsafe fn gdn_layer_step_batch<A: Accumulation, const D_CONV: usize>(params: &Gd
 
 macro_rules! gdn_layer_step_batch_entries {
     ($($name:ident = $acc:ty, $kind:tt, $d:tt;)*) => {$(
-        /// [batch] Entry point; see the module docs.
+        /// [seq-batch] Entry point; see the module docs.
         ///
         /// # Safety
         /// See the module docs: the host validates every part, link, overlap and the schedule,

@@ -152,15 +152,15 @@ pub trait Accumulation {
         Self::step_column(acc, x, Self::column(y))
     }
 
-    /// [batch] An input pair as every step of the column takes it (itself, or rounded to f16
+    /// [seq-batch] An input pair as every step of the column takes it (itself, or rounded to f16
     /// and packed for the half2 form): converted once where several rows share it.
     type Column: Copy;
 
-    /// [batch] The input pair `y` in [`Accumulation::Column`] form (exact for f32; the two
+    /// [seq-batch] The input pair `y` in [`Accumulation::Column`] form (exact for f32; the two
     /// `cvt.rn.f16.f32` of the half2 form).
     fn column(y: F32Pair) -> Self::Column;
 
-    /// [batch] [`Accumulation::step`] on an input pair already in column form: the same
+    /// [seq-batch] [`Accumulation::step`] on an input pair already in column form: the same
     /// operations, so the same bits.
     fn step_column(acc: Self::Acc, x: Self::Pair, y: Self::Column) -> Self::Acc;
 
@@ -986,13 +986,13 @@ pub(crate) unsafe fn pair_gate_row_halves<A: Accumulation>(
     }
 }
 
-/// [batch] Rows of one batched mat-vec item: value heads `first_head … + BATCH_ROW_HEADS − 1`
+/// [seq-batch] Rows of one batched mat-vec item: value heads `first_head … + BATCH_ROW_HEADS − 1`
 /// of both products, row rr = 2·(head − first_head) + product.
 const TILE_ROWS: usize = 2 * abi::BATCH_ROW_HEADS as usize;
-/// [batch] Columns of one batched mat-vec item.
+/// [seq-batch] Columns of one batched mat-vec item.
 const TILE_COLS: usize = abi::BATCH_ROW_COLS as usize;
 
-/// [batch] One virtual thread's partial sums of the [`TILE_ROWS`] × [`TILE_COLS`] products of a
+/// [seq-batch] One virtual thread's partial sums of the [`TILE_ROWS`] × [`TILE_COLS`] products of a
 /// batched mat-vec item (value j = rr·TILE_COLS + c): for each (row, column) exactly
 /// [`thread_partials_of`]'s per-thread loop — the pairs v, v + block, … < n_pairs in increasing
 /// order, [`Accumulation::step`] from [`Accumulation::ZERO`] — with +0 for a virtual thread at or
@@ -1083,7 +1083,7 @@ macro_rules! each_value {
 use each_value;
 const _: () = assert!(abi::BATCH_ROW_VALUES == 32, "each_value! writes out 32 values");
 
-/// [batch] One batched mat-vec item of GDN_LAYER_STEP's first phase: rows of value heads
+/// [seq-batch] One batched mat-vec item of GDN_LAYER_STEP's first phase: rows of value heads
 /// `first_head … first_head + n_heads − 1` (≤ [`abi::BATCH_ROW_HEADS`]) of both products (alpha
 /// with the gate epilogue, beta_raw with SIGMOID) for the token columns `first_col … first_col +
 /// n_cols − 1` (≤ [`abi::BATCH_ROW_COLS`]), each element computed by a 128-thread block exactly

@@ -75,7 +75,7 @@ impl StepCase {
             name += &format!(",rs_idx={}", s.rollback_depth);
         }
         if s.n_seqs() > 1 {
-            // [batch] n_s and every further sequence's (src cell, rs_idx).
+            // [seq-batch] n_s and every further sequence's (src cell, rs_idx).
             let sources: Vec<String> = s.more_seqs.sources().iter().map(|(c, d)| format!("{c}:{d}")).collect();
             name += &format!(",n_s={}", s.n_seqs());
             if s.n_seqs() <= 5 {
@@ -182,14 +182,14 @@ fn setups() -> Vec<StepCase> {
     out
 }
 
-/// [batch] A step of `n_s` sequences of `n_t` tokens writing cells 1 … n_s (sequence s: cell
+/// [seq-batch] A step of `n_s` sequences of `n_t` tokens writing cells 1 … n_s (sequence s: cell
 /// 1 + s), each reading its own cell at rollback depth s mod (R + 1); cell 0 is read by nobody.
 fn own_cells(n_t: usize, r: usize, n_s: usize) -> Step {
     let more: Vec<(usize, usize)> = (1..n_s).map(|s| (1 + s, s % (r + 1))).collect();
     Step { cells: n_s + 1, kv_head: 1, src_cell: 1, ..Step::new(n_t, r) }.with_sequences(&more).expect("at most 256 sequences")
 }
 
-/// [batch] Batched steps: n_s 2–5 on the CPU-checked side (match cases and twins), with
+/// [seq-batch] Batched steps: n_s 2–5 on the CPU-checked side (match cases and twins), with
 /// sequences sharing a source row (cell 0, which no sequence writes), a fresh cell, every
 /// weight kind, 27B; n_s 16 and 64 as GPU-only twins ([`batch_twins`]).
 fn batch_setups() -> Vec<StepCase> {
@@ -215,7 +215,7 @@ fn batch_setups() -> Vec<StepCase> {
     ]
 }
 
-/// [batch] GPU-only twins of wide batches (their CPU references would take minutes): n_s 16
+/// [seq-batch] GPU-only twins of wide batches (their CPU references would take minutes): n_s 16
 /// and 64, against the three-kernel chain and the unfused chain.
 fn batch_twins() -> Vec<Case> {
     let f32w = LayerInit::default();
@@ -228,7 +228,7 @@ fn batch_twins() -> Vec<Case> {
     out
 }
 
-/// [batch] Batch invariance: sequence `k` of a batch of `n_s` (the others random, writing their
+/// [seq-batch] Batch invariance: sequence `k` of a batch of `n_s` (the others random, writing their
 /// own cells) comes out of the batched step with exactly the bits the single-sequence step
 /// gives it alone — every output slice of the sequence and every cache row of its cell.
 pub const BATCH_INVARIANT: &str = "GDN_LAYER_STEP_BATCH_INVARIANT";
@@ -343,7 +343,7 @@ pub fn cases() -> Vec<Case> {
     let mut cases: Vec<Case> = setups.iter().map(|s| s.match_case()).collect();
     cases.extend(setups.iter().map(|s| s.twin_case(VS_CHAIN)));
     cases.extend(setups.iter().step_by(3).map(|s| s.twin_case(VS_UNFUSED)));
-    // [batch] Wide batches (GPU only) and batch invariance: a sequence alone, first, last and in
+    // [seq-batch] Wide batches (GPU only) and batch invariance: a sequence alone, first, last and in
     // the middle of batches of 2, 4, 64 and 256.
     cases.extend(batch_twins());
     for (preset, n_t, r, n_s, k, gpu_only) in [

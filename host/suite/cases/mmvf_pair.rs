@@ -73,7 +73,7 @@ fn refusal(name: &str, build: fn(&mut Builder) -> MulMatVecPair, predicate: fn(&
     })
 }
 
-/// [batch] One column more than the pair takes (16 tokens × 256 sequences + 1).
+/// [seq-batch] One column more than the pair takes (16 tokens × 256 sequences + 1).
 pub(super) const TOO_MANY_COLS: usize = abi::MUL_MAT_VEC_PAIR_MAX_COLS + 1;
 
 /// The refusal of [`TOO_MANY_COLS`] columns, naming the count and the limit.
@@ -144,7 +144,7 @@ pub fn cases() -> Vec<Case> {
     let mut cases: Vec<Case> = out.into_iter().map(pair_case).collect();
     cases.extend(wide.into_iter().map(vs_split_case));
 
-    // [batch] One column beyond the pair's 16 × 256 (MUL_MAT_VEC_PAIR_MAX_COLS), for each weight type.
+    // [seq-batch] One column beyond the pair's 16 × 256 (MUL_MAT_VEC_PAIR_MAX_COLS), for each weight type.
     cases.push(refusal(
         "type=f32,ncols=4097",
         |b| plain_pair(b, DType::F32, 64, 32, TOO_MANY_COLS),

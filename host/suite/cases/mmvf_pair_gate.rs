@@ -221,7 +221,7 @@ pub fn cases() -> Vec<Case> {
     let setups = setups();
     let mut cases: Vec<Case> = setups.iter().map(|s| s.match_case()).collect();
     for (t, dtype) in [("f32", DType::F32), ("f16", DType::F16), ("bf16", DType::BF16)] {
-        // [batch] One column beyond the pair's 16 × 256.
+        // [seq-batch] One column beyond the pair's 16 × 256.
         let name = format!("type={t},ncols={TOO_MANY_COLS}");
         let build: fn(&mut Builder) -> MulMatVecPairGate = match dtype {
             DType::F32 => |b| plain_gate(b, DType::F32, 64, 32, TOO_MANY_COLS),

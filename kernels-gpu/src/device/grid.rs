@@ -233,14 +233,14 @@ fn is_first_thread() -> bool {
     thread_idx_x() == 0 && thread_idx_y() == 0 && thread_idx_z() == 0
 }
 
-/// [batch] The counter of chunk `chunk` in the readiness state (line
+/// [seq-batch] The counter of chunk `chunk` in the readiness state (line
 /// [`GRID_SYNC_COUNTER_LINE`](crate::abi::GRID_SYNC_COUNTER_LINE) + chunk).
 #[inline(always)]
 fn counter_at(state: *mut u64, chunk: u32) -> *mut u64 {
     line_at(state, crate::abi::GRID_SYNC_COUNTER_LINE + chunk)
 }
 
-/// [batch] Counts one finished first-phase item of chunk `chunk`: once every thread of the block
+/// [seq-batch] Counts one finished first-phase item of chunk `chunk`: once every thread of the block
 /// finished it (`bar.sync`), thread 0 adds 1 to the chunk's counter with `red.release.gpu` — the
 /// release pattern of [`publish_item`], so every write of the item is released with the count.
 /// Also a block barrier. The counters are zero when a launch starts ([`close_batch_launch`]
@@ -259,7 +259,7 @@ pub unsafe fn publish_count(state: *mut u64, chunk: u32) {
     }
 }
 
-/// [batch] Waits, in every thread of the block, until chunk `chunk`'s counter reached `target`
+/// [seq-batch] Waits, in every thread of the block, until chunk `chunk`'s counter reached `target`
 /// (every first-phase item of the chunk counted); afterwards every write those items released is
 /// visible to every thread's coherent loads: thread 0 polls (`ld.relaxed.gpu`), then reads the
 /// counter once more with `ld.acquire.gpu` — it returns at least `target` again (coherence), so
@@ -284,7 +284,7 @@ pub unsafe fn wait_count(state: *mut u64, chunk: u32, target: u64) {
     unsafe { sync_threads() };
 }
 
-/// [batch] Block 0's end of a batched launch: [`close_launch`], and before `done` is stored,
+/// [seq-batch] Block 0's end of a batched launch: [`close_launch`], and before `done` is stored,
 /// the counters of chunks 0 … `n_chunks` − 1 set back to zero for the next launch (every block
 /// has arrived, so no thread of this launch reads or adds to them any more).
 ///

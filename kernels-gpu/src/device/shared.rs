@@ -130,7 +130,7 @@ pub fn wait_async_copies() {
     }
 }
 
-/// [batch] Starts copying the 16 bytes at global address `src` to shared address `dst`
+/// [seq-batch] Starts copying the 16 bytes at global address `src` to shared address `dst`
 /// (`cp.async.cg.shared.global`, sm_80+: through L2 only, bypassing L1 — for data read once).
 /// Part of this thread's next [`commit_async_copies`] group; complete and visible to this thread
 /// after [`wait_async_groups`] leaves that group behind (to other threads after that and a
@@ -153,7 +153,7 @@ pub unsafe fn copy_async_16(dst: u32, src: *const u8) {
     }
 }
 
-/// [batch] Closes this thread's pending `cp.async` copies into one group
+/// [seq-batch] Closes this thread's pending `cp.async` copies into one group
 /// (`cp.async.commit_group`).
 #[inline(always)]
 pub fn commit_async_copies() {
@@ -163,7 +163,7 @@ pub fn commit_async_copies() {
     }
 }
 
-/// [batch] Waits until at most `N` of this thread's committed copy groups — the newest — are
+/// [seq-batch] Waits until at most `N` of this thread's committed copy groups — the newest — are
 /// still in flight (`cp.async.wait_group N`): every older group has landed and is visible to
 /// this thread. Not `readonly`: the compiler keeps later shared loads after it.
 #[inline(always)]
@@ -174,7 +174,7 @@ pub fn wait_async_groups<const N: u32>() {
     }
 }
 
-/// [batch] The generic address of shared-window address `addr` (`cvta.shared.u64`): a pointer
+/// [seq-batch] The generic address of shared-window address `addr` (`cvta.shared.u64`): a pointer
 /// through which ordinary loads and stores reach the block's shared memory.
 #[inline(always)]
 pub fn generic(addr: u32) -> *mut u8 {

@@ -134,7 +134,7 @@ pub unsafe fn warp_sum_eight_scattered(x: [f32; 8], lane: u32) -> f32 {
     math::add(w, unsafe { shfl_xor(w, 1) })
 }
 
-/// [batch] [`warp_sum`] of sixteen values as one reduce-scatter: returns, in lane `lane`, the sum
+/// [seq-batch] [`warp_sum`] of sixteen values as one reduce-scatter: returns, in lane `lane`, the sum
 /// of value `(lane >> 1) & 15` — [`warp_sum`]'s bits for that value (the argument of
 /// [`warp_sum_eight_scattered`]: at offsets 16, 8, 4 and 2 each lane keeps the half of its values
 /// selected by its lane bit and adds its partner's copy, own value first; offset 1 is the
@@ -181,7 +181,7 @@ unsafe fn half_step<const O: usize, const B: u32>(x: &mut [f32; 32], lane: u32) 
     }
 }
 
-/// [batch] [`warp_sum`] of 32 values as one reduce-scatter: returns, in lane `lane`, the sum of
+/// [seq-batch] [`warp_sum`] of 32 values as one reduce-scatter: returns, in lane `lane`, the sum of
 /// value `lane` — [`warp_sum`]'s bits for that value (the argument of
 /// [`warp_sum_eight_scattered`]: at offsets 16, 8, 4, 2, 1 each lane keeps the half of its
 /// values selected by its lane bit and adds its partner's copy of it, own value first — the
