@@ -9,7 +9,8 @@
 //! pattern's ops relocated onto other values' bytes; pattern nodes moved, duplicated or
 //! removed; values added to what the caller observes. Both buffer layouts, ggml's allocator
 //! and fusion-aware planning, 1–2 layers, with and without the GDN tail, n_t up to 16 (over 8
-//! the alpha/beta products are split launches, which the pair takes whole).
+//! the alpha/beta products are split launches, which the pair takes whole), 1–5 sequences
+//! reading any cache row (their own, a shared one, or one another sequence writes).
 //!
 //! `RGDN_FUZZ_CASES` (default 1000; 2000 with `RGDN_FULL_TESTS=1`) sets the number of cases, `RGDN_FUZZ_SEED`
 //! the first seed. It prints how often each fusion fired and the refusals by reason: a fuzzer
@@ -86,17 +87,30 @@ fn random_spec(rng: &mut StdRng) -> StackSpec {
         [1, 2, 3, 4, 5, 8, 9, 11, 13, 16][rng.random_range(0..10)]
     };
     let r = rng.random_range(0..=4);
-    let cells = rng.random_range(1..=3);
+    // [seq-batch] A third of the cases verify 2–5 sequences: sequence s writes cell kv_head + s
+    // and reads any cell at any depth — its own row, a row another sequence reads, or a row
+    // another sequence writes (which the fused ops must refuse by name).
+    let n_s = if rng.random_bool(0.35) { rng.random_range(2..=5) } else { 1 };
+    let cells = rng.random_range(n_s..=n_s + 2);
+    let kv_head = rng.random_range(0..=cells - n_s);
+    // Mostly its own cell (the common case, which fuses), else any cell.
+    let mut source = |s: usize| {
+        let cell = if rng.random_bool(0.75) { kv_head + s } else { rng.random_range(0..cells) };
+        (cell, rng.random_range(0..=r))
+    };
+    let (src_cell, rollback_depth) = source(0);
+    let more: Vec<(usize, usize)> = (1..n_s).map(&mut source).collect();
     let step = Step {
         n_tokens: n_t,
         n_rollback: r,
         cells,
-        kv_head: rng.random_range(0..cells),
-        src_cell: rng.random_range(0..cells),
-        rollback_depth: rng.random_range(0..=r),
+        kv_head,
+        src_cell,
+        rollback_depth,
         zero_cell: if rng.random_bool(0.2) { Some(rng.random_range(0..cells)) } else { None },
         more_seqs: rgdn::layer::Sequences::NONE,
     };
+    let step = step.with_sequences(&more).expect("at most 5 sequences");
     let weights = [DType::F32, DType::F16, DType::BF16][rng.random_range(0..3)];
     let layers = rng.random_range(1..=2);
     let layers = (0..layers)
@@ -301,6 +315,9 @@ struct Stats {
     perturbations: BTreeMap<&'static str, usize>,
     runtime_refused: usize,
     layer_cases: usize,
+    /// [seq-batch] Layer-cases of several sequences, and those where the layer step fired.
+    batched_layer_cases: usize,
+    batched_layer_steps: usize,
     /// Time building, running unfused, compiling, running fused, comparing.
     seconds: [f64; 5],
 }
@@ -335,6 +352,10 @@ fn case(seed: u64, stats: &mut Stats) -> std::result::Result<(), String> {
     }
     stats.cases += 1;
     stats.layer_cases += spec.layers.len();
+    let batched = spec.layers[0].step.n_seqs() > 1;
+    if batched {
+        stats.batched_layer_cases += spec.layers.len();
+    }
     let t0 = std::time::Instant::now();
     let (off_nodes, _) = compile(nodes.clone(), &live_out, Options::OFF);
     let off = run(&b.mem, &off_nodes);
@@ -353,6 +374,7 @@ fn case(seed: u64, stats: &mut Stats) -> std::result::Result<(), String> {
                 Outcome::Fused(_) => {
                     any = true;
                     *stats.fired.entry(name).or_default() += 1;
+                    stats.batched_layer_steps += usize::from(batched && *name == "layer_step");
                 }
                 Outcome::Refused(r) => *stats.refusals.entry(format!("{name}: {}", refusal_kind(r))).or_default() += 1,
             }
@@ -360,6 +382,16 @@ fn case(seed: u64, stats: &mut Stats) -> std::result::Result<(), String> {
     }
     if !any {
         return Ok(());
+    }
+    // [seq-batch] The fused conv chain runs the sequences at once: where one reads a conv row
+    // another writes, that is a race the CPU references (sequences in order) cannot show, so
+    // firing there is an unsafe accept in itself. (Every layer of a case has the same step.)
+    let step = &spec.layers[0].step;
+    if step.reads_another_sequences_row(step.slots()) && report.fired("conv_chain") > 0 {
+        return Err(format!(
+            "seed {seed}: the conv chain fused a step whose sequences read each other's rows {:?}\n{report}",
+            step.source_rows()
+        ));
     }
     stats.fused_cases += 1;
     let mut on = b.mem.clone();
@@ -432,6 +464,10 @@ fn fusion_never_changes_an_observed_byte() {
             100.0 * fired as f64 / valid.max(1) as f64
         );
     }
+    eprintln!(
+        "  [seq-batch] layer_step fired in {} of {} layer-cases of 2–5 sequences",
+        stats.batched_layer_steps, stats.batched_layer_cases
+    );
     eprintln!("  perturbations: {:?}", stats.perturbations);
     let s = stats.seconds;
     eprintln!("  seconds: build {:.1}, unfused run {:.1}, compile {:.1}, fused run {:.1}, compare {:.1}", s[0], s[1], s[2], s[3], s[4]);
@@ -445,6 +481,12 @@ fn fusion_never_changes_an_observed_byte() {
         let fired = stats.fired.get(f.name).copied().unwrap_or(0);
         assert!(fired * 20 >= valid, "{} fired in only {fired} of {valid} layer-cases: the fuzzer proves nothing about it", f.name);
     }
+    assert!(
+        stats.batched_layer_steps * 50 >= stats.batched_layer_cases.max(1),
+        "the batched layer step fired in only {} of {} batched layer-cases",
+        stats.batched_layer_steps,
+        stats.batched_layer_cases
+    );
     // The fused graphs the fuzzer accepts run: a rewrite never turns a running graph into one
     // its own validation refuses.
     assert_eq!(stats.runtime_refused, 0, "fused graphs refused at run time");
