@@ -27,7 +27,7 @@ use rgdn::graph::layer::{Built, LayerLayout, LayerSpec, Outputs, StackSpec};
 use rgdn::graph::{Bound, ByteSet, Node, exec};
 use rgdn::layer::{GdnShape, Step};
 use rgdn::memory::{DeviceMemory, HostMemory, Memory};
-use rgdn::ops::{ConcatDim0, Cpy, GatedDeltaNet, GetRows, L2Norm, MulMatVec, Op, Scale, SsmConv};
+use rgdn::ops::{ConcatDim0, Cpy, GatedDeltaNet, GdnConvChain, GdnLayerStep, GetRows, L2Norm, MulMatVec, Op, Scale, SsmConv};
 use rgdn::reference::math::{ExactMufu, Mufu};
 use rgdn::tensor::{DType, Layout, Tensor};
 use std::collections::BTreeMap;
@@ -383,15 +383,23 @@ fn case(seed: u64, stats: &mut Stats) -> std::result::Result<(), String> {
     if !any {
         return Ok(());
     }
-    // [seq-batch] The fused conv chain runs the sequences at once: where one reads a conv row
-    // another writes, that is a race the CPU references (sequences in order) cannot show, so
-    // firing there is an unsafe accept in itself. (Every layer of a case has the same step.)
-    let step = &spec.layers[0].step;
-    if step.reads_another_sequences_row(step.slots()) && report.fired("conv_chain") > 0 {
-        return Err(format!(
-            "seed {seed}: the conv chain fused a step whose sequences read each other's rows {:?}\n{report}",
-            step.source_rows()
-        ));
+    // [seq-batch] A fused conv chain runs the sequences at once: where one reads a conv row
+    // another writes, that is a race the CPU references (sequences in order) cannot show, so a
+    // fused node doing that is an unsafe accept in itself. Stated on each fused node as built
+    // (its source rows and the rows its snapshot writes cover; perturbations may have removed
+    // some of the builder's copies), independently of the op's own check.
+    for node in &on_nodes {
+        let chain = node.get::<GdnConvChain>().or_else(|| node.get::<GdnLayerStep>().map(|step| &step.chain));
+        let Some(chain) = chain else { continue };
+        let Some(rows) = b.mem.index_values(&chain.source_row) else { continue };
+        let n_s = chain.n_seqs();
+        let written_by = |row: usize| chain.snapshots.iter().find_map(|w| (row >= w.row && row - w.row < n_s).then(|| row - w.row));
+        if let Some(s) = (0..n_s.min(rows.len())).find(|&s| written_by(rows[s] as usize).is_some_and(|writer| writer != s)) {
+            return Err(format!(
+                "seed {seed}: a fused conv chain's sequence {s} reads row {} that another sequence writes (rows {rows:?})\n{report}",
+                rows[s]
+            ));
+        }
     }
     stats.fused_cases += 1;
     let mut on = b.mem.clone();
