@@ -1245,9 +1245,14 @@ pub const BATCH_ROW_REDUCE_BYTES: u32 = BATCH_ROW_VALUES * MUL_MAT_VEC_MAX_WARPS
 pub const BATCH_STATE_BYTES_PER_GROUP: u32 = GDN_LAYER_STEP_WARPS * GDN_LAYER_STEP_GROUP_COLUMNS * GDN_HEAD_DIM as u32 * 4;
 
 /// [seq-batch] Shared bytes of the batched layer step's copy of its parameters (the first bytes of
-/// its dynamic shared memory): [`GdnLayerStepParams`] rounded up to 1 KiB.
+/// its dynamic shared memory): [`GdnLayerStepParams`], then at [`BATCH_WALK_OFFSET`] its
+/// [`ScheduleWalk`], rounded up to 1 KiB.
 pub const BATCH_PARAMS_BYTES: u32 = 1024;
-const _: () = assert!(size_of::<GdnLayerStepParams>() <= BATCH_PARAMS_BYTES as usize);
+/// [seq-batch] Where the [`ScheduleWalk`] lies in the parameters' copy: after the parameters, 8-byte
+/// aligned.
+pub const BATCH_WALK_OFFSET: u32 = (size_of::<GdnLayerStepParams>() as u32).next_multiple_of(8);
+const _: () = assert!(BATCH_WALK_OFFSET as usize + size_of::<ScheduleWalk>() <= BATCH_PARAMS_BYTES as usize);
+const _: () = assert!(align_of::<ScheduleWalk>() <= 8 && align_of::<GdnLayerStepParams>() <= 8);
 
 /// [seq-batch] The batched layer step's dynamic shared memory: its parameters' copy, two
 /// second-phase state buffers (the current item's and the next one's, in flight), then one area
@@ -1495,6 +1500,163 @@ impl LayerStepSchedule {
         let c0 = col_block * BATCH_ROW_COLS;
         let n_cols = if c0 + BATCH_ROW_COLS < chunk_cols { BATCH_ROW_COLS } else { chunk_cols - c0 };
         (BatchItem::Rows { first_head, n_heads, first_col: first_seq * self.n_tokens + c0, n_cols }, c)
+    }
+}
+
+/// [speed] `n / d` and `n mod d` for a divisor fixed per launch: one multiply-high and one
+/// correction step instead of the division sequence a runtime divisor costs (≈ 20 dependent
+/// instructions each), exact for every u32 `n` and every `d` ≥ 1; `d` = 0 gives (0, 0), as
+/// [`div_or_zero`] and [`rem_or_zero`].
+///
+/// Why one correction is enough: `m` = ⌊(2³² − 1)/d⌋ lies in [(2³² − d)/d, 2³²/d), so
+/// q₀ = ⌊n·m / 2³²⌋ satisfies n/d − 1 < n/d − n/2³² ≤ n·m/2³² < n/d (n < 2³²), hence q₀ is
+/// ⌊n/d⌋ or ⌊n/d⌋ − 1, and n − q₀·d < 2d.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Divisor {
+    d: u32,
+    m: u32,
+}
+
+impl Divisor {
+    /// The divisor `d` with its multiplier.
+    pub const fn new(d: u32) -> Divisor {
+        match u32::MAX.checked_div(d) {
+            Some(m) => Divisor { d, m },
+            None => Divisor { d: 0, m: 0 },
+        }
+    }
+
+    /// (⌊n / d⌋, n mod d); (0, 0) for d = 0.
+    #[inline(always)]
+    pub const fn div_rem(&self, n: u32) -> (u32, u32) {
+        if self.d == 0 {
+            return (0, 0);
+        }
+        let q = ((n as u64 * self.m as u64) >> 32) as u32;
+        // q ≤ ⌊n/d⌋, so q·d ≤ n: no wrap.
+        let r = n - q * self.d;
+        if r >= self.d { (q + 1, r - self.d) } else { (q, r) }
+    }
+}
+
+/// [speed] [seq-batch] A [`LayerStepSchedule`] with what decoding an item needs prepared once per
+/// block: the item counts of a full chunk and of the last one, and every runtime divisor as a
+/// [`Divisor`]. [`ScheduleWalk::advance`] and [`ScheduleWalk::item`] return exactly what
+/// [`LayerStepSchedule::advance`] and [`LayerStepSchedule::item`] return (tests/schedule.rs walks
+/// both over many shapes and grids); the kernel walks with this one, the host's proofs with the
+/// plain one. Before it, decoding (segment lengths recomputed with divisions at every step, each
+/// item decoded twice) was ≈ 22 % of the batched step's stall samples at n_s = 64, T = 4.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScheduleWalk {
+    pub schedule: LayerStepSchedule,
+    n_chunks: u32,
+    /// Sequences of the last chunk.
+    last_seqs: u32,
+    /// Conv items, first-phase items and second-phase items of a full chunk, then of the last.
+    tiles_full: u32,
+    first_full: u32,
+    second_full: u32,
+    tiles_last: u32,
+    first_last: u32,
+    second_last: u32,
+    /// Second-phase items per sequence: H_v × head parts.
+    per_seq: Divisor,
+    head_parts: Divisor,
+    chain_tiles: Divisor,
+    row_blocks: Divisor,
+}
+
+impl ScheduleWalk {
+    /// The walk of `s`.
+    pub const fn of(s: LayerStepSchedule) -> ScheduleWalk {
+        let n_chunks = s.n_chunks();
+        let last = if n_chunks == 0 { 0 } else { n_chunks - 1 };
+        ScheduleWalk {
+            schedule: s,
+            n_chunks,
+            last_seqs: s.chunk_seqs_of(last).1,
+            tiles_full: s.tile_items(0),
+            first_full: s.first_items(0),
+            second_full: s.second_items(0),
+            tiles_last: s.tile_items(last),
+            first_last: s.first_items(last),
+            second_last: s.second_items(last),
+            per_seq: Divisor::new(s.n_heads * s.head_parts()),
+            head_parts: Divisor::new(s.head_parts()),
+            chain_tiles: Divisor::new(s.n_chain_tiles),
+            row_blocks: Divisor::new(s.row_blocks()),
+        }
+    }
+
+    /// [`LayerStepSchedule::n_chunks`].
+    #[inline(always)]
+    pub const fn n_chunks(&self) -> u32 {
+        self.n_chunks
+    }
+
+    /// [`LayerStepSchedule::first_items`] (for c < the chunks).
+    #[inline(always)]
+    pub const fn first_items(&self, c: u32) -> u32 {
+        if c + 1 == self.n_chunks { self.first_last } else { self.first_full }
+    }
+
+    /// [`LayerStepSchedule::segment_len`].
+    #[inline(always)]
+    pub const fn segment_len(&self, i: u32) -> u32 {
+        let (second, c) = self.schedule.segment(i);
+        let last = c + 1 == self.n_chunks;
+        match (second, last) {
+            (false, false) => self.first_full,
+            (false, true) => self.first_last,
+            (true, false) => self.second_full,
+            (true, true) => self.second_last,
+        }
+    }
+
+    /// [`LayerStepSchedule::advance`].
+    #[inline(always)]
+    pub const fn advance(&self, from: BatchCursor, by: u32) -> Option<BatchCursor> {
+        let (mut segment, mut offset) = (from.segment, from.offset + by);
+        while segment < 2 * self.n_chunks {
+            let len = self.segment_len(segment);
+            if offset < len {
+                return Some(BatchCursor { segment, offset });
+            }
+            offset -= len;
+            segment += 1;
+        }
+        None
+    }
+
+    /// [`LayerStepSchedule::item`].
+    #[inline(always)]
+    pub const fn item(&self, at: BatchCursor) -> (BatchItem, u32) {
+        let s = &self.schedule;
+        let (second, c) = s.segment(at.segment);
+        let last = c + 1 == self.n_chunks;
+        let first_seq = c * s.chunk_seqs;
+        let m = if last { self.last_seqs } else { s.chunk_seqs };
+        let o = at.offset;
+        if second {
+            let (seq, rem) = self.per_seq.div_rem(o);
+            let (head, part) = self.head_parts.div_rem(rem);
+            let first_group = part * GDN_LAYER_STEP_WARPS * s.groups_per_warp;
+            return (BatchItem::Groups { seq: first_seq + seq, head, first_group }, c);
+        }
+        let tiles = if last { self.tiles_last } else { self.tiles_full };
+        if o < tiles {
+            let (block, tile) = self.chain_tiles.div_rem(o);
+            let s0 = block * s.tile_seqs;
+            let n = if s0 + s.tile_seqs < m { s.tile_seqs } else { m - s0 };
+            return (BatchItem::Tiles { tile, first_seq: first_seq + s0, n_seqs: n }, c);
+        }
+        let (col_block, row_block) = self.row_blocks.div_rem(o - tiles);
+        let first_head = row_block * BATCH_ROW_HEADS;
+        let n_heads = if first_head + BATCH_ROW_HEADS < s.n_heads { BATCH_ROW_HEADS } else { s.n_heads - first_head };
+        let chunk_cols = m * s.n_tokens;
+        let c0 = col_block * BATCH_ROW_COLS;
+        let n_cols = if c0 + BATCH_ROW_COLS < chunk_cols { BATCH_ROW_COLS } else { chunk_cols - c0 };
+        (BatchItem::Rows { first_head, n_heads, first_col: first_seq * s.n_tokens + c0, n_cols }, c)
     }
 }
 

@@ -145,8 +145,8 @@
 //! read the state after token t). Copies move bit patterns.
 
 use crate::abi::{
-    BATCH_PARAMS_BYTES, BATCH_STATE_BYTES_PER_GROUP, BatchCursor, BatchItem, GDN_LAYER_STEP_COLS, GDN_LAYER_STEP_GROUPS_PER_HEAD, GDN_LAYER_STEP_WARPS,
-    GdnLayerStepParams, LayerStepItems, LayerStepSchedule, batch_scratch_offset,
+    BATCH_PARAMS_BYTES, BATCH_STATE_BYTES_PER_GROUP, BATCH_WALK_OFFSET, BatchCursor, BatchItem, GDN_LAYER_STEP_COLS, GDN_LAYER_STEP_GROUPS_PER_HEAD, GDN_LAYER_STEP_WARPS,
+    GdnLayerStepParams, LayerStepItems, LayerStepSchedule, ScheduleWalk, batch_scratch_offset,
 };
 use crate::device::grid::{arrive, close_batch_launch, close_launch, grid_target, publish_count, publish_item, wait_count, wait_items};
 use crate::device::shared;
@@ -273,19 +273,24 @@ unsafe fn gdn_layer_step_batch<A: Accumulation, const D_CONV: usize>(params: &Gd
     // stores may alias them as far as the compiler knows, so it re-reads what an item needs
     // instead of hoisting every kind's parameter-derived addresses out of the loop — which kept
     // them all live across all items (250 registers, or spills at the 168 three blocks per
-    // multiprocessor allow; 150–160 this way). A shared load per use, the same values.
+    // multiprocessor allow; 150–160 this way). A shared load per use, the same values. The
+    // schedule's walk (its divisors prepared once) lies beside them, read the same way.
     let p = shared::generic(shared::base()) as *mut GdnLayerStepParams;
+    let walk = shared::generic(shared::base() + BATCH_WALK_OFFSET) as *mut ScheduleWalk;
     if tid == 0 {
-        // SAFETY: the first BATCH_PARAMS_BYTES of the dynamic shared memory hold the copy (host:
-        // `gdn_layer_step_batch_shared_bytes`), 8-byte aligned (16 at least).
-        unsafe { p.write(*params) };
+        // SAFETY: the first BATCH_PARAMS_BYTES of the dynamic shared memory hold the copy and the
+        // walk (host: `gdn_layer_step_batch_shared_bytes`; abi.rs asserts both fit, 8-byte
+        // aligned — the area is 16-byte aligned at least).
+        unsafe {
+            p.write(*params);
+            walk.write(ScheduleWalk::of(LayerStepSchedule::of(params)));
+        }
     }
     // SAFETY: every thread of the block, before any read of the copy.
     unsafe { sync_threads() };
     // SAFETY: written above, never written again during the launch.
-    let p: &GdnLayerStepParams = unsafe { &*p };
+    let (p, walk): (&GdnLayerStepParams, &ScheduleWalk) = unsafe { (&*p, &*walk) };
     let (warp, lane) = (tid / 32, tid % 32);
-    let schedule = LayerStepSchedule::of(p);
     let groups = WarpGroups::batch(p.batch.groups_per_warp);
     let (source_rows, source_rows_stride) = (p.gdn.source_rows as usize as *const i32, p.gdn.source_rows_stride as usize);
     let state = p.sync_state as usize as *mut u64;
@@ -299,38 +304,47 @@ unsafe fn gdn_layer_step_batch<A: Accumulation, const D_CONV: usize>(params: &Gd
     // copies were already issued (by the previous second-phase item of this block).
     let mut buffer = 0u32;
     let mut prefetched = false;
-    let mut at = schedule.advance(BatchCursor { segment: 0, offset: 0 }, block);
+    let mut at = walk.advance(BatchCursor { segment: 0, offset: 0 }, block);
     // [speed] The state of this block's first second-phase item, asked for now: the first
     // phase does not touch the ssm cache, so the copy lands while the block runs its first-phase
     // items.
     let mut first = at;
     while let Some(cursor) = first {
-        if let (BatchItem::Groups { seq, head, first_group }, _) = schedule.item(cursor) {
+        if let (BatchItem::Groups { seq, head, first_group }, _) = walk.item(cursor) {
             // SAFETY: the item inside the validated launch; buffer 0 is free.
             unsafe { issue_batch_state_copies(&p.gdn.gdn, source_rows, source_rows_stride, groups_at(seq, head, first_group), tid, base) };
             prefetched = true;
             break;
         }
-        first = schedule.advance(cursor, grid);
+        first = walk.advance(cursor, grid);
     }
-    while let Some(cursor) = at {
-        let next = schedule.advance(cursor, grid);
-        match schedule.item(cursor) {
-            (BatchItem::Tiles { tile, first_seq, n_seqs }, chunk) => {
+    // [speed] Each item decoded once: the next one's decoding (for its prefetch) is carried over.
+    let mut current = match at {
+        Some(cursor) => Some(walk.item(cursor)),
+        None => None,
+    };
+    while let (Some(cursor), Some((item, chunk))) = (at, current) {
+        let next = walk.advance(cursor, grid);
+        let next_item = match next {
+            Some(n) => Some(walk.item(n)),
+            None => None,
+        };
+        match item {
+            BatchItem::Tiles { tile, first_seq, n_seqs } => {
                 // SAFETY: tile < C/128 and the sequences < n_s (schedule); all 128 threads; the
                 // chain's shared layout fits the scratch area (host).
                 unsafe { gdn_conv_chain_tiles_at::<D_CONV>(&p.chain, tile as usize, first_seq as usize, n_seqs as usize, scratch) };
                 // SAFETY: block-uniform item: every thread is here after its last write of it.
                 unsafe { publish_count(state, chunk) };
             }
-            (BatchItem::Rows { first_head, n_heads, first_col, n_cols }, chunk) => {
+            BatchItem::Rows { first_head, n_heads, first_col, n_cols } => {
                 // SAFETY: heads and columns inside the validated products (schedule); all 128
                 // threads; the reduction buffer is the scratch area's start.
                 unsafe { pair_gate_tile::<A>(&p.gate, first_head, n_heads, first_col, n_cols, p.pair_block, scratch) };
                 // SAFETY: as above.
                 unsafe { publish_count(state, chunk) };
             }
-            (BatchItem::Groups { seq, head, first_group }, chunk) => {
+            BatchItem::Groups { seq, head, first_group } => {
                 let here = base + buffer * state_bytes;
                 if !prefetched {
                     // SAFETY: the item inside the validated launch; the buffer is free (a block
@@ -339,16 +353,14 @@ unsafe fn gdn_layer_step_batch<A: Accumulation, const D_CONV: usize>(params: &Gd
                 }
                 // SAFETY: every thread of the block; the chunk's first-phase items all come before
                 // this item in the schedule, and its counter counts exactly them.
-                unsafe { wait_count(state, chunk, schedule.first_items(chunk) as u64) };
+                unsafe { wait_count(state, chunk, walk.first_items(chunk) as u64) };
                 // SAFETY: after the acquire: every token input of the chunk is written and visible.
                 unsafe { issue_batch_token_copies(&p.gdn.gdn, groups_at(seq, head, first_group), scratch) };
                 shared::commit_async_copies();
                 // [speed] The next item's state, if this block's next item is a second-phase one:
                 // its copies fly while this item computes.
                 prefetched = false;
-                if let Some(n) = next
-                    && let (BatchItem::Groups { seq: s2, head: h2, first_group: g2 }, _) = schedule.item(n)
-                {
+                if let Some((BatchItem::Groups { seq: s2, head: h2, first_group: g2 }, _)) = next_item {
                     // SAFETY: the other buffer is free (its last item ended with a block barrier).
                     unsafe {
                         issue_batch_state_copies(&p.gdn.gdn, source_rows, source_rows_stride, groups_at(s2, h2, g2), tid, base + (1 - buffer) * state_bytes)
@@ -372,13 +384,14 @@ unsafe fn gdn_layer_step_batch<A: Accumulation, const D_CONV: usize>(params: &Gd
             }
         }
         at = next;
+        current = next_item;
     }
     // No copy of this block is in flight any more (a prefetch is only issued for a next item).
     // SAFETY: every thread of the block, once, after its last item.
     unsafe { arrive(state) };
     if block == 0 {
         // SAFETY: block 0 after its arrival; every block arrives (co-resident grid).
-        unsafe { close_batch_launch(state, target, schedule.n_chunks()) };
+        unsafe { close_batch_launch(state, target, walk.n_chunks()) };
     }
 }
 
