@@ -88,11 +88,33 @@ impl StepPlan {
     /// `gpu`'s stream (nothing waits).
     pub(crate) fn launch_on(&self, gpu: &Gpu, mem: &DeviceMemory, read_only: &[bool]) -> Result<()> {
         self.check_step(mem, read_only)?;
+        // SAFETY: `check_step` passed just now on `mem`, which stays borrowed until we return.
+        unsafe { self.launch_checked(gpu) }
+    }
+
+    /// [bench] One step on rgdn's own memory as [`StepPlan::launch`] runs it, returning the host
+    /// time of its checks (steps 1 and 2 of the module docs) and of its launches.
+    #[cfg(feature = "bench")]
+    pub(crate) fn launch_timed(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<[std::time::Duration; 2]> {
+        let t0 = std::time::Instant::now();
+        self.check_step(mem, &[])?;
+        let t1 = std::time::Instant::now();
+        // SAFETY: `check_step` passed just now on `mem`, which stays borrowed until we return.
+        unsafe { self.launch_checked(gpu) }?;
+        Ok([t1 - t0, t1.elapsed()])
+    }
+
+    /// Every prepared launch, in order on `gpu`'s stream.
+    ///
+    /// # Safety
+    /// [`StepPlan::check_step`] passed on the memory the launches address, and that memory is
+    /// still borrowed, unchanged, by the caller.
+    unsafe fn launch_checked(&self, gpu: &Gpu) -> Result<()> {
         for launch in &self.launches {
             // SAFETY: every launch was prepared (after its op's full validation) on a memory
-            // bound exactly as `mem` is (`check_step`: same addresses, lengths, index and
-            // read-only flags — and `mem` keeps those buffers alive while it is borrowed), and
-            // every op that reads an index passed its index rules on the values `mem` holds
+            // bound exactly as the caller's is (`check_step`: same addresses, lengths, index and
+            // read-only flags — and the caller's borrow keeps those buffers alive), and every
+            // op that reads an index passed its index rules on the values that memory holds
             // now, which are the device bytes (rgdn writes them from these host copies).
             unsafe { gpu.run(launch) }?;
         }
