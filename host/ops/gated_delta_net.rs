@@ -543,7 +543,8 @@ impl Op for GatedDeltaNetFromCache {
         states_over_read_rows(FROM_CACHE_OP, &self.states, &read_rows, self.q.ne()[2].min(self.states.ne()[2]))
     }
 
-    /// The same rules prepared once: [`FromCacheIndexRules`].
+    /// The same rules prepared once (`FromCacheIndexRules`: a table of the rows each sequence
+    /// may read, made from the views).
     fn index_rules(&self) -> Box<dyn IndexRules> {
         Box::new(FromCacheIndexRules::new(self))
     }

@@ -439,7 +439,8 @@ impl Op for GdnConvChain {
         self.check_source_rows(mem).map(|_| ())
     }
 
-    /// The same rules prepared once: [`ChainIndexRules`].
+    /// The same rules prepared once (`ChainIndexRules`: a table of the rows each sequence may
+    /// read, made from the snapshot rows).
     fn index_rules(&self) -> Box<dyn IndexRules> {
         Box::new(ChainIndexRules::new(self))
     }

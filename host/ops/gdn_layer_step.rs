@@ -734,7 +734,8 @@ impl Op for GdnLayerStep {
         self.gdn.check_indices(mem)
     }
 
-    /// The same rules prepared once: [`LayerStepIndexRules`].
+    /// The same rules prepared once (`LayerStepIndexRules`: both parts' tables, one pass over
+    /// one shared index).
     fn index_rules(&self) -> Box<dyn IndexRules> {
         Box::new(LayerStepIndexRules::new(self))
     }
