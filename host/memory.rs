@@ -17,6 +17,14 @@ pub trait Memory {
     fn is_index_buffer(&self, id: BufferId) -> bool;
     /// The values of an I32 view of an index buffer, in logical order.
     fn index_values(&self, t: &Tensor) -> Option<Vec<i32>>;
+    /// [host-cost] The host-known bytes of index buffer `id` (`None` when it is not an index
+    /// buffer, or the memory keeps no such copy): what a plan's per-step index rules read in
+    /// place instead of copying the values out ([`crate::ops::IndexRules`]). Must be the bytes
+    /// [`Memory::index_values`] decodes; the default (`None`) makes the rules use that.
+    fn index_bytes(&self, id: BufferId) -> Option<&[u8]> {
+        let _ = id;
+        None
+    }
     /// [seq-batch] The largest power of two (up to [`ALLOCATION_ALIGNMENT`]) dividing the device
     /// address of buffer `id`'s first byte: what a kernel reading it in wide pieces needs to
     /// know. rgdn's own buffers (and the host buffers that model them) start
@@ -231,6 +239,10 @@ impl Memory for HostMemory {
         (self.is_index_buffer(t.buffer) && t.dtype() == DType::I32).then_some(())?;
         read_i32s(bytes, t)
     }
+
+    fn index_bytes(&self, id: BufferId) -> Option<&[u8]> {
+        self.buffers.get(id.0).filter(|_| self.is_index_buffer(id)).map(Vec::as_slice)
+    }
 }
 
 /// Device buffers with the same ids as the [`HostMemory`] they were uploaded from.
@@ -333,6 +345,10 @@ impl Memory for DeviceMemory {
             return None;
         }
         read_i32s(shadow, t)
+    }
+
+    fn index_bytes(&self, id: BufferId) -> Option<&[u8]> {
+        self.index_shadow.get(id.0)?.as_deref()
     }
 
     fn base_alignment(&self, id: BufferId) -> usize {

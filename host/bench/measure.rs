@@ -203,13 +203,17 @@ pub struct HostSteps {
     /// µs per step without a plan: the index write and every op's `launch` (full validation
     /// and launch preparation each time).
     pub unplanned_us: Vec<f64>,
+    /// [host-cost] A planned step in parts, µs per step from steps timed on their own: the
+    /// index write, the plan's checks (binding check and index rules), its launches.
+    pub planned_parts_us: Vec<[f64; 3]>,
     /// Every buffer after one planned step on a fresh copy of the layer.
     pub after_step: crate::memory::HostMemory,
 }
 
 /// Runs `ops` as one planned step on a fresh copy of `host` (its bytes after), then `steps`
-/// timed planned steps and `steps` timed unplanned ones (each timed alone; the stream is
-/// drained every 32 steps, untimed, so the launch queue never blocks the host). `index`: the
+/// timed planned steps, `steps` timed unplanned ones and `steps` planned ones timed in parts
+/// (each timed alone; the stream is drained every 32 steps, untimed, so the launch queue never
+/// blocks the host). `index`: the
 /// step's index tensor (its values rewritten before every step, as an engine does).
 pub fn host_steps(
     gpu: &Gpu,
@@ -242,7 +246,21 @@ pub fn host_steps(
         };
         let planned_us = time(&mut mem, &|m| plan.launch(gpu, m))?;
         let unplanned_us = time(&mut mem, &|m| ops.iter().try_for_each(|op| op.launch(gpu, m)))?;
-        Ok(HostSteps { planned_us, unplanned_us, after_step })
+        // The planned step again, each part timed (the same calls as `plan.launch`, with clock
+        // reads between them).
+        let mut planned_parts_us = Vec::with_capacity(steps);
+        for i in 0..steps {
+            if i % 32 == 0 {
+                gpu.synchronize()?;
+            }
+            let t0 = std::time::Instant::now();
+            mem.write(gpu, index.buffer, &bytes)?;
+            let write = t0.elapsed();
+            let [checks, launches] = plan.launch_timed(gpu, &mem)?;
+            planned_parts_us.push([write, checks, launches].map(|d| d.as_secs_f64() * 1e6));
+        }
+        gpu.synchronize()?;
+        Ok(HostSteps { planned_us, unplanned_us, planned_parts_us, after_step })
     })();
     gpu.set_recording(recording);
     gpu.set_timing(timing);

@@ -32,7 +32,7 @@ use crate::tensor::DType;
 use chain::{ChainBuilder, ChainConfig, ChainPair, op_keys};
 use measure::Timer;
 use report::{ArmStats, KernelRow, Meta, ModeReport, Report, ratio};
-use stats::{Arm, abba, summarize};
+use stats::{Arm, Summary, abba, summarize};
 use std::collections::HashMap;
 use std::path::PathBuf;
 
@@ -604,7 +604,13 @@ fn host_report(gpu: &Gpu, built: &ChainPair) -> Result<report::HostReport> {
             what: format!("recorder off: buffer {} differs between the fused and the unfused step", x.buffer.0),
         });
     }
+    let parts = |steps: &measure::HostSteps| -> Option<[Summary; 3]> {
+        let part = |i: usize| summarize(&steps.planned_parts_us.iter().map(|p| p[i]).collect::<Vec<_>>());
+        Some([part(0)?, part(1)?, part(2)?])
+    };
     Ok(report::HostReport {
+        off_planned_parts: parts(&off),
+        on_planned_parts: parts(&on),
         off_planned: summarize(&off.planned_us),
         on_planned: summarize(&on.planned_us),
         off_unplanned: summarize(&off.unplanned_us),

@@ -101,6 +101,13 @@ pub struct HostReport {
     /// Buffers the step hands on that were compared off vs on after one planned step each
     /// (the bench fails when any differs).
     pub identical_buffers: usize,
+    /// [host-cost] A planned step in parts (steps timed on their own): µs of the index write,
+    /// of the plan's checks (binding check and index rules), of its launches, per arm (absent
+    /// in reports written before it).
+    #[serde(default)]
+    pub off_planned_parts: Option<[Summary; 3]>,
+    #[serde(default)]
+    pub on_planned_parts: Option<[Summary; 3]>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -342,6 +349,16 @@ pub fn render_text(r: &Report) -> String {
                 cell(h.off_planned.as_ref()),
                 cell(h.on_planned.as_ref())
             );
+            let parts = |p: Option<&[Summary; 3]>| {
+                p.map_or("–".into(), |[w, c, l]| format!("{:.2} / {:.2} / {:.2}", w.median, c.median, l.median))
+            };
+            let _ = writeln!(
+                o,
+                "{:<52} {:>30} {:>30}",
+                "  of which index write / checks / launches",
+                parts(h.off_planned_parts.as_ref()),
+                parts(h.on_planned_parts.as_ref())
+            );
             let _ = writeln!(
                 o,
                 "{:<52} {:>30} {:>30}",
@@ -483,6 +500,8 @@ pub(crate) mod tests {
                             off_unplanned: s(90.0),
                             on_unplanned: s(30.0),
                             identical_buffers: 10,
+                            off_planned_parts: Some([1.0, 0.5, 1.5].map(exactly)),
+                            on_planned_parts: Some([1.0, 0.25, 0.25].map(exactly)),
                         }),
                     }
                 })
@@ -498,6 +517,11 @@ pub(crate) mod tests {
             ..Meta::default()
         };
         Report::new(meta, modes)
+    }
+
+    /// A summary of one sample `x`.
+    fn exactly(x: f64) -> Summary {
+        Summary { n: 1, median: x, p10: x, p90: x, min: x, max: x, mean: x }
     }
 
     /// Tokens verified per second: T·n_s tokens per replay of the forward.
@@ -543,6 +567,9 @@ pub(crate) mod tests {
         // The engine's path: host µs per step with and without a plan, and the bytes.
         assert!(fused.contains("host µs per step, plan once (recorder off)"), "{fused}");
         assert!(fused.contains("host µs per step, validating every launch"));
+        // The planned step in parts, medians: write / checks / launches.
+        assert!(fused.contains("  of which index write / checks / launches"), "{fused}");
+        assert!(fused.contains("1.00 / 0.50 / 1.50") && fused.contains("1.00 / 0.25 / 0.25"), "{fused}");
         assert!(fused.contains("recorder off (the engine's path): fused = unfused in all 10 buffers"));
     }
 

@@ -305,6 +305,10 @@ impl Memory for CallerMemory<'_> {
         self.mem.index_values(t)
     }
 
+    fn index_bytes(&self, id: BufferId) -> Option<&[u8]> {
+        self.mem.index_bytes(id)
+    }
+
     fn base_alignment(&self, id: BufferId) -> usize {
         self.mem.base_alignment(id)
     }

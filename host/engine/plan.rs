@@ -5,9 +5,11 @@
 //!
 //! 1. checks that the memory it is given is bound exactly as at plan time (a comparison of a
 //!    few dozen integers: the views validated then are inside the same live buffers now);
-//! 2. runs, for each op that reads an index buffer, that op's index rules
-//!    ([`Op::check_indices`]: the source rows in range, no written state slot on a row another
-//!    sequence reads, …) against the host copies of the index values rgdn wrote; and
+//! 2. runs, for each op that reads an index buffer, that op's index rules (the source rows in
+//!    range, no written state slot on a row another sequence reads, …) against the host copies
+//!    of the index values rgdn wrote — as prepared with the plan ([`Op::index_rules`]: what
+//!    does not depend on the values, such as which rows each sequence may read, is worked out
+//!    once), with [`Op::check_indices`]'s verdict; and
 //! 3. launches the prepared kernels, each as its op decided ([`crate::gpu::LaunchKind`]).
 //!
 //! What changes between steps is only what lives in index buffers (the source rows
@@ -24,8 +26,9 @@ use crate::error::{Error, Result};
 use crate::fusion::Report;
 use crate::gpu::{Gpu, PreparedLaunch};
 use crate::memory::{DeviceMemory, Memory};
-use crate::ops::Op;
+use crate::ops::{IndexRules, Op};
 use cudarc::driver::CudaGraph;
+use std::rc::Rc;
 
 use super::CompiledStep;
 
@@ -48,8 +51,9 @@ pub(crate) struct Binding {
 pub struct StepPlan {
     ops: Vec<Box<dyn Op>>,
     launches: Vec<PreparedLaunch>,
-    /// Ops that read an index buffer: their index rules run before every step.
-    index_ops: Vec<usize>,
+    /// The index rules of the ops that read an index buffer (prepared with the plan): they run
+    /// before every step. Shared by the plan's clones (a captured step holds one).
+    index_rules: Rc<[Box<dyn IndexRules>]>,
     bindings: Vec<Binding>,
     report: Report,
 }
@@ -65,8 +69,8 @@ impl StepPlan {
             // `prepare` validates first.
             launches.push(op.prepare(gpu, mem)?);
         }
-        let index_ops = index_readers(&ops, mem);
-        Ok(StepPlan { ops, launches, index_ops, bindings: bindings(mem, read_only), report })
+        let index_rules = index_readers(&ops, mem).into_iter().map(|i| ops[i].index_rules()).collect::<Vec<_>>().into();
+        Ok(StepPlan { ops, launches, index_rules, bindings: bindings(mem, read_only), report })
     }
 
     /// A plan for rgdn's own memory (every buffer writable).
@@ -84,11 +88,33 @@ impl StepPlan {
     /// `gpu`'s stream (nothing waits).
     pub(crate) fn launch_on(&self, gpu: &Gpu, mem: &DeviceMemory, read_only: &[bool]) -> Result<()> {
         self.check_step(mem, read_only)?;
+        // SAFETY: `check_step` passed just now on `mem`, which stays borrowed until we return.
+        unsafe { self.launch_checked(gpu) }
+    }
+
+    /// [bench] One step on rgdn's own memory as [`StepPlan::launch`] runs it, returning the host
+    /// time of its checks (steps 1 and 2 of the module docs) and of its launches.
+    #[cfg(feature = "bench")]
+    pub(crate) fn launch_timed(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<[std::time::Duration; 2]> {
+        let t0 = std::time::Instant::now();
+        self.check_step(mem, &[])?;
+        let t1 = std::time::Instant::now();
+        // SAFETY: `check_step` passed just now on `mem`, which stays borrowed until we return.
+        unsafe { self.launch_checked(gpu) }?;
+        Ok([t1 - t0, t1.elapsed()])
+    }
+
+    /// Every prepared launch, in order on `gpu`'s stream.
+    ///
+    /// # Safety
+    /// [`StepPlan::check_step`] passed on the memory the launches address, and that memory is
+    /// still borrowed, unchanged, by the caller.
+    unsafe fn launch_checked(&self, gpu: &Gpu) -> Result<()> {
         for launch in &self.launches {
             // SAFETY: every launch was prepared (after its op's full validation) on a memory
-            // bound exactly as `mem` is (`check_step`: same addresses, lengths, index and
-            // read-only flags — and `mem` keeps those buffers alive while it is borrowed), and
-            // every op that reads an index passed its index rules on the values `mem` holds
+            // bound exactly as the caller's is (`check_step`: same addresses, lengths, index and
+            // read-only flags — and the caller's borrow keeps those buffers alive), and every
+            // op that reads an index passed its index rules on the values that memory holds
             // now, which are the device bytes (rgdn writes them from these host copies).
             unsafe { gpu.run(launch) }?;
         }
@@ -106,10 +132,7 @@ impl StepPlan {
                     .into(),
             });
         }
-        for &i in &self.index_ops {
-            self.ops[i].check_indices(mem)?;
-        }
-        Ok(())
+        self.index_rules.iter().try_for_each(|rules| rules.check(mem))
     }
 
     /// Captures one step's launches into a CUDA graph on `gpu`'s stream (nothing runs). The
@@ -255,15 +278,15 @@ mod tests {
         let ops: Vec<Box<dyn Op>> = vec![Box::new(scale), Box::new(gather())];
         ops.iter().for_each(|op| op.validate(mem).unwrap());
         let index_ops = index_readers(&ops, mem);
-        StepPlan { ops, launches: Vec::new(), index_ops, bindings: bindings(mem, read_only), report: Report::default() }
+        assert_eq!(index_ops, [1], "only the gather reads an index");
+        let index_rules = index_ops.into_iter().map(|i| ops[i].index_rules()).collect::<Vec<_>>().into();
+        StepPlan { ops, launches: Vec::new(), index_rules, bindings: bindings(mem, read_only), report: Report::default() }
     }
 
     #[test]
     fn a_step_checks_the_bindings_and_the_index_rules_before_any_launch() {
         let planned = memory(1, 0x3000);
         let p = plan(&planned, &[]);
-        // Only the gather reads an index.
-        assert_eq!(p.index_ops, [1]);
         assert!(p.check_step(&planned, &[]).is_ok());
         // The same bindings with another row in range: fine; out of range: refused.
         assert!(p.check_step(&memory(3, 0x3000), &[]).is_ok());

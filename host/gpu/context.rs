@@ -179,8 +179,19 @@ pub struct PreparedLaunch {
 
 #[derive(Clone, Debug)]
 enum Work {
-    Kernel { func: CudaFunction, args: Vec<KernelArg> },
-    Copy { dst: u64, src: u64, bytes: usize },
+    /// `co_resident`: for a cooperative launch, the device's co-resident block count for this
+    /// function, block size and shared memory, asked when the launch was prepared (it depends
+    /// on nothing else: the launch runs only on the `Gpu` it was prepared on); 0 otherwise.
+    Kernel {
+        func: CudaFunction,
+        args: Vec<KernelArg>,
+        co_resident: u32,
+    },
+    Copy {
+        dst: u64,
+        src: u64,
+        bytes: usize,
+    },
 }
 
 impl PreparedLaunch {
@@ -434,7 +445,9 @@ impl Gpu {
     }
 
     /// [layer-step] A cooperative launch of `entry`, prepared to run later; a grid that
-    /// cannot be co-resident is refused when it is run ([`Error::NotCoResident`]).
+    /// cannot be co-resident is refused when it is run ([`Error::NotCoResident`]). The device's
+    /// co-resident block count for it ([`Gpu::co_resident_blocks`]) is asked now, so that a run
+    /// only compares.
     ///
     /// # Safety
     /// As [`Gpu::launch`], for as long as the launch may run.
@@ -445,7 +458,11 @@ impl Gpu {
     fn prepared(&self, entry: &'static str, dims: LaunchDims, args: &[KernelArg], kind: LaunchKind) -> Result<PreparedLaunch> {
         let func = self.function(entry)?;
         check_dims(entry, &dims)?;
-        Ok(PreparedLaunch { work: Work::Kernel { func, args: args.to_vec() }, entry, dims, kind, gpu: self.key() })
+        let co_resident = match kind {
+            LaunchKind::Cooperative => self.co_resident_of(&func, entry, block_threads(&dims), dims.shared_bytes)?,
+            LaunchKind::Plain | LaunchKind::Copy => 0,
+        };
+        Ok(PreparedLaunch { work: Work::Kernel { func, args: args.to_vec(), co_resident }, entry, dims, kind, gpu: self.key() })
     }
 
     /// A stream-ordered copy of `bytes` bytes from device address `src` to `dst`, prepared to
@@ -475,10 +492,12 @@ impl Gpu {
                 what: "the launch was prepared on another Gpu (its module and readiness state are that Gpu's)".into(),
             });
         }
-        match &launch.work {
+        match launch.work {
             // SAFETY: forwarded to the caller.
-            Work::Kernel { func, args } => unsafe { self.launch_with(func, launch.entry, launch.dims, args, launch.kind) },
-            &Work::Copy { dst, src, bytes } => {
+            Work::Kernel { ref func, ref args, co_resident } => unsafe {
+                self.launch_with(func, launch.entry, launch.dims, args, launch.kind, co_resident)
+            },
+            Work::Copy { dst, src, bytes } => {
                 // Raw driver calls do not bind the context themselves.
                 self.ctx.bind_to_thread()?;
                 // SAFETY: the caller's promise (`prepare_copy`): both ranges live, disjoint; the
@@ -528,19 +547,6 @@ impl Gpu {
         Ok(n)
     }
 
-    /// Refuses a cooperative grid larger than the blocks of `entry` that fit the device at once.
-    fn check_co_resident(&self, func: &CudaFunction, entry: &'static str, dims: &LaunchDims) -> Result<()> {
-        let (bx, by, bz) = dims.block;
-        let threads = bx.saturating_mul(by).saturating_mul(bz);
-        let co_resident = self.co_resident_of(func, entry, threads, dims.shared_bytes)?;
-        let (gx, gy, gz) = dims.grid;
-        let grid = gx as u64 * gy as u64 * gz as u64;
-        if grid > co_resident as u64 {
-            return Err(Error::NotCoResident { entry, grid, co_resident });
-        }
-        Ok(())
-    }
-
     /// Launches a function of any loaded module, plainly; `label` names it in the launch log.
     ///
     /// # Safety
@@ -548,11 +554,12 @@ impl Gpu {
     pub unsafe fn launch_function(&self, func: &CudaFunction, label: &'static str, dims: LaunchDims, args: &[KernelArg]) -> Result<()> {
         check_dims(label, &dims)?;
         // SAFETY: forwarded to the caller.
-        unsafe { self.launch_with(func, label, dims, args, LaunchKind::Plain) }
+        unsafe { self.launch_with(func, label, dims, args, LaunchKind::Plain, 0) }
     }
 
     /// The one launch path, for both kinds and every recorder state: the kind is the caller's
     /// (an op's), and the recorder and timing only add a record and events around the launch.
+    /// `co_resident`: a cooperative launch's co-resident block count (see [`Work::Kernel`]).
     ///
     /// # Safety
     /// As [`Gpu::launch`].
@@ -563,6 +570,7 @@ impl Gpu {
         dims: LaunchDims,
         args: &[KernelArg],
         kind: LaunchKind,
+        co_resident: u32,
     ) -> Result<()> {
         let cfg = LaunchConfig { grid_dim: dims.grid, block_dim: dims.block, shared_mem_bytes: dims.shared_bytes };
         let mut builder = self.stream.launch_builder(func);
@@ -582,12 +590,12 @@ impl Gpu {
         match kind {
             // SAFETY: the caller guarantees the argument list and extents (see `launch`).
             LaunchKind::Plain => unsafe { builder.launch(cfg) }?,
-            // The co-residency check belongs to the cooperative launch itself (a memo lookup
-            // after the first): any path that launched otherwise would skip it too, and the
-            // GPU test that runs an oversize grid with the recorder on and off would see that
-            // grid run.
+            // The co-residency check belongs to the cooperative launch itself (a comparison with
+            // the count asked when it was prepared): any path that launched otherwise would
+            // skip it too, and the GPU test that runs an oversize grid with the recorder on and
+            // off would see that grid run.
             LaunchKind::Cooperative => {
-                self.check_co_resident(func, label, &dims)?;
+                check_co_resident(label, &dims, co_resident)?;
                 // SAFETY: as above; the grid fits the device at once (just checked).
                 unsafe { builder.launch_cooperative(cfg) }?
             }
@@ -680,6 +688,24 @@ impl Gpu {
     }
 }
 
+/// Threads per block of `dims` (saturating: `check_dims` refuses more than 1024).
+fn block_threads(dims: &LaunchDims) -> u32 {
+    let (bx, by, bz) = dims.block;
+    bx.saturating_mul(by).saturating_mul(bz)
+}
+
+/// Refuses a cooperative grid larger than `co_resident`, the blocks of `entry` that fit the
+/// device at once.
+fn check_co_resident(entry: &'static str, dims: &LaunchDims, co_resident: u32) -> Result<()> {
+    let (gx, gy, gz) = dims.grid;
+    // Saturating: `check_dims` bounds y and z, but this check does not rely on it.
+    let grid = (gx as u64).saturating_mul(gy as u64).saturating_mul(gz as u64);
+    if grid > co_resident as u64 {
+        return Err(Error::NotCoResident { entry, grid, co_resident });
+    }
+    Ok(())
+}
+
 /// The hardware limits a launch shape must respect (checked here, not left to the driver, so
 /// the error names the kernel).
 fn check_dims(label: &'static str, d: &LaunchDims) -> Result<()> {
@@ -698,5 +724,26 @@ fn check_dims(label: &'static str, d: &LaunchDims) -> Result<()> {
     match why {
         Some(why) => Err(Error::Unsupported { op: label, what: format!("launch shape grid {:?} block {:?}: {why}", d.grid, d.block) }),
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The comparison every cooperative launch makes with the count asked at prepare time:
+    /// the whole grid (x·y·z, saturating) against it, refusal naming both.
+    #[test]
+    fn a_cooperative_grid_above_the_co_resident_count_is_refused() {
+        let dims = |grid| LaunchDims::new(grid, (128, 1, 1));
+        assert!(check_co_resident("E", &dims((2, 3, 1)), 6).is_ok());
+        assert!(matches!(
+            check_co_resident("E", &dims((2, 3, 2)), 11),
+            Err(Error::NotCoResident { entry: "E", grid: 12, co_resident: 11 })
+        ));
+        let huge = (u32::MAX, u32::MAX, 2);
+        assert!(matches!(check_co_resident("E", &dims(huge), u32::MAX), Err(Error::NotCoResident { grid: u64::MAX, .. })));
+        assert_eq!(block_threads(&LaunchDims::new((1, 1, 1), (32, 4, 2))), 256);
+        assert_eq!(block_threads(&LaunchDims::new((1, 1, 1), (u32::MAX, 2, 1))), u32::MAX);
     }
 }

@@ -1,6 +1,7 @@
 //! GATED_DELTA_NET (scalar gate, D = 128) — kernel: `kernels-gpu/src/gated_delta_net.rs`,
 //! reference: [`crate::reference::gated_delta_net`], spec §2.10.
 
+use super::index_rules::{IndexRules, IndexView, MAX_TOUCHES, RowReaders, Values};
 use super::{Op, check};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock, PreparedLaunch};
@@ -186,14 +187,11 @@ fn check_views(op: &'static str, t: &Views, state: StateSource, mem: &dyn Memory
 /// in 0..n_rows.
 fn source_row_views(op: &'static str, cache: &Tensor, source_rows: &Tensor, mem: &dyn Memory) -> Result<Vec<Tensor>> {
     let [row_len, n_rows, ..] = cache.ne();
-    let values = mem.index_values(source_rows).ok_or_else(|| Error::Invalid {
-        op,
-        what: format!("`source_rows` (buffer {}) is not an index buffer: its values must be known to the host", source_rows.buffer.0),
-    })?;
+    let values = mem.index_values(source_rows).ok_or_else(|| source_rows_not_an_index_buffer(op, source_rows))?;
     let mut read_rows = Vec::with_capacity(values.len());
     for (position, &index) in values.iter().enumerate() {
         if index < 0 || index as usize >= n_rows {
-            return Err(Error::IndexOutOfRange { op, arg: "source_rows", position, index: index as i64, rows: n_rows });
+            return Err(source_row_out_of_range(op, position, index, n_rows));
         }
         // Inside the validated cache view: offset + index·nb[1] fits (the view's end does).
         read_rows.push(cache.view([row_len, 1, 1, 1], cache.layout.nb, index as usize * cache.layout.nb[1]));
@@ -208,6 +206,10 @@ fn source_row_views(op: &'static str, cache: &Tensor, source_rows: &Tensor, mem:
 /// writes it has read before). Any other contact — another sequence's read row, a shifted or
 /// partial overlap — is [`Error::Aliasing`]. Rows are contiguous runs of the same length, so the
 /// byte ranges decide.
+///
+/// This is the rule as the full validation states it (each written slot against the sorted
+/// rows read); a plan runs it prepared once ([`FromCacheIndexRules`]: the rows each sequence
+/// may read, worked out from the views), and `tests/plan.rs` holds that to this verdict.
 fn states_over_read_rows(op: &'static str, states: &Tensor, read_rows: &[Tensor], written: usize) -> Result<()> {
     let [row_len, n_seqs, ..] = states.ne();
     let mut reads: Vec<(usize, usize, &Tensor)> =
@@ -234,17 +236,162 @@ fn states_over_read_rows(op: &'static str, states: &Tensor, read_rows: &[Tensor]
                     continue;
                 }
                 if r_start != start || r_seq != s {
-                    return Err(Error::Aliasing {
-                        op,
-                        a: "states",
-                        b: "ssm_cache",
-                        why: "a written state slot overlaps a row read, and not exactly as the same sequence's own read row",
-                    });
+                    return Err(slot_over_another_row(op));
                 }
             }
         }
     }
     Ok(())
+}
+
+// The index rules' errors, one constructor each, so the per-call and the prepared rules cannot
+// word them differently.
+fn source_rows_not_an_index_buffer(op: &'static str, source_rows: &Tensor) -> Error {
+    Error::Invalid {
+        op,
+        what: format!("`source_rows` (buffer {}) is not an index buffer: its values must be known to the host", source_rows.buffer.0),
+    }
+}
+
+fn source_row_out_of_range(op: &'static str, position: usize, index: i32, n_rows: usize) -> Error {
+    Error::IndexOutOfRange { op, arg: "source_rows", position, index: index as i64, rows: n_rows }
+}
+
+fn slot_over_another_row(op: &'static str) -> Error {
+    Error::Aliasing {
+        op,
+        a: "states",
+        b: "ssm_cache",
+        why: "a written state slot overlaps a row read, and not exactly as the same sequence's own read row",
+    }
+}
+
+/// [host-cost] GATED_DELTA_NET_FROM_CACHE's index rules prepared for a plan. Which sequence
+/// may read cache row x depends only on the views: row x's bytes are
+/// [c₀ + x·c₁, c₀ + x·c₁ + row) (c₀, c₁: the cache view's offset and row stride), and a written
+/// slot (s, k) at byte w allows it to sequence s alone when c₀ + x·c₁ = w, to nobody when the
+/// two ranges merely overlap. So the slots' rows go into a [`RowReaders`] table once (each slot
+/// touches the rows x with |c₀ + x·c₁ − w| < row: at most two for a cache whose rows do not
+/// overlap), and a step reads each value once: in range, then one load — where
+/// `states_over_read_rows` builds a view per written slot (n_s·K of them) and binary-searches
+/// the rows read for each. Views the table does not cover (never a real step's) keep the
+/// per-call rules.
+#[derive(Clone, Debug)]
+pub(crate) enum FromCacheIndexRules {
+    Table(FromCacheTable),
+    PerCall(Box<GatedDeltaNetFromCache>),
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct FromCacheTable {
+    pub index: IndexView,
+    n_rows: usize,
+    /// `None`: no written slot can meet a row read (the cache in another buffer, or no slot
+    /// written).
+    readers: Option<RowReaders>,
+}
+
+impl FromCacheIndexRules {
+    pub fn new(op: &GatedDeltaNetFromCache) -> FromCacheIndexRules {
+        Self::table(op).map_or_else(|| FromCacheIndexRules::PerCall(Box::new(op.clone())), FromCacheIndexRules::Table)
+    }
+
+    fn table(op: &GatedDeltaNetFromCache) -> Option<FromCacheTable> {
+        let (cache, states) = (&op.ssm_cache.layout, &op.states.layout);
+        let index = IndexView::new(&op.source_rows)?;
+        let [row_len, n_rows, ..] = cache.ne;
+        let [slot_len, n_seqs, ..] = states.ne;
+        let written = op.q.ne()[2].min(states.ne[2]);
+        // What `states_over_read_rows` takes for granted of validated views: rows of one length,
+        // each one contiguous byte run (then the byte ranges below are the views' own).
+        let contiguous = |l: &crate::tensor::Layout| l.ne[0] <= 1 || l.nb[0] == 4;
+        if row_len != slot_len || !contiguous(cache) || !contiguous(states) || index.tensor.ne()[0] != n_seqs {
+            return None;
+        }
+        let row = row_len.checked_mul(4)?;
+        if op.ssm_cache.buffer != op.states.buffer || row == 0 || written == 0 || n_seqs == 0 {
+            return Some(FromCacheTable { index, n_rows, readers: None });
+        }
+        // Rows x of slot byte w: c₀ + x·c₁ ∈ (w − row, w + row), x < n_rows (rows past the
+        // cache fail the range rule first). In i128: every input is below 2^64.
+        let (c0, c1, row_i) = (cache.offset as i128, cache.nb[1] as i128, row as i128);
+        let rows_near = |w: i128| -> (i128, i128) {
+            let (lo, hi) = if c1 == 0 {
+                if (c0 - w).abs() < row_i { (0, n_rows as i128) } else { (0, 0) }
+            } else {
+                // Smallest x with c₀ + x·c₁ > w − row, and smallest with c₀ + x·c₁ ≥ w + row.
+                ((w - row_i - c0).div_euclid(c1) + 1, -((c0 - w - row_i).div_euclid(c1)))
+            };
+            (lo.max(0), hi.min(n_rows as i128))
+        };
+        let mut touches = Vec::new();
+        for s in 0..n_seqs {
+            for k in 0..written {
+                let w = states.offset.checked_add(s.checked_mul(states.nb[1])?)?.checked_add(k.checked_mul(states.nb[2])?)?;
+                let (lo, hi) = rows_near(w as i128);
+                if hi - lo > (MAX_TOUCHES - touches.len()) as i128 {
+                    return None;
+                }
+                for x in lo..hi {
+                    // x < n_rows: below 2^64, as c₁ is, so the product fits i128 unless the
+                    // view's rows do not fit the address space (refused by validation).
+                    let start = c0 + x.checked_mul(c1)?;
+                    // Exactly the overlap of [start, start + row) and [w, w + row).
+                    if (start - w as i128).abs() < row_i {
+                        touches.push((x as usize, (start == w as i128).then_some(s)));
+                    }
+                }
+            }
+        }
+        let readers = RowReaders::from_touches(&touches)?;
+        Some(FromCacheTable { index, n_rows, readers: Some(readers) })
+    }
+}
+
+impl FromCacheTable {
+    /// The first rule (in range) on one value: the row, or the error.
+    #[inline]
+    pub fn range(&self, position: usize, index: i32) -> Result<usize> {
+        match usize::try_from(index) {
+            Ok(row) if row < self.n_rows => Ok(row),
+            _ => Err(source_row_out_of_range(FROM_CACHE_OP, position, index, self.n_rows)),
+        }
+    }
+
+    /// The second rule on one value in range: no written slot but sequence `position`'s own,
+    /// start for start, meets `row`.
+    #[inline]
+    pub fn may_read(&self, position: usize, row: usize) -> bool {
+        self.readers.as_ref().is_none_or(|r| r.may_read(row, position))
+    }
+
+    pub fn slot_over_another_row(&self) -> Error {
+        slot_over_another_row(FROM_CACHE_OP)
+    }
+
+    pub fn not_an_index_buffer(&self) -> Error {
+        source_rows_not_an_index_buffer(FROM_CACHE_OP, &self.index.tensor)
+    }
+
+    /// Both rules in the full validation's order (every value in range, then the slots) over
+    /// values already read.
+    pub fn check_values(&self, values: &Values) -> Result<()> {
+        let mut others = false;
+        values.try_for_each(|p, v| {
+            others |= !self.may_read(p, self.range(p, v)?);
+            Ok(())
+        })?;
+        if others { Err(self.slot_over_another_row()) } else { Ok(()) }
+    }
+}
+
+impl IndexRules for FromCacheIndexRules {
+    fn check(&self, mem: &dyn Memory) -> Result<()> {
+        match self {
+            FromCacheIndexRules::Table(t) => t.check_values(&t.index.read(mem).ok_or_else(|| t.not_an_index_buffer())?),
+            FromCacheIndexRules::PerCall(op) => op.check_indices(mem),
+        }
+    }
 }
 
 impl Op for GatedDeltaNet {
@@ -389,10 +536,17 @@ impl Op for GatedDeltaNetFromCache {
     }
 
     /// The rules that read the source rows: each in range, and no written state slot on a row
-    /// another sequence reads (the slots written: min(n_t, K)).
+    /// another sequence reads (the slots written: min(n_t, K)), as the full validation states
+    /// them.
     fn check_indices(&self, mem: &dyn Memory) -> Result<()> {
         let read_rows = source_row_views(FROM_CACHE_OP, &self.ssm_cache, &self.source_rows, mem)?;
         states_over_read_rows(FROM_CACHE_OP, &self.states, &read_rows, self.q.ne()[2].min(self.states.ne()[2]))
+    }
+
+    /// The same rules prepared once (`FromCacheIndexRules`: a table of the rows each sequence
+    /// may read, made from the views).
+    fn index_rules(&self) -> Box<dyn IndexRules> {
+        Box::new(FromCacheIndexRules::new(self))
     }
 
     fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {
@@ -580,6 +734,60 @@ mod tests {
         assert!(matches!(o.validate(&mem), Err(Error::IndexOutOfRange { arg: "source_rows", position: 1, index: 5, rows: 5, .. })));
         assert_eq!(o.inputs().len(), 7);
         assert_eq!(o.name(), FROM_CACHE_OP);
+    }
+
+    /// [host-cost] The prepared rules (a table of which sequence may read which row, built
+    /// from the views) against the rules as validation states them, on every pair of values in
+    /// −1 ..= 6, for the layer's layout and for views it never makes: the cache or the slots
+    /// shifted by one float (every row read straddles two slot rows, one of them by 4 bytes),
+    /// rows a float further apart than the
+    /// slots, half a row apart, and one row repeated (stride 0: every row has one verdict —
+    /// slot (0, 0)'s row, which only sequence 0 may read, or the spare row, which all may).
+    #[test]
+    fn prepared_index_rules_give_the_per_call_verdict_on_every_layout() {
+        let mut mem = HostMemory::new();
+        let row = D * D * 2;
+        // (cache rows, row stride, cache offset, states offset), in bytes.
+        let layouts: [(usize, usize, usize, usize); 7] = [
+            (5, 4 * row, 0, 0),
+            (4, 4 * row, 4, 0),
+            (5, 4 * row, 0, 4),
+            (4, 4 * row + 4, 0, 0),
+            (9, 2 * row, 0, 0),
+            (5, 0, 0, 0),
+            (5, 0, 16 * row, 0),
+        ];
+        for (n_rows, stride, offset, states_offset) in layouts {
+            let (mut accepted, mut refused) = (0, 0);
+            for n_t in [1, 2] {
+                let mut o = from_cache(&mut mem, &[0, 1], n_t);
+                o.ssm_cache = o.ssm_cache.view([row, n_rows, 1, 1], [4, stride, stride * n_rows, stride * n_rows], offset);
+                o.states.layout.offset += states_offset;
+                let rules = FromCacheIndexRules::new(&o);
+                assert!(matches!(rules, FromCacheIndexRules::Table(_)), "stride {stride}");
+                for pair in (-1i32..=6).flat_map(|a| (-1..=6).map(move |b| [a, b])) {
+                    mem.bytes_mut(o.source_rows.buffer).copy_from_slice(&[pair[0].to_le_bytes(), pair[1].to_le_bytes()].concat());
+                    let per_call = o.check_indices(&mem).map_err(|e| format!("{e:?}"));
+                    let at = format!("{pair:?}, n_t {n_t}, stride {stride}, offset {offset}");
+                    assert_eq!(per_call, rules.check(&mem).map_err(|e| format!("{e:?}")), "{at}");
+                    assert_eq!(per_call, o.validate(&mem).map_err(|e| format!("{e:?}")), "{at}");
+                    if per_call.is_ok() { accepted += 1 } else { refused += 1 }
+                }
+            }
+            // Every pair has sequence 1 on slot (0, 0)'s row in the fifth layout.
+            let all_refused = stride == 0 && offset == 0;
+            assert!(
+                (accepted > 0 || all_refused) && refused > 0,
+                "stride {stride}, offset {offset}: {accepted} accepted, {refused} refused"
+            );
+        }
+        // An index view the table's reader does not take (validation refuses its stride): the
+        // prepared rules are the per-call ones.
+        let mut o = from_cache(&mut mem, &[0, 1], 2);
+        o.source_rows.layout.nb[0] = 2;
+        let rules = FromCacheIndexRules::new(&o);
+        assert!(matches!(rules, FromCacheIndexRules::PerCall(_)));
+        assert_eq!(rules.check(&mem).map_err(|e| format!("{e:?}")), o.check_indices(&mem).map_err(|e| format!("{e:?}")));
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! The op struct is the contract between the fusion pass (`host/fusion/`), the kernel
 //! (`kernels-gpu/src/gdn_conv_chain.rs`) and its reference.
 
+use super::index_rules::{IndexRules, IndexView, MAX_TOUCHES, RowReaders, Values};
 use super::{Op, check};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, KernelArg, KernelParams, LaunchDims, ParamBlock, PreparedLaunch};
@@ -212,33 +213,27 @@ impl GdnConvChain {
         Ok(ChainShape { d_conv, n_channels, n_tokens, n_seqs, n_cache_rows })
     }
 
-    /// The rules that depend on the index values (a plan checks them every step): every
-    /// sequence's source row in 0..n_cache_rows, and [seq-batch] none a row that another sequence
-    /// writes (the sequences' blocks run at the same time; the unfused GET_ROWS reads every source
-    /// row before any CPY writes). The snapshot rows must have been checked (`check`).
+    /// The rules that depend on the index values, as the full validation states them: every
+    /// sequence's source row in 0..n_cache_rows, and [seq-batch] none a row that another
+    /// sequence writes (the sequences' blocks run at the same time; the unfused GET_ROWS reads
+    /// every source row before any CPY writes). The snapshot rows must have been checked
+    /// (`check`). A plan runs the same rules prepared once ([`ChainIndexRules`]), which
+    /// `tests/plan.rs` holds to this verdict.
     pub(crate) fn check_source_rows(&self, mem: &dyn Memory) -> Result<Vec<usize>> {
         let (n_cache_rows, n_seqs) = (self.conv_cache.ne()[1], self.n_seqs());
-        let values = mem.index_values(&self.source_row).ok_or_else(|| Error::Invalid {
-            op: OP,
-            what: format!("`source_row` (buffer {}) is not an index buffer: its value must be known to the host", self.source_row.buffer.0),
-        })?;
+        let values = mem.index_values(&self.source_row).ok_or_else(|| source_row_not_an_index_buffer(&self.source_row))?;
         if values.len() != n_seqs {
             return Err(Error::Invalid { op: OP, what: format!("{} source rows for {n_seqs} sequences", values.len()) });
         }
         for (position, &index) in values.iter().enumerate() {
             if index < 0 || index as usize >= n_cache_rows {
-                return Err(Error::IndexOutOfRange { op: OP, arg: "source_row", position, index: index as i64, rows: n_cache_rows });
+                return Err(source_row_out_of_range(position, index, n_cache_rows));
             }
         }
         for (s, &index) in values.iter().enumerate() {
             let index = index as usize;
             if self.snapshots.iter().any(|w| index >= w.row && index - w.row < n_seqs && index - w.row != s) {
-                return Err(Error::Aliasing {
-                    op: OP,
-                    a: "source_row",
-                    b: "snapshots",
-                    why: "a sequence reads a conv-cache row that another sequence of the step writes",
-                });
+                return Err(source_row_written_by_another());
             }
         }
         Ok(values.into_iter().map(|v| v as usize).collect())
@@ -311,6 +306,121 @@ impl GdnConvChain {
     }
 }
 
+// The index rules' errors, one constructor each, so the per-call and the prepared rules
+// cannot word them differently.
+fn source_row_not_an_index_buffer(source_row: &Tensor) -> Error {
+    Error::Invalid {
+        op: OP,
+        what: format!("`source_row` (buffer {}) is not an index buffer: its value must be known to the host", source_row.buffer.0),
+    }
+}
+
+fn source_row_out_of_range(position: usize, index: i32, n_cache_rows: usize) -> Error {
+    Error::IndexOutOfRange { op: OP, arg: "source_row", position, index: index as i64, rows: n_cache_rows }
+}
+
+fn source_row_written_by_another() -> Error {
+    Error::Aliasing {
+        op: OP,
+        a: "source_row",
+        b: "snapshots",
+        why: "a sequence reads a conv-cache row that another sequence of the step writes",
+    }
+}
+
+/// [host-cost] GDN_CONV_CHAIN's index rules prepared for a plan: which sequence may read each
+/// conv-cache row the step writes (a [`RowReaders`] table: row `w.row + s` of snapshot `w` by
+/// sequence `s` alone), so a step reads each value once and makes two comparisons and one load
+/// — where [`GdnConvChain::check_source_rows`] copies the values out and scans every snapshot
+/// for each. Views the table does not cover (never a real step's) keep the per-call rules.
+#[derive(Clone, Debug)]
+pub(crate) enum ChainIndexRules {
+    Table(ChainTable),
+    PerCall(Box<GdnConvChain>),
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct ChainTable {
+    pub index: IndexView,
+    n_cache_rows: usize,
+    readers: RowReaders,
+}
+
+impl ChainIndexRules {
+    pub fn new(op: &GdnConvChain) -> ChainIndexRules {
+        Self::table(op).map_or_else(|| ChainIndexRules::PerCall(Box::new(op.clone())), ChainIndexRules::Table)
+    }
+
+    fn table(op: &GdnConvChain) -> Option<ChainTable> {
+        let (n_cache_rows, n_seqs) = (op.conv_cache.ne()[1], op.n_seqs());
+        let index = IndexView::new(&op.source_row)?;
+        // `check_source_rows`' count rule, decided by the views: validation refused a view of
+        // another length (its shape check comes first), so only the per-call rules state it.
+        if op.source_row.ne()[0] != n_seqs {
+            return None;
+        }
+        let touches = op.snapshots.len().checked_mul(n_seqs).filter(|&n| n <= MAX_TOUCHES)?;
+        let mut rows = Vec::with_capacity(touches);
+        for w in &op.snapshots {
+            // Rows w.row … w.row + n_s − 1, row w.row + s written by sequence s; only rows of
+            // the cache can be read (the range rule comes first).
+            for s in 0..n_seqs {
+                match w.row.checked_add(s) {
+                    Some(row) if row < n_cache_rows => rows.push((row, Some(s))),
+                    _ => break,
+                }
+            }
+        }
+        let readers = RowReaders::from_touches(&rows)?;
+        Some(ChainTable { index, n_cache_rows, readers })
+    }
+}
+
+impl ChainTable {
+    /// The first rule (in range) on one value: the error, if it breaks it.
+    #[inline]
+    pub fn range(&self, position: usize, index: i32) -> Result<usize> {
+        match usize::try_from(index) {
+            Ok(row) if row < self.n_cache_rows => Ok(row),
+            _ => Err(source_row_out_of_range(position, index, self.n_cache_rows)),
+        }
+    }
+
+    /// The second rule on one value in range: sequence `position` may read `row`.
+    #[inline]
+    pub fn may_read(&self, position: usize, row: usize) -> bool {
+        self.readers.may_read(row, position)
+    }
+
+    pub fn written_by_another(&self) -> Error {
+        source_row_written_by_another()
+    }
+
+    pub fn not_an_index_buffer(&self) -> Error {
+        source_row_not_an_index_buffer(&self.index.tensor)
+    }
+
+    /// Both rules, in `check_source_rows`' order (every value in range, then no row another
+    /// sequence writes), over values already read.
+    pub fn check_values(&self, values: &Values) -> Result<()> {
+        let mut others = false;
+        values.try_for_each(|p, v| {
+            others |= !self.may_read(p, self.range(p, v)?);
+            Ok(())
+        })?;
+        if others { Err(source_row_written_by_another()) } else { Ok(()) }
+    }
+}
+
+impl IndexRules for ChainIndexRules {
+    fn check(&self, mem: &dyn Memory) -> Result<()> {
+        match self {
+            ChainIndexRules::Table(t) => t.check_values(&t.index.read(mem).ok_or_else(|| t.not_an_index_buffer())?),
+            ChainIndexRules::PerCall(op) => op.check_source_rows(mem).map(|_| ()),
+        }
+    }
+}
+
 // SAFETY: `#[repr(C)]`, `Copy`, twenty u64 then six 4-byte scalars and two [u32; 16] tables:
 // 312 bytes, every field at its natural alignment with no gap and no tail padding (size is a
 // multiple of 8), alignment 8; it is exactly the type the `gdn_conv_chain_f32_d*` entries take.
@@ -327,6 +437,12 @@ impl Op for GdnConvChain {
 
     fn check_indices(&self, mem: &dyn Memory) -> Result<()> {
         self.check_source_rows(mem).map(|_| ())
+    }
+
+    /// The same rules prepared once (`ChainIndexRules`: a table of the rows each sequence may
+    /// read, made from the snapshot rows).
+    fn index_rules(&self) -> Box<dyn IndexRules> {
+        Box::new(ChainIndexRules::new(self))
     }
 
     fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {

@@ -10,7 +10,10 @@
 //! the kernel and its reference.
 
 use super::gated_delta_net::GdnShape;
+use super::gated_delta_net::{FromCacheIndexRules, FromCacheTable};
 use super::gdn_conv_chain::ChainShape;
+use super::gdn_conv_chain::{ChainIndexRules, ChainTable};
+use super::index_rules::IndexRules;
 use super::mmvf::MatVecShape;
 use super::{GatedDeltaNetFromCache, GdnConvChain, MulMatVecPairGate, Op, check};
 use crate::bytes::{Bound, ByteSet};
@@ -641,6 +644,62 @@ struct ProofKey {
     batch: abi::LayerStepBatchParams,
 }
 
+/// [host-cost] GDN_LAYER_STEP's index rules prepared for a plan: the conv chain's, then the
+/// GDN's ([`GdnConvChain::check_source_rows`]' and GATED_DELTA_NET_FROM_CACHE's, in `check`'s
+/// order) — in one pass over the values when both parts read one index view (the layer's
+/// `s_copy`, as the fusion builds the step), so a step reads each value once.
+#[derive(Clone, Debug)]
+pub(crate) struct LayerStepIndexRules {
+    chain: ChainIndexRules,
+    gdn: FromCacheIndexRules,
+}
+
+impl LayerStepIndexRules {
+    pub fn new(op: &GdnLayerStep) -> LayerStepIndexRules {
+        LayerStepIndexRules { chain: ChainIndexRules::new(&op.chain), gdn: FromCacheIndexRules::new(&op.gdn) }
+    }
+}
+
+impl IndexRules for LayerStepIndexRules {
+    fn check(&self, mem: &dyn Memory) -> Result<()> {
+        if let (ChainIndexRules::Table(chain), FromCacheIndexRules::Table(gdn)) = (&self.chain, &self.gdn)
+            && chain.index.same_values(&gdn.index)
+        {
+            return one_pass(chain, gdn, mem);
+        }
+        self.chain.check(mem)?;
+        self.gdn.check(mem)
+    }
+}
+
+/// Both parts' rules over one index read once, with the errors of running the chain's rules
+/// and then the GDN's: the chain's first value out of range, else a row another sequence
+/// writes, else the GDN's first value out of range, else a slot on another sequence's row.
+fn one_pass(chain: &ChainTable, gdn: &FromCacheTable, mem: &dyn Memory) -> Result<()> {
+    // One view: the GDN's read would fail exactly as the chain's does, and the chain reports first.
+    let values = chain.index.read(mem).ok_or_else(|| chain.not_an_index_buffer())?;
+    let (mut chain_others, mut gdn_range, mut gdn_others) = (false, None, false);
+    values.try_for_each(|p, v| {
+        let row = chain.range(p, v)?;
+        chain_others |= !chain.may_read(p, row);
+        // Past the GDN's first value out of range, its slots no longer decide anything.
+        if gdn_range.is_none() {
+            match gdn.range(p, v) {
+                Ok(row) => gdn_others |= !gdn.may_read(p, row),
+                Err(e) => gdn_range = Some(e),
+            }
+        }
+        Ok(())
+    })?;
+    if chain_others {
+        return Err(chain.written_by_another());
+    }
+    if let Some(e) = gdn_range {
+        return Err(e);
+    }
+    if gdn_others { Err(gdn.slot_over_another_row()) } else { Ok(()) }
+}
+
 /// What `abi::LayerStepItems` calls when a step has no value or key heads: `check` refuses
 /// those before any call.
 fn checked_before_the_proof() -> ! {
@@ -673,6 +732,12 @@ impl Op for GdnLayerStep {
     fn check_indices(&self, mem: &dyn Memory) -> Result<()> {
         self.chain.check_indices(mem)?;
         self.gdn.check_indices(mem)
+    }
+
+    /// The same rules prepared once (`LayerStepIndexRules`: both parts' tables, one pass over
+    /// one shared index).
+    fn index_rules(&self) -> Box<dyn IndexRules> {
+        Box::new(LayerStepIndexRules::new(self))
     }
 
     fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {

@@ -5,6 +5,8 @@
 //! proved.
 
 pub(crate) mod check;
+pub(crate) mod index_rules;
+pub use index_rules::IndexRules;
 pub mod l2_norm;
 pub mod ssm_conv;
 
@@ -116,6 +118,16 @@ pub trait Op: std::fmt::Debug + AsAny + CloneOp {
     /// override to the full validation's verdict.
     fn check_indices(&self, mem: &dyn Memory) -> Result<()> {
         self.validate(mem)
+    }
+    /// [host-cost] [`Op::check_indices`] prepared once for this op's views: a plan calls this
+    /// when it is made and runs the returned rules before every step. Everything in them that
+    /// does not depend on an index value (which rows each sequence may read, where the values
+    /// lie) is worked out here, so that a step reads each value once and compares. On an op
+    /// that passed [`Op::validate`], their verdict on any index values is
+    /// [`Op::check_indices`]'s (and so the full validation's), error for error; `tests/plan.rs`
+    /// holds every override to that. The default runs [`Op::check_indices`] itself.
+    fn index_rules(&self) -> Box<dyn IndexRules> {
+        Box::new(index_rules::PerCall(self.clone_op()))
     }
     /// Validates, then computes the same result on the CPU in the kernel's float-op order.
     fn reference(&self, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()>;
