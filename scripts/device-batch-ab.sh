@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # [seq-batch] Same-call A/B of two bundles' batched layer step: bundle-old.tgz (A) against
 # bundle.tgz (B), `rgdn bench --quick` at SEQS × MODES, in the order A B A B (each bench a
-# separate process), then the schedule knobs (scripts/device-batch-knobs.sh) on B when KNOBS is
+# separate process), then the schedule knobs (scripts/device-batch-knobs.sh, knob list AB_KNOBS) on B when AB_KNOBS is
 # set. Every bench's report under $OUT/ab/, one archive ab.tgz and a summary of the layer
 # step's µs per run.
 #   run(command="bash scripts/device-batch-ab.sh", carry=["bundle.tgz", "bundle-old.tgz"])
@@ -23,6 +23,6 @@ for round in 1 2; do
     awk -v a="$arm$round" '/^(decode|MTP|DFlash|T=)/{mode=$0} /gdn_layer_step/{print a": "substr(mode,1,60)" | "$1" "$(NF-1)} /host µs per step, plan once/{print a": "substr(mode,1,60)" | host plan-once "$(NF-1)" "$NF}' "$o/$arm$round.txt" >> "$o/summary.txt"
   done
 done
-if [ -n "${KNOBS:-}" ]; then OUT="$o" bash scripts/device-batch-knobs.sh > /dev/null 2>&1; cat "$o/knobs.txt" >> "$o/summary.txt"; fi
+if [ -n "${AB_KNOBS:-}" ]; then OUT="$o" KNOBS="$AB_KNOBS" bash scripts/device-batch-knobs.sh > /dev/null 2>&1; cat "$o/knobs.txt" >> "$o/summary.txt"; fi
 tar czf "${OUT:-bundle/out}/ab.tgz" -C "$o" .
 cat "$o/summary.txt"

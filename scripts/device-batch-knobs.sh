@@ -10,7 +10,7 @@ export RGDN_REQUIRE_GPU=1
 o=${OUT:-bundle/out}
 shapes=${SHAPES:-"4:decode 4:mtp3 16:mtp3 64:mtp3"}
 knobs=${KNOBS:-"-/-/- 0/-/- -/-/2 0/-/2 -/1/- -/-/1"}
-echo "commit $(cat bundle/COMMIT)" > "$o/knobs.txt"
+echo "commit $(cat bundle/COMMIT)" >> "$o/knobs.txt"
 for s in $shapes; do
   n=${s%%:*}; m=${s#*:}
   for k in $knobs; do

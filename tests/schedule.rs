@@ -88,7 +88,7 @@ fn the_kernels_walk_is_the_schedule() {
             for (n_heads, n_chain_tiles) in [(32u32, 64u32), (16, 32), (48, 96), (1, 1), (3, 5), (5, 3)] {
                 // The host's default split (`GdnLayerStep::batch_split`) is among these.
                 let mut splits = Vec::new();
-                for chunk in [1u32, 2, 3, n_seqs.div_ceil(4).max(2), n_seqs] {
+                for chunk in [1u32, 2, 3, n_seqs.div_ceil(4).max(2), n_seqs.div_ceil(2).max(2), n_seqs] {
                     for tile in [1u32, 3, 4, 8] {
                         for groups in [1u32, 2] {
                             splits.push((chunk.min(n_seqs), tile.min(chunk.min(n_seqs)), groups));

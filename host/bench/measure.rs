@@ -206,6 +206,12 @@ pub struct HostSteps {
     /// [host-cost] A planned step in parts, µs per step from steps timed on their own: the
     /// index write, the plan's checks (binding check and index rules), its launches.
     pub planned_parts_us: Vec<[f64; 3]>,
+    /// [host-cost] µs per layer of a step of [`CAPTURED_LAYERS`] layers captured once as one CUDA
+    /// graph ([`crate::engine::StepPlan::capture`]), as an engine steps a whole model: per step
+    /// the index write (one: every layer reads the same `s_copy`), the replay's checks (binding
+    /// check, every layer's index rules) and the graph launch, divided by the layers. The
+    /// layers run the same ops on the same buffers (what the bench's forward graph does).
+    pub captured_us_per_layer: Vec<f64>,
     /// Every buffer after one planned step on a fresh copy of the layer.
     pub after_step: crate::memory::HostMemory,
 }
@@ -215,6 +221,13 @@ pub struct HostSteps {
 /// (each timed alone; the stream is drained every 32 steps, untimed, so the launch queue never
 /// blocks the host). `index`: the
 /// step's index tensor (its values rewritten before every step, as an engine does).
+/// [host-cost] Layers of the captured step whose host cost per layer the bench reports.
+pub const CAPTURED_LAYERS: usize = 24;
+
+/// [host-cost] Captured steps timed per arm (fewer than the planned steps: each replays
+/// [`CAPTURED_LAYERS`] layers on the GPU).
+pub const CAPTURED_STEPS: usize = 40;
+
 pub fn host_steps(
     gpu: &Gpu,
     host: &crate::memory::HostMemory,
@@ -260,7 +273,22 @@ pub fn host_steps(
             planned_parts_us.push([write, checks, launches].map(|d| d.as_secs_f64() * 1e6));
         }
         gpu.synchronize()?;
-        Ok(HostSteps { planned_us, unplanned_us, planned_parts_us, after_step })
+        // A step of CAPTURED_LAYERS layers, captured once, replayed with the index rewritten
+        // before each replay (as `mem.replay` in an engine).
+        let layers: Vec<Box<dyn Op>> = (0..CAPTURED_LAYERS).flat_map(|_| ops.iter().cloned()).collect();
+        let captured = crate::engine::StepPlan::on_device(gpu, &mem, layers)?.capture(gpu, &mem)?;
+        let mut captured_us_per_layer = Vec::with_capacity(CAPTURED_STEPS);
+        for i in 0..CAPTURED_STEPS {
+            if i % 4 == 0 {
+                gpu.synchronize()?;
+            }
+            let t0 = std::time::Instant::now();
+            mem.write(gpu, index.buffer, &bytes)?;
+            captured.replay(&mem)?;
+            captured_us_per_layer.push(t0.elapsed().as_secs_f64() * 1e6 / CAPTURED_LAYERS as f64);
+        }
+        gpu.synchronize()?;
+        Ok(HostSteps { planned_us, unplanned_us, planned_parts_us, captured_us_per_layer, after_step })
     })();
     gpu.set_recording(recording);
     gpu.set_timing(timing);

@@ -611,6 +611,9 @@ fn host_report(gpu: &Gpu, built: &ChainPair) -> Result<report::HostReport> {
     Ok(report::HostReport {
         off_planned_parts: parts(&off),
         on_planned_parts: parts(&on),
+        off_captured_per_layer: summarize(&off.captured_us_per_layer),
+        on_captured_per_layer: summarize(&on.captured_us_per_layer),
+        captured_layers: measure::CAPTURED_LAYERS,
         off_planned: summarize(&off.planned_us),
         on_planned: summarize(&on.planned_us),
         off_unplanned: summarize(&off.unplanned_us),

@@ -108,6 +108,15 @@ pub struct HostReport {
     pub off_planned_parts: Option<[Summary; 3]>,
     #[serde(default)]
     pub on_planned_parts: Option<[Summary; 3]>,
+    /// [host-cost] µs per layer of a `captured_layers`-layer step captured once as a CUDA graph
+    /// and replayed (index write + replay checks + graph launch, over the layers), per arm
+    /// (absent in reports written before it).
+    #[serde(default)]
+    pub off_captured_per_layer: Option<Summary>,
+    #[serde(default)]
+    pub on_captured_per_layer: Option<Summary>,
+    #[serde(default)]
+    pub captured_layers: usize,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -359,6 +368,15 @@ pub fn render_text(r: &Report) -> String {
                 parts(h.off_planned_parts.as_ref()),
                 parts(h.on_planned_parts.as_ref())
             );
+            if h.captured_layers > 0 {
+                let _ = writeln!(
+                    o,
+                    "{:<52} {:>30} {:>30}",
+                    format!("host µs per layer, {}-layer step as one CUDA graph", h.captured_layers),
+                    cell(h.off_captured_per_layer.as_ref()),
+                    cell(h.on_captured_per_layer.as_ref())
+                );
+            }
             let _ = writeln!(
                 o,
                 "{:<52} {:>30} {:>30}",
@@ -502,6 +520,9 @@ pub(crate) mod tests {
                             identical_buffers: 10,
                             off_planned_parts: Some([1.0, 0.5, 1.5].map(exactly)),
                             on_planned_parts: Some([1.0, 0.25, 0.25].map(exactly)),
+                            off_captured_per_layer: s(0.5),
+                            on_captured_per_layer: s(0.25),
+                            captured_layers: 24,
                         }),
                     }
                 })
@@ -569,6 +590,7 @@ pub(crate) mod tests {
         assert!(fused.contains("host µs per step, validating every launch"));
         // The planned step in parts, medians: write / checks / launches.
         assert!(fused.contains("  of which index write / checks / launches"), "{fused}");
+        assert!(fused.contains("host µs per layer, 24-layer step as one CUDA graph"), "{fused}");
         assert!(fused.contains("1.00 / 0.50 / 1.50") && fused.contains("1.00 / 0.25 / 0.25"), "{fused}");
         assert!(fused.contains("recorder off (the engine's path): fused = unfused in all 10 buffers"));
     }

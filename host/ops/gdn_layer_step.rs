@@ -93,11 +93,15 @@ impl StepShape {
         }
     }
 
-    /// [seq-batch] The work split of a batched step over `n_seqs` sequences: chunks of ⌈n_s / 4⌉
-    /// sequences, at least 2 (so a chunk's second phase overlaps the next chunk's first; measured
-    /// on the H200 at n_s 4 and 64 against ⌈n_s / 8⌉ and 2: `results/2026-12-02-h200-batch/`),
-    /// conv items of up to 4 sequences, two column groups per warp — one eight-column recurrence
-    /// — from 8 sequences on (fewer, larger second-phase items once there are enough of them).
+    /// [seq-batch] The work split of a batched step over `n_seqs` sequences: two chunks of ⌈n_s / 2⌉
+    /// sequences, at least 2 (so the first chunk's second phase overlaps the second chunk's
+    /// first), conv items of up to 4 sequences, two column groups per warp — one eight-column
+    /// recurrence — from 4 sequences on (one below: the suite's n_s = 2 and 3 keep the
+    /// one-group body covered). Measured on the H200 with the schedule walk of baad1ea
+    /// (`results/2026-12-02-h200-walk/knobs.txt`): at n_s = 16, T = 4 chunks of 8 took 68.94 µs
+    /// against 75.50 for ⌈n_s / 4⌉; at n_s = 64 chunks of 32 took 112.56 / 242.43 µs at T = 1 / 4
+    /// against 119.89 / 244.29; at n_s = 4 two groups per warp took 17.62 / 28.13 µs at
+    /// T = 1 / 4 against 19.06 / 29.49 for one.
     /// Each may be overridden
     /// for measurements by `RGDN_BATCH_CHUNK`, `RGDN_BATCH_TILE_SEQS`, `RGDN_BATCH_GROUPS`
     /// ([test] knobs, read once per process; no bit depends on them).
@@ -114,14 +118,14 @@ impl StepShape {
             ]
         });
         let n = n_seqs as u32;
-        let chunk_seqs = chunk.unwrap_or(n.div_ceil(4).max(2)).clamp(1, n.max(1));
+        let chunk_seqs = chunk.unwrap_or(n.div_ceil(2).max(2)).clamp(1, n.max(1));
         // At least ⌈n / BATCH_MAX_CHUNKS⌉ sequences a chunk: one counter each.
         let chunk_seqs = chunk_seqs.max(n.div_ceil(abi::BATCH_MAX_CHUNKS as u32));
         abi::LayerStepBatchParams {
             n_seqs: n,
             chunk_seqs,
             tile_seqs: tile.unwrap_or(4).min(chunk_seqs),
-            groups_per_warp: groups.unwrap_or(if n >= 8 { 2 } else { 1 }),
+            groups_per_warp: groups.unwrap_or(if n >= 4 { 2 } else { 1 }),
         }
     }
 
