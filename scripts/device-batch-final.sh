@@ -8,6 +8,7 @@
 # and the candle example (bundle-candle.tgz) when carried. Logs under $OUT/final/, summary.txt
 # first. ncu is not run here (scripts/device-batch-variants.sh has the sections, always
 # --clock-control none).
+# WIDE_BENCH=1 adds, in `all`, the bench at n_s = 256 and a `--cold` bench before the correctness runs.
 # `recheck` instead of the default `all`: the bench at n_s = 256 alone, then the GPU suite, the sweep,
 # the forwards and the other test executables (no plants, sanitizers, candle or n_s ≤ 64 bench).
 # Everything under $OUT/final/ comes back as one archive, final.tgz, beside summary.txt (the
@@ -40,6 +41,13 @@ timeout 110 bundle/rgdn bench --no-progress --quick --seqs 1,4,16,64 --modes dec
 echo "bench --seqs 1,4,16,64 --modes decode,mtp3,dflash7: exit $? ($(at))" >> "$s"
 timeout 50 bundle/rgdn bench --no-progress --quick --seqs 1,4,16 --modes t16 --out "$o/bench-t16" > "$o/bench-t16.txt" 2>&1
 echo "bench --seqs 1,4,16 --modes t16: exit $? ($(at))" >> "$s"
+if [[ -n ${WIDE_BENCH:-} ]]; then
+  # n_s = 256 and a cold-cache run (every buffer set evicted from L2 before each launch).
+  timeout 110 bundle/rgdn bench --no-progress --quick --seqs 256 --modes decode,mtp3 --layers 8 --out "$o/bench-256" > "$o/bench-256.txt" 2>&1
+  echo "bench --seqs 256 --modes decode,mtp3 --layers 8: exit $? ($(at))" >> "$s"
+  timeout 60 bundle/rgdn bench --no-progress --quick --cold --seqs 1,4,16,64 --modes mtp3 --out "$o/bench-cold" > "$o/bench-cold.txt" 2>&1
+  echo "bench --cold --seqs 1,4,16,64 --modes mtp3: exit $? ($(at))" >> "$s"
+fi
 else
 timeout 100 bundle/rgdn bench --no-progress --quick --seqs 256 --modes decode,mtp3 --layers 8 --out "$o/bench-256" > "$o/bench-256.txt" 2>&1
 echo "bench --seqs 256 --modes decode,mtp3 --layers 8: exit $? ($(at))" >> "$s"

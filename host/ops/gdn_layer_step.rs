@@ -98,7 +98,7 @@ impl StepShape {
     /// first), conv items of up to 4 sequences, two column groups per warp — one eight-column
     /// recurrence — from 4 sequences on (one below: the suite's n_s = 2 and 3 keep the
     /// one-group body covered). Measured on the H200 with the schedule walk of baad1ea
-    /// (`results/2026-12-02-h200-walk/knobs.txt`): at n_s = 16, T = 4 chunks of 8 took 68.94 µs
+    /// (`results/2026-12-02-h200-walk/2-knobs.txt`): at n_s = 16, T = 4 chunks of 8 took 68.94 µs
     /// against 75.50 for ⌈n_s / 4⌉; at n_s = 64 chunks of 32 took 112.56 / 242.43 µs at T = 1 / 4
     /// against 119.89 / 244.29; at n_s = 4 two groups per warp took 17.62 / 28.13 µs at
     /// T = 1 / 4 against 19.06 / 29.49 for one.
