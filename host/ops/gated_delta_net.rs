@@ -376,12 +376,7 @@ impl FromCacheTable {
     /// Both rules in the full validation's order (every value in range, then the slots) over
     /// values already read.
     pub fn check_values(&self, values: &Values) -> Result<()> {
-        let mut others = false;
-        values.try_for_each(|p, v| {
-            others |= !self.may_read(p, self.range(p, v)?);
-            Ok(())
-        })?;
-        if others { Err(self.slot_over_another_row()) } else { Ok(()) }
+        values.range_then_readers(|p, v| self.range(p, v), |p, row| self.may_read(p, row), || self.slot_over_another_row())
     }
 }
 

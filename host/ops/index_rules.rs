@@ -9,7 +9,7 @@
 //! answers the second with one load per value.
 
 use super::Op;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::memory::Memory;
 use crate::tensor::{DType, Tensor};
 
@@ -99,6 +99,23 @@ impl Values<'_> {
             }
             Values::Copied(values) => values.iter().enumerate().try_for_each(|(p, &v)| f(p, v)),
         }
+    }
+
+    /// The fused ops' two index rules in their full validations' order: every value in range
+    /// first (`range(position, value)` → the row, or the first out-of-range value's error), then,
+    /// if any position reads a row it may not (`may_read(position, row)` false), `refused()`.
+    pub fn range_then_readers(
+        &self,
+        range: impl Fn(usize, i32) -> Result<usize>,
+        may_read: impl Fn(usize, usize) -> bool,
+        refused: impl FnOnce() -> Error,
+    ) -> Result<()> {
+        let mut others = false;
+        self.try_for_each(|p, v| {
+            others |= !may_read(p, range(p, v)?);
+            Ok(())
+        })?;
+        if others { Err(refused()) } else { Ok(()) }
     }
 }
 

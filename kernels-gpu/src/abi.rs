@@ -1503,7 +1503,7 @@ impl LayerStepSchedule {
     }
 }
 
-/// [speed] `n / d` and `n mod d` for a divisor fixed per launch: one multiply-high and one
+/// (speed) `n / d` and `n mod d` for a divisor fixed per launch: one multiply-high and one
 /// correction step instead of the division sequence a runtime divisor costs (≈ 20 dependent
 /// instructions each), exact for every u32 `n` and every `d` ≥ 1; `d` = 0 gives (0, 0), as
 /// [`div_or_zero`] and [`rem_or_zero`].
@@ -1539,7 +1539,7 @@ impl Divisor {
     }
 }
 
-/// [speed] [seq-batch] A [`LayerStepSchedule`] with what decoding an item needs prepared once per
+/// [seq-batch] (speed) A [`LayerStepSchedule`] with what decoding an item needs prepared once per
 /// block: the item counts of a full chunk and of the last one, and every runtime divisor as a
 /// [`Divisor`]. [`ScheduleWalk::advance`] and [`ScheduleWalk::item`] return exactly what
 /// [`LayerStepSchedule::advance`] and [`LayerStepSchedule::item`] return (tests/schedule.rs walks
