@@ -403,7 +403,7 @@ impl ChainTable {
     /// Both rules, in `check_source_rows`' order (every value in range, then no row another
     /// sequence writes), over values already read.
     pub fn check_values(&self, values: &Values) -> Result<()> {
-        values.range_then_readers(|p, v| self.range(p, v), |p, row| self.may_read(p, row), || source_row_written_by_another())
+        values.range_then_readers(|p, v| self.range(p, v), |p, row| self.may_read(p, row), source_row_written_by_another)
     }
 }
 
