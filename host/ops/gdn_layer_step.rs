@@ -162,7 +162,12 @@ impl StepShape {
         // The largest chunk's items bound every chunk's; the whole launch bounds the sum.
         let per_seq_second = check::product(OP, "v", "second-phase items per sequence H_v·32", &[h_v, 32])?;
         let columns = check::product(OP, "weight", "token columns n_t·n_s", &[n_t, n_s])?;
-        let rows = check::product(OP, "weight", "mat-vec items", &[columns.div_ceil(abi::BATCH_ROW_COLS as usize), h_v.div_ceil(abi::BATCH_ROW_HEADS as usize)])?;
+        let rows = check::product(
+            OP,
+            "weight",
+            "mat-vec items",
+            &[columns.div_ceil(abi::BATCH_ROW_COLS as usize), h_v.div_ceil(abi::BATCH_ROW_HEADS as usize)],
+        )?;
         let conv = check::product(OP, "conv_weight", "conv items", &[n_s, tiles])?;
         let second = check::product(OP, "v", "second-phase items", &[n_s, per_seq_second])?;
         let total = check::sum(OP, "v", "work items of the launch", &[conv, rows, second])?;
