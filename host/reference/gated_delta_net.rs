@@ -45,9 +45,10 @@ pub fn lane_dot(lane: &[f32; ROWS_PER_LANE], x: &[f32], l: usize) -> f32 {
     acc
 }
 
-/// One token on one column's warp (steps 3–9), `gamma` = expf(g) already taken. Returns the
-/// unscaled attention output of the updated state.
-pub fn token_step(lanes: &mut Lanes, k: &[f32], q: &[f32], v: f32, gamma: f32, beta: f32) -> f32 {
+/// The state update of one token on one column's warp (steps 3–8), `gamma` = expf(g) already
+/// taken: `KV = Σ S·k`, `δ = β·fma(−γ, KV, v)`, `S_r = fma(γ, S_r, k_r·δ)`. [`token_step`] is
+/// this update followed by the output sum; exact replay (`super::replay`) runs the update alone.
+pub fn token_update(lanes: &mut Lanes, k: &[f32], v: f32, gamma: f32, beta: f32) {
     let kv = warp_sum(&std::array::from_fn(|l| lane_dot(&lanes[l], k, l)));
     let delta = mul(beta, fma(-gamma, kv, v));
     for (l, lane) in lanes.iter_mut().enumerate() {
@@ -56,6 +57,12 @@ pub fn token_step(lanes: &mut Lanes, k: &[f32], q: &[f32], v: f32, gamma: f32, b
             *s = fma(gamma, *s, p);
         }
     }
+}
+
+/// One token on one column's warp (steps 3–9), `gamma` = expf(g) already taken: the update
+/// ([`token_update`]), then the unscaled attention output `Σ S·q` of the updated state.
+pub fn token_step(lanes: &mut Lanes, k: &[f32], q: &[f32], v: f32, gamma: f32, beta: f32) -> f32 {
+    token_update(lanes, k, v, gamma, beta);
     warp_sum(&std::array::from_fn(|l| lane_dot(&lanes[l], q, l)))
 }
 

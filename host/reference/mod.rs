@@ -24,6 +24,9 @@ pub mod gated_delta_net;
 // [convchain]
 pub mod gdn_conv_chain;
 
+// [replay]
+pub mod replay;
+
 #[cfg(test)]
 mod tests {
     /// The dependency runs one way, op → reference: a reference takes plain views, sizes and
