@@ -1246,21 +1246,40 @@ pub const BATCH_STATE_BYTES_PER_GROUP: u32 = GDN_LAYER_STEP_WARPS * GDN_LAYER_ST
 
 /// [seq-batch] Shared bytes of the batched layer step's copy of its parameters (the first bytes of
 /// its dynamic shared memory): [`GdnLayerStepParams`], then at [`BATCH_WALK_OFFSET`] its
-/// [`ScheduleWalk`], rounded up to 1 KiB.
-pub const BATCH_PARAMS_BYTES: u32 = 1024;
+/// [`ScheduleWalk`] (both in the first KiB), then at [`BATCH_SOURCE_ROWS_OFFSET`] the table of
+/// the sequences' source rows (`source_rows[s·stride]` at `+ 4s`, s < n_s ≤
+/// [`GDN_LAYER_STEP_MAX_SEQS`]).
+pub const BATCH_PARAMS_BYTES: u32 = 1024 + BATCH_SOURCE_ROWS_BYTES;
 /// [seq-batch] Where the [`ScheduleWalk`] lies in the parameters' copy: after the parameters, 8-byte
 /// aligned.
 pub const BATCH_WALK_OFFSET: u32 = (size_of::<GdnLayerStepParams>() as u32).next_multiple_of(8);
-const _: () = assert!(BATCH_WALK_OFFSET as usize + size_of::<ScheduleWalk>() <= BATCH_PARAMS_BYTES as usize);
+/// [seq-batch] Where the source-row table lies in the parameters' copy.
+pub const BATCH_SOURCE_ROWS_OFFSET: u32 = 1024;
+/// [seq-batch] The source-row table's bytes: one u32 per sequence.
+pub const BATCH_SOURCE_ROWS_BYTES: u32 = 4 * GDN_LAYER_STEP_MAX_SEQS as u32;
+const _: () = assert!(BATCH_WALK_OFFSET as usize + size_of::<ScheduleWalk>() <= BATCH_SOURCE_ROWS_OFFSET as usize);
 const _: () = assert!(align_of::<ScheduleWalk>() <= 8 && align_of::<GdnLayerStepParams>() <= 8);
 
 /// [seq-batch] The batched layer step's dynamic shared memory: its parameters' copy, two
 /// second-phase state buffers (the current item's and the next one's, in flight), then one area
 /// the first-phase items (the conv tile, the mat-vec reduction) and the second phase's staged
-/// token inputs share (a block barrier between items).
+/// token inputs share (a block barrier between items), then a second token stage (the next
+/// second-phase item's token inputs, in flight while the current item runs).
 pub const fn gdn_layer_step_batch_shared_bytes(d_conv: usize, n_tokens: usize, groups_per_warp: u32) -> u32 {
-    BATCH_PARAMS_BYTES + batch_scratch_offset(groups_per_warp) + batch_scratch_bytes(d_conv, n_tokens)
+    BATCH_PARAMS_BYTES + batch_second_stage_offset(d_conv, n_tokens, groups_per_warp) + BATCH_TOKEN_STAGE_BYTES
 }
+
+/// [seq-batch] Where the second token stage starts, counted from the end of the parameters' copy:
+/// after the scratch area.
+pub const fn batch_second_stage_offset(d_conv: usize, n_tokens: usize, groups_per_warp: u32) -> u32 {
+    batch_scratch_offset(groups_per_warp) + batch_scratch_bytes(d_conv, n_tokens)
+}
+
+/// [seq-batch] Shared bytes of one second-phase token stage: q, k of
+/// [`GDN_LAYER_STEP_MAX_TOKENS`] tokens, then per warp and token the v, g, β of
+/// [`BATCH_MAX_GROUPS_PER_WARP`] groups.
+pub const BATCH_TOKEN_STAGE_BYTES: u32 = GDN_LAYER_STEP_MAX_TOKENS as u32
+    * (LAYER_STEP_STAGE_QK_BYTES + GDN_LAYER_STEP_WARPS * layer_step_stage_warp_token_bytes(BATCH_MAX_GROUPS_PER_WARP));
 
 /// [seq-batch] Where the shared scratch area starts, counted from the end of the parameters' copy:
 /// after the two state buffers.
@@ -1268,13 +1287,11 @@ pub const fn batch_scratch_offset(groups_per_warp: u32) -> u32 {
     2 * groups_per_warp * BATCH_STATE_BYTES_PER_GROUP
 }
 
-/// [seq-batch] The scratch area's bytes: the largest of the conv tile, the reduction buffer and the
-/// token stage (q, k of [`GDN_LAYER_STEP_MAX_TOKENS`] tokens, then per warp and token the v, g, β
-/// of [`BATCH_MAX_GROUPS_PER_WARP`] groups).
+/// [seq-batch] The scratch area's bytes: the largest of the conv tile, the reduction buffer and one
+/// token stage ([`BATCH_TOKEN_STAGE_BYTES`]).
 pub const fn batch_scratch_bytes(d_conv: usize, n_tokens: usize) -> u32 {
     let chain = gdn_conv_chain_shared_bytes(d_conv, n_tokens);
-    let stage = GDN_LAYER_STEP_MAX_TOKENS as u32
-        * (LAYER_STEP_STAGE_QK_BYTES + GDN_LAYER_STEP_WARPS * layer_step_stage_warp_token_bytes(BATCH_MAX_GROUPS_PER_WARP));
+    let stage = BATCH_TOKEN_STAGE_BYTES;
     let most = if chain > stage { chain } else { stage };
     if most > BATCH_ROW_REDUCE_BYTES { most } else { BATCH_ROW_REDUCE_BYTES }
 }

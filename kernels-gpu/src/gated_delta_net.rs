@@ -437,9 +437,20 @@ impl HeadViews {
     /// written.
     #[inline(always)]
     unsafe fn source_row(source_rows: *const i32, source_rows_stride: usize, seq: usize) -> usize {
-        // SAFETY: forwarded to the caller; the index is non-negative, so the cast is lossless.
-        unsafe { load_nc_u32(source_rows.add(seq * source_rows_stride) as *const u32) as usize }
+        // SAFETY: forwarded to the caller.
+        unsafe { cache_source_row(source_rows, source_rows_stride, seq) as usize }
     }
+}
+
+/// [layer-step] The cache row sequence `seq` reads its initial state from
+/// (GATED_DELTA_NET_FROM_CACHE): `source_rows[seq·stride]`.
+///
+/// # Safety
+/// `source_rows[seq·stride]` is a host-validated index in 0..n_rows of the cache, never written.
+#[inline(always)]
+pub(crate) unsafe fn cache_source_row(source_rows: *const i32, source_rows_stride: usize, seq: usize) -> u32 {
+    // SAFETY: forwarded to the caller; the index is non-negative, so the cast is lossless.
+    unsafe { load_nc_u32(source_rows.add(seq * source_rows_stride) as *const u32) }
 }
 
 /// Which value column a warp runs, and which lane this thread is: GATED_DELTA_NET's block
@@ -829,27 +840,19 @@ pub(crate) unsafe fn issue_batch_token_copies(p: &abi::GatedDeltaNetParams, at: 
 }
 
 /// [seq-batch] Starts copying a second-phase item's initial state — columns 4·`first_group` …
-/// + 16·GP − 1 of value head `head`, row `source_rows[seq]` of the ssm cache: GP × 8 KiB,
-/// contiguous in the row — into shared memory at `state` (thread t copies the 16-byte chunks
-/// t, t + 128, …), as one committed copy group. The same bytes as the coherent loads of
-/// [`run_group_at`]: read once, through L2.
+/// + 16·GP − 1 of value head `head`, cache row `row` (the sequence's source row) of the ssm
+/// cache: GP × 8 KiB, contiguous in the row — into shared memory at `state` (thread t copies
+/// the 16-byte chunks t, t + 128, …), into this thread's next committed copy group (the caller
+/// commits). The same bytes as the coherent loads of [`run_group_at`]: read once, through L2.
 ///
 /// # Safety
-/// All 128 threads call it (thread `tid`); the item inside the validated launch, whose cache
-/// rows are 16-byte aligned with `in_col` = D and `in_head` = D·D (host); nothing writes those
-/// bytes until the item's own state stores, which follow its wait for the copy; `state` holds
-/// GP × [`abi::BATCH_STATE_BYTES_PER_GROUP`] bytes no thread touches until then.
+/// All 128 threads call it (thread `tid`); the item inside the validated launch, `row` its
+/// sequence's validated source row, the cache rows 16-byte aligned with `in_col` = D and
+/// `in_head` = D·D (host); nothing writes those bytes until the item's own state stores, which
+/// follow its wait for the copy; `state` holds GP × [`abi::BATCH_STATE_BYTES_PER_GROUP`] bytes
+/// no thread touches until then.
 #[inline(always)]
-pub(crate) unsafe fn issue_batch_state_copies(
-    p: &abi::GatedDeltaNetParams,
-    source_rows: *const i32,
-    source_rows_stride: usize,
-    at: BatchGroups,
-    tid: u32,
-    state: u32,
-) {
-    // SAFETY: seq < n_s (caller), a validated index of the cache, never written.
-    let row = unsafe { HeadViews::source_row(source_rows, source_rows_stride, at.seq as usize) };
+pub(crate) unsafe fn issue_batch_state_copies(p: &abi::GatedDeltaNetParams, row: usize, at: BatchGroups, tid: u32, state: u32) {
     let first = (row * p.in_seq as usize + at.head as usize * p.in_head as usize + at.first_group as usize * GROUP_COLUMNS * GDN_HEAD_DIM)
         * 4;
     let base = (p.state_in as usize as *const u8).wrapping_add(first);
@@ -861,7 +864,6 @@ pub(crate) unsafe fn issue_batch_state_copies(
         unsafe { shared::copy_async_16(state + 16 * chunk, base.wrapping_add(16 * chunk as usize)) };
         chunk += abi::GDN_LAYER_STEP_BLOCK;
     }
-    shared::commit_async_copies();
 }
 
 /// [seq-batch] The batched layer step's second-phase item, once its token inputs are staged

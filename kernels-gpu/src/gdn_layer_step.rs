@@ -145,15 +145,15 @@
 //! read the state after token t). Copies move bit patterns.
 
 use crate::abi::{
-    BATCH_PARAMS_BYTES, BATCH_STATE_BYTES_PER_GROUP, BATCH_WALK_OFFSET, BatchCursor, BatchItem, GDN_LAYER_STEP_COLS, GDN_LAYER_STEP_GROUPS_PER_HEAD, GDN_LAYER_STEP_WARPS,
-    GdnLayerStepParams, LayerStepItems, LayerStepSchedule, ScheduleWalk, batch_scratch_offset,
+    BATCH_PARAMS_BYTES, BATCH_SOURCE_ROWS_OFFSET, BATCH_STATE_BYTES_PER_GROUP, BATCH_WALK_OFFSET, GDN_LAYER_STEP_BLOCK, BatchCursor, BatchItem, GDN_LAYER_STEP_COLS, GDN_LAYER_STEP_GROUPS_PER_HEAD, GDN_LAYER_STEP_WARPS,
+    GdnLayerStepParams, LayerStepItems, LayerStepSchedule, ScheduleWalk, batch_scratch_offset, batch_second_stage_offset,
 };
 use crate::device::grid::{arrive, close_batch_launch, close_launch, grid_target, publish_count, publish_item, wait_count, wait_items};
 use crate::device::shared;
 use crate::device::thread::{block_idx_x, grid_dim_x, sync_threads, thread_idx_x};
 use crate::device::trap;
 use crate::gated_delta_net::{
-    BatchGroups, GroupAt, WarpGroups, issue_batch_state_copies, issue_batch_token_copies, prefetch_group_state, run_batch_groups,
+    BatchGroups, GroupAt, WarpGroups, cache_source_row, issue_batch_state_copies, issue_batch_token_copies, prefetch_group_state, run_batch_groups,
     run_group_at,
 };
 use crate::gdn_conv_chain::{gdn_conv_chain_tile, gdn_conv_chain_tiles_at};
@@ -260,11 +260,24 @@ unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepP
 /// [seq-batch] GDN_LAYER_STEP over n_s ≥ 2 sequences (see "Several sequences" in the module docs):
 /// block b runs the schedule's items b, b + G, b + 2G, … ([`LayerStepSchedule`]).
 ///
+/// **Buffers.** A second-phase item takes state buffer and token stage `buffer`, the next one
+/// `1 − buffer`: the item's copies land and the block meets (one barrier per item), then the
+/// next item's copies start into the other pair — whose last user, the previous second-phase
+/// item, every warp finished before that barrier — and the item computes. Copies into an
+/// item's own pair issued at the item itself (no prefetch: the first item, or one after a
+/// first-phase item) meet only the item before the previous one, which also ended before the
+/// previous item's barrier. Stage 0 is the scratch area the first-phase items use: a
+/// first-phase item after a second-phase one waits for a block barrier, and copies are issued
+/// early only for a second-phase item that comes next. An item's token copies start only
+/// after its chunk's acquire and a block barrier — at the item (`wait_count`) or, once the block
+/// acquired the chunk, early at the previous item.
+///
 /// # Safety
 /// As [`gdn_layer_step`], for the schedule `p.batch` describes (host: chunk counters ≤
 /// `BATCH_MAX_CHUNKS`, every item index with the grid added fits u32, the dynamic shared memory
-/// is `gdn_layer_step_batch_shared_bytes(D_CONV, n_t, groups_per_warp)`, the ssm cache rows
-/// 16-byte aligned with `in_col` = D, `in_head` = D·D).
+/// is `gdn_layer_step_batch_shared_bytes(D_CONV, n_t, groups_per_warp)`, n_s ≤
+/// `GDN_LAYER_STEP_MAX_SEQS`, the ssm cache rows 16-byte aligned with `in_col` = D, `in_head` =
+/// D·D).
 #[inline(always)]
 unsafe fn gdn_layer_step_batch<A: Accumulation, const D_CONV: usize>(params: &GdnLayerStepParams) {
     let (block, grid) = (block_idx_x(), grid_dim_x());
@@ -277,33 +290,59 @@ unsafe fn gdn_layer_step_batch<A: Accumulation, const D_CONV: usize>(params: &Gd
     // schedule's walk (its divisors prepared once) lies beside them, read the same way.
     let p = shared::generic(shared::base()) as *mut GdnLayerStepParams;
     let walk = shared::generic(shared::base() + BATCH_WALK_OFFSET) as *mut ScheduleWalk;
+    // [speed] Every sequence's source row, read once per block into a table: a second-phase
+    // item's state copy then starts from a shared load instead of waiting for a global one.
+    let source_row_table = shared::base() + BATCH_SOURCE_ROWS_OFFSET;
     if tid == 0 {
-        // SAFETY: the first BATCH_PARAMS_BYTES of the dynamic shared memory hold the copy and the
-        // walk (host: `gdn_layer_step_batch_shared_bytes`; abi.rs asserts both fit, 8-byte
-        // aligned — the area is 16-byte aligned at least).
+        // SAFETY: the first 1024 bytes of the dynamic shared memory hold the copy and the walk
+        // (host: `gdn_layer_step_batch_shared_bytes`; abi.rs asserts both fit, 8-byte aligned —
+        // the area is 16-byte aligned at least).
         unsafe {
             p.write(*params);
             walk.write(ScheduleWalk::of(LayerStepSchedule::of(params)));
         }
     }
-    // SAFETY: every thread of the block, before any read of the copy.
+    let mut seq = tid;
+    while seq < params.batch.n_seqs {
+        // SAFETY: seq < n_s ≤ GDN_LAYER_STEP_MAX_SEQS (host): a validated index of the cache,
+        // never written, and a slot of the table.
+        unsafe {
+            let row = cache_source_row(params.gdn.source_rows as usize as *const i32, params.gdn.source_rows_stride as usize, seq as usize);
+            shared::store_u32(source_row_table + 4 * seq, row);
+        }
+        seq += GDN_LAYER_STEP_BLOCK;
+    }
+    // SAFETY: every thread of the block, before any read of the copy or the table.
     unsafe { sync_threads() };
     // SAFETY: written above, never written again during the launch.
     let (p, walk): (&GdnLayerStepParams, &ScheduleWalk) = unsafe { (&*p, &*walk) };
+    // SAFETY: seq < n_s (schedule), its slot written above.
+    let source_row = |seq: u32| unsafe { shared::load_u32(source_row_table + 4 * seq) as usize };
     let (warp, lane) = (tid / 32, tid % 32);
     let groups = WarpGroups::batch(p.batch.groups_per_warp);
-    let (source_rows, source_rows_stride) = (p.gdn.source_rows as usize as *const i32, p.gdn.source_rows_stride as usize);
     let state = p.sync_state as usize as *mut u64;
     // SAFETY: the launch's own readiness state (host), read before this block's arrival.
     let target = if warp == 0 { unsafe { grid_target(state, grid) } } else { 0 };
     let base = shared::base() + BATCH_PARAMS_BYTES;
     let state_bytes = p.batch.groups_per_warp * BATCH_STATE_BYTES_PER_GROUP;
     let scratch = base + batch_scratch_offset(p.batch.groups_per_warp);
+    // The two token stages: the scratch area (which the first-phase items also use) and the
+    // second stage after it.
+    let second_stage = base + batch_second_stage_offset(D_CONV, p.n_tokens as usize, p.batch.groups_per_warp);
+    let stage_of = |buffer: u32| if buffer == 0 { scratch } else { second_stage };
     let groups_at = |seq: u32, head: u32, first_group: u32| BatchGroups { head, seq, first_group, groups, warp, lane };
-    // Which of the two state buffers holds the current second-phase item's state, and whether its
-    // copies were already issued (by the previous second-phase item of this block).
+    // [speed] Second-phase items alternate between two state buffers and two token stages: the
+    // current item's, and the next one's, whose copies fly while the current item computes.
+    // `buffer` is the current (or next, between items) second-phase item's; `prefetched` and
+    // `staged` say whether its state and token copies were already issued (by the previous
+    // second-phase item of this block, or before the first phase).
     let mut buffer = 0u32;
     let mut prefetched = false;
+    let mut staged = false;
+    // [speed] The chunk whose first-phase items this block has observed all done (`wait_count`'s
+    // acquire, then a block barrier): its items' token inputs are visible to every thread of the
+    // block from then on, so a later item of it neither polls nor waits to start its copies.
+    let mut acquired = u32::MAX;
     let mut at = walk.advance(BatchCursor { segment: 0, offset: 0 }, block);
     // [speed] The state of this block's first second-phase item, asked for now: the first
     // phase does not touch the ssm cache, so the copy lands while the block runs its first-phase
@@ -312,7 +351,8 @@ unsafe fn gdn_layer_step_batch<A: Accumulation, const D_CONV: usize>(params: &Gd
     while let Some(cursor) = first {
         if let (BatchItem::Groups { seq, head, first_group }, _) = walk.item(cursor) {
             // SAFETY: the item inside the validated launch; buffer 0 is free.
-            unsafe { issue_batch_state_copies(&p.gdn.gdn, source_rows, source_rows_stride, groups_at(seq, head, first_group), tid, base) };
+            unsafe { issue_batch_state_copies(&p.gdn.gdn, source_row(seq), groups_at(seq, head, first_group), tid, base) };
+            shared::commit_async_copies();
             prefetched = true;
             break;
         }
@@ -332,61 +372,85 @@ unsafe fn gdn_layer_step_batch<A: Accumulation, const D_CONV: usize>(params: &Gd
         match item {
             BatchItem::Tiles { tile, first_seq, n_seqs } => {
                 // SAFETY: tile < C/128 and the sequences < n_s (schedule); all 128 threads; the
-                // chain's shared layout fits the scratch area (host).
+                // chain's shared layout fits the scratch area (host), which no copy targets now
+                // (token copies are issued early only for a second-phase item that comes next).
                 unsafe { gdn_conv_chain_tiles_at::<D_CONV>(&p.chain, tile as usize, first_seq as usize, n_seqs as usize, scratch) };
                 // SAFETY: block-uniform item: every thread is here after its last write of it.
                 unsafe { publish_count(state, chunk) };
             }
             BatchItem::Rows { first_head, n_heads, first_col, n_cols } => {
                 // SAFETY: heads and columns inside the validated products (schedule); all 128
-                // threads; the reduction buffer is the scratch area's start.
+                // threads; the reduction buffer is the scratch area's start (as above).
                 unsafe { pair_gate_tile::<A>(&p.gate, first_head, n_heads, first_col, n_cols, p.pair_block, scratch) };
                 // SAFETY: as above.
                 unsafe { publish_count(state, chunk) };
             }
             BatchItem::Groups { seq, head, first_group } => {
-                let here = base + buffer * state_bytes;
+                let (here, stage) = (base + buffer * state_bytes, stage_of(buffer));
                 if !prefetched {
-                    // SAFETY: the item inside the validated launch; the buffer is free (a block
-                    // barrier ended the last item that used it).
-                    unsafe { issue_batch_state_copies(&p.gdn.gdn, source_rows, source_rows_stride, groups_at(seq, head, first_group), tid, here) };
+                    // SAFETY: the item inside the validated launch; the buffer is free
+                    // ("Buffers" above).
+                    unsafe { issue_batch_state_copies(&p.gdn.gdn, source_row(seq), groups_at(seq, head, first_group), tid, here) };
                 }
-                // SAFETY: every thread of the block; the chunk's first-phase items all come before
-                // this item in the schedule, and its counter counts exactly them.
-                unsafe { wait_count(state, chunk, walk.first_items(chunk) as u64) };
-                // SAFETY: after the acquire: every token input of the chunk is written and visible.
-                unsafe { issue_batch_token_copies(&p.gdn.gdn, groups_at(seq, head, first_group), scratch) };
+                if !staged {
+                    if chunk != acquired {
+                        // SAFETY: every thread of the block; the chunk's first-phase items all
+                        // come before this item in the schedule, and its counter counts exactly
+                        // them.
+                        unsafe { wait_count(state, chunk, walk.first_items(chunk) as u64) };
+                        acquired = chunk;
+                    }
+                    // SAFETY: after the chunk's acquire and a block barrier (in `wait_count`,
+                    // now or for an earlier item of the chunk): every token input of the item is
+                    // written and visible; the stage is free ("Buffers" above).
+                    unsafe { issue_batch_token_copies(&p.gdn.gdn, groups_at(seq, head, first_group), stage) };
+                }
                 shared::commit_async_copies();
-                // [speed] The next item's state, if this block's next item is a second-phase one:
-                // its copies fly while this item computes.
-                prefetched = false;
-                if let Some((BatchItem::Groups { seq: s2, head: h2, first_group: g2 }, _)) = next_item {
-                    // SAFETY: the other buffer is free (its last item ended with a block barrier).
-                    unsafe {
-                        issue_batch_state_copies(&p.gdn.gdn, source_rows, source_rows_stride, groups_at(s2, h2, g2), tid, base + (1 - buffer) * state_bytes)
-                    };
-                    prefetched = true;
-                } else {
-                    shared::commit_async_copies();
-                }
-                // Everything but the newest group (the prefetch) has landed: this item's state and
-                // token inputs.
-                shared::wait_async_groups::<1>();
+                // This thread's copies of the item (state and token inputs) have landed ...
+                shared::wait_async_groups::<0>();
+                // ... and every thread's, after the barrier; every warp also finished the previous
+                // second-phase item here, so its buffer and stage are free for the next item's
+                // copies.
                 // SAFETY: every thread of the block (block-uniform item).
                 unsafe { sync_threads() };
-                // SAFETY: the item's state and inputs are staged and visible (barrier above).
-                unsafe { run_batch_groups(&p.gdn.gdn, groups_at(seq, head, first_group), here, scratch) };
-                // SAFETY: as above; the staging area and this buffer are free again after it.
-                unsafe { sync_threads() };
-                if prefetched {
-                    buffer = 1 - buffer;
+                // [speed] The next item's state, and its token inputs when its chunk is acquired,
+                // if this block's next item is a second-phase one: the copies fly while this item
+                // computes.
+                let (other_here, other_stage) = (base + (1 - buffer) * state_bytes, stage_of(1 - buffer));
+                (prefetched, staged) = (false, false);
+                if let Some((BatchItem::Groups { seq: s2, head: h2, first_group: g2 }, next_chunk)) = next_item {
+                    // SAFETY: the item inside the validated launch; the other buffer is free (the
+                    // barrier above).
+                    unsafe { issue_batch_state_copies(&p.gdn.gdn, source_row(s2), groups_at(s2, h2, g2), tid, other_here) };
+                    prefetched = true;
+                    if next_chunk == acquired {
+                        // SAFETY: the chunk's acquire and a block barrier came before (as above);
+                        // the other stage is free (the barrier above).
+                        unsafe { issue_batch_token_copies(&p.gdn.gdn, groups_at(s2, h2, g2), other_stage) };
+                        staged = true;
+                    }
+                    shared::commit_async_copies();
                 }
+                // SAFETY: the item's state and inputs are staged and visible (barrier above);
+                // nothing writes them before the next second-phase item's barrier, which every
+                // warp reaches only after this call.
+                unsafe { run_batch_groups(&p.gdn.gdn, groups_at(seq, head, first_group), here, stage) };
+                match next_item {
+                    Some((BatchItem::Groups { .. }, _)) => {}
+                    // A first-phase item next writes the scratch area (this item's stage when
+                    // `buffer` is 0): the block meets first.
+                    // SAFETY: every thread of the block (block-uniform item).
+                    Some(_) => unsafe { sync_threads() },
+                    None => {}
+                }
+                buffer = 1 - buffer;
             }
         }
         at = next;
         current = next_item;
     }
-    // No copy of this block is in flight any more (a prefetch is only issued for a next item).
+    // No copy of this block is in flight any more (a prefetch is only issued for a next item,
+    // which waits for it).
     // SAFETY: every thread of the block, once, after its last item.
     unsafe { arrive(state) };
     if block == 0 {

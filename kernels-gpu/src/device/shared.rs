@@ -31,6 +31,19 @@ pub unsafe fn store_f32(addr: u32, v: f32) {
     }
 }
 
+/// [seq-batch] Stores the u32 `v` at shared address `addr`.
+///
+/// # Safety
+/// As [`store_f32`].
+#[inline(always)]
+pub unsafe fn store_u32(addr: u32, v: u32) {
+    // SAFETY: forwarded to the caller (address inside the launch's shared allocation).
+    unsafe {
+        asm!("st.shared.b32 [{a}], {v};", a = in(reg32) addr, v = in(reg32) v,
+             options(nostack));
+    }
+}
+
 /// Loads the f32 at shared address `addr`.
 ///
 /// # Safety
