@@ -73,6 +73,10 @@ fn main() -> ExitCode {
             gpu.with_recorder(on, || oversize_cooperative_grid_refused(&gpu)),
         );
     }
+    run(
+        "a shape asked for with more shared memory still launches after a smaller one of the same entry",
+        shared_limit_never_lowered(&gpu),
+    );
     run("GDN_LAYER_STEP is prepared cooperative and runs so with the recorder off", layer_step_is_cooperative(&gpu));
     run("planned steps with new source rows = unfused steps; a bad row refused before any launch", planned_steps(&stream, &gpu));
     run("a plan refuses a memory bound otherwise", plan_refuses_other_bindings(&stream, &gpu));
@@ -348,6 +352,28 @@ fn oversize_cooperative_grid_refused(gpu: &Gpu) -> Check {
         return Err(format!("the co-resident launch left {logged} log records, expected {want}"));
     }
     Ok(())
+}
+
+/// [seq-batch] The dynamic shared-memory limit is one value per function: asking for a smaller
+/// shape after a larger one must not lower it under the larger shape's cached co-resident grid
+/// (it did once: CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE for the batched layer step in the GPU
+/// suite, results/2026-12-02-h200-pipeline/).
+fn shared_limit_never_lowered(gpu: &Gpu) -> Check {
+    let (large, small) = (100 * 1024u32, 60 * 1024u32);
+    let n = 1024usize;
+    let buf = gpu.upload(&vec![0u8; 4 * n]).map_err(e)?;
+    let params = abi::ScaleParams { src: buf.device_ptr(), dst: buf.device_ptr(), n: n as u64, scale: 1.0, bias: 0.0 };
+    let args = [KernelArg::Params(ParamBlock::of(&params).map_err(e)?)];
+    let co_large = gpu.co_resident_blocks(abi::SCALE_ENTRY, abi::SCALE_BLOCK, large).map_err(e)?;
+    let co_small = gpu.co_resident_blocks(abi::SCALE_ENTRY, abi::SCALE_BLOCK, small).map_err(e)?;
+    if co_large == 0 || co_small < co_large {
+        return Err(format!("co-resident blocks: {co_large} with {large} shared bytes, {co_small} with {small}"));
+    }
+    let dims = LaunchDims::new((co_large, 1, 1), (abi::SCALE_BLOCK, 1, 1)).with_shared_bytes(large);
+    // SAFETY: `buf` holds n f32 (in place: src = dst, as SCALE allows); the kernel loops over n
+    // elements whatever the grid and reads no shared memory.
+    unsafe { gpu.launch_cooperative(abi::SCALE_ENTRY, dims, &args) }.map_err(e)?;
+    gpu.synchronize().map_err(e)
 }
 
 fn layer_step_is_cooperative(gpu: &Gpu) -> Check {

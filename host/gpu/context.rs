@@ -257,6 +257,11 @@ pub struct Gpu {
     /// Co-resident block counts per (entry, block threads, shared bytes): the driver's
     /// occupancy query runs once per shape, not per cooperative launch.
     co_resident: Mutex<HashMap<(&'static str, u32, u32), u32>>,
+    /// [seq-batch] The dynamic shared-memory limit set on each entry above the default 48 KiB
+    /// (`CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`, one value per function): only ever
+    /// raised, so that a shape asked for earlier, with more shared memory, still launches after a
+    /// smaller one was asked for.
+    shared_limit: Mutex<HashMap<&'static str, u32>>,
     /// [layer-step] The cross-block readiness state (`kernels-gpu/src/device/grid.rs`: `done`,
     /// `arrived` and the work-item flags, [`abi::GRID_SYNC_BYTES`]) for cooperative launches on
     /// this Gpu's one stream; zero at creation, and each launch that uses it leaves `done` =
@@ -304,6 +309,7 @@ impl Gpu {
             functions: Mutex::new(HashMap::new()),
             log: Mutex::new(LaunchLog::default()),
             co_resident: Mutex::new(HashMap::new()),
+            shared_limit: Mutex::new(HashMap::new()),
             grid_sync,
         })
     }
@@ -536,9 +542,15 @@ impl Gpu {
             return Ok(n);
         }
         if shared_bytes > DEFAULT_SHARED_BYTES {
-            let bytes = i32::try_from(shared_bytes)
-                .map_err(|_| Error::Unsupported { op: entry, what: format!("{shared_bytes} bytes of dynamic shared memory") })?;
-            func.set_attribute(cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes)?;
+            // The limit is the function's, not the shape's: lowering it for this shape would make
+            // a cached larger shape's launch fail (CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE).
+            let mut limits = self.shared_limit.lock().unwrap_or_else(|p| p.into_inner());
+            if limits.get(entry).is_none_or(|&set| set < shared_bytes) {
+                let bytes = i32::try_from(shared_bytes)
+                    .map_err(|_| Error::Unsupported { op: entry, what: format!("{shared_bytes} bytes of dynamic shared memory") })?;
+                func.set_attribute(cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes)?;
+                limits.insert(entry, shared_bytes);
+            }
         }
         let per_sm = func.occupancy_max_active_blocks_per_multiprocessor(block_threads, shared_bytes as usize, None)?;
         let sms = self.ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;

@@ -1266,7 +1266,7 @@ const _: () = assert!(align_of::<ScheduleWalk>() <= 8 && align_of::<GdnLayerStep
 /// token inputs share (a block barrier between items), then a second token stage (the next
 /// second-phase item's token inputs, in flight while the current item runs).
 pub const fn gdn_layer_step_batch_shared_bytes(d_conv: usize, n_tokens: usize, groups_per_warp: u32) -> u32 {
-    BATCH_PARAMS_BYTES + batch_second_stage_offset(d_conv, n_tokens, groups_per_warp) + BATCH_TOKEN_STAGE_BYTES
+    BATCH_PARAMS_BYTES + batch_second_stage_offset(d_conv, n_tokens, groups_per_warp) + batch_token_stage_bytes(n_tokens)
 }
 
 /// [seq-batch] Where the second token stage starts, counted from the end of the parameters' copy:
@@ -1275,11 +1275,13 @@ pub const fn batch_second_stage_offset(d_conv: usize, n_tokens: usize, groups_pe
     batch_scratch_offset(groups_per_warp) + batch_scratch_bytes(d_conv, n_tokens)
 }
 
-/// [seq-batch] Shared bytes of one second-phase token stage: q, k of
-/// [`GDN_LAYER_STEP_MAX_TOKENS`] tokens, then per warp and token the v, g, β of
-/// [`BATCH_MAX_GROUPS_PER_WARP`] groups.
-pub const BATCH_TOKEN_STAGE_BYTES: u32 = GDN_LAYER_STEP_MAX_TOKENS as u32
-    * (LAYER_STEP_STAGE_QK_BYTES + GDN_LAYER_STEP_WARPS * layer_step_stage_warp_token_bytes(BATCH_MAX_GROUPS_PER_WARP));
+/// [seq-batch] Shared bytes of one second-phase token stage: q, k of the step's `n_tokens` tokens,
+/// then per warp and token the v, g, β of [`BATCH_MAX_GROUPS_PER_WARP`] groups. [speed] Sized
+/// by n_t, not [`GDN_LAYER_STEP_MAX_TOKENS`]: the shared memory the blocks leave unused is the
+/// multiprocessor's L1.
+pub const fn batch_token_stage_bytes(n_tokens: usize) -> u32 {
+    n_tokens as u32 * (LAYER_STEP_STAGE_QK_BYTES + GDN_LAYER_STEP_WARPS * layer_step_stage_warp_token_bytes(BATCH_MAX_GROUPS_PER_WARP))
+}
 
 /// [seq-batch] Where the shared scratch area starts, counted from the end of the parameters' copy:
 /// after the two state buffers.
@@ -1288,10 +1290,10 @@ pub const fn batch_scratch_offset(groups_per_warp: u32) -> u32 {
 }
 
 /// [seq-batch] The scratch area's bytes: the largest of the conv tile, the reduction buffer and one
-/// token stage ([`BATCH_TOKEN_STAGE_BYTES`]).
+/// token stage ([`batch_token_stage_bytes`]).
 pub const fn batch_scratch_bytes(d_conv: usize, n_tokens: usize) -> u32 {
     let chain = gdn_conv_chain_shared_bytes(d_conv, n_tokens);
-    let stage = BATCH_TOKEN_STAGE_BYTES;
+    let stage = batch_token_stage_bytes(n_tokens);
     let most = if chain > stage { chain } else { stage };
     if most > BATCH_ROW_REDUCE_BYTES { most } else { BATCH_ROW_REDUCE_BYTES }
 }

@@ -616,7 +616,8 @@ pub(crate) unsafe fn prefetch_group_state(p: &abi::GatedDeltaNetParams, source_r
 /// [layer-step] Shared memory of the staged token inputs ([`stage_tokens`]): tokens t < n_t of
 /// the block's key head — q at `t·QK + 4i`, k at `t·QK + 512 + 4i` (QK = 1024 bytes, i < D) —
 /// then, per warp w, each token's v of the warp's `GP`·4 columns (group g's at +16·g), g and β
-/// (+16·GP, +16·GP + 4) at `QK·MAX + (w·MAX + t)·W` (MAX = [`abi::GDN_LAYER_STEP_MAX_TOKENS`],
+/// (+16·GP, +16·GP + 4) at `QK·MAX + (w·MAX + t)·W` (MAX = [`abi::GDN_LAYER_STEP_MAX_TOKENS`] in
+/// the single-sequence step, [seq-batch] n_t in the batched one: [`abi::batch_token_stage_bytes`];
 /// W = [`abi::layer_step_stage_warp_token_bytes`]`(GP)`: 32 bytes for one group a warp, as
 /// the single-sequence step has always laid it out, 64 for two).
 const STAGE_QK_BYTES: u32 = 2 * GDN_HEAD_DIM as u32 * 4;
@@ -624,20 +625,24 @@ const STAGE_MAX_TOKENS: u32 = abi::GDN_LAYER_STEP_MAX_TOKENS as u32;
 const _: () = assert!(STAGE_QK_BYTES == abi::LAYER_STEP_STAGE_QK_BYTES);
 
 /// [layer-step] How many groups a warp runs per staged head: `groups` (each [`GROUP_COLUMNS`]
-/// columns, consecutive) and the staging bytes per (warp, token) that fit their v, g and β.
+/// columns, consecutive), the staging bytes per (warp, token) that fit their v, g and β, and
+/// the tokens the stage has room for (MAX above).
 #[derive(Clone, Copy)]
 pub(crate) struct WarpGroups {
     pub groups: u32,
     pub warp_token_bytes: u32,
+    pub stage_tokens: u32,
 }
 
 impl WarpGroups {
     /// One group a warp: the single-sequence layer step's layout.
-    pub const ONE: WarpGroups = WarpGroups { groups: 1, warp_token_bytes: abi::layer_step_stage_warp_token_bytes(1) };
+    pub const ONE: WarpGroups =
+        WarpGroups { groups: 1, warp_token_bytes: abi::layer_step_stage_warp_token_bytes(1), stage_tokens: STAGE_MAX_TOKENS };
 
-    /// `groups` (1 ..= [`abi::BATCH_MAX_GROUPS_PER_WARP`]) a warp, with the batched step's layout.
-    pub const fn batch(groups: u32) -> WarpGroups {
-        WarpGroups { groups, warp_token_bytes: abi::layer_step_stage_warp_token_bytes(abi::BATCH_MAX_GROUPS_PER_WARP) }
+    /// `groups` (1 ..= [`abi::BATCH_MAX_GROUPS_PER_WARP`]) a warp, with the batched step's layout
+    /// for `n_tokens` tokens ([`abi::batch_token_stage_bytes`]).
+    pub const fn batch(groups: u32, n_tokens: u32) -> WarpGroups {
+        WarpGroups { groups, warp_token_bytes: abi::layer_step_stage_warp_token_bytes(abi::BATCH_MAX_GROUPS_PER_WARP), stage_tokens: n_tokens }
     }
 
     /// Value columns a warp stages: 4 per group.
@@ -650,7 +655,8 @@ impl WarpGroups {
 /// and warp `warp`'s v, g, β.
 #[inline(always)]
 fn stage_slots(layout: WarpGroups, base: u32, warp: u32, t: u32) -> (u32, u32) {
-    (base + t * STAGE_QK_BYTES, base + STAGE_QK_BYTES * STAGE_MAX_TOKENS + (warp * STAGE_MAX_TOKENS + t) * layout.warp_token_bytes)
+    let tokens = layout.stage_tokens;
+    (base + t * STAGE_QK_BYTES, base + STAGE_QK_BYTES * tokens + (warp * tokens + t) * layout.warp_token_bytes)
 }
 
 /// [layer-step] Stages every token input of the block's column groups (one head, `layout.groups`

@@ -319,7 +319,7 @@ unsafe fn gdn_layer_step_batch<A: Accumulation, const D_CONV: usize>(params: &Gd
     // SAFETY: seq < n_s (schedule), its slot written above.
     let source_row = |seq: u32| unsafe { shared::load_u32(source_row_table + 4 * seq) as usize };
     let (warp, lane) = (tid / 32, tid % 32);
-    let groups = WarpGroups::batch(p.batch.groups_per_warp);
+    let groups = WarpGroups::batch(p.batch.groups_per_warp, p.n_tokens);
     let state = p.sync_state as usize as *mut u64;
     // SAFETY: the launch's own readiness state (host), read before this block's arrival.
     let target = if warp == 0 { unsafe { grid_target(state, grid) } } else { 0 };

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# [seq-batch] Packs one arm for scripts/device-batch-arms.sh: arm-NAME.tgz with bundle/rgdn (the
+# release binary at BIN, stripped) and bundle/COMMIT (LABEL: the commit and any patch on it).
+#   scripts/arm-bundle.sh NAME BIN LABEL
+set -euo pipefail
+name=${1:?arm name}; bin=${2:?rgdn binary}; label=${3:?commit label}
+root=$(cd "$(dirname "$0")/.." && pwd)
+d=$(mktemp -d)
+mkdir -p "$d/bundle"
+cp "$bin" "$d/bundle/rgdn"
+strip "$d/bundle/rgdn" 2>/dev/null || true
+echo "$label" > "$d/bundle/COMMIT"
+tar czf "$root/arm-$name.tgz" -C "$d" bundle
+rm -rf "$d"
+echo "arm-$name.tgz: $(wc -c < "$root/arm-$name.tgz") bytes"

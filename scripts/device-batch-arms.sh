@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# [seq-batch] Same-call comparison of several builds of the rgdn binary ("arms"), then ncu of one
+# arm and the carried plant bundles, in one device call. Each arm is arm-NAME.tgz holding
+# bundle/rgdn and bundle/COMMIT (scripts/arm-bundle.sh builds one); the arms' benches run in
+# rounds, every arm once per round in ARMS order (default: the arm files sorted), each bench a
+# separate process (`rgdn bench --quick --seqs $SEQS --modes $MODES`). NCU_ARM names the arm ncu
+# profiles (default: none) at NCU_SHAPES (n_s:mode …, default "64:mtp3"), always
+# --clock-control none. Every bundle-plant-NAME.tgz carried runs its GPU suite's layer-step
+# twins and every third sweep case, each of which must fail. Everything under $OUT/arms/ comes
+# back as arms.tgz beside summary.txt.
+#   run(command="ARMS='old new' NCU_ARM=new bash scripts/device-batch-arms.sh", carry=["arm-old.tgz", "arm-new.tgz"])
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PATH:/usr/local/cuda/bin" RGDN_REQUIRE_GPU=1
+o=${OUT:-bundle/out}/arms
+mkdir -p "$o"
+s="$o/summary.txt"
+arms=${ARMS:-$(ls arm-*.tgz 2>/dev/null | sed 's/^arm-//; s/\.tgz$//' | tr '\n' ' ')}
+for a in $arms; do mkdir -p "arm/$a" && tar xzf "arm-$a.tgz" -C "arm/$a"; done
+{
+  echo "date: $(date -u +%FT%TZ)"
+  echo "gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1)"
+  for a in $arms; do echo "arm $a: $(cat "arm/$a/bundle/COMMIT" 2>/dev/null)"; done
+  echo "seqs ${SEQS:-4,16,64} modes ${MODES:-decode,mtp3} rounds ${ROUNDS:-2}"
+} > "$s"
+for round in $(seq 1 "${ROUNDS:-2}"); do
+  for a in $arms; do
+    timeout 150 "arm/$a/bundle/rgdn" bench --no-progress --quick --seqs "${SEQS:-4,16,64}" --modes "${MODES:-decode,mtp3}" \
+      --out "$o/$a-$round" > "$o/$a-$round.txt" 2>&1
+    echo "$a round $round: exit $?" >> "$s"
+    sed -n '/per layer step/,/^$/p' "$o/$a-$round.txt" | awk -v a="$a-$round" 'NF > 5 && $1 ~ /^[0-9]+$/ {print a": n_s "$1" T "$2" "$5" µs"}' >> "$s"
+  done
+done
+if [ -n "${NCU_ARM:-}" ]; then
+  for shape in ${NCU_SHAPES:-64:mtp3}; do
+    n=${shape%%:*}; m=${shape#*:}
+    timeout 200 ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
+      --section WarpStateStats --section SchedulerStats --section InstructionStats --section SourceCounters --section LaunchStats \
+      --print-details all -k regex:gdn_layer_step_batch -s 2 -c 1 -o "$o/ncu-n$n-$m" \
+      "arm/$NCU_ARM/bundle/rgdn" bench --no-progress --quick --seqs "$n" --modes "$m" --layers 2 --rounds 1 > "$o/ncu-n$n-$m.log" 2>&1
+    echo "ncu $NCU_ARM n_s=$n $m: exit $?" >> "$s"
+    ncu --clock-control none -i "$o/ncu-n$n-$m.ncu-rep" --print-details all > "$o/ncu-n$n-$m.txt" 2>&1
+    ncu --clock-control none -i "$o/ncu-n$n-$m.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip > "$o/ncu-n$n-$m-source.csv.gz"
+    rm -f "$o/ncu-n$n-$m.ncu-rep"
+    grep -E "Duration|DRAM Throughput|L2 Hit|Achieved Occupancy|Registers Per|Issued Warp|No Eligible|Warp Cycles Per Issued" "$o/ncu-n$n-$m.txt" | head -12 >> "$s"
+  done
+fi
+export RGDN_SKIP_PARITY=1
+for t in bundle-plant-*.tgz; do
+  [ -f "$t" ] || continue
+  n=${t#bundle-plant-}; n=${n%.tgz}
+  mkdir -p "plant-$n" && tar xzf "$t" -C "plant-$n"
+  timeout 150 "plant-$n/bundle/tests/gpu_ops" GDN_LAYER_STEP_VS > "$o/plant-$n-ops.log" 2>&1
+  echo "plant $n ops (must fail): exit $? $(grep -E '^GPU suite' "$o/plant-$n-ops.log" | tail -1)" >> "$s"
+  RGDN_SWEEP_FORWARDS=0 RGDN_SWEEP_STRIDE=3 timeout 150 "plant-$n/bundle/tests/gpu_sweep" > "$o/plant-$n-sweep.log" 2>&1
+  echo "plant $n sweep (must fail): exit $? $(grep -E '^SWEEP' "$o/plant-$n-sweep.log" | cut -c1-80)" >> "$s"
+done
+tar czf "${OUT:-bundle/out}/arms.tgz" -C "$o" .
+cp "$s" "${OUT:-bundle/out}/summary.txt"
+cat "$s"
