@@ -39,9 +39,10 @@ if [ -n "${NCU_ARM:-}" ]; then
       --print-details all -k regex:gdn_layer_step_batch -s 2 -c 1 -o "$o/ncu-n$n-$m" \
       "arm/$NCU_ARM/bundle/rgdn" bench --no-progress --quick --seqs "$n" --modes "$m" --layers 2 --rounds 1 > "$o/ncu-n$n-$m.log" 2>&1
     echo "ncu $NCU_ARM n_s=$n $m: exit $?" >> "$s"
-    ncu --clock-control none -i "$o/ncu-n$n-$m.ncu-rep" --print-details all > "$o/ncu-n$n-$m.txt" 2>&1
-    ncu --clock-control none -i "$o/ncu-n$n-$m.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip > "$o/ncu-n$n-$m-source.csv.gz"
-    rm -f "$o/ncu-n$n-$m.ncu-rep"
+    # Reading a saved report back profiles nothing; ncu refuses --clock-control with -i
+    # ("Invalid option --clock-control specified for --import": the 14:56 arms call lost its report).
+    ncu -i "$o/ncu-n$n-$m.ncu-rep" --print-details all > "$o/ncu-n$n-$m.txt" 2>&1
+    ncu -i "$o/ncu-n$n-$m.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip > "$o/ncu-n$n-$m-source.csv.gz"
     grep -E "Duration|DRAM Throughput|L2 Hit|Achieved Occupancy|Registers Per|Issued Warp|No Eligible|Warp Cycles Per Issued" "$o/ncu-n$n-$m.txt" | head -12 >> "$s"
   done
 fi

@@ -19,8 +19,10 @@ for shape in "${@:-64:mtp3 4:decode}"; do
       --print-details all -k regex:gdn_layer_step_batch -s 2 -c 1 -o "$o/n$n-$m" \
       bundle/rgdn bench --no-progress --quick --seqs "$n" --modes "$m" --layers 2 --rounds 1 > "$o/n$n-$m.log" 2>&1
     echo "ncu n_s=$n $m: exit $?" >> "$o/summary.txt"
-    ncu --clock-control none -i "$o/n$n-$m.ncu-rep" --print-details all > "$o/n$n-$m.txt" 2>&1
-    ncu --clock-control none -i "$o/n$n-$m.ncu-rep" --page source --csv --print-source sass > "$o/n$n-$m-source.csv" 2>&1
+    # Reading a saved report back profiles nothing; ncu refuses --clock-control with -i
+    # ("Invalid option --clock-control specified for --import": the 14:56 arms call lost its report).
+    ncu -i "$o/n$n-$m.ncu-rep" --print-details all > "$o/n$n-$m.txt" 2>&1
+    ncu -i "$o/n$n-$m.ncu-rep" --page source --csv --print-source sass > "$o/n$n-$m-source.csv" 2>&1
     grep -E "Duration|DRAM Throughput|Achieved Occupancy|Registers Per|Issued Warp|No Eligible|Executed Ipc|Warp Cycles Per Issued" "$o/n$n-$m.txt" | head -12 >> "$o/summary.txt"
   done
 done

@@ -29,9 +29,11 @@ for mode in ${STALL_MODES:-mtp3 t16}; do
   echo "ncu stalls $mode: exit $?" >> "$o/summary.txt"
   # Reading a report profiles nothing; the flag is there all the same (every ncu call here
   # carries it). Not yet run in this form on the H200 (session 8 ran the import without it).
-  ncu --clock-control none -i "$o/stalls-$mode.ncu-rep" --page source --csv --print-source sass > "$o/stalls-$mode-sass.csv" 2>> "$o/stalls-$mode.log"
+  # Reading a saved report back profiles nothing; ncu refuses --clock-control with -i
+  # ("Invalid option --clock-control specified for --import": the 14:56 arms call lost its report).
+  ncu -i "$o/stalls-$mode.ncu-rep" --page source --csv --print-source sass > "$o/stalls-$mode-sass.csv" 2>> "$o/stalls-$mode.log"
   echo "source page $mode: exit $? $(wc -l < "$o/stalls-$mode-sass.csv") lines" >> "$o/summary.txt"
-  ncu --clock-control none -i "$o/stalls-$mode.ncu-rep" --page details > "$o/stalls-$mode-details.txt" 2>> "$o/stalls-$mode.log"
+  ncu -i "$o/stalls-$mode.ncu-rep" --page details > "$o/stalls-$mode-details.txt" 2>> "$o/stalls-$mode.log"
 done
 tar czf "${OUT:-/tmp/out}/ncu.tgz" -C "$(dirname "$o")" ncu
 cat "$o/summary.txt"
