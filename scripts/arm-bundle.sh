@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # [seq-batch] Packs one arm for scripts/device-batch-arms.sh: arm-NAME.tgz with bundle/rgdn (the
-# release binary at BIN, stripped) and bundle/COMMIT (LABEL: the commit and any patch on it).
-#   scripts/arm-bundle.sh NAME BIN LABEL
+# release binary at BIN, stripped), bundle/COMMIT (LABEL: the commit and any patch on it) and,
+# when given, bundle/ENV (VAR=VALUE words the arm's benches run with, e.g. a measurement knob).
+#   scripts/arm-bundle.sh NAME BIN LABEL [ENV]
 set -euo pipefail
 name=${1:?arm name}; bin=${2:?rgdn binary}; label=${3:?commit label}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -10,6 +11,7 @@ mkdir -p "$d/bundle"
 cp "$bin" "$d/bundle/rgdn"
 strip "$d/bundle/rgdn" 2>/dev/null || true
 echo "$label" > "$d/bundle/COMMIT"
+[ -n "${4:-}" ] && echo "$4" > "$d/bundle/ENV"
 tar czf "$root/arm-$name.tgz" -C "$d" bundle
 rm -rf "$d"
 echo "arm-$name.tgz: $(wc -c < "$root/arm-$name.tgz") bytes"
