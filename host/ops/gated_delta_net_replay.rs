@@ -4,7 +4,7 @@
 
 use super::{Op, check};
 use crate::error::{Error, Result};
-use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock, PreparedLaunch};
+use crate::gpu::{Gpu, KernelArg, ParamBlock, PreparedLaunch};
 use crate::kernels::abi;
 use crate::memory::{DeviceMemory, HostMemory, Memory};
 use crate::reference::math::Mufu;
@@ -17,7 +17,7 @@ const D: usize = abi::GDN_HEAD_DIM;
 const MAX_GRID_YZ: usize = 65535;
 
 // SAFETY: `abi::GatedDeltaNetReplayParams` is declared with `param_struct!` (`#[repr(C)]`, no
-// padding bytes: 24 u64 then two u32, 200 bytes, alignment 8) and is the type the
+// padding bytes: four `TokenViewParams` of four u64, eight u64, two u32: 200 bytes, alignment 8) and is the type the
 // GATED_DELTA_NET_REPLAY entry takes by value (the same abi.rs is compiled into both; its row in
 // `abi::ENTRIES` is checked against the PTX by `tests/ptx.rs`).
 unsafe impl crate::gpu::KernelParams for abi::GatedDeltaNetReplayParams {}
@@ -173,38 +173,26 @@ impl GatedDeltaNetReplay {
 
     /// The kernel's parameters for a validated op.
     fn params(&self, shape: &ReplayShape, mem: &DeviceMemory) -> abi::GatedDeltaNetReplayParams {
-        let [_, k_head, k_token, k_seq] = check::elem_strides(&self.k);
-        let [_, v_head, v_token, v_seq] = check::elem_strides(&self.v);
-        let [_, g_head, g_token, g_seq] = check::elem_strides(&self.g);
-        let [_, beta_head, beta_token, beta_seq] = check::elem_strides(&self.beta);
+        let view = |t: &Tensor| {
+            let [_, head, token, seq] = check::elem_strides(t);
+            abi::TokenViewParams { addr: mem.device_ptr(t), head, token, seq }
+        };
         let [_, cache_row, ..] = check::elem_strides(&self.ssm_cache);
-        let [source_rows_stride, ..] = check::elem_strides(&self.source_rows);
-        let [dest_rows_stride, ..] = check::elem_strides(&self.dest_rows);
-        let [accepted_stride, ..] = check::elem_strides(&self.accepted);
+        let index = |t: &Tensor| (mem.device_ptr(t), check::elem_strides(t)[0]);
+        let ((source_rows, source_rows_stride), (dest_rows, dest_rows_stride), (accepted, accepted_stride)) =
+            (index(&self.source_rows), index(&self.dest_rows), index(&self.accepted));
         abi::GatedDeltaNetReplayParams {
-            k: mem.device_ptr(&self.k),
-            k_head,
-            k_token,
-            k_seq,
-            v: mem.device_ptr(&self.v),
-            v_head,
-            v_token,
-            v_seq,
-            g: mem.device_ptr(&self.g),
-            g_head,
-            g_token,
-            g_seq,
-            beta: mem.device_ptr(&self.beta),
-            beta_head,
-            beta_token,
-            beta_seq,
+            k: view(&self.k),
+            v: view(&self.v),
+            g: view(&self.g),
+            beta: view(&self.beta),
             cache: mem.device_ptr(&self.ssm_cache),
             cache_row,
-            source_rows: mem.device_ptr(&self.source_rows),
+            source_rows,
             source_rows_stride,
-            dest_rows: mem.device_ptr(&self.dest_rows),
+            dest_rows,
             dest_rows_stride,
-            accepted: mem.device_ptr(&self.accepted),
+            accepted,
             accepted_stride,
             n_tokens: shape.n_tokens as u32,
             n_key_heads: shape.n_key_heads as u32,
@@ -233,8 +221,7 @@ impl Op for GatedDeltaNetReplay {
     fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {
         let shape = self.check(mem)?;
         let params = self.params(&shape, mem);
-        let grid = (shape.n_heads as u32, shape.n_seqs as u32, D as u32 / abi::GDN_WARPS);
-        let dims = LaunchDims::new(grid, (32, abi::GDN_WARPS, 1));
+        let dims = super::gated_delta_net::launch_dims(shape.n_heads, shape.n_seqs);
         let args = [KernelArg::Params(ParamBlock::of(&params)?)];
         // SAFETY: `check` proved every log view lies inside its buffer for the grid (H_v, n_s,
         // D/4) × block (32, 4) with D = 128, key heads < H_k and T tokens; the cache rows hold

@@ -743,30 +743,32 @@ pub struct GatedDeltaNetFromCacheParams {
 pub const GATED_DELTA_NET_REPLAY_ENTRY: &str = entry_name!(gated_delta_net_replay);
 
 param_struct! {
+    /// [replay] One F32 view of a per-head, per-token, per-sequence tensor as GATED_DELTA_NET_REPLAY
+    /// reads it: the device address of element 0, then the element strides between heads,
+    /// tokens and sequences (dimension 0 contiguous, or of one element).
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct TokenViewParams {
+        pub addr: u64,
+        pub head: u64,
+        pub token: u64,
+        pub seq: u64,
+    }
+}
+
+param_struct! {
     /// Parameters of [`GATED_DELTA_NET_REPLAY_ENTRY`], passed by value: the logged k, v, g, β
-    /// (device address, then element strides per head, token and sequence, as
-    /// [`GatedDeltaNetParams`]), the ssm cache (row 0's address and the element stride between
-    /// rows; element (i, col, h) of a row at `(h·D + col)·D + i`), the three I32 index views
-    /// (address, element stride) and the sizes. 24 u64 and two u32: 200 bytes, no padding.
+    /// (`k` (i, kh, t, s) at `i + kh·head + t·token + s·seq`, `v` (col, h, t, s) likewise, `g`
+    /// and `beta` (0, h, t, s) at `h·head + t·token + s·seq`), the ssm cache (row 0's address
+    /// and the element stride between rows; element (i, col, h) of a row at `(h·D + col)·D + i`),
+    /// the three I32 index views (address, element stride) and the sizes. 200 bytes, no padding.
     #[repr(C)]
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
     pub struct GatedDeltaNetReplayParams {
-        pub k: u64,
-        pub k_head: u64,
-        pub k_token: u64,
-        pub k_seq: u64,
-        pub v: u64,
-        pub v_head: u64,
-        pub v_token: u64,
-        pub v_seq: u64,
-        pub g: u64,
-        pub g_head: u64,
-        pub g_token: u64,
-        pub g_seq: u64,
-        pub beta: u64,
-        pub beta_head: u64,
-        pub beta_token: u64,
-        pub beta_seq: u64,
+        pub k: TokenViewParams,
+        pub v: TokenViewParams,
+        pub g: TokenViewParams,
+        pub beta: TokenViewParams,
         /// The ssm cache's row 0, and the elements between its rows.
         pub cache: u64,
         pub cache_row: u64,

@@ -89,6 +89,14 @@ impl LogSource {
     }
 }
 
+impl abi::TokenViewParams {
+    /// Token 0 of head `head` and sequence `seq` (dereferenced only inside validated views).
+    #[inline(always)]
+    fn at(&self, head: usize, seq: usize) -> *const f32 {
+        (self.addr as usize as *const f32).wrapping_add(head * self.head as usize + seq * self.seq as usize)
+    }
+}
+
 /// Element `index_view[seq·stride]` of an I32 index view, as an unsigned value.
 ///
 /// # Safety
@@ -136,18 +144,17 @@ unsafe fn run(p: &abi::GatedDeltaNetReplayParams, head: u32, seq: u32, group: u3
     // SAFETY: this lane's elements (i, col, head) of row `source`, inside the validated cache
     // view; read before this thread's only store, and no other thread writes them (module docs).
     let mut s = unsafe { load_lane_coherent(cache.wrapping_add(source * row_stride + column), lane_usize) };
-    let (k, v, g, beta) = (p.k as usize as *const f32, p.v as usize as *const f32, p.g as usize as *const f32, p.beta as usize as *const f32);
     let mut src = LogSource {
-        k: k.wrapping_add(key_head * p.k_head as usize + seq * p.k_seq as usize),
-        v: v.wrapping_add(head * p.v_head as usize + seq * p.v_seq as usize),
-        g: g.wrapping_add(head * p.g_head as usize + seq * p.g_seq as usize),
-        beta: beta.wrapping_add(head * p.beta_head as usize + seq * p.beta_seq as usize),
+        k: p.k.at(key_head, seq),
+        v: p.v.at(head, seq),
+        g: p.g.at(head, seq),
+        beta: p.beta.at(head, seq),
         lane,
         col: col as u32,
-        k_token: p.k_token as usize,
-        v_token: p.v_token as usize,
-        g_token: p.g_token as usize,
-        beta_token: p.beta_token as usize,
+        k_token: p.k.token as usize,
+        v_token: p.v.token as usize,
+        g_token: p.g.token as usize,
+        beta_token: p.beta.token as usize,
     };
     // [speed] Token t + 1's inputs are loaded before token t's arithmetic (pure loads moved
     // earlier, as GATED_DELTA_NET's `run_at` does; the float operations are unchanged); the last
