@@ -878,7 +878,7 @@ fn build_gdn_from_cache(g: &mut Gen) -> Box<dyn Op> {
     Box::new(GatedDeltaNetFromCache { q, k, v, g: gate, beta, ssm_cache, source_rows, out, states })
 }
 
-/// [replay] GATED_DELTA_NET_REPLAY: hostile row indices and counts (out of range, negative,
+/// \[replay\] GATED_DELTA_NET_REPLAY: hostile row indices and counts (out of range, negative,
 /// i32::MAX, rows another sequence reads or writes), index views the host cannot read.
 fn build_gdn_replay(g: &mut Gen) -> Box<dyn Op> {
     const D: usize = 128;

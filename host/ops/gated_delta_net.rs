@@ -637,7 +637,7 @@ fn gdn_params(op: &GatedDeltaNet, shape: &GdnShape, mem: &DeviceMemory, [in_col,
     }
 }
 
-/// GATED_DELTA_NET's launch shape (also GATED_DELTA_NET_FROM_CACHE's and [replay]
+/// GATED_DELTA_NET's launch shape (also GATED_DELTA_NET_FROM_CACHE's and \[replay\]
 /// GATED_DELTA_NET_REPLAY's): grid (H_v, n_s, D / 4), block (32, 4, 1) — one warp per value
 /// column. The sizes were validated to fit u32 (H_v) and grid y (n_s ≤ 65535).
 pub(crate) fn launch_dims(n_heads: usize, n_seqs: usize) -> LaunchDims {

@@ -1,4 +1,4 @@
-//! [replay] GATED_DELTA_NET_REPLAY — kernel: `kernels-gpu/src/gated_delta_net_replay.rs`,
+//! \[replay\] GATED_DELTA_NET_REPLAY — kernel: `kernels-gpu/src/gated_delta_net_replay.rs`,
 //! reference: [`crate::reference::replay::replay_states`] (the state half of exact replay),
 //! design: `docs/rollback.md` ("Through the registry").
 
@@ -34,11 +34,11 @@ unsafe impl crate::gpu::KernelParams for abi::GatedDeltaNetReplayParams {}
 /// - `g`, `beta`: F32 ne [1, H_v, T, n_s] (any strides);
 /// - `ssm_cache`: F32 ne [D·D·H_v, n_rows, 1, 1], rows contiguous and not sharing bytes; element
 ///   (i, col, h) of a row at (h·D + col)·D + i (GATED_DELTA_NET_FROM_CACHE's layout);
-/// - `source_rows`, `dest_rows`: I32 ne [n_s] in index buffers, each value in 0..n_rows
+/// - `source_rows`, `dest_rows`: I32 ne \[n_s\] in index buffers, each value in 0..n_rows
 ///   ([`Error::IndexOutOfRange`]); a destination may be its own sequence's source row, never a row
 ///   another sequence reads or writes ([`Error::Aliasing`]; checked for every sequence, whatever
 ///   its count);
-/// - `accepted`: I32 ne [n_s] in an index buffer, each value in 0 ..= T ([`Error::IndexOutOfRange`]
+/// - `accepted`: I32 ne \[n_s\] in an index buffer, each value in 0 ..= T ([`Error::IndexOutOfRange`]
 ///   with `rows` = T + 1).
 ///
 /// D must be 128 (else [`Error::Unsupported`]); n_s ≤ 65535. The cache overlaps no log view.

@@ -743,7 +743,7 @@ pub struct GatedDeltaNetFromCacheParams {
 pub const GATED_DELTA_NET_REPLAY_ENTRY: &str = entry_name!(gated_delta_net_replay);
 
 param_struct! {
-    /// [replay] One F32 view of a per-head, per-token, per-sequence tensor as GATED_DELTA_NET_REPLAY
+    /// \[replay\] One F32 view of a per-head, per-token, per-sequence tensor as GATED_DELTA_NET_REPLAY
     /// reads it: the device address of element 0, then the element strides between heads,
     /// tokens and sequences (dimension 0 contiguous, or of one element).
     #[repr(C)]

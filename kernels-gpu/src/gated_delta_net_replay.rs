@@ -164,6 +164,7 @@ unsafe fn run(p: &abi::GatedDeltaNetReplayParams, head: u32, seq: u32, group: u3
     let mut t = 1;
     while t < a {
         src.advance();
+        // SAFETY: token t < a ≤ T of the validated log views, written by nobody.
         let next = unsafe { src.load() };
         // SAFETY: every lane of the warp runs the same trip count (a is the warp's) with no
         // early exit.

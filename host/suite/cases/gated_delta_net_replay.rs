@@ -1,4 +1,4 @@
-//! [replay] GATED_DELTA_NET_REPLAY cases: the logged tokens each sequence accepted, replayed from
+//! \[replay\] GATED_DELTA_NET_REPLAY cases: the logged tokens each sequence accepted, replayed from
 //! its committed ssm-cache row into one state row — n_s 1/2/5/64 × T 1/4/8/16, accepted counts
 //! random per sequence (0 and T among them), the destination the source row itself or another
 //! row, rows shuffled over a poisoned cache whose other rows (and guard bytes) must stay
