@@ -25,8 +25,8 @@ use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRu
 use rgdn::memory::{HostMemory, Memory};
 use rgdn::ops::concat::ConcatDim0PerRow;
 use rgdn::ops::{
-    Binary, BinaryKind, ConcatDim0, Cpy, CpySnapshots, GatedDeltaNet, GatedDeltaNetFromCache, GdnConvChain, GetRows, L2Norm, MulMatVec,
-    MulMatVecPair, MulMatVecPairGate, Op, Precision, Scale, SnapshotWrite, SsmConv, Unary, UnaryKind, UnaryMul,
+    Binary, BinaryKind, ConcatDim0, Cpy, CpySnapshots, GatedDeltaNet, GatedDeltaNetFromCache, GatedDeltaNetReplay, GdnConvChain, GetRows,
+    L2Norm, MulMatVec, MulMatVecPair, MulMatVecPairGate, Op, Precision, Scale, SnapshotWrite, SsmConv, Unary, UnaryKind, UnaryMul,
 };
 use rgdn::reference::math::ExactMufu;
 use rgdn::tensor::{BufferId, DType, Layout, Tensor};
@@ -68,6 +68,9 @@ const OPS: &[(&str, BuildOp, Option<ReadWrite>)] = &[
     ("MUL_MAT_VEC_PAIR_GATE", build_mul_mat_vec_pair_gate, None),
     // Inputs: q, k, v, g, beta, ssm_cache, source_rows; outputs: out, states (rows of the cache).
     ("GDN_FROM_CACHE", build_gdn_from_cache, Some(ReadWrite { input: 5, outputs_from: 1 })),
+    // [replay] Inputs: k, v, g, beta, ssm_cache, source_rows, dest_rows, accepted; output: the
+    // cache itself.
+    ("GDN_REPLAY", build_gdn_replay, Some(ReadWrite { input: 4, outputs_from: 0 })),
 ];
 
 /// Largest element count checked element by element / run through `reference`.
@@ -873,4 +876,37 @@ fn build_gdn_from_cache(g: &mut Gen) -> Box<dyn Op> {
         _ => g.f32([row, n_s, slots, 1]),
     };
     Box::new(GatedDeltaNetFromCache { q, k, v, g: gate, beta, ssm_cache, source_rows, out, states })
+}
+
+/// \[replay\] GATED_DELTA_NET_REPLAY: hostile row indices and counts (out of range, negative,
+/// i32::MAX, rows another sequence reads or writes), index views the host cannot read.
+fn build_gdn_replay(g: &mut Gen) -> Box<dyn Op> {
+    const D: usize = 128;
+    let (hk, hv, n_t, n_s) = (1, g.small(2), g.small(3), g.small(3));
+    let row = sat_mul(D * D, hv);
+    let n_rows = sat_add(g.small(4), sat_mul(2, n_s));
+    let k = g.f32([D, hk, n_t, n_s]);
+    let v = g.f32([D, hv, n_t, n_s]);
+    let gate = g.f32([1, hv, n_t, n_s]);
+    let beta = g.f32([1, hv, n_t, n_s]);
+    let ssm_cache = g.f32([row, n_rows, 1, 1]);
+    let index = |g: &mut Gen, bound: usize, normal: &dyn Fn(usize) -> i32| -> Tensor {
+        let values: Vec<i32> = (0..n_s)
+            .map(|s| match g.below(32) {
+                31 => -1,
+                30 => bound as i32,
+                29 => i32::MAX,
+                28 => g.below(bound as u64) as i32,
+                _ => normal(s),
+            })
+            .collect();
+        let t = if g.one_in(16) { g.tensor(DType::I32, [n_s, 1, 1, 1]) } else { g.mem.alloc_indices(&values) };
+        g.made.push(t);
+        t
+    };
+    let source_rows = index(g, n_rows, &|s| s as i32);
+    let distinct = g.one_in(2);
+    let dest_rows = index(g, n_rows, &|s| if distinct { (n_s + s) as i32 } else { s as i32 });
+    let accepted = index(g, n_t + 1, &|s| (s % (n_t + 1)) as i32);
+    Box::new(GatedDeltaNetReplay { k, v, g: gate, beta, ssm_cache, source_rows, dest_rows, accepted })
 }

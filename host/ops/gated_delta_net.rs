@@ -402,8 +402,7 @@ impl Op for GatedDeltaNet {
         let shape = self.check(mem)?;
         let [_, in_col, in_head, in_seq] = check::elem_strides(&self.state_in);
         let params = gdn_params(self, &shape, mem, [in_col, in_head, in_seq]);
-        let grid = (shape.n_heads as u32, shape.n_seqs as u32, D as u32 / abi::GDN_WARPS);
-        let dims = LaunchDims::new(grid, (32, abi::GDN_WARPS, 1));
+        let dims = launch_dims(shape.n_heads, shape.n_seqs);
         let args = [KernelArg::Params(ParamBlock::of(&params)?)];
         // SAFETY: `check` proved every view lies inside its buffer for the grid (H_v, n_s,
         // D/4) × block (32, 4) with D = 128, key heads < H_k, n_t tokens and K slots (D·D·H_v
@@ -547,8 +546,7 @@ impl Op for GatedDeltaNetFromCache {
     fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {
         let shape = self.check(mem)?;
         let params = self.params(&shape, mem);
-        let grid = (shape.n_heads as u32, shape.n_seqs as u32, D as u32 / abi::GDN_WARPS);
-        let dims = LaunchDims::new(grid, (32, abi::GDN_WARPS, 1));
+        let dims = launch_dims(shape.n_heads, shape.n_seqs);
         let args = [KernelArg::Params(ParamBlock::of(&params)?)];
         // SAFETY: `check` proved every view but the state lies inside its buffer for the grid
         // (H_v, n_s, D/4) × block (32, 4) as for GATED_DELTA_NET; every source_rows[s] (s < n_s)
@@ -637,6 +635,13 @@ fn gdn_params(op: &GatedDeltaNet, shape: &GdnShape, mem: &DeviceMemory, [in_col,
         n_slots: shape.n_slots as u32,
         scale: attention_scale(),
     }
+}
+
+/// GATED_DELTA_NET's launch shape (also GATED_DELTA_NET_FROM_CACHE's and \[replay\]
+/// GATED_DELTA_NET_REPLAY's): grid (H_v, n_s, D / 4), block (32, 4, 1) — one warp per value
+/// column. The sizes were validated to fit u32 (H_v) and grid y (n_s ≤ 65535).
+pub(crate) fn launch_dims(n_heads: usize, n_seqs: usize) -> LaunchDims {
+    LaunchDims::new((n_heads as u32, n_seqs as u32, D as u32 / abi::GDN_WARPS), (32, abi::GDN_WARPS, 1))
 }
 
 /// The kernel entry. (A paired-butterfly variant — token t+1's KV sum interleaved with token

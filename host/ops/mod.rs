@@ -39,6 +39,9 @@ pub mod gated_delta_net;
 pub use gated_delta_net::GatedDeltaNet;
 // [gdn-from-cache]
 pub use gated_delta_net::GatedDeltaNetFromCache;
+// [replay] the unfused replay op: logged tokens into one state row per sequence
+pub mod gated_delta_net_replay;
+pub use gated_delta_net_replay::GatedDeltaNetReplay;
 
 // [fused] the fused ops (their structs are the fusion pass's contract)
 pub mod gdn_conv_chain;

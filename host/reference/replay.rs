@@ -175,35 +175,13 @@ pub fn replay(
 ) -> Result<()> {
     check_rows(views, rows, log.n_seqs())?;
     check_accepted(log, accepted)?;
-    let (hk, hv, kc1, c) = (views.n_k_heads, views.n_v_heads, views.window_len(), views.channels());
+    // 1. Replay and 2. commit the states (the committed row is read and written).
+    let states = StateLog { ssm_cache: views.ssm_cache, k: log.k, v: log.v, g: log.g, beta: log.beta, n_k_heads: views.n_k_heads };
+    replay_states(&states, rows, rows, accepted, mem, mufu);
+    let (kc1, c) = (views.window_len(), views.channels());
     for (s, (&row, &a)) in rows.iter().zip(accepted).enumerate() {
         if a == 0 {
             continue;
-        }
-        // 1. Replay, head by head: the state stays in the warps' registers, no output.
-        for h in 0..hv {
-            let kh = h % hk;
-            let at = |col: usize, i: usize| [(h * D + col) * D + i, row, 0, 0];
-            let mut cols: Vec<Lanes> = (0..D)
-                .map(|col| std::array::from_fn(|l| std::array::from_fn(|r| mem.read_f32(&views.ssm_cache, at(col, 32 * r + l)))))
-                .collect();
-            for t in 0..a {
-                let k: Vec<f32> = (0..D).map(|i| mem.read_f32(&log.k, [i, kh, t, s])).collect();
-                let beta = mem.read_f32(&log.beta, [0, h, t, s]);
-                // One ex2 per (token, head), as the kernel's lanes all evaluate the same one.
-                let gamma = exp(mem.read_f32(&log.g, [0, h, t, s]), mufu);
-                for (col, lanes) in cols.iter_mut().enumerate() {
-                    token_update(lanes, &k, mem.read_f32(&log.v, [col, h, t, s]), gamma, beta);
-                }
-            }
-            // 2. Commit the state: written once.
-            for (col, lanes) in cols.iter().enumerate() {
-                for (l, lane) in lanes.iter().enumerate() {
-                    for (r, x) in lane.iter().enumerate() {
-                        mem.write_f32(&views.ssm_cache, at(col, 32 * r + l), *x);
-                    }
-                }
-            }
         }
         // 2. Commit the window: window(a) of [committed window ; logged inputs 0 … a − 1].
         for ch in 0..c {
@@ -215,6 +193,74 @@ pub fn replay(
         }
     }
     Ok(())
+}
+
+/// What the state half of replay reads and writes: the ssm cache (`[D·D·H_v, rows]`, a row laid
+/// out as an ssm-cache row) and the logged k, v, g, β of [`TokenLog`] (`[…, T, n_s]`).
+#[derive(Clone, Copy, Debug)]
+pub struct StateLog {
+    /// `[D·D·H_v, rows]`: element (i, col, h) of row r at `[(h·D + col)·D + i, r]`.
+    pub ssm_cache: Tensor,
+    /// `[D, H_k, T, n_s]`.
+    pub k: Tensor,
+    /// `[D, H_v, T, n_s]`.
+    pub v: Tensor,
+    /// `[1, H_v, T, n_s]`.
+    pub g: Tensor,
+    /// `[1, H_v, T, n_s]`.
+    pub beta: Tensor,
+    /// H_k: value head h reads key head h mod H_k.
+    pub n_k_heads: usize,
+}
+
+/// The state half of [`replay`] (and GATED_DELTA_NET_REPLAY's reference, `ops::GatedDeltaNetReplay`):
+/// for each sequence s with `a = accepted[s] > 0`, head by head, the committed state of row
+/// `source_rows[s]` in the warps' registers ([`Lanes`]), then per logged token t < a
+/// `γ = exp(g)` (one ex2 per token and head) and [`token_update`] on every column, no output;
+/// then the state written once to row `dest_rows[s]`. With a = 0 nothing is read or written.
+///
+/// The views and values are the caller's to validate: H_v = `v.ne()[1]` heads, every row in the
+/// cache, every count ≤ T, and no row that one sequence writes read or written by another (then
+/// the sequences' order does not matter, and a sequence whose destination is its source reads
+/// each head block before it writes it, as the kernel's threads do).
+pub fn replay_states(
+    log: &StateLog,
+    source_rows: &[usize],
+    dest_rows: &[usize],
+    accepted: &[usize],
+    mem: &mut HostMemory,
+    mufu: &mut dyn Mufu,
+) {
+    let (hk, hv) = (log.n_k_heads, log.v.ne()[1]);
+    for (s, ((&source, &dest), &a)) in source_rows.iter().zip(dest_rows).zip(accepted).enumerate() {
+        if a == 0 {
+            continue;
+        }
+        for h in 0..hv {
+            let kh = h % hk;
+            let at = |col: usize, i: usize, row: usize| [(h * D + col) * D + i, row, 0, 0];
+            let mut cols: Vec<Lanes> = (0..D)
+                .map(|col| std::array::from_fn(|l| std::array::from_fn(|r| mem.read_f32(&log.ssm_cache, at(col, 32 * r + l, source)))))
+                .collect();
+            for t in 0..a {
+                let k: Vec<f32> = (0..D).map(|i| mem.read_f32(&log.k, [i, kh, t, s])).collect();
+                let beta = mem.read_f32(&log.beta, [0, h, t, s]);
+                // One ex2 per (token, head), as the kernel's lanes all evaluate the same one.
+                let gamma = exp(mem.read_f32(&log.g, [0, h, t, s]), mufu);
+                for (col, lanes) in cols.iter_mut().enumerate() {
+                    token_update(lanes, &k, mem.read_f32(&log.v, [col, h, t, s]), gamma, beta);
+                }
+            }
+            // The state, written once.
+            for (col, lanes) in cols.iter().enumerate() {
+                for (l, lane) in lanes.iter().enumerate() {
+                    for (r, x) in lane.iter().enumerate() {
+                        mem.write_f32(&log.ssm_cache, at(col, 32 * r + l, dest), *x);
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// A verify step in replay mode: the T tokens of every sequence from its committed window and

@@ -181,6 +181,9 @@ macro_rules! entry_name {
     (gdn_layer_step_batch, f16_f32acc, 5) => {
         "gdn_layer_step_batch_f16_f32acc_d5"
     };
+    (gated_delta_net_replay) => {
+        "gated_delta_net_replay_f32_d128"
+    };
     (math_probe) => {
         "test_math_probe_f32"
     };
@@ -730,6 +733,60 @@ pub struct GatedDeltaNetFromCacheParams {
     pub gdn: GatedDeltaNetParams,
     pub source_rows: u64,
     pub source_rows_stride: u64,
+}
+
+// ---- [replay] GATED_DELTA_NET_REPLAY: the logged tokens a sequence accepted, into one state row ----
+/// GATED_DELTA_NET's state update over the first `accepted[s]` tokens of a logged step, from
+/// ssm-cache row `source_rows[s]` into row `dest_rows[s]` (exact-replay rollback's unfused op,
+/// `docs/rollback.md`). Block (32, [`GDN_WARPS`], 1), grid (H_v, n_s, D / [`GDN_WARPS`]), as
+/// GATED_DELTA_NET.
+pub const GATED_DELTA_NET_REPLAY_ENTRY: &str = entry_name!(gated_delta_net_replay);
+
+param_struct! {
+    /// \[replay\] One F32 view of a per-head, per-token, per-sequence tensor as GATED_DELTA_NET_REPLAY
+    /// reads it: the device address of element 0, then the element strides between heads,
+    /// tokens and sequences (dimension 0 contiguous, or of one element).
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct TokenViewParams {
+        pub addr: u64,
+        pub head: u64,
+        pub token: u64,
+        pub seq: u64,
+    }
+}
+
+param_struct! {
+    /// Parameters of [`GATED_DELTA_NET_REPLAY_ENTRY`], passed by value: the logged k, v, g, β
+    /// (`k` (i, kh, t, s) at `i + kh·head + t·token + s·seq`, `v` (col, h, t, s) likewise, `g`
+    /// and `beta` (0, h, t, s) at `h·head + t·token + s·seq`), the ssm cache (row 0's address
+    /// and the element stride between rows; element (i, col, h) of a row at `(h·D + col)·D + i`),
+    /// the three I32 index views (address, element stride) and the sizes. 200 bytes, no padding.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct GatedDeltaNetReplayParams {
+        pub k: TokenViewParams,
+        pub v: TokenViewParams,
+        pub g: TokenViewParams,
+        pub beta: TokenViewParams,
+        /// The ssm cache's row 0, and the elements between its rows.
+        pub cache: u64,
+        pub cache_row: u64,
+        /// Sequence s reads its committed state from row `source_rows[s·source_rows_stride]`.
+        pub source_rows: u64,
+        pub source_rows_stride: u64,
+        /// … and writes the replayed state to row `dest_rows[s·dest_rows_stride]`.
+        pub dest_rows: u64,
+        pub dest_rows_stride: u64,
+        /// … after the first `accepted[s·accepted_stride]` (0 ..= `n_tokens`) logged tokens; 0
+        /// writes nothing.
+        pub accepted: u64,
+        pub accepted_stride: u64,
+        /// T: tokens per sequence in the log.
+        pub n_tokens: u32,
+        /// H_k ≥ 1: value head h reads key head h mod H_k.
+        pub n_key_heads: u32,
+    }
 }
 
 // ---- [convchain] GDN_CONV_CHAIN ----
@@ -1770,6 +1827,7 @@ const LISTED_ENTRIES: &[EntrySig] = &[
     EntrySig::of::<MufuEvalParams>(MUFU_EVAL_ENTRY),
     EntrySig::of::<GatedDeltaNetParams>(GATED_DELTA_NET_ENTRY),
     EntrySig::of::<GatedDeltaNetFromCacheParams>(GATED_DELTA_NET_FROM_CACHE_ENTRY),
+    EntrySig::of::<GatedDeltaNetReplayParams>(GATED_DELTA_NET_REPLAY_ENTRY),
 ];
 
 /// The MUL_MAT_VEC and MUL_MAT_VEC_PAIR entries (names from [`mul_mat_vec_entry`] and

@@ -298,8 +298,24 @@ pub fn update(s: &mut [f32; ROWS_PER_LANE], k: &[f32; ROWS_PER_LANE], gamma: f32
     }
 }
 
-/// One token of the recurrence on a lane's state registers (steps 2–9). Returns the unscaled
-/// attention output `Σ_i S[i][col]·q[i]` of the *updated* state, the same bits in every lane.
+/// [replay] The state update of one token on a lane's state registers (steps 3–7), `gamma` =
+/// [`decay`]`(g)` already taken: `KV = Σ_i S[i][col]·k[i]` (the lane's fma chain, then the
+/// butterfly [`warp_sum`]), `δ = β·(v − γ·KV)`, `S ← γ·S + k·δ`. [`token_step`] is this update
+/// followed by the output sum; exact replay (GATED_DELTA_NET_REPLAY) runs the update alone — the
+/// CPU reference's `token_update`, operation for operation.
+///
+/// # Safety
+/// All 32 lanes of the warp must call it together (one warp sum).
+#[inline(always)]
+pub unsafe fn token_update(s: &mut [f32; ROWS_PER_LANE], k: &[f32; ROWS_PER_LANE], v: f32, gamma: f32, beta: f32) {
+    // SAFETY: forwarded to the caller (the whole warp is here).
+    let kv = unsafe { warp_sum(lane_dot(s, k)) };
+    update(s, k, gamma, delta(kv, gamma, v, beta));
+}
+
+/// One token of the recurrence on a lane's state registers (steps 2–9): [`token_update`], then
+/// the unscaled attention output `Σ_i S[i][col]·q[i]` of the *updated* state, the same bits in
+/// every lane.
 ///
 /// # Safety
 /// All 32 lanes of the warp must call it together (two warp sums).
@@ -314,8 +330,7 @@ pub unsafe fn token_step(
 ) -> f32 {
     let gamma = decay(g);
     // SAFETY: forwarded to the caller (the whole warp is here).
-    let kv = unsafe { warp_sum(lane_dot(s, k)) };
-    update(s, k, gamma, delta(kv, gamma, v, beta));
+    unsafe { token_update(s, k, v, gamma, beta) };
     // SAFETY: as above.
     unsafe { warp_sum(lane_dot(s, q)) }
 }

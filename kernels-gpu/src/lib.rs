@@ -32,6 +32,8 @@ pub mod mmvf;
 
 // [gdn] gated_delta_net
 pub mod gated_delta_net;
+// [replay] the unfused replay op: logged tokens into one state row
+pub mod gated_delta_net_replay;
 
 // [convchain] the fused GDN conv chain
 pub mod gdn_conv_chain;

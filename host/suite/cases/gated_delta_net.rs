@@ -239,7 +239,7 @@ fn contiguous_nb(ne: [usize; 4]) -> [usize; 4] {
     [4, 4 * ne[0], 4 * ne[0] * ne[1], 4 * ne[0] * ne[1] * ne[2]]
 }
 
-fn gate_value(rng: &mut StdRng, gate: Gate) -> f32 {
+pub(super) fn gate_value(rng: &mut StdRng, gate: Gate) -> f32 {
     let realistic = |rng: &mut StdRng| -rng.random_range(-6.0f32..2.08).exp();
     match gate {
         Gate::Realistic => realistic(rng),

@@ -34,6 +34,9 @@ pub mod mmvf_pair_gate;
 // [gdn-from-cache]
 pub mod gated_delta_net_from_cache;
 
+// [replay]
+pub mod gated_delta_net_replay;
+
 // [layer-step]
 pub mod gdn_layer_step;
 
@@ -73,6 +76,9 @@ pub fn all() -> Vec<Case> {
 
     // [gdn-from-cache]
     cases.extend(gated_delta_net_from_cache::cases());
+
+    // [replay]
+    cases.extend(gated_delta_net_replay::cases());
 
     // [layer-step]
     cases.extend(gdn_layer_step::cases());
