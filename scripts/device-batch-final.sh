@@ -4,7 +4,8 @@
 # the long pole, so the GPU suite and the sweep run as interleaved shards, RGDN_OPS_SHARD /
 # RGDN_SWEEP_SHARD): the GPU suite (every case), the fusion sweep (every case) and its 24-layer
 # forwards, every other bundled test executable, compute-sanitizer memcheck / racecheck /
-# synccheck on batched cases, a planted batched-only bug (bundle-plant-*.tgz, which must fail)
+# synccheck on batched cases and the replay op's cases, a planted bug (bundle-plant-*.tgz, which
+# must fail: its GPU suite runs the cases bundle/FILTER names, default GDN_LAYER_STEP_VS)
 # and the candle example (bundle-candle.tgz) when carried. Logs under $OUT/final/, summary.txt
 # first. ncu is not run here (scripts/device-batch-variants.sh has the sections, always
 # --clock-control none).
@@ -70,12 +71,16 @@ if [[ $what == all ]]; then
 bg memcheck-ops compute-sanitizer --tool memcheck --error-exitcode 9 bundle/tests/gpu_ops "2:0]"
 bg racecheck-ops compute-sanitizer --tool racecheck --error-exitcode 9 bundle/tests/gpu_ops "2:0]"
 bg synccheck-ops compute-sanitizer --tool synccheck --error-exitcode 9 bundle/tests/gpu_ops "2:0]"
+# [replay] GATED_DELTA_NET_REPLAY's suite cases (n_s up to 64, a source row that is also the
+# destination) under memcheck and racecheck.
+bg memcheck-replay compute-sanitizer --tool memcheck --error-exitcode 9 bundle/tests/gpu_ops GATED_DELTA_NET_REPLAY
+bg racecheck-replay compute-sanitizer --tool racecheck --error-exitcode 9 bundle/tests/gpu_ops GATED_DELTA_NET_REPLAY
 RGDN_SWEEP_FORWARDS=0 RGDN_SWEEP_STRIDE=50 bg memcheck-sweep compute-sanitizer --tool memcheck --error-exitcode 9 bundle/tests/gpu_sweep
 # The plants: each must fail.
 for d in plant-*/; do
   n=${d#plant-}; n=${n%/}
   RGDN_SWEEP_FORWARDS=0 RGDN_SWEEP_STRIDE=3 bg "plant-$n-sweep" "$d/bundle/tests/gpu_sweep"
-  bg "plant-$n-ops" "$d/bundle/tests/gpu_ops" GDN_LAYER_STEP_VS
+  bg "plant-$n-ops" "$d/bundle/tests/gpu_ops" "$(cat "$d/bundle/FILTER" 2>/dev/null || echo GDN_LAYER_STEP_VS)"
 done
 # A host plant (bundle-kindplant.tgz: gpu_engine built with every launch plain while the recorder
 # is off): the oversize cooperative grid's refusal, recorder off, must fail.

@@ -5,6 +5,7 @@
 # lost a device call to that: two plant worktrees sharing a target directory, the build script
 # not re-run). Checks that the plant's embedded PTX differs from HEAD's committed PTX.
 #   scripts/plant-bundle.sh NAME PATCH [PATCH…]    # e.g. results/…/next/plant-pairing.patch
+#   PLANT_FILTER=GATED_DELTA_NET_REPLAY scripts/plant-bundle.sh …   # the suite cases it must fail
 set -euo pipefail
 name=${1:?plant name}
 shift
@@ -49,6 +50,8 @@ print("plant PTX md5", hashlib.md5(plant).hexdigest(), "HEAD's committed PTX md5
 if plant == head:
     sys.exit("plant-bundle: the plant's embedded PTX is HEAD's: the plant did not reach the kernels")
 PY
+# The GPU suite cases the plant must fail (scripts/device-batch-final.sh; default GDN_LAYER_STEP_VS).
+[ -n "${PLANT_FILTER:-}" ] && echo "$PLANT_FILTER" > "$out/bundle/FILTER"
 tar czf "$root/bundle-plant-$name.tgz" -C "$out" bundle
 rm -rf "$out"
 echo "bundle-plant-$name.tgz: $(wc -c < "$root/bundle-plant-$name.tgz") bytes"
