@@ -126,12 +126,15 @@
 //!   state slots) disjoint from everything phase 1 reads or writes; the `.nc` loads (weights,
 //!   `cur`, dt_bias, ssm_a, the index buffers) are of bytes no thread writes during the launch.
 //!
-//! # Several sequences (not built yet)
-//! Nothing here is per-sequence-limited: n_s sequences would add n_s × the chain tiles (each
-//! sequence its own source row and snapshot rows: the chain's parameters per sequence), the
-//! mat-vec rows' columns are already the n_t·n_s tokens, and phase 2's items would run over
-//! (sequence, head, group) — GATED_DELTA_NET's per-column body takes the sequence — each
-//! waiting for its sequence's tiles and its columns' row items.
+//! # Several sequences (the batched entries, `gdn_layer_step_batch_*`)
+//! n_s ≥ 2 sequences run as one persistent launch over a schedule of items ([`LayerStepSchedule`]:
+//! the sequences in chunks, each chunk's conv tiles (each sequence its own source and snapshot
+//! rows) and mat-vec items (4 heads × 2 products × 4 of the n_t·n_s token columns) before its
+//! second-phase items (4 warps × 4·GP columns of one (sequence, head)); one readiness counter
+//! per chunk). A second-phase item takes its initial state from a `cp.async` copy into shared
+//! memory, issued one item ahead, and its token inputs likewise once the block has acquired the
+//! chunk; see [`gdn_layer_step_batch`] ("Buffers") and `docs/batching.md`. Every column's
+//! operations are GATED_DELTA_NET_FROM_CACHE's, so a sequence's bits do not depend on the batch.
 //!
 //! # Bits
 //! Every float operation is one of the unfused kernels' `#[inline(always)]` bodies on the same
