@@ -73,10 +73,7 @@ fn main() -> ExitCode {
             gpu.with_recorder(on, || oversize_cooperative_grid_refused(&gpu)),
         );
     }
-    run(
-        "a shape asked for with more shared memory still launches after a smaller one of the same entry",
-        shared_limit_never_lowered(&gpu),
-    );
+    run("a shape asked for with more shared memory still launches after a smaller one of the same entry", shared_limit_never_lowered(&gpu));
     run("GDN_LAYER_STEP is prepared cooperative and runs so with the recorder off", layer_step_is_cooperative(&gpu));
     run("planned steps with new source rows = unfused steps; a bad row refused before any launch", planned_steps(&stream, &gpu));
     run("a plan refuses a memory bound otherwise", plan_refuses_other_bindings(&stream, &gpu));
