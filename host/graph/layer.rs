@@ -1374,3 +1374,130 @@ mod chain_tests {
         }
     }
 }
+
+/// [replay] The replay mode's builder: its node order, and its typed refusals.
+#[cfg(test)]
+mod replay_tests {
+    use super::*;
+    use crate::memory::Memory;
+
+    const SMALL: GdnShape = GdnShape { n_embd: 64, n_k_heads: 1, n_v_heads: 2, head_dim: 128, d_conv: 4, eps: 1e-6 };
+
+    fn replay_step(n_t: usize, n_s: usize) -> Step {
+        let others: Vec<(usize, usize)> = (1..n_s).map(|s| (s, 0)).collect();
+        Step { cells: n_s, ..Step::new(n_t, 0) }.with_sequences(&others).unwrap()
+    }
+
+    fn replay_spec(step: Step, log_set: usize) -> LayerSpec {
+        LayerSpec { rollback: Rollback::Replay { log_set }, ..LayerSpec::new(SMALL, step) }
+    }
+
+    fn built(spec: LayerSpec) -> Built {
+        build(&StackSpec { layers: vec![spec], outputs: Outputs::Products }, 3).unwrap()
+    }
+
+    #[test]
+    fn a_replay_layer_is_replay_commit_verify_log() {
+        let b = built(replay_spec(replay_step(4, 2), 0));
+        let names: Vec<_> = b.nodes.iter().map(|n| n.op.name()).collect();
+        let want = [
+            "STAGE",
+            "STAGE",
+            "GATED_DELTA_NET_REPLAY",
+            "GET_ROWS",
+            "CONCAT",
+            "CPY_SNAPSHOTS",
+            "GET_ROWS",
+            "GET_ROWS",
+            "CONCAT",
+            "CPY",
+            "SSM_CONV",
+            "L2_NORM",
+            "L2_NORM",
+            "GET_ROWS",
+            "MUL_MAT_VEC",
+            "MUL_MAT_VEC",
+            "SIGMOID",
+            "ADD",
+            "SOFTPLUS",
+            "MUL",
+            "GATED_DELTA_NET",
+            "CPY",
+            "CPY",
+            "CPY",
+            "CPY",
+        ];
+        assert_eq!(names, want);
+        // The other parity reads the log set this one writes, and writes the one it reads.
+        let r = b.layers[0].replay.unwrap();
+        let other = b.replay_nodes(1).unwrap();
+        let replay_of = |nodes: &[Node]| nodes.iter().find_map(|n| n.get::<GatedDeltaNetReplay>().map(|o| o.k)).unwrap();
+        assert_eq!(replay_of(&b.nodes), r.logs[1].k);
+        assert_eq!(replay_of(&other), r.logs[0].k);
+        let log_k = |nodes: &[Node]| nodes.last().unwrap().op.outputs()[0];
+        assert_eq!(log_k(&b.nodes), r.logs[0].beta);
+        assert_eq!(log_k(&other), r.logs[1].beta);
+        // No node writes a cache row but the replay and the commit's last GET_ROWS.
+        let t = &b.layers[0].t;
+        for (i, n) in b.nodes.iter().enumerate() {
+            let writes_cache = n.op.outputs().iter().any(|o| o.buffer == t.conv_cache.buffer || o.buffer == t.ssm_cache.buffer);
+            assert_eq!(writes_cache, i == 2 || i == 6, "node {i} {}", n.op.name());
+        }
+        // Every node validates on the built memory.
+        for n in &b.nodes {
+            n.op.validate(&b.mem).unwrap();
+        }
+    }
+
+    #[test]
+    fn replay_specs_that_do_not_fit_are_typed_errors() {
+        let ok = replay_spec(replay_step(4, 2), 1);
+        assert!(ok.validate().is_ok());
+        let invalid = |spec: LayerSpec| matches!(spec.validate(), Err(Error::Invalid { op: OP, .. }));
+        let unsupported = |spec: LayerSpec| matches!(spec.validate(), Err(Error::Unsupported { op: OP, .. }));
+        assert!(invalid(replay_spec(replay_step(4, 2), 2)));
+        assert!(invalid(LayerSpec { step: Step { n_rollback: 3, ..ok.step }, ..ok }));
+        // A sequence reading another cell, or a rollback depth.
+        assert!(invalid(LayerSpec { step: Step { cells: 3, ..ok.step }.with_sequences(&[(2, 0)]).unwrap(), ..ok }));
+        assert!(invalid(LayerSpec { step: Step { cells: 3, src_cell: 1, ..ok.step }, ..ok }));
+        assert!(unsupported(LayerSpec { step: Step { zero_cell: Some(0), ..ok.step }, ..ok }));
+        assert!(unsupported(LayerSpec { layout: LayerLayout::PrAliasing, ..ok }));
+        assert!(unsupported(LayerSpec { gdn_tail: false, ..ok }));
+        // The snapshot builder refuses a replay spec, the replay builder a snapshot spec.
+        let b = built(ok);
+        let v = &b.layers[0];
+        assert!(matches!(ggml_layer_ops(&v.t, &ok), Err(Error::Invalid { .. })));
+        let snapshot = LayerSpec { rollback: Rollback::Snapshots, ..ok };
+        assert!(matches!(replay_layer_ops(&v.t, &v.replay.unwrap(), &snapshot), Err(Error::Invalid { .. })));
+        // A graph build refuses what validate refuses.
+        assert!(build(&StackSpec { layers: vec![replay_spec(replay_step(4, 2), 2)], outputs: Outputs::Forward }, 1).is_err());
+    }
+
+    #[test]
+    fn logs_and_counts_that_do_not_fit_are_typed_errors() {
+        let spec = replay_spec(replay_step(4, 2), 0);
+        let mut b = built(spec);
+        let v = b.layers[0].clone();
+        let r = v.replay.unwrap();
+        // A log set of another step's size, or the two sets on the same bytes.
+        let short = TokenLog { k: r.logs[0].k.view([128, 1, 3, 2], r.logs[0].k.layout.nb, 0), ..r.logs[0] };
+        let bad = ReplayTensors { logs: [short, r.logs[1]], ..r };
+        assert!(matches!(replay_layer_ops(&v.t, &bad, &spec), Err(Error::Shape { arg: "log0.k", .. })));
+        let same = ReplayTensors { logs: [r.logs[0], r.logs[0]], ..r };
+        assert!(matches!(replay_layer_ops(&v.t, &same, &spec), Err(Error::Invalid { .. })));
+        // Counts: one per sequence, each 0 ..= T; nothing written on a refusal.
+        let before = (r.accepted_counts(&b.mem), b.mem.index_values(&r.window_rows));
+        assert!(matches!(r.set_accepted(&mut b.mem, &[1]), Err(Error::Invalid { .. })));
+        let err = r.set_accepted(&mut b.mem, &[2, 5]).unwrap_err();
+        assert!(matches!(err, Error::IndexOutOfRange { arg: "accepted", position: 1, index: 5, rows: 5, .. }), "{err}");
+        assert_eq!((r.accepted_counts(&b.mem), b.mem.index_values(&r.window_rows)), before);
+        r.set_accepted(&mut b.mem, &[0, 4]).unwrap();
+        assert_eq!(b.mem.index_values(&r.accepted), Some(vec![0, 4]));
+        // (T − a)·n_s + s.
+        assert_eq!(b.mem.index_values(&r.window_rows), Some(vec![8, 1]));
+        // A count the op sees out of range (written around the setter) is its typed refusal.
+        b.mem.write_u32(&r.accepted, [0, 0, 0, 0], 5);
+        let replay = b.nodes.iter().find(|n| n.get::<GatedDeltaNetReplay>().is_some()).unwrap();
+        assert!(matches!(replay.op.validate(&b.mem), Err(Error::IndexOutOfRange { arg: "accepted", .. })));
+    }
+}
