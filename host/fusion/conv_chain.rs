@@ -36,7 +36,7 @@ pub const FUSION: Fusion = Fusion {
     default: true,
 };
 
-/// [replay] Not in a replay layer: its first CONCAT is the window commit's, read by
+/// \[replay\] Not in a replay layer: its first CONCAT is the window commit's, read by
 /// CPY_SNAPSHOTS and no SSM_CONV (the matcher refuses it by name, `ConcatUsers`); so does the
 /// layer step, which needs this fusion.
 fn fires_on(spec: &LayerSpec) -> bool {

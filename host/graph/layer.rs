@@ -72,7 +72,7 @@ pub enum Outputs {
     Products,
 }
 
-/// [replay] How a layer's verify step keeps what a rejected draft rolls back to
+/// \[replay\] How a layer's verify step keeps what a rejected draft rolls back to
 /// (`docs/rollback.md`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Rollback {
@@ -155,7 +155,7 @@ impl LayerSpec {
         Ok(())
     }
 
-    /// [replay] The replay mode's rules on top of a valid step: the GDN tail (n_t ≤ 16, so the
+    /// \[replay\] The replay mode's rules on top of a valid step: the GDN tail (n_t ≤ 16, so the
     /// T + 1 windows of the commit fit CPY_SNAPSHOTS' 17 slots), ggml's layout, R = 0, no cell
     /// zeroed in the step, each sequence committed to (and reading) its own cell's row
     /// `kv_head + s`, log set 0 or 1.
@@ -191,7 +191,7 @@ impl LayerSpec {
     }
 }
 
-/// [replay] The tensors a replay-mode layer has besides [`LayerTensors`] (whose caches hold one
+/// \[replay\] The tensors a replay-mode layer has besides [`LayerTensors`] (whose caches hold one
 /// committed row per cell, R = 0): the two log sets, the accepted counts, and the unfused
 /// graph's scratch values. `logs[i]` is [`TokenLog`], the reference's log set (each tensor
 /// `[…, T, n_s]`, contiguous).
@@ -406,7 +406,7 @@ pub fn ggml_layer_ops(t: &LayerTensors, spec: &LayerSpec) -> Result<Vec<Box<dyn 
     chain_ops(t, None, spec)
 }
 
-/// [replay] The nodes of one replay-mode layer ([`Rollback::Replay`], `docs/rollback.md`
+/// \[replay\] The nodes of one replay-mode layer ([`Rollback::Replay`], `docs/rollback.md`
 /// "Replay: one step"), unfused, in this order:
 /// 1. **replay**: GATED_DELTA_NET_REPLAY over log set `1 − log_set` with the accepted counts,
 ///    from and into each sequence's committed ssm row (`source_rows`);
@@ -706,7 +706,7 @@ pub struct LayerValues {
     pub t: LayerTensors,
     pub qkv_src: Tensor,
     pub cur_src: Tensor,
-    /// [replay] A replay-mode layer's log sets, accepted counts and scratch values.
+    /// \[replay\] A replay-mode layer's log sets, accepted counts and scratch values.
     pub replay: Option<ReplayTensors>,
 }
 
@@ -788,7 +788,7 @@ struct LayerIds {
     replay: Option<[usize; REPLAY_TENSORS]>,
 }
 
-/// [replay] Declares a replay layer's [`ReplayTensors`]: the log sets persistent (never
+/// \[replay\] Declares a replay layer's [`ReplayTensors`]: the log sets persistent (never
 /// planned, observed), the accepted counts and window rows index buffers (counts 0: a first
 /// step, the window rows T·n_s + s that go with them), the rest planned scratch.
 fn declare_replay(defs: &mut Vec<ValueDef>, spec: &LayerSpec, layer: usize) -> Result<[usize; REPLAY_TENSORS]> {
@@ -987,7 +987,7 @@ fn fill(mem: &mut HostMemory, v: &LayerValues, spec: &LayerSpec, rng: &mut StdRn
     }
 }
 
-/// [replay] A replay layer's log sets in realistic ranges (conv inputs ±1, k ±0.15, v ±2, g a
+/// \[replay\] A replay layer's log sets in realistic ranges (conv inputs ±1, k ±0.15, v ±2, g a
 /// log decay, β in [0, 1)) and accepted counts drawn in 0 ..= T: a built graph replays a
 /// random previous step. Callers of an episode write their own counts
 /// ([`ReplayTensors::set_accepted`]).
@@ -1054,7 +1054,7 @@ impl Built {
         Ok(nodes)
     }
 
-    /// [replay] The graph's nodes (ggml's order) with every replay layer writing log set
+    /// \[replay\] The graph's nodes (ggml's order) with every replay layer writing log set
     /// `log_set` and replaying the other: the step after a step of this graph runs these with
     /// the other set. The values, and so the plan, are the same for both sets; snapshot layers
     /// are as [`Built::fresh_nodes`] builds them. A log set other than 0 or 1 is an
@@ -1375,7 +1375,7 @@ mod chain_tests {
     }
 }
 
-/// [replay] The replay mode's builder: its node order, and its typed refusals.
+/// \[replay\] The replay mode's builder: its node order, and its typed refusals.
 #[cfg(test)]
 mod replay_tests {
     use super::*;

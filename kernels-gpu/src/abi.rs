@@ -1333,7 +1333,7 @@ pub const fn batch_second_stage_offset(d_conv: usize, n_tokens: usize, groups_pe
 }
 
 /// [seq-batch] Shared bytes of one second-phase token stage: q, k of the step's `n_tokens` tokens,
-/// then per warp and token the v, g, β of [`BATCH_MAX_GROUPS_PER_WARP`] groups. [speed] Sized
+/// then per warp and token the v, g, β of [`BATCH_MAX_GROUPS_PER_WARP`] groups. \[speed\] Sized
 /// by n_t, not [`GDN_LAYER_STEP_MAX_TOKENS`]: the shared memory the blocks leave unused is the
 /// multiprocessor's L1.
 pub const fn batch_token_stage_bytes(n_tokens: usize) -> u32 {
