@@ -40,10 +40,10 @@ mod common;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rgdn::fusion::sweep::{self, Planning};
-use rgdn::fusion::{Options, compile_for};
+use rgdn::fusion::{Options, Outcome, Refusal, compile_for};
 use rgdn::graph::Node;
 use rgdn::graph::exec;
-use rgdn::graph::layer::{self, Built, LayerSpec, Outputs, StackSpec};
+use rgdn::graph::layer::{self, Built, LayerSpec, Outputs, Rollback, StackSpec};
 use rgdn::inputs::{self, Values};
 use rgdn::layer::{GdnShape, LayerTensors, Step};
 use rgdn::memory::HostMemory;
@@ -388,6 +388,129 @@ impl ReplayPath {
     }
 }
 
+/// [replay] The replay mode's layer graph (`graph::layer` with [`Rollback::Replay`]: the
+/// unfused GATED_DELTA_NET_REPLAY, the window commit, the verify chain with no cache row
+/// written, the log copies) on the CPU references, compiled with `options`: sequence s commits
+/// to cache row s (cells = n_s, R = 0), step i runs the nodes writing log set i mod 2.
+struct ReplayGraph {
+    name: &'static str,
+    built: Built,
+    /// The nodes writing log set 0 and 1.
+    nodes: [Vec<Node>; 2],
+    mem: HostMemory,
+    n_s: usize,
+    /// A bug planted in the graph path's per-step index (`GraphPlant::None` in CI).
+    plant: GraphPlant,
+}
+
+/// A bug planted in the replay graph's inputs (the certificate must fail with it).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum GraphPlant {
+    None,
+    /// The window commit picks the window one token short (its `window_rows` one group later).
+    WindowOffByOne,
+}
+
+impl ReplayGraph {
+    /// The graph with the episode's weights and every sequence's starting rows.
+    fn new(n_s: usize, n_t: usize, seed: u64, options: Options, weights: &Weights, conv: &[&[u8]], ssm: &[&[u8]]) -> ReplayGraph {
+        let others: Vec<(usize, usize)> = (1..n_s).map(|s| (s, 0)).collect();
+        let step = Step { cells: n_s, ..Step::new(n_t, 0) }.with_sequences(&others).expect("≤ 256 sequences");
+        let layer = LayerSpec { rollback: Rollback::Replay { log_set: 0 }, ..LayerSpec::new(SHAPE, step) };
+        let spec = StackSpec { layers: vec![layer], outputs: Outputs::Products };
+        let built = sweep::build(&spec, seed, Planning::FusionAware).expect("the replay graph builds");
+        let nodes = [0, 1].map(|set| {
+            let nodes = built.replay_nodes(set).expect("nodes");
+            let (nodes, report) = compile_for(nodes, &built.live_out(), options, Some(&built.mem));
+            if options != Options::OFF {
+                check_replay_report(&report).unwrap_or_else(|e| panic!("n_s {n_s}, T {n_t}, log set {set}: {e}\n{report}"));
+            }
+            nodes
+        });
+        let name = if options == Options::OFF { "replay graph unfused" } else { "replay graph fused" };
+        let mem = built.mem.clone();
+        let mut g = ReplayGraph { name, built, nodes, mem, n_s, plant: GraphPlant::None };
+        for (name, bytes) in weights {
+            g.set(name, bytes);
+        }
+        g.set("conv_cache", &conv.concat());
+        g.set("ssm_cache", &ssm.concat());
+        g
+    }
+
+    fn field(&self, name: &str) -> Tensor {
+        let i = LayerTensors::index_of(name).expect("a field of the layer table");
+        self.built.layers[0].t.to_array()[i]
+    }
+
+    fn get(&self, name: &str) -> Vec<u8> {
+        bytes_of(&self.mem, &self.field(name))
+    }
+
+    fn set(&mut self, name: &str, bytes: &[u8]) {
+        let t = self.field(name);
+        write_bytes(&mut self.mem, &t, bytes);
+    }
+
+    /// Step `i` on the tokens `qkv`, `cur`, replaying the previous step's `accepted` counts
+    /// (all 0 before the first step); every output.
+    fn step(&mut self, i: usize, qkv: &[u8], cur: &[u8], accepted: &[usize]) -> Vec<Vec<u8>> {
+        let v = self.built.layers[0].clone();
+        let r = v.replay.expect("a replay layer");
+        write_bytes(&mut self.mem, &v.qkv_src, qkv);
+        write_bytes(&mut self.mem, &v.cur_src, cur);
+        r.set_accepted(&mut self.mem, accepted).expect("valid accepted counts");
+        if self.plant == GraphPlant::WindowOffByOne {
+            for (s, &a) in accepted.iter().enumerate() {
+                let row = (r.n_tokens() - a.saturating_sub(1)) * self.n_s + s;
+                self.mem.write_u32(&r.window_rows, [s, 0, 0, 0], row as u32);
+            }
+        }
+        exec::run_cpu(&self.nodes[i % 2], &mut self.mem, &mut ExactMufu).expect("the replay graph runs");
+        OUTPUTS.iter().map(|name| self.get(name)).collect()
+    }
+
+    /// Sequence s's committed (conv row, ssm row): cache rows s.
+    fn committed(&self, s: usize) -> (Vec<u8>, Vec<u8>) {
+        let [conv, ssm] = ["conv_cache", "ssm_cache"].map(|n| self.get(n));
+        (part(&conv, self.n_s, s).to_vec(), part(&ssm, self.n_s, s).to_vec())
+    }
+
+    /// Log set `set`'s tensors (conv inputs, k, v, g, β).
+    fn log(&self, set: usize) -> Vec<Vec<u8>> {
+        let log = self.built.layers[0].replay.expect("a replay layer").logs[set];
+        [log.qkv, log.k, log.v, log.g, log.beta].iter().map(|t| bytes_of(&self.mem, t)).collect()
+    }
+}
+
+/// What the registry does with a replay layer: the gate path's fusions and `state_read` (the
+/// verify's ssm GET_ROWS + GATED_DELTA_NET, its slot in scratch) fire through the one legality
+/// check; `conv_chain` refuses by name (the layer's first CONCAT is the window commit's, read
+/// by CPY_SNAPSHOTS and no SSM_CONV), and so the layer step does not fire.
+fn check_replay_report(report: &rgdn::fusion::Report) -> Result<(), String> {
+    let layer = report.layers.first().ok_or("no layer in the report")?;
+    let outcome = |name: &str| layer.outcome(name).ok_or(format!("no outcome for {name}"));
+    if !outcome("state_read")?.fused() {
+        return Err("state_read did not fire".into());
+    }
+    if !outcome("gate_pair")?.fused() {
+        return Err("gate_pair did not fire".into());
+    }
+    if !matches!(outcome("conv_chain")?, Outcome::Refused(Refusal::ConcatUsers { .. })) {
+        return Err(format!("conv_chain: {} (expected its ConcatUsers refusal)", outcome("conv_chain")?));
+    }
+    if outcome("layer_step")?.fused() {
+        return Err("layer_step fired on a replay layer".into());
+    }
+    Ok(())
+}
+
+/// The reference's log set `set`.
+fn reference_log(rep: &ReplayPath, set: usize) -> Vec<Vec<u8>> {
+    let log = rep.logs[set];
+    [log.qkv, log.k, log.v, log.g, log.beta].iter().map(|t| bytes_of(&rep.mem, t)).collect()
+}
+
 /// A bug planted in the replay path (the certificate must fail with each; `Plant::None` in CI).
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Plant {
@@ -457,6 +580,8 @@ struct Tally {
     /// sequential decode.
     snapshot_tokens: usize,
     decoded_tokens: usize,
+    /// Tokens whose outputs and log were compared against each replay graph.
+    graph_tokens: usize,
     /// Accepted counts drawn: 0, T, in between.
     none: usize,
     all: usize,
@@ -493,6 +618,11 @@ fn draw_accepted(rng: &mut StdRng, n_t: usize, i: usize, s: usize) -> usize {
 /// the snapshot path (unfused, and the batched layer step) and the sequential decode; the
 /// first differing byte is an error naming the step, the sequence, the paths and the buffer.
 fn episode(n_s: usize, n_t: usize, seed: u64, plant: Plant) -> Result<Tally, String> {
+    episode_with(n_s, n_t, seed, plant, GraphPlant::None)
+}
+
+/// [`episode`] with a bug planted in the replay graphs' path too.
+fn episode_with(n_s: usize, n_t: usize, seed: u64, plant: Plant, graph_plant: GraphPlant) -> Result<Tally, String> {
     let (c, e) = (SHAPE.channels(), SHAPE.n_embd);
     let mut rng = StdRng::seed_from_u64(seed);
     let mut snaps = [SnapshotPath::new(n_s, n_t, seed, Options::OFF), SnapshotPath::new(n_s, n_t, seed, Options::ALL)];
@@ -505,6 +635,11 @@ fn episode(n_s: usize, n_t: usize, seed: u64, plant: Plant) -> Result<Tally, Str
         .collect();
     let (conv0, ssm0): (Vec<&[u8]>, Vec<&[u8]>) = start.iter().map(|(c, s)| (c.as_slice(), s.as_slice())).unzip();
     let mut rep = ReplayPath::new(n_s, n_t, &weights, &conv0, &ssm0);
+    // The replay mode's layer graph, unfused and through the registry.
+    let mut graphs = [Options::OFF, Options::ALL].map(|o| ReplayGraph::new(n_s, n_t, seed, o, &weights, &conv0, &ssm0));
+    for g in &mut graphs {
+        g.plant = graph_plant;
+    }
     let mut seq = SequentialPath::new(&weights, start.clone(), seed);
     let mut tally = Tally::default();
     let to_bytes = |v: Vec<f32>| v.into_iter().flat_map(f32::to_le_bytes).collect::<Vec<u8>>();
@@ -525,6 +660,31 @@ fn episode(n_s: usize, n_t: usize, seed: u64, plant: Plant) -> Result<Tally, Str
                 None
             }
         };
+        // The replay graphs' step i: every output and the log set it wrote against the
+        // reference's (after the last step, a step on zero tokens: its replay commits the last
+        // acceptance, and its verify writes no cache row).
+        let none = vec![0; n_s];
+        let accepted = previous.as_ref().map_or(none.as_slice(), |p| p.accepted.as_slice());
+        for g in &mut graphs {
+            let zeros = (vec![0u8; 4 * c * cols], vec![0u8; 4 * e * cols]);
+            let (qkv, cur) = inputs.as_ref().unwrap_or(&zeros);
+            let y = g.step(i, qkv, cur, accepted);
+            if let Some(outs) = &outputs {
+                for s in 0..n_s {
+                    for t in 0..n_t {
+                        let (col, ctx) = (s * n_t + t, ctx(&format!("sequence {s}, token {t}, reference vs {}", g.name)));
+                        for ((name, x), y) in OUTPUTS.iter().zip(outs).zip(&y) {
+                            same(&ctx, name, part(x, cols, col), part(y, cols, col))?;
+                        }
+                    }
+                }
+                let ctx = ctx(&format!("log set {}, reference vs {}", i % 2, g.name));
+                for ((name, x), y) in ["qkv", "k", "v", "g", "beta"].iter().zip(reference_log(&rep, i % 2)).zip(g.log(i % 2)) {
+                    same(&ctx, &format!("log {name}"), &x, &y)?;
+                }
+                tally.graph_tokens += cols;
+            }
+        }
         // (b) The sequential decode of the previous step's accepted tokens: every output of
         // each.
         if let Some(Previous { qkv, cur, outputs: outs, accepted }) = &previous {
@@ -551,6 +711,11 @@ fn episode(n_s: usize, n_t: usize, seed: u64, plant: Plant) -> Result<Tally, Str
                 same(&ctx, &format!("ssm state, replay vs {}", snap.name), &ssm, snap_ssm)?;
             }
             same(&ctx, "conv window, replay vs sequential", &conv, &seq.rows[s].0)?;
+            for g in &graphs {
+                let (g_conv, g_ssm) = g.committed(s);
+                same(&ctx, &format!("conv window, replay vs {}", g.name), &conv, &g_conv)?;
+                same(&ctx, &format!("ssm state, replay vs {}", g.name), &ssm, &g_ssm)?;
+            }
             same(&ctx, "ssm state, replay vs sequential", &ssm, &seq.rows[s].1)?;
             tally.states += 1;
         }
@@ -628,4 +793,13 @@ fn planted_bugs_fail_the_certificate() {
         assert!(msg.contains("differs at float"), "{plant:?} failed, but not on a differing byte: {msg}");
         println!("{plant:?} fails as it must: {msg}");
     }
+}
+
+/// [replay] A bug planted in the replay graph's path must fail the certificate: its window
+/// commit picking window(a − 1) (the `window_rows` index one group later), n_s = 4, T = 4.
+#[test]
+fn a_window_commit_off_by_one_fails_the_graph_certificate() {
+    let msg = episode_with(4, 4, 0x26_45, Plant::None, GraphPlant::WindowOffByOne).expect_err("a planted bug must fail");
+    assert!(msg.contains("differs at float") && msg.contains("replay graph"), "not a replay graph's differing byte: {msg}");
+    println!("the window commit off by one fails as it must: {msg}");
 }

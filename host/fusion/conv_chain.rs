@@ -14,7 +14,7 @@
 
 use super::legality::Candidate;
 use super::{Fusion, Graph, Refusal, users, writer_of};
-use crate::graph::layer::{LayerSpec, window};
+use crate::graph::layer::{LayerSpec, Rollback, window};
 use crate::graph::{Bound, ByteSet};
 use crate::layer::LayerTensors;
 use crate::ops::{ConcatDim0, Cpy, GdnConvChain, GetRows, L2Norm, SnapshotWrite, SsmConv};
@@ -36,9 +36,13 @@ pub const FUSION: Fusion = Fusion {
     default: true,
 };
 
+/// \[replay\] Not in a replay layer: its first CONCAT is the window commit's, read by
+/// CPY_SNAPSHOTS and no SSM_CONV (the matcher refuses it by name, `ConcatUsers`); so does the
+/// layer step, which needs this fusion.
 fn fires_on(spec: &LayerSpec) -> bool {
     let (s, step) = (&spec.shape, &spec.step);
-    !step.reads_another_sequences_row(step.slots())
+    spec.rollback == Rollback::Snapshots
+        && !step.reads_another_sequences_row(step.slots())
         && step.n_tokens <= MAX_TOKENS
         && step.slots() <= MAX_SNAPSHOT_ROWS
         && D_CONV.contains(&s.d_conv)

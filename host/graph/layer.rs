@@ -21,9 +21,10 @@ use crate::kernels::abi;
 use crate::layer::{GdnShape, LAYER_TENSORS, LayerTensors, Step, TensorKind};
 use crate::memory::HostMemory;
 use crate::ops::{
-    Binary, BinaryKind, ConcatDim0, Cpy, CpySnapshots, GatedDeltaNet, GetRows, L2Norm, MulMatVec, Op, Precision, Scale, SsmConv, Unary,
-    UnaryKind, UnaryMul,
+    Binary, BinaryKind, ConcatDim0, Cpy, CpySnapshots, GatedDeltaNet, GatedDeltaNetReplay, GetRows, L2Norm, MulMatVec, Op, Precision,
+    Scale, SsmConv, Unary, UnaryKind, UnaryMul,
 };
+use crate::reference::replay::TokenLog;
 use crate::tensor::{BufferId, DType, Layout, Tensor};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -71,6 +72,27 @@ pub enum Outputs {
     Products,
 }
 
+/// \[replay\] How a layer's verify step keeps what a rejected draft rolls back to
+/// (`docs/rollback.md`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Rollback {
+    /// ggml's scheme (spec §1.2–1.3): every step writes 1 + R snapshot groups of both caches
+    /// (R = [`Step::n_rollback`]); the next step reads its initial state from the accepted
+    /// group through its source row. Today's graph, bit for bit.
+    #[default]
+    Snapshots,
+    /// Exact replay: one committed row of each cache per sequence (R = 0; sequence s's row is
+    /// cell `kv_head + s`, which is also its source row) and two token-log sets used
+    /// alternately. The step first replays the previous step's accepted tokens from log set
+    /// `1 − log_set` (GATED_DELTA_NET_REPLAY with the per-sequence accepted counts, then the
+    /// conv-window commit), then verifies its own tokens from the committed rows writing no
+    /// cache row, and writes its log into set `log_set` (0 or 1). See [`replay_layer_ops`].
+    Replay {
+        /// The log set this step writes (0 or 1); it replays the other.
+        log_set: usize,
+    },
+}
+
 /// One layer of a graph.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LayerSpec {
@@ -84,6 +106,8 @@ pub struct LayerSpec {
     pub layout: LayerLayout,
     /// Salt inputs with special values.
     pub specials: bool,
+    /// Snapshot rows (ggml's scheme, the default) or exact replay.
+    pub rollback: Rollback,
 }
 
 impl LayerSpec {
@@ -96,6 +120,7 @@ impl LayerSpec {
             gdn_tail: shape.head_dim == abi::GDN_HEAD_DIM,
             layout: LayerLayout::Ggml,
             specials: false,
+            rollback: Rollback::Snapshots,
         }
     }
 
@@ -123,7 +148,228 @@ impl LayerSpec {
             return bad(format!("{:?} mat-vec weights", self.weights));
         }
         // GATED_DELTA_NET takes at most 16 tokens; the conv chain and projections alone more.
-        self.step.validate_with_max_tokens(if self.gdn_tail { crate::layer::MAX_TOKENS } else { crate::layer::MAX_GRAPH_TOKENS })
+        self.step.validate_with_max_tokens(if self.gdn_tail { crate::layer::MAX_TOKENS } else { crate::layer::MAX_GRAPH_TOKENS })?;
+        if let Rollback::Replay { log_set } = self.rollback {
+            self.validate_replay(log_set)?;
+        }
+        Ok(())
+    }
+
+    /// \[replay\] The replay mode's rules on top of a valid step: the GDN tail (n_t ≤ 16, so the
+    /// T + 1 windows of the commit fit CPY_SNAPSHOTS' 17 slots), ggml's layout, R = 0, no cell
+    /// zeroed in the step, each sequence committed to (and reading) its own cell's row
+    /// `kv_head + s`, log set 0 or 1.
+    fn validate_replay(&self, log_set: usize) -> Result<()> {
+        let step = &self.step;
+        let unsupported = |what: String| Err(Error::Unsupported { op: OP, what });
+        let invalid = |what: String| Err(Error::Invalid { op: OP, what });
+        if !self.gdn_tail {
+            return unsupported("replay rollback without the GATED_DELTA_NET tail".into());
+        }
+        if self.layout != LayerLayout::Ggml {
+            return unsupported(format!("replay rollback with the {:?} layout", self.layout));
+        }
+        if log_set > 1 {
+            return invalid(format!("replay log set {log_set} (a layer has two: 0 and 1)"));
+        }
+        if step.n_rollback != 0 {
+            return invalid(format!("R = {} snapshot groups with replay rollback (one committed row per cell: R = 0)", step.n_rollback));
+        }
+        if let Some(cell) = step.zero_cell {
+            return unsupported(format!("zeroing cell {cell} inside a replay step (a fresh cell is zeroed before its first step)"));
+        }
+        for s in 0..step.n_seqs() {
+            let own = step.kv_head.saturating_add(s);
+            if step.source(s) != Some((own, 0)) {
+                return invalid(format!(
+                    "sequence {s} reads {:?} (cell, depth): with replay rollback it reads and commits its own cell's row {own}",
+                    step.source(s)
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// \[replay\] The tensors a replay-mode layer has besides [`LayerTensors`] (whose caches hold one
+/// committed row per cell, R = 0): the two log sets, the accepted counts, and the unfused
+/// graph's scratch values. `logs[i]` is [`TokenLog`], the reference's log set (each tensor
+/// `[…, T, n_s]`, contiguous).
+#[derive(Clone, Copy, Debug)]
+pub struct ReplayTensors {
+    /// The two log sets: step i writes `logs[log_set]` and replays `logs[1 − log_set]`.
+    pub logs: [TokenLog; 2],
+    /// I32 \[n_s\] (an index buffer): each sequence's accepted count of the previous step,
+    /// 0 ..= T. Written with [`ReplayTensors::set_accepted`].
+    pub accepted: Tensor,
+    /// I32 \[n_s\] (an index buffer): `(T − accepted[s])·n_s + s`, the row of `windows` holding
+    /// sequence s's window(accepted\[s\]); derived from the counts by
+    /// [`ReplayTensors::set_accepted`], never written alone.
+    pub window_rows: Tensor,
+    /// F32 \[(K_c − 1)·C, n_s\]: the committed windows gathered before the commit.
+    pub commit_states: Tensor,
+    /// F32 \[K_c − 1 + T, C, n_s\]: [committed window ; logged conv inputs].
+    pub commit_input: Tensor,
+    /// F32 \[(K_c − 1)·C, (T + 1)·n_s\]: row j·n_s + s holds window(T − j) of sequence s's
+    /// `commit_input` (CPY_SNAPSHOTS with T + 1 slots).
+    pub windows: Tensor,
+    /// F32 \[D·D·H_v, n_s\]: GATED_DELTA_NET's one state slot in the verify (it writes at
+    /// least one; here a scratch value nothing reads, not a cache row).
+    pub verify_states: Tensor,
+}
+
+/// Tensors of a replay layer's [`ReplayTensors`], in [`ReplayTensors::NAMES`] order.
+pub const REPLAY_TENSORS: usize = 16;
+
+impl ReplayTensors {
+    /// Field names, in order (the log sets' tensors as `log0.qkv` … `log1.beta`).
+    pub const NAMES: [&'static str; REPLAY_TENSORS] = [
+        "log0.qkv",
+        "log0.k",
+        "log0.v",
+        "log0.g",
+        "log0.beta",
+        "log1.qkv",
+        "log1.k",
+        "log1.v",
+        "log1.g",
+        "log1.beta",
+        "accepted",
+        "window_rows",
+        "commit_states",
+        "commit_input",
+        "windows",
+        "verify_states",
+    ];
+
+    /// Name, type and contiguous shape of every tensor, in field order (checked arithmetic).
+    pub fn table(shape: &GdnShape, step: &Step) -> Result<[(&'static str, DType, [usize; 4]); REPLAY_TENSORS]> {
+        let (c, d, hk, hv, kc) = (shape.try_channels()?, shape.head_dim, shape.n_k_heads, shape.n_v_heads, shape.d_conv);
+        let (n_t, n_s) = (step.n_tokens, step.n_seqs());
+        let conv_row = product("conv_cache", "conv-state row (d_conv − 1)·C", &[kc.saturating_sub(1), c])?;
+        let ssm_row = shape.try_ssm_row()?;
+        let windows = product("windows", "rows (T + 1)·n_s", &[n_t.saturating_add(1), n_s])?;
+        let log = [
+            ([c, n_t, n_s, 1], DType::F32),
+            ([d, hk, n_t, n_s], DType::F32),
+            ([d, hv, n_t, n_s], DType::F32),
+            ([1, hv, n_t, n_s], DType::F32),
+            ([1, hv, n_t, n_s], DType::F32),
+        ];
+        let rest = [
+            ([n_s, 1, 1, 1], DType::I32),
+            ([n_s, 1, 1, 1], DType::I32),
+            ([conv_row, n_s, 1, 1], DType::F32),
+            ([kc.saturating_sub(1).saturating_add(n_t), c, n_s, 1], DType::F32),
+            ([conv_row, windows, 1, 1], DType::F32),
+            ([ssm_row, n_s, 1, 1], DType::F32),
+        ];
+        let all: Vec<_> = log.iter().chain(&log).chain(&rest).collect();
+        Ok(std::array::from_fn(|i| (Self::NAMES[i], all[i].1, all[i].0)))
+    }
+
+    /// The tensors in field order.
+    pub fn to_array(&self) -> [Tensor; REPLAY_TENSORS] {
+        let [a, b] = self.logs;
+        [
+            a.qkv,
+            a.k,
+            a.v,
+            a.g,
+            a.beta,
+            b.qkv,
+            b.k,
+            b.v,
+            b.g,
+            b.beta,
+            self.accepted,
+            self.window_rows,
+            self.commit_states,
+            self.commit_input,
+            self.windows,
+            self.verify_states,
+        ]
+    }
+
+    /// The struct of the tensors in field order.
+    pub fn from_array(t: [Tensor; REPLAY_TENSORS]) -> Self {
+        let log = |i: usize| TokenLog { qkv: t[i], k: t[i + 1], v: t[i + 2], g: t[i + 3], beta: t[i + 4] };
+        ReplayTensors {
+            logs: [log(0), log(5)],
+            accepted: t[10],
+            window_rows: t[11],
+            commit_states: t[12],
+            commit_input: t[13],
+            windows: t[14],
+            verify_states: t[15],
+        }
+    }
+
+    /// Checks that every tensor has its table type and shape and is contiguous (a log of
+    /// another step's size, say, is an [`Error::Shape`] naming it), and that the two log sets
+    /// share no byte.
+    pub fn conforms(&self, shape: &GdnShape, step: &Step) -> Result<()> {
+        for ((arg, dtype, ne), t) in Self::table(shape, step)?.into_iter().zip(self.to_array()) {
+            if t.dtype() != dtype {
+                return Err(Error::DType { op: LAYER_OP, arg, expected: format!("{dtype:?}"), got: t.dtype() });
+            }
+            if t.ne() != ne {
+                return Err(Error::Shape { op: LAYER_OP, arg, expected: format!("{dtype:?} {ne:?} for this shape and step"), got: t.ne() });
+            }
+            if !t.layout.is_contiguous() {
+                return Err(Error::Stride {
+                    op: LAYER_OP,
+                    arg,
+                    nb: t.layout.nb,
+                    offset: t.layout.offset,
+                    reason: "a replay tensor is contiguous".into(),
+                });
+            }
+        }
+        let [a, b] = self.logs;
+        let (a, b) = ([a.qkv, a.k, a.v, a.g, a.beta], [b.qkv, b.k, b.v, b.g, b.beta]);
+        if a.iter().any(|x| b.iter().any(|y| x.overlaps(y))) {
+            return Err(Error::Invalid { op: LAYER_OP, what: "the two replay log sets share bytes".into() });
+        }
+        Ok(())
+    }
+
+    /// T, the tokens of a logged step.
+    pub fn n_tokens(&self) -> usize {
+        self.logs[0].n_tokens()
+    }
+
+    /// Writes the previous step's accepted counts (one per sequence, each 0 ..= T) into
+    /// `accepted`, and the window rows derived from them into `window_rows`. A wrong count of
+    /// counts is an [`Error::Invalid`], a count above T an [`Error::IndexOutOfRange`] naming it
+    /// (`rows` = T + 1); nothing is written then.
+    pub fn set_accepted(&self, mem: &mut HostMemory, accepted: &[usize]) -> Result<()> {
+        let (n_t, n_s) = (self.n_tokens(), self.accepted.ne()[0]);
+        if accepted.len() != n_s {
+            return Err(Error::Invalid { op: OP, what: format!("{} accepted counts for {n_s} sequences", accepted.len()) });
+        }
+        if let Some((position, &a)) = accepted.iter().enumerate().find(|(_, a)| **a > n_t) {
+            return Err(Error::IndexOutOfRange {
+                op: OP,
+                arg: "accepted",
+                position,
+                index: i64::try_from(a).unwrap_or(i64::MAX),
+                rows: n_t + 1,
+            });
+        }
+        for (s, &a) in accepted.iter().enumerate() {
+            // (T − a)·n_s + s < (T + 1)·n_s, a row count the table proved representable; the
+            // windows' rows are ≤ 17 × 256.
+            let row = (n_t - a) * n_s + s;
+            mem.write_u32(&self.accepted, [s, 0, 0, 0], a as u32);
+            mem.write_u32(&self.window_rows, [s, 0, 0, 0], row as u32);
+        }
+        Ok(())
+    }
+
+    /// The accepted counts in `mem`.
+    pub fn accepted_counts(&self, mem: &HostMemory) -> Vec<usize> {
+        (0..self.accepted.ne()[0]).map(|s| mem.read_u32(&self.accepted, [s, 0, 0, 0]) as usize).collect()
     }
 }
 
@@ -147,12 +393,61 @@ pub fn window(conv_input: &Tensor, state_len: usize, offset: usize) -> Tensor {
 /// tail it must conform to the spec's shape and step ([`LayerTensors::conforms`]); every view is built
 /// with checked arithmetic: anything else is a typed error, never a panic. This is the one
 /// builder of the chain: [`unfused_ops`] is [`layer_ops`] over it.
+///
+/// A replay-mode spec ([`Rollback::Replay`]) needs its [`ReplayTensors`]: here it is an
+/// [`Error::Invalid`] naming [`replay_layer_ops`].
 pub fn ggml_layer_ops(t: &LayerTensors, spec: &LayerSpec) -> Result<Vec<Box<dyn Op>>> {
+    if spec.rollback != Rollback::Snapshots {
+        return Err(Error::Invalid {
+            op: OP,
+            what: "a replay layer's ops take its replay tensors (graph::layer::replay_layer_ops)".into(),
+        });
+    }
+    chain_ops(t, None, spec)
+}
+
+/// \[replay\] The nodes of one replay-mode layer ([`Rollback::Replay`], `docs/rollback.md`
+/// "Replay: one step"), unfused, in this order:
+/// 1. **replay**: GATED_DELTA_NET_REPLAY over log set `1 − log_set` with the accepted counts,
+///    from and into each sequence's committed ssm row (`source_rows`);
+/// 2. **window commit**, existing ops: GET_ROWS of the committed conv rows, CONCAT with the
+///    logged conv inputs, CPY_SNAPSHOTS of its T + 1 windows into `windows` (row j·n_s + s ←
+///    window(T − j)), GET_ROWS of row `(T − a)·n_s + s` (`window_rows`) back over the committed
+///    rows `kv_head + s`: window(a) of [committed window ; logged inputs 0 … a − 1], and with
+///    a = 0 the committed window's own bits;
+/// 3. **verify**: ggml's chain ([`ggml_layer_ops`]) from the committed rows with no snapshot
+///    CPY and GATED_DELTA_NET's one state slot in `verify_states` (scratch), so no cache row is
+///    written;
+/// 4. **log**, CPYs into set `log_set`: the conv inputs (`qkv_mixed`, right after the CONCAT
+///    reads them: the SiLU output may take their block), then k after L2_NORM, v after the conv
+///    and SiLU, g and β.
+///
+/// `t` and `r` must conform to the spec ([`LayerTensors::conforms`],
+/// [`ReplayTensors::conforms`]); anything else is a typed error, never a panic.
+pub fn replay_layer_ops(t: &LayerTensors, r: &ReplayTensors, spec: &LayerSpec) -> Result<Vec<Box<dyn Op>>> {
+    if !matches!(spec.rollback, Rollback::Replay { .. }) {
+        return Err(Error::Invalid { op: OP, what: "replay_layer_ops of a snapshot layer (graph::layer::ggml_layer_ops)".into() });
+    }
+    chain_ops(t, Some(r), spec)
+}
+
+/// The one builder of both modes: ggml's chain, and with `replay` the replay, commit and log
+/// nodes around it (no snapshot CPY, no cache slot).
+fn chain_ops(t: &LayerTensors, replay: Option<&ReplayTensors>, spec: &LayerSpec) -> Result<Vec<Box<dyn Op>>> {
     let (shape, step) = (&spec.shape, &spec.step);
     // The spec first, with or without the GDN tail: the step's token count bounds the
     // mat-vec loop below (n_t ≤ 16), d_conv ≥ 3 makes d_conv − 1 exact, and every size the
     // layer derives is representable.
     spec.validate()?;
+    let replay = match (replay, spec.rollback) {
+        (Some(r), Rollback::Replay { log_set }) => {
+            t.conforms(shape, step)?;
+            r.conforms(shape, step)?;
+            Some((r, r.logs[1 - log_set], r.logs[log_set]))
+        }
+        (None, Rollback::Snapshots) => None,
+        _ => return Err(Error::Invalid { op: OP, what: "replay tensors and the spec's rollback disagree".into() }),
+    };
     // Conv-chain-only graphs (the fusion sweep and matcher tests) also take head dims and
     // widths the layer presets do not, which `conforms` refuses; every view below is still
     // built with checked arithmetic and validated by its op before anything runs.
@@ -177,12 +472,45 @@ pub fn ggml_layer_ops(t: &LayerTensors, spec: &LayerSpec) -> Result<Vec<Box<dyn 
         ops.push(Box::new(GetRows { src: t.ssm_cache, rows: t.source_rows, dst: t.ssm_state }));
         Ok(())
     };
+    if let Some((r, previous, _)) = replay {
+        // 1. Replay the previous step's accepted tokens; commit each state over its row.
+        ops.push(Box::new(GatedDeltaNetReplay {
+            k: previous.k,
+            v: previous.v,
+            g: previous.g,
+            beta: previous.beta,
+            ssm_cache: t.ssm_cache,
+            source_rows: t.source_rows,
+            dest_rows: t.source_rows,
+            accepted: r.accepted,
+        }));
+        // 2. Commit the windows: window(a) of [committed ; logged inputs], through the T + 1
+        // windows (slot j = T − a holds window(a)).
+        ops.push(Box::new(GetRows { src: t.conv_cache, rows: t.source_rows, dst: r.commit_states }));
+        let committed = reshape("commit_states", &r.commit_states, [kc - 1, c, n_s, 1])?;
+        ops.push(Box::new(ConcatDim0 { a: committed, b: previous.qkv.transpose(), dst: r.commit_input }));
+        ops.push(Box::new(CpySnapshots {
+            conv_input: r.commit_input,
+            cache: r.windows,
+            d_conv: kc,
+            first_row: 0,
+            group_stride: n_s,
+            n_slots: n_t + 1,
+        }));
+        let own_rows = LayerTensors::try_cache_rows("conv_cache", &t.conv_cache, step.kv_head, n_s)?;
+        ops.push(Box::new(GetRows { src: r.windows, rows: r.window_rows, dst: own_rows }));
+    }
     zero(&mut ops, "conv_cache", &t.conv_cache)?;
     ops.push(Box::new(GetRows { src: t.conv_cache, rows: t.source_rows, dst: t.conv_states }));
     let states = reshape("conv_states", &t.conv_states, [kc - 1, c, n_s, 1])?;
     ops.push(Box::new(ConcatDim0 { a: states, b: t.qkv_mixed.transpose(), dst: t.conv_input }));
+    if let Some((_, _, log)) = replay {
+        // 4. The log's conv inputs, a copy (the SiLU output may take qkv's block).
+        ops.push(Box::new(Cpy { src: t.qkv_mixed, dst: log.qkv }));
+    }
     // W1/W2: for t' = 1 … K, window(max(0, n_t − K + t')) → rows (K − t')·M + kv_head + s.
-    let k = step.slots();
+    // Replay writes no snapshot row.
+    let k = if replay.is_some() { 0 } else { step.slots() };
     for tp in 1..=k {
         let slot = k - tp;
         let row = product("conv_cache", "snapshot row slot·M", &[slot, step.cells])?
@@ -229,25 +557,39 @@ pub fn ggml_layer_ops(t: &LayerTensors, spec: &LayerSpec) -> Result<Vec<Box<dyn 
     if spec.gdn_tail {
         // GATED_DELTA_NET writing its state slots straight into the ssm cache rows (slot k of
         // sequence s → row k·M + kv_head + s; the CPY ggml fuses into the kernel).
-        let row_bytes = t.ssm_cache.layout.nb[1];
-        let group = product("ssm_cache", "group stride M·row bytes", &[step.cells, row_bytes])?;
-        let states = checked_view(
-            "ssm_cache",
-            &t.ssm_cache,
-            [shape.try_ssm_row()?, n_s, step.slots(), 1],
-            [4, row_bytes, group, product("ssm_cache", "slots·group stride", &[step.slots(), group])?],
-            product("ssm_cache", "row offset kv_head·row bytes", &[step.kv_head, row_bytes])?,
-        )?;
+        // Replay: its one slot in a scratch value, no cache row.
+        let states = match replay {
+            Some((r, ..)) => r.verify_states,
+            None => {
+                let row_bytes = t.ssm_cache.layout.nb[1];
+                let group = product("ssm_cache", "group stride M·row bytes", &[step.cells, row_bytes])?;
+                checked_view(
+                    "ssm_cache",
+                    &t.ssm_cache,
+                    [shape.try_ssm_row()?, n_s, step.slots(), 1],
+                    [4, row_bytes, group, product("ssm_cache", "slots·group stride", &[step.slots(), group])?],
+                    product("ssm_cache", "row offset kv_head·row bytes", &[step.kv_head, row_bytes])?,
+                )?
+            }
+        };
+        let (v, g, beta) =
+            (t.try_head_view(shape, 2)?, reshape("gate", &t.gate, [1, hv, n_t, n_s])?, reshape("beta", &t.beta, [1, hv, n_t, n_s])?);
         ops.push(Box::new(GatedDeltaNet {
             q: t.q_norm,
             k: t.k_norm,
-            v: t.try_head_view(shape, 2)?,
-            g: reshape("gate", &t.gate, [1, hv, n_t, n_s])?,
-            beta: reshape("beta", &t.beta, [1, hv, n_t, n_s])?,
+            v,
+            g,
+            beta,
             state_in: reshape("ssm_state", &t.ssm_state, [shape.head_dim, shape.head_dim, hv, n_s])?,
             out: t.attn_out,
             states,
         }));
+        if let Some((_, _, log)) = replay {
+            // 4. The rest of the log: k after L2_NORM, v after the conv and SiLU, g, β.
+            for (src, dst) in [(t.k_norm, log.k), (v, log.v), (g, log.g), (beta, log.beta)] {
+                ops.push(Box::new(Cpy { src, dst }));
+            }
+        }
     }
     Ok(ops)
 }
@@ -364,6 +706,8 @@ pub struct LayerValues {
     pub t: LayerTensors,
     pub qkv_src: Tensor,
     pub cur_src: Tensor,
+    /// \[replay\] A replay-mode layer's log sets, accepted counts and scratch values.
+    pub replay: Option<ReplayTensors>,
 }
 
 /// A value's type and shape (contiguous).
@@ -436,10 +780,53 @@ fn declare(defs: &mut Vec<ValueDef>, spec: &LayerSpec, layer: usize, outputs: Ou
     Ok(ids)
 }
 
-fn layer_values(ids: &[usize; FIELDS], tensor: impl Fn(usize) -> Tensor) -> LayerValues {
-    let f = ids.map(tensor);
+/// One layer's value ids: its table and staged inputs, and a replay layer's
+/// [`ReplayTensors`] in their field order.
+#[derive(Clone, Copy)]
+struct LayerIds {
+    fields: [usize; FIELDS],
+    replay: Option<[usize; REPLAY_TENSORS]>,
+}
+
+/// \[replay\] Declares a replay layer's [`ReplayTensors`]: the log sets persistent (never
+/// planned, observed), the accepted counts and window rows index buffers (counts 0: a first
+/// step, the window rows T·n_s + s that go with them), the rest planned scratch.
+fn declare_replay(defs: &mut Vec<ValueDef>, spec: &LayerSpec, layer: usize) -> Result<[usize; REPLAY_TENSORS]> {
+    let (n_t, n_s) = (spec.step.n_tokens, spec.step.n_seqs());
+    let mut ids = [0; REPLAY_TENSORS];
+    for (id, (name, dtype, ne)) in ids.iter_mut().zip(ReplayTensors::table(&spec.shape, &spec.step)?) {
+        let (role, index) = match name {
+            "accepted" => (Role::Index, Some(vec![0; n_s])),
+            // (T + 1)·n_s rows fit (the table's checked product; ≤ 17 × 256).
+            "window_rows" => (Role::Index, Some((0..n_s).map(|s| (n_t * n_s + s) as i32).collect())),
+            n if n.starts_with("log") => (Role::Cache, None),
+            _ => (Role::Intermediate, None),
+        };
+        let bytes = Layout::contiguous_bytes(dtype, ne).ok_or_else(|| Error::Overflow {
+            op: OP,
+            arg: name,
+            what: format!("bytes of layer {layer}'s replay {dtype:?} {ne:?}"),
+        })?;
+        defs.push(ValueDef {
+            info: ValueInfo { name: format!("L{layer}.replay.{name}"), role, bytes, layer: Some(layer) },
+            dtype,
+            ne,
+            index,
+        });
+        *id = defs.len() - 1;
+    }
+    Ok(ids)
+}
+
+fn layer_values(ids: &LayerIds, tensor: impl Fn(usize) -> Tensor) -> LayerValues {
+    let f = ids.fields.map(&tensor);
     let (table, staged) = f.split_at(LAYER_TENSORS);
-    LayerValues { t: LayerTensors::from_array(table.try_into().expect("the table's length")), qkv_src: staged[0], cur_src: staged[1] }
+    LayerValues {
+        t: LayerTensors::from_array(table.try_into().expect("the table's length")),
+        qkv_src: staged[0],
+        cur_src: staged[1],
+        replay: ids.replay.map(|r| ReplayTensors::from_array(r.map(&tensor))),
+    }
 }
 
 /// The index of a tensor of the layer's table (a name the table has).
@@ -451,7 +838,11 @@ fn field(name: &str) -> usize {
 fn layer_nodes(v: &LayerValues, spec: &LayerSpec, layer: usize) -> Result<Vec<Node>> {
     let staged: [Box<dyn Op>; 2] =
         [Box::new(Stage { src: v.qkv_src, dst: v.t.qkv_mixed }), Box::new(Stage { src: v.cur_src, dst: v.t.cur })];
-    Ok(staged.into_iter().chain(ggml_layer_ops(&v.t, spec)?).map(|op| Node::new(op, Some(layer))).collect())
+    let ops = match &v.replay {
+        Some(r) => replay_layer_ops(&v.t, r, spec)?,
+        None => ggml_layer_ops(&v.t, spec)?,
+    };
+    Ok(staged.into_iter().chain(ops).map(|op| Node::new(op, Some(layer))).collect())
 }
 
 /// Builds the graph of `spec`: values declared per layer, planned across the stack, placed in
@@ -483,7 +874,12 @@ pub fn build_planned(spec: &StackSpec, seed: u64, budget: usize, groups: &Groups
     let mut ids = Vec::new();
     for (l, ls) in spec.layers.iter().enumerate() {
         ls.validate()?;
-        ids.push(declare(&mut defs, ls, l, spec.outputs)?);
+        let fields = declare(&mut defs, ls, l, spec.outputs)?;
+        let replay = match ls.rollback {
+            Rollback::Replay { .. } => Some(declare_replay(&mut defs, ls, l)?),
+            Rollback::Snapshots => None,
+        };
+        ids.push(LayerIds { fields, replay });
     }
     // The symbolic graph: value v is BufferId(v), contiguous at offset 0.
     let symbolic = |v: usize| Tensor::new(BufferId(v), Layout::contiguous(defs[v].dtype, defs[v].ne));
@@ -496,7 +892,7 @@ pub fn build_planned(spec: &StackSpec, seed: u64, budget: usize, groups: &Groups
         .iter()
         .zip(&ids)
         .filter(|(ls, _)| ls.layout == LayerLayout::PrAliasing)
-        .map(|(_, id)| Pin { value: id[field("ssm_state")], onto: id[field("qkv_mixed")] })
+        .map(|(_, id)| Pin { value: id.fields[field("ssm_state")], onto: id.fields[field("qkv_mixed")] })
         .collect();
     let values: Vec<ValueInfo> = defs.iter().map(|d| d.info.clone()).collect();
     let observed = ByteSet::of_all(
@@ -585,6 +981,42 @@ fn fill(mem: &mut HostMemory, v: &LayerValues, spec: &LayerSpec, rng: &mut StdRn
         let data = inputs::fill(rng, t.layout.n_elements(), values);
         put(mem, t, &data);
     };
+    fill_table(mem, v, spec, rng, vals, f);
+    if let Some(r) = &v.replay {
+        fill_replay(mem, r, rng);
+    }
+}
+
+/// \[replay\] A replay layer's log sets in realistic ranges (conv inputs ±1, k ±0.15, v ±2, g a
+/// log decay, β in [0, 1)) and accepted counts drawn in 0 ..= T: a built graph replays a
+/// random previous step. Callers of an episode write their own counts
+/// ([`ReplayTensors::set_accepted`]).
+fn fill_replay(mem: &mut HostMemory, r: &ReplayTensors, rng: &mut StdRng) {
+    for log in &r.logs {
+        for (t, scale) in [(&log.qkv, 1.0), (&log.k, 0.15), (&log.v, 2.0)] {
+            let data = inputs::fill(rng, t.layout.n_elements(), Values::Uniform(scale));
+            put(mem, t, &data);
+        }
+        let n = log.g.layout.n_elements();
+        let g: Vec<f32> = (0..n).map(|_| -rng.random_range(-6.0f32..2.08).exp()).collect();
+        put(mem, &log.g, &g);
+        let beta: Vec<f32> = (0..n).map(|_| rng.random_range(0.0f32..1.0)).collect();
+        put(mem, &log.beta, &beta);
+    }
+    let n_t = r.n_tokens();
+    let accepted: Vec<usize> = (0..r.accepted.ne()[0]).map(|_| rng.random_range(0..=n_t)).collect();
+    r.set_accepted(mem, &accepted).expect("counts drawn in 0 ..= T, one per sequence");
+}
+
+/// The layer table's caches, inputs and weights.
+fn fill_table(
+    mem: &mut HostMemory,
+    v: &LayerValues,
+    spec: &LayerSpec,
+    rng: &mut StdRng,
+    vals: impl Fn(f32) -> Values,
+    f: impl Fn(&mut HostMemory, &mut StdRng, &Tensor, Values),
+) {
     let t = &v.t;
     f(mem, rng, &t.conv_cache, vals(1.0));
     f(mem, rng, &t.ssm_cache, Values::Uniform(0.05));
@@ -618,6 +1050,23 @@ impl Built {
         let mut nodes = Vec::with_capacity(self.nodes.len());
         for (l, ls) in self.spec.layers.iter().enumerate() {
             nodes.extend(layer_nodes(&self.layers[l], ls, l)?);
+        }
+        Ok(nodes)
+    }
+
+    /// \[replay\] The graph's nodes (ggml's order) with every replay layer writing log set
+    /// `log_set` and replaying the other: the step after a step of this graph runs these with
+    /// the other set. The values, and so the plan, are the same for both sets; snapshot layers
+    /// are as [`Built::fresh_nodes`] builds them. A log set other than 0 or 1 is an
+    /// [`Error::Invalid`].
+    pub fn replay_nodes(&self, log_set: usize) -> Result<Vec<Node>> {
+        let mut nodes = Vec::with_capacity(self.nodes.len());
+        for (l, ls) in self.spec.layers.iter().enumerate() {
+            let spec = match ls.rollback {
+                Rollback::Replay { .. } => LayerSpec { rollback: Rollback::Replay { log_set }, ..*ls },
+                Rollback::Snapshots => *ls,
+            };
+            nodes.extend(layer_nodes(&self.layers[l], &spec, l)?);
         }
         Ok(nodes)
     }
@@ -923,5 +1372,132 @@ mod chain_tests {
             let changed = mem.read_f32(&t.ssm_cache, [5, row, 0, 0]).to_bits() != before.read_f32(&t.ssm_cache, [5, row, 0, 0]).to_bits();
             assert_eq!(changed, j < n_t.min(step.slots()), "ssm slot {j}");
         }
+    }
+}
+
+/// \[replay\] The replay mode's builder: its node order, and its typed refusals.
+#[cfg(test)]
+mod replay_tests {
+    use super::*;
+    use crate::memory::Memory;
+
+    const SMALL: GdnShape = GdnShape { n_embd: 64, n_k_heads: 1, n_v_heads: 2, head_dim: 128, d_conv: 4, eps: 1e-6 };
+
+    fn replay_step(n_t: usize, n_s: usize) -> Step {
+        let others: Vec<(usize, usize)> = (1..n_s).map(|s| (s, 0)).collect();
+        Step { cells: n_s, ..Step::new(n_t, 0) }.with_sequences(&others).unwrap()
+    }
+
+    fn replay_spec(step: Step, log_set: usize) -> LayerSpec {
+        LayerSpec { rollback: Rollback::Replay { log_set }, ..LayerSpec::new(SMALL, step) }
+    }
+
+    fn built(spec: LayerSpec) -> Built {
+        build(&StackSpec { layers: vec![spec], outputs: Outputs::Products }, 3).unwrap()
+    }
+
+    #[test]
+    fn a_replay_layer_is_replay_commit_verify_log() {
+        let b = built(replay_spec(replay_step(4, 2), 0));
+        let names: Vec<_> = b.nodes.iter().map(|n| n.op.name()).collect();
+        let want = [
+            "STAGE",
+            "STAGE",
+            "GATED_DELTA_NET_REPLAY",
+            "GET_ROWS",
+            "CONCAT",
+            "CPY_SNAPSHOTS",
+            "GET_ROWS",
+            "GET_ROWS",
+            "CONCAT",
+            "CPY",
+            "SSM_CONV",
+            "L2_NORM",
+            "L2_NORM",
+            "GET_ROWS",
+            "MUL_MAT_VEC",
+            "MUL_MAT_VEC",
+            "SIGMOID",
+            "ADD",
+            "SOFTPLUS",
+            "MUL",
+            "GATED_DELTA_NET",
+            "CPY",
+            "CPY",
+            "CPY",
+            "CPY",
+        ];
+        assert_eq!(names, want);
+        // The other parity reads the log set this one writes, and writes the one it reads.
+        let r = b.layers[0].replay.unwrap();
+        let other = b.replay_nodes(1).unwrap();
+        let replay_of = |nodes: &[Node]| nodes.iter().find_map(|n| n.get::<GatedDeltaNetReplay>().map(|o| o.k)).unwrap();
+        assert_eq!(replay_of(&b.nodes), r.logs[1].k);
+        assert_eq!(replay_of(&other), r.logs[0].k);
+        let log_k = |nodes: &[Node]| nodes.last().unwrap().op.outputs()[0];
+        assert_eq!(log_k(&b.nodes), r.logs[0].beta);
+        assert_eq!(log_k(&other), r.logs[1].beta);
+        // No node writes a cache row but the replay and the commit's last GET_ROWS.
+        let t = &b.layers[0].t;
+        for (i, n) in b.nodes.iter().enumerate() {
+            let writes_cache = n.op.outputs().iter().any(|o| o.buffer == t.conv_cache.buffer || o.buffer == t.ssm_cache.buffer);
+            assert_eq!(writes_cache, i == 2 || i == 6, "node {i} {}", n.op.name());
+        }
+        // Every node validates on the built memory.
+        for n in &b.nodes {
+            n.op.validate(&b.mem).unwrap();
+        }
+    }
+
+    #[test]
+    fn replay_specs_that_do_not_fit_are_typed_errors() {
+        let ok = replay_spec(replay_step(4, 2), 1);
+        assert!(ok.validate().is_ok());
+        let invalid = |spec: LayerSpec| matches!(spec.validate(), Err(Error::Invalid { op: OP, .. }));
+        let unsupported = |spec: LayerSpec| matches!(spec.validate(), Err(Error::Unsupported { op: OP, .. }));
+        assert!(invalid(replay_spec(replay_step(4, 2), 2)));
+        assert!(invalid(LayerSpec { step: Step { n_rollback: 3, ..ok.step }, ..ok }));
+        // A sequence reading another cell, or a rollback depth.
+        assert!(invalid(LayerSpec { step: Step { cells: 3, ..ok.step }.with_sequences(&[(2, 0)]).unwrap(), ..ok }));
+        assert!(invalid(LayerSpec { step: Step { cells: 3, src_cell: 1, ..ok.step }, ..ok }));
+        assert!(unsupported(LayerSpec { step: Step { zero_cell: Some(0), ..ok.step }, ..ok }));
+        assert!(unsupported(LayerSpec { layout: LayerLayout::PrAliasing, ..ok }));
+        assert!(unsupported(LayerSpec { gdn_tail: false, ..ok }));
+        // The snapshot builder refuses a replay spec, the replay builder a snapshot spec.
+        let b = built(ok);
+        let v = &b.layers[0];
+        assert!(matches!(ggml_layer_ops(&v.t, &ok), Err(Error::Invalid { .. })));
+        let snapshot = LayerSpec { rollback: Rollback::Snapshots, ..ok };
+        assert!(matches!(replay_layer_ops(&v.t, &v.replay.unwrap(), &snapshot), Err(Error::Invalid { .. })));
+        // A graph build refuses what validate refuses.
+        assert!(build(&StackSpec { layers: vec![replay_spec(replay_step(4, 2), 2)], outputs: Outputs::Forward }, 1).is_err());
+    }
+
+    #[test]
+    fn logs_and_counts_that_do_not_fit_are_typed_errors() {
+        let spec = replay_spec(replay_step(4, 2), 0);
+        let mut b = built(spec);
+        let v = b.layers[0].clone();
+        let r = v.replay.unwrap();
+        // A log set of another step's size, or the two sets on the same bytes.
+        let short = TokenLog { k: r.logs[0].k.view([128, 1, 3, 2], r.logs[0].k.layout.nb, 0), ..r.logs[0] };
+        let bad = ReplayTensors { logs: [short, r.logs[1]], ..r };
+        assert!(matches!(replay_layer_ops(&v.t, &bad, &spec), Err(Error::Shape { arg: "log0.k", .. })));
+        let same = ReplayTensors { logs: [r.logs[0], r.logs[0]], ..r };
+        assert!(matches!(replay_layer_ops(&v.t, &same, &spec), Err(Error::Invalid { .. })));
+        // Counts: one per sequence, each 0 ..= T; nothing written on a refusal.
+        let before = (r.accepted_counts(&b.mem), b.mem.index_values(&r.window_rows));
+        assert!(matches!(r.set_accepted(&mut b.mem, &[1]), Err(Error::Invalid { .. })));
+        let err = r.set_accepted(&mut b.mem, &[2, 5]).unwrap_err();
+        assert!(matches!(err, Error::IndexOutOfRange { arg: "accepted", position: 1, index: 5, rows: 5, .. }), "{err}");
+        assert_eq!((r.accepted_counts(&b.mem), b.mem.index_values(&r.window_rows)), before);
+        r.set_accepted(&mut b.mem, &[0, 4]).unwrap();
+        assert_eq!(b.mem.index_values(&r.accepted), Some(vec![0, 4]));
+        // (T − a)·n_s + s.
+        assert_eq!(b.mem.index_values(&r.window_rows), Some(vec![8, 1]));
+        // A count the op sees out of range (written around the setter) is its typed refusal.
+        b.mem.write_u32(&r.accepted, [0, 0, 0, 0], 5);
+        let replay = b.nodes.iter().find(|n| n.get::<GatedDeltaNetReplay>().is_some()).unwrap();
+        assert!(matches!(replay.op.validate(&b.mem), Err(Error::IndexOutOfRange { arg: "accepted", .. })));
     }
 }
