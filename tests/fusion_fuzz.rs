@@ -23,7 +23,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rgdn::error::Result;
 use rgdn::fusion::{Options, Outcome, REGISTRY, compile, compile_for, sweep};
-use rgdn::graph::layer::{Built, LayerLayout, LayerSpec, Outputs, StackSpec};
+use rgdn::graph::layer::{Built, LayerLayout, LayerSpec, Outputs, Rollback, StackSpec};
 use rgdn::graph::{Bound, ByteSet, Node, exec};
 use rgdn::layer::{GdnShape, Step};
 use rgdn::memory::{DeviceMemory, HostMemory, Memory};
@@ -71,6 +71,12 @@ fn env(name: &str, default: u64) -> u64 {
 
 /// A random layer spec in the fused kernels' scope most of the time.
 fn random_spec(rng: &mut StdRng) -> StackSpec {
+    // [replay] One case in eight builds replay-mode layers (`docs/rollback.md`: the replay,
+    // the window commit, the verify chain with no cache row written, the log copies).
+    // `RGDN_FUZZ_REPLAY_ONLY=1`: replay layers only (to see a planted bug caught in them).
+    if rng.random_bool(0.125) || env("RGDN_FUZZ_REPLAY_ONLY", 0) == 1 {
+        return random_replay_spec(rng);
+    }
     let tail = rng.random_bool(0.3);
     let d_conv = [3, 4, 5, 4][rng.random_range(0..4)];
     let shape = if tail {
@@ -117,6 +123,30 @@ fn random_spec(rng: &mut StdRng) -> StackSpec {
         .map(|_| {
             let layout = if rng.random_bool(0.5) { LayerLayout::PrAliasing } else { LayerLayout::Ggml };
             LayerSpec { weights, layout, gdn_tail: tail, ..LayerSpec::new(shape, step) }
+        })
+        .collect();
+    StackSpec { layers, outputs: if rng.random_bool(0.5) { Outputs::Products } else { Outputs::Forward } }
+}
+
+/// [replay] A random replay-mode stack: what `LayerSpec::validate` takes for replay (the GDN tail,
+/// ggml's layout, R = 0, each sequence reading and committing to its own cell, no cell zeroed),
+/// 1–5 sequences, n_t 1–16, one or two layers writing log set 0 or 1.
+fn random_replay_spec(rng: &mut StdRng) -> StackSpec {
+    let d_conv = [3, 4, 5][rng.random_range(0..3)];
+    let shape = GdnShape { n_embd: 64, n_k_heads: 1, n_v_heads: rng.random_range(1..=2), head_dim: 128, d_conv, eps: 1e-6 };
+    let n_t = [1, 2, 3, 4, 8, 16][rng.random_range(0..6)];
+    let n_s = if rng.random_bool(0.5) { rng.random_range(2..=5) } else { 1 };
+    let cells = rng.random_range(n_s..=n_s + 2);
+    let kv_head = rng.random_range(0..=cells - n_s);
+    let more: Vec<(usize, usize)> = (1..n_s).map(|s| (kv_head + s, 0)).collect();
+    let step = Step { cells, kv_head, src_cell: kv_head, ..Step::new(n_t, 0) }.with_sequences(&more).expect("at most 5 sequences");
+    let weights = [DType::F32, DType::F16, DType::BF16][rng.random_range(0..3)];
+    let layers = (0..rng.random_range(1..=2))
+        .map(|_| LayerSpec {
+            weights,
+            gdn_tail: true,
+            rollback: Rollback::Replay { log_set: rng.random_range(0..2) },
+            ..LayerSpec::new(shape, step)
         })
         .collect();
     StackSpec { layers, outputs: if rng.random_bool(0.5) { Outputs::Products } else { Outputs::Forward } }
@@ -318,6 +348,8 @@ struct Stats {
     /// [seq-batch] Layer-cases of several sequences, and those where the layer step fired.
     batched_layer_cases: usize,
     batched_layer_steps: usize,
+    /// [replay] Layer-cases in replay mode.
+    replay_layer_cases: usize,
     /// Time building, running unfused, compiling, running fused, comparing.
     seconds: [f64; 5],
 }
@@ -341,6 +373,16 @@ fn case(seed: u64, stats: &mut Stats) -> std::result::Result<(), String> {
         stats.invalid += 1;
         return Ok(());
     };
+    // [replay] Each replay layer's accepted counts (and the window rows derived from them):
+    // random, 0 and T included.
+    for l in 0..b.layers.len() {
+        if let Some(r) = b.layers[l].replay.clone() {
+            let n_t = r.n_tokens();
+            let counts: Vec<usize> = (0..spec.layers[l].step.n_seqs()).map(|_| rng.random_range(0..=n_t)).collect();
+            r.set_accepted(&mut b.mem, &counts).map_err(|e| format!("seed {seed}: accepted counts {counts:?}: {e}"))?;
+            stats.replay_layer_cases += 1;
+        }
+    }
     let mut nodes = b.fresh_nodes().map_err(|e| e.to_string())?;
     let mut live_out = b.live_out();
     let n_perturb = [0, 1, 1, 2, 2, 3, 4][rng.random_range(0..7)];
@@ -352,7 +394,8 @@ fn case(seed: u64, stats: &mut Stats) -> std::result::Result<(), String> {
     }
     stats.cases += 1;
     stats.layer_cases += spec.layers.len();
-    let batched = spec.layers[0].step.n_seqs() > 1;
+    // [replay] Replay layers are counted on their own (the layer step does not take them).
+    let batched = spec.layers[0].step.n_seqs() > 1 && spec.layers[0].rollback == Rollback::Snapshots;
     if batched {
         stats.batched_layer_cases += spec.layers.len();
     }
@@ -476,6 +519,7 @@ fn fusion_never_changes_an_observed_byte() {
         "  [seq-batch] layer_step fired in {} of {} layer-cases of 2–5 sequences",
         stats.batched_layer_steps, stats.batched_layer_cases
     );
+    eprintln!("  [replay] {} layer-cases in replay mode", stats.replay_layer_cases);
     eprintln!("  perturbations: {:?}", stats.perturbations);
     let s = stats.seconds;
     eprintln!("  seconds: build {:.1}, unfused run {:.1}, compile {:.1}, fused run {:.1}, compare {:.1}", s[0], s[1], s[2], s[3], s[4]);
@@ -485,6 +529,12 @@ fn fusion_never_changes_an_observed_byte() {
         eprintln!("  refused {n:>6}× {r}");
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    if env("RGDN_FUZZ_REPLAY_ONLY", 0) == 1 {
+        // Replay layers alone: the conv chain and the layer step refuse them by name (NOTES,
+        // docs/rollback.md), so the coverage floors below do not apply.
+        assert_eq!(stats.runtime_refused, 0, "fused graphs refused at run time");
+        return;
+    }
     for f in REGISTRY {
         let fired = stats.fired.get(f.name).copied().unwrap_or(0);
         assert!(fired * 20 >= valid, "{} fired in only {fired} of {valid} layer-cases: the fuzzer proves nothing about it", f.name);
@@ -495,6 +545,7 @@ fn fusion_never_changes_an_observed_byte() {
         stats.batched_layer_steps,
         stats.batched_layer_cases
     );
+    assert!(stats.replay_layer_cases * 20 >= valid, "only {} of {valid} layer-cases in replay mode", stats.replay_layer_cases);
     // The fused graphs the fuzzer accepts run: a rewrite never turns a running graph into one
     // its own validation refuses.
     assert_eq!(stats.runtime_refused, 0, "fused graphs refused at run time");
