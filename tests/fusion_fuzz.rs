@@ -376,7 +376,7 @@ fn case(seed: u64, stats: &mut Stats) -> std::result::Result<(), String> {
     // [replay] Each replay layer's accepted counts (and the window rows derived from them):
     // random, 0 and T included.
     for l in 0..b.layers.len() {
-        if let Some(r) = b.layers[l].replay.clone() {
+        if let Some(r) = b.layers[l].replay {
             let n_t = r.n_tokens();
             let counts: Vec<usize> = (0..spec.layers[l].step.n_seqs()).map(|_| rng.random_range(0..=n_t)).collect();
             r.set_accepted(&mut b.mem, &counts).map_err(|e| format!("seed {seed}: accepted counts {counts:?}: {e}"))?;
