@@ -14,15 +14,17 @@ echo "commit: $(cat bundle/COMMIT)" > "$o/summary.txt"
 for shape in "${@:-64:mtp3 4:decode}"; do
   for s in $shape; do
     n=${s%%:*}; m=${s#*:}
+    # Each page from its own profiling run, both --clock-control none: ncu refuses the flag on a
+    # report import (`-i`), so no report is saved and read back. (Not yet run in this form.)
     timeout 200 ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
-      --section WarpStateStats --section SchedulerStats --section InstructionStats --section SourceCounters --section LaunchStats \
-      --print-details all -k regex:gdn_layer_step_batch -s 2 -c 1 -o "$o/n$n-$m" \
-      bundle/rgdn bench --no-progress --quick --seqs "$n" --modes "$m" --layers 2 --rounds 1 > "$o/n$n-$m.log" 2>&1
+      --section WarpStateStats --section SchedulerStats --section InstructionStats --section LaunchStats \
+      --print-details all -k regex:gdn_layer_step_batch -s 2 -c 1 \
+      bundle/rgdn bench --no-progress --quick --seqs "$n" --modes "$m" --layers 2 --rounds 1 > "$o/n$n-$m.txt" 2>&1
     echo "ncu n_s=$n $m: exit $?" >> "$o/summary.txt"
-    # Reading a saved report back profiles nothing; ncu refuses --clock-control with -i
-    # ("Invalid option --clock-control specified for --import": the 14:56 arms call lost its report).
-    ncu -i "$o/n$n-$m.ncu-rep" --print-details all > "$o/n$n-$m.txt" 2>&1
-    ncu -i "$o/n$n-$m.ncu-rep" --page source --csv --print-source sass > "$o/n$n-$m-source.csv" 2>&1
+    timeout 200 ncu --clock-control none --section SourceCounters --section WarpStateStats \
+      --page source --csv --print-source sass -k regex:gdn_layer_step_batch -s 2 -c 1 \
+      bundle/rgdn bench --no-progress --quick --seqs "$n" --modes "$m" --layers 2 --rounds 1 > "$o/n$n-$m-source.csv" 2>&1
+    echo "ncu source n_s=$n $m: exit $?" >> "$o/summary.txt"
     grep -E "Duration|DRAM Throughput|Achieved Occupancy|Registers Per|Issued Warp|No Eligible|Executed Ipc|Warp Cycles Per Issued" "$o/n$n-$m.txt" | head -12 >> "$o/summary.txt"
   done
 done

@@ -22,18 +22,18 @@ done
 # Where phase 2's cycles go: PC-sampled warp stalls per SASS instruction (SourceCounters) at
 # the modes in STALL_MODES (default T = 4 and 16), one launch each, printed as the source page.
 for mode in ${STALL_MODES:-mtp3 t16}; do
+  # Each page from its own profiling run, both --clock-control none: ncu refuses the flag on a
+  # report import (`-i`), so no report is saved and read back. (Not yet run in this form.)
   timeout 140 ncu --clock-control none --cache-control none --section SourceCounters --section WarpStateStats \
-    --section InstructionStats -k regex:gdn_layer_step -c 1 -f -o "$o/stalls-$mode" \
+    --section InstructionStats -k regex:gdn_layer_step -c 1 --page source --csv --print-source sass \
     bundle/rgdn bench --quick --no-progress --fusions default --modes "$mode" --graph-layers 0 --out "/tmp/ncu-stall-$mode" \
-    > "$o/stalls-$mode.log" 2>&1
-  echo "ncu stalls $mode: exit $?" >> "$o/summary.txt"
-  # Reading a report profiles nothing; the flag is there all the same (every ncu call here
-  # carries it). Not yet run in this form on the H200 (session 8 ran the import without it).
-  # Reading a saved report back profiles nothing; ncu refuses --clock-control with -i
-  # ("Invalid option --clock-control specified for --import": the 14:56 arms call lost its report).
-  ncu -i "$o/stalls-$mode.ncu-rep" --page source --csv --print-source sass > "$o/stalls-$mode-sass.csv" 2>> "$o/stalls-$mode.log"
-  echo "source page $mode: exit $? $(wc -l < "$o/stalls-$mode-sass.csv") lines" >> "$o/summary.txt"
-  ncu -i "$o/stalls-$mode.ncu-rep" --page details > "$o/stalls-$mode-details.txt" 2>> "$o/stalls-$mode.log"
+    > "$o/stalls-$mode-sass.csv" 2> "$o/stalls-$mode.log"
+  echo "ncu stalls $mode (source page): exit $? $(wc -l < "$o/stalls-$mode-sass.csv") lines" >> "$o/summary.txt"
+  timeout 140 ncu --clock-control none --cache-control none --section SourceCounters --section WarpStateStats \
+    --section InstructionStats -k regex:gdn_layer_step -c 1 --page details \
+    bundle/rgdn bench --quick --no-progress --fusions default --modes "$mode" --graph-layers 0 --out "/tmp/ncu-stall2-$mode" \
+    > "$o/stalls-$mode-details.txt" 2>> "$o/stalls-$mode.log"
+  echo "ncu stalls $mode (details page): exit $?" >> "$o/summary.txt"
 done
 tar czf "${OUT:-/tmp/out}/ncu.tgz" -C "$(dirname "$o")" ncu
 cat "$o/summary.txt"
