@@ -97,6 +97,52 @@ fn same(ctx: &str, what: &str, x: &[u8], y: &[u8]) -> Result<(), String> {
     }
 }
 
+/// A one-layer graph's memory, read and written by the layer table's field names (the snapshot
+/// graph and the replay graph alike).
+trait LayerFields {
+    fn built(&self) -> &Built;
+    fn mem(&self) -> &HostMemory;
+    fn mem_mut(&mut self) -> &mut HostMemory;
+
+    fn field(&self, name: &str) -> Tensor {
+        let i = LayerTensors::index_of(name).expect("a field of the layer table");
+        self.built().layers[0].t.to_array()[i]
+    }
+
+    fn get(&self, name: &str) -> Vec<u8> {
+        bytes_of(self.mem(), &self.field(name))
+    }
+
+    fn set(&mut self, name: &str, bytes: &[u8]) {
+        let t = self.field(name);
+        write_bytes(self.mem_mut(), &t, bytes);
+    }
+}
+
+impl LayerFields for LayerGraph {
+    fn built(&self) -> &Built {
+        &self.built
+    }
+    fn mem(&self) -> &HostMemory {
+        &self.mem
+    }
+    fn mem_mut(&mut self) -> &mut HostMemory {
+        &mut self.mem
+    }
+}
+
+impl LayerFields for ReplayGraph {
+    fn built(&self) -> &Built {
+        &self.built
+    }
+    fn mem(&self) -> &HostMemory {
+        &self.mem
+    }
+    fn mem_mut(&mut self) -> &mut HostMemory {
+        &mut self.mem
+    }
+}
+
 /// One layer graph (`graph::layer`, one layer, every product an output), compiled with
 /// `options` ([`Options::OFF`]: today's unfused launch sequence; [`Options::ALL`]: the batched
 /// layer step, which must fire), with a memory of its own that the caller's bytes are written
@@ -117,20 +163,6 @@ impl LayerGraph {
         }
         let mem = built.mem.clone();
         LayerGraph { built, nodes, mem }
-    }
-
-    fn field(&self, name: &str) -> Tensor {
-        let i = LayerTensors::index_of(name).expect("a field of the layer table");
-        self.built.layers[0].t.to_array()[i]
-    }
-
-    fn get(&self, name: &str) -> Vec<u8> {
-        bytes_of(&self.mem, &self.field(name))
-    }
-
-    fn set(&mut self, name: &str, bytes: &[u8]) {
-        let t = self.field(name);
-        write_bytes(&mut self.mem, &t, bytes);
     }
 
     /// Runs the step with the step inputs `qkv` ([C, T, n_s]) and `cur` ([E, T·n_s]), sequence
@@ -436,20 +468,6 @@ impl ReplayGraph {
         g.set("conv_cache", &conv.concat());
         g.set("ssm_cache", &ssm.concat());
         g
-    }
-
-    fn field(&self, name: &str) -> Tensor {
-        let i = LayerTensors::index_of(name).expect("a field of the layer table");
-        self.built.layers[0].t.to_array()[i]
-    }
-
-    fn get(&self, name: &str) -> Vec<u8> {
-        bytes_of(&self.mem, &self.field(name))
-    }
-
-    fn set(&mut self, name: &str, bytes: &[u8]) {
-        let t = self.field(name);
-        write_bytes(&mut self.mem, &t, bytes);
     }
 
     /// Step `i` on the tokens `qkv`, `cur`, replaying the previous step's `accepted` counts
