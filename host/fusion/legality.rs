@@ -3,7 +3,8 @@
 //!
 //! A [`Candidate`] says which nodes the fusion replaces, where the fused node goes (the
 //! position of one pattern node, `at`), which of the pattern's nodes write values that live
-//! only inside the fused kernel (`eliminated`), along which (producer, consumer) pairs the
+//! only inside the fused kernel (`eliminated`) and which outputs of the others do
+//! (`eliminated_values`), along which (producer, consumer) pairs the
 //! pattern passes values (`edges`), and which overlaps of its own reads and writes the fused
 //! kernel supports element for element (`overlaps`). Every op declares what it may read, may
 //! write and always writes ([`crate::ops::Op::inputs`], [`crate::ops::Op::outputs`],
@@ -28,19 +29,26 @@
 //!      one F does not read from memory (it has the value inside) unless the pattern also
 //!      reads that byte as it was before the pattern and F's kernel reads it before writing it
 //!      (a supported overlap) — [`Refusal::UndeclaredDataflow`],
-//!      [`Refusal::PartialValue`], [`Refusal::FusedReadsInternal`];
+//!      [`Refusal::PartialValue`], [`Refusal::FusedReadsInternal`]. \[replay\] A byte the
+//!      producer may leave as it was is such a byte, or refused: F reads it from memory as it
+//!      was before the pattern (no earlier pattern node may write it), and its kernel takes
+//!      the producer's value where the producer writes and the bytes read where it does not
+//!      (GATED_DELTA_NET_REPLAY_VERIFY: the rows a count-dependent replay commits, read back
+//!      by the verify);
 //!    - every other byte the pattern reads (its inputs from outside) F reads too
 //!      ([`Refusal::FusedMissesInput`]), and since no pattern node wrote it before it was
 //!      read, F sees the same bytes;
 //!    - two pattern writes to the same bytes: the later one writes them all
 //!      ([`Refusal::WrittenTwice`]), so the last writer's value is the result;
-//!    - F writes every byte the kept (non-eliminated) pattern nodes always write and nothing
-//!      they cannot write ([`Refusal::FusedWrites`]);
+//!    - F writes every byte the kept (non-eliminated) pattern nodes always write — but the
+//!      candidate's eliminated values — and nothing they cannot write
+//!      ([`Refusal::FusedWrites`]);
 //!    - F's reads and writes share bytes only inside the overlaps its kernel supports
 //!      ([`Refusal::FusedOverlap`]).
 //!
 //!    What differs after the swap are the **eliminated bytes** E: those whose last pattern
-//!    writer is eliminated, plus those a kept pattern node may write and F never does. From
+//!    writer is eliminated or writes them as an eliminated value, plus those a kept pattern
+//!    node may write and F never does. From
 //!    `at` on, no node may read a byte of E before some node has certainly overwritten it
 //!    ([`Refusal::EliminatedRead`]), and at the end no byte of E that is still stale may be
 //!    one the caller observes (`live_out`: caches, graph outputs; [`Refusal::EliminatedLive`]).
@@ -67,6 +75,10 @@ pub struct Candidate {
     pub edges: Vec<(usize, usize)>,
     /// Pattern nodes whose writes the fused node drops (their values live inside it).
     pub eliminated: Vec<usize>,
+    /// \[replay\] Outputs of kept pattern nodes that the fused node does not write (a value only
+    /// the pattern's own nodes could read, like the verify step's scratch state slot): their
+    /// bytes count as eliminated, whatever node wrote them.
+    pub eliminated_values: Vec<Tensor>,
     /// (read, write) views of the fused op that may share bytes: the overlaps its kernel
     /// supports element for element.
     pub overlaps: Vec<(Tensor, Tensor)>,
@@ -123,13 +135,14 @@ pub fn check(nodes: &[Node], effects: &[Effects], live_out: &ByteSet, c: &Candid
     let fused = Effects::of(c.fused.as_ref());
     let e = |i: usize| &effects[i];
     let kept = |i: &usize| !c.eliminated.contains(i);
+    let dropped = ByteSet::of_all(&c.eliminated_values, Bound::Over);
 
-    // F writes what the kept pattern nodes write.
+    // F writes what the kept pattern nodes write (but the eliminated values).
     let mut kept_may = ByteSet::new();
     let mut kept_must = ByteSet::new();
     for &p in pattern.iter().filter(|p| kept(p)) {
         kept_may.union_with(&e(p).may_write);
-        kept_must.union_with(&e(p).must_write);
+        kept_must.union_with(&e(p).must_write.minus(&dropped));
     }
     if !kept_must.is_subset(&fused.must_write) {
         return Err(Refusal::FusedWrites("the fused node does not always write what the pattern always writes"));
@@ -174,7 +187,7 @@ pub fn check(nodes: &[Node], effects: &[Effects], live_out: &ByteSet, c: &Candid
     let readable = allowed.intersection(&read_from_before);
     for (jj, &j) in pattern.iter().enumerate() {
         let mut unexplained = e(j).reads.clone();
-        for &i in pattern[..jj].iter().rev() {
+        for (ii, &i) in pattern[..jj].iter().enumerate().rev() {
             let value = unexplained.intersection(&e(i).may_write);
             if value.is_empty() {
                 continue;
@@ -182,7 +195,17 @@ pub fn check(nodes: &[Node], effects: &[Effects], live_out: &ByteSet, c: &Candid
             if !c.edges.contains(&(i, j)) {
                 return Err(Refusal::UndeclaredDataflow { producer: i, consumer: j });
             }
-            if !value.is_subset(&e(i).must_write) {
+            // Bytes the producer may leave as they were: the consumer reads the producer's value
+            // or the bytes from before the pattern. Only F reading them from memory, before
+            // writing them, as the pattern also reads them, in an overlap its kernel supports
+            // (which then takes the producer's value where it writes and the bytes read where it
+            // does not: \[replay\] a count-dependent commit read back) gives the same, and only
+            // when no earlier pattern node may have written them either.
+            let partial = value.minus(&e(i).must_write);
+            if !partial.is_empty()
+                && (!partial.is_subset(&readable.intersection(&fused.reads))
+                    || pattern[..ii].iter().any(|&h| e(h).may_write.intersects(&partial)))
+            {
                 return Err(Refusal::PartialValue { producer: i, consumer: j });
             }
             // F may read such bytes only where the pattern read them before writing them and
@@ -230,7 +253,8 @@ pub fn check(nodes: &[Node], effects: &[Effects], live_out: &ByteSet, c: &Candid
     let mut stale = ByteSet::new();
     for &p in &pattern {
         if kept(&p) {
-            stale.subtract(&e(p).must_write);
+            stale.subtract(&e(p).must_write.minus(&dropped));
+            stale.union_with(&e(p).may_write.intersection(&dropped));
         } else {
             stale.union_with(&e(p).may_write);
         }
@@ -318,6 +342,7 @@ mod tests {
             fused: Box::new(Stage { src: t(X, 0, 8), dst: t(Z, 0, 8) }),
             edges: vec![(first, second)],
             eliminated: vec![first],
+            eliminated_values: vec![],
             overlaps: vec![],
         }
     }
