@@ -63,7 +63,7 @@ const BASE: ReplayCase =
     ReplayCase { h_k: 1, h_v: 2, n_t: 4, n_s: 2, rows: Rows::Same, accept: Accept::Random, padded: false, gate: Gate::Realistic };
 
 impl ReplayCase {
-    fn name(&self, group: &str) -> String {
+    pub(crate) fn name(&self, group: &str) -> String {
         let accept = match self.accept {
             Accept::Random => "random".to_string(),
             Accept::All => "T".to_string(),
@@ -87,7 +87,7 @@ impl ReplayCase {
 
     /// The op: the log (k, v, g, β), a cache of 2·n_s + 1 rows filled with states (uniform in
     /// ±0.5), source and destination rows drawn from a shuffle of its rows, the counts.
-    fn build(&self, b: &mut Builder) -> GatedDeltaNetReplay {
+    pub(crate) fn build(&self, b: &mut Builder) -> GatedDeltaNetReplay {
         let p = *self;
         let pad = |extra: [usize; 4]| if p.padded { extra } else { [0; 4] };
         // Logged k are L2-normalised rows (|x_i| ≈ 1/√D); v the SiLU output.
