@@ -176,7 +176,7 @@ impl Op for GatedDeltaNetReplayVerify {
     }
 
     fn outputs(&self) -> Vec<Tensor> {
-        vec![self.replay.ssm_cache, self.out]
+        vec![self.out, self.replay.ssm_cache]
     }
 
     /// `out`; the cache rows written depend on the counts (a = 0 writes none).
