@@ -4,9 +4,9 @@
 //! with no state slot; the `replay_verify` fusion (`crate::fusion::replay_verify`) makes it of
 //! the pair. Design: `docs/rollback.md` ("Replay: one step").
 
-use super::gated_delta_net::{GdnShape, StateSource, Views, attention_scale, check_views, gdn_params, launch_dims, reference_views};
+use super::gated_delta_net::{GdnShape, StateSource, Views, attention_scale, check_views, launch_dims, reference_views};
 use super::gated_delta_net_replay::ReplayShape;
-use super::{GatedDeltaNet, GatedDeltaNetFromCache, GatedDeltaNetReplay, Op, check};
+use super::{GatedDeltaNetFromCache, GatedDeltaNetReplay, Op, check};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, KernelArg, ParamBlock, PreparedLaunch};
 use crate::kernels::abi;
@@ -15,7 +15,6 @@ use crate::reference::math::Mufu;
 use crate::tensor::Tensor;
 
 const OP: &str = "GATED_DELTA_NET_REPLAY_VERIFY";
-const D: usize = abi::GDN_HEAD_DIM;
 
 // SAFETY: `abi::GatedDeltaNetReplayVerifyParams` is declared with `param_struct!` (`#[repr(C)]`,
 // no padding bytes: the 200-byte GatedDeltaNetReplayParams then the 264-byte
@@ -94,17 +93,19 @@ impl GatedDeltaNetReplayVerify {
         Ok((replay, verify))
     }
 
-    /// GATED_DELTA_NET's views of the verify (for its parameters and reference): `state_in` the
-    /// cache (not read: the state is the replay's), `states` cache row 0 (never written).
-    fn as_gated_delta_net(&self) -> GatedDeltaNet {
-        let cache = self.replay.ssm_cache;
-        GatedDeltaNet {
+    /// The verify as GATED_DELTA_NET_FROM_CACHE over the destination rows, its `states` the
+    /// cache's row 0 with zero slots (never written): for its parameters and its reference.
+    fn as_from_cache(&self) -> GatedDeltaNetFromCache {
+        let r = &self.replay;
+        let cache = r.ssm_cache;
+        GatedDeltaNetFromCache {
             q: self.q,
             k: self.k,
             v: self.v,
             g: self.g,
             beta: self.beta,
-            state_in: cache,
+            ssm_cache: cache,
+            source_rows: r.dest_rows,
             out: self.out,
             states: cache.view([cache.ne()[0], 1, 0, 1], cache.layout.nb, 0),
         }
@@ -112,8 +113,7 @@ impl GatedDeltaNetReplayVerify {
 
     /// The kernel's parameters for a validated op.
     fn params(&self, (replay, verify): &(ReplayShape, GdnShape), mem: &DeviceMemory) -> abi::GatedDeltaNetReplayVerifyParams {
-        let [_, cache_row, ..] = check::elem_strides(&self.replay.ssm_cache);
-        let mut gdn = gdn_params(&self.as_gated_delta_net(), verify, mem, [D as u64, (D * D) as u64, cache_row]);
+        let mut gdn = self.as_from_cache().params(verify, mem).gdn;
         // No slot: `states` is the cache's row 0 and the kernel's slot pointer for (head, seq)
         // stays inside it (states_seq = 0); it is never dereferenced.
         (gdn.states_seq, gdn.states_slot, gdn.n_slots) = (0, 0, 0);
@@ -164,7 +164,7 @@ impl Op for GatedDeltaNetReplayVerify {
         let rows = mem
             .index_values(&self.replay.dest_rows)
             .ok_or_else(|| Error::Invalid { op: OP, what: "`dest_rows` is not an index buffer".into() })?;
-        let views = reference_views(&self.as_gated_delta_net());
+        let views = reference_views(&self.as_from_cache().as_gated_delta_net());
         crate::reference::gated_delta_net::gated_delta_net_from_cache(&views, &self.replay.ssm_cache, &rows, attention_scale(), mem, mufu);
         Ok(())
     }
@@ -194,6 +194,7 @@ mod tests {
     use rand::{Rng, SeedableRng};
 
     const HV: usize = 2;
+    const D: usize = abi::GDN_HEAD_DIM;
 
     /// Random floats, uniform in ±`scale`, into a new tensor.
     fn random(mem: &mut HostMemory, rng: &mut StdRng, ne: [usize; 4], scale: f32) -> Tensor {
