@@ -599,7 +599,7 @@ pub(crate) fn reference_views(op: &GatedDeltaNet) -> crate::reference::gated_del
 
 /// GATED_DELTA_NET's parameters for `op`'s views (validated, `shape` from the check), the
 /// state's element strides (col, head, seq) given: `op.state_in`'s, or the cache layout's.
-pub(crate) fn gdn_params(
+fn gdn_params(
     op: &GatedDeltaNet,
     shape: &GdnShape,
     mem: &DeviceMemory,
