@@ -599,12 +599,7 @@ pub(crate) fn reference_views(op: &GatedDeltaNet) -> crate::reference::gated_del
 
 /// GATED_DELTA_NET's parameters for `op`'s views (validated, `shape` from the check), the
 /// state's element strides (col, head, seq) given: `op.state_in`'s, or the cache layout's.
-fn gdn_params(
-    op: &GatedDeltaNet,
-    shape: &GdnShape,
-    mem: &DeviceMemory,
-    [in_col, in_head, in_seq]: [u64; 3],
-) -> abi::GatedDeltaNetParams {
+fn gdn_params(op: &GatedDeltaNet, shape: &GdnShape, mem: &DeviceMemory, [in_col, in_head, in_seq]: [u64; 3]) -> abi::GatedDeltaNetParams {
     let [_, q_head, q_token, q_seq] = check::elem_strides(&op.q);
     let [_, k_head, k_token, k_seq] = check::elem_strides(&op.k);
     let [_, v_head, v_token, v_seq] = check::elem_strides(&op.v);
