@@ -265,6 +265,9 @@ pub fn keys_for_names(names: &[&'static str]) -> Vec<(String, Option<&'static st
     let count = |n: &str| names.iter().filter(|x| **x == n).count();
     // The fused conv chain reads the conv state itself: the only GET_ROWS left is the ssm state's.
     let conv_state_fused = names.contains(&"GDN_CONV_CHAIN");
+    // [replay] A replay layer's copies are the window commit's and the log's: the snapshot
+    // layer's roles do not name them.
+    let replay = names.iter().any(|n| n.starts_with("GATED_DELTA_NET_REPLAY"));
     let mut seen = std::collections::HashMap::<&str, usize>::new();
     names
         .iter()
@@ -277,6 +280,7 @@ pub fn keys_for_names(names: &[&'static str]) -> Vec<(String, Option<&'static st
             }
             let total = count(n);
             let role = match (n, i) {
+                ("GET_ROWS" | "CPY" | "CPY_SNAPSHOTS", _) if replay => None,
                 ("GET_ROWS", 0) => Some("conv state"),
                 ("GET_ROWS", 1) => Some("ssm state"),
                 ("L2_NORM", 0) => Some("q"),
@@ -364,6 +368,7 @@ mod tests {
             assert_eq!(names(&built.off), ["GDN_LAYER_STEP"]);
             let on = names(&built.on);
             assert!(on.contains(&"GATED_DELTA_NET_REPLAY_VERIFY") && !on.contains(&"GATED_DELTA_NET_REPLAY"), "{on:?}");
+            assert!(op_keys(&built.on).iter().all(|(k, role)| role.is_none() || !(k.starts_with("GET_ROWS") || k.starts_with("CPY"))));
             let mut mem = built.mem.clone();
             for op in built.off.iter().chain(&built.on) {
                 op.reference(&mut mem, &mut ExactMufu).unwrap();
