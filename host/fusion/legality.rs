@@ -31,7 +31,8 @@
 //!      (a supported overlap) — [`Refusal::UndeclaredDataflow`],
 //!      [`Refusal::PartialValue`], [`Refusal::FusedReadsInternal`]. \[replay\] A byte the
 //!      producer may leave as it was is such a byte, or refused: F reads it from memory as it
-//!      was before the pattern (no earlier pattern node may write it), and its kernel takes
+//!      was before the pattern (an earlier pattern writer of it is [`Refusal::WrittenTwice`]),
+//!      and its kernel takes
 //!      the producer's value where the producer writes and the bytes read where it does not
 //!      (GATED_DELTA_NET_REPLAY_VERIFY: the rows a count-dependent replay commits, read back
 //!      by the verify);
@@ -187,7 +188,7 @@ pub fn check(nodes: &[Node], effects: &[Effects], live_out: &ByteSet, c: &Candid
     let readable = allowed.intersection(&read_from_before);
     for (jj, &j) in pattern.iter().enumerate() {
         let mut unexplained = e(j).reads.clone();
-        for (ii, &i) in pattern[..jj].iter().enumerate().rev() {
+        for &i in pattern[..jj].iter().rev() {
             let value = unexplained.intersection(&e(i).may_write);
             if value.is_empty() {
                 continue;
@@ -199,13 +200,11 @@ pub fn check(nodes: &[Node], effects: &[Effects], live_out: &ByteSet, c: &Candid
             // or the bytes from before the pattern. Only F reading them from memory, before
             // writing them, as the pattern also reads them, in an overlap its kernel supports
             // (which then takes the producer's value where it writes and the bytes read where it
-            // does not: \[replay\] a count-dependent commit read back) gives the same, and only
-            // when no earlier pattern node may have written them either.
+            // does not: \[replay\] a count-dependent commit read back) gives the same. (An earlier
+            // pattern node that may write them too is `WrittenTwice`, refused on the producer's
+            // own turn, before this consumer's.)
             let partial = value.minus(&e(i).must_write);
-            if !partial.is_empty()
-                && (!partial.is_subset(&readable.intersection(&fused.reads))
-                    || pattern[..ii].iter().any(|&h| e(h).may_write.intersects(&partial)))
-            {
+            if !partial.is_subset(&readable.intersection(&fused.reads)) {
                 return Err(Refusal::PartialValue { producer: i, consumer: j });
             }
             // F may read such bytes only where the pattern read them before writing them and
@@ -447,6 +446,129 @@ mod tests {
         let fused = crate::ops::Binary { kind: crate::ops::BinaryKind::Add, a: t(X, 0, 8), b: t(Y, 0, 8), dst: t(Y, 0, 8) };
         let c = Candidate { fused: Box::new(fused), overlaps: vec![(t(Y, 0, 8), t(Y, 0, 8))], ..candidate(0, 1) };
         assert_eq!(run(&nodes, &ByteSet::new(), &c), Err(Refusal::FusedReadsInternal { producer: 0, consumer: 1 }));
+    }
+
+    /// \[replay\] A test op that reads `y` and writes `outs` (all of them always): the fused node
+    /// of the partial-value and eliminated-value tests.
+    #[derive(Clone, Debug)]
+    struct Writes {
+        y: Tensor,
+        outs: Vec<Tensor>,
+    }
+    impl Op for Writes {
+        fn name(&self) -> &'static str {
+            "WRITES"
+        }
+        fn validate(&self, _: &dyn crate::memory::Memory) -> crate::Result<()> {
+            Ok(())
+        }
+        fn prepare(&self, _: &crate::gpu::Gpu, _: &crate::memory::DeviceMemory) -> crate::Result<crate::gpu::PreparedLaunch> {
+            unreachable!("CPU only")
+        }
+        fn reference(&self, _: &mut crate::memory::HostMemory, _: &mut dyn crate::reference::math::Mufu) -> crate::Result<()> {
+            Ok(())
+        }
+        fn inputs(&self) -> Vec<Tensor> {
+            vec![self.y]
+        }
+        fn outputs(&self) -> Vec<Tensor> {
+            self.outs.clone()
+        }
+        fn must_write(&self) -> Vec<Tensor> {
+            self.outs.clone()
+        }
+    }
+
+    /// \[replay\] The replay's shape: a producer that reads y and may leave part of it as it was
+    /// (writes y\[0..4\], declares y\[0..8\]), read whole by the consumer. Accepted only when the
+    /// fused node reads y itself in a declared (y, y) overlap; an earlier pattern node that may
+    /// write those bytes too is refused as written twice.
+    #[test]
+    fn a_value_the_producer_may_leave_is_read_only_through_a_supported_overlap() {
+        let y = t(Y, 0, 8);
+        let producer = Partial { src: y, written: t(Y, 0, 4), declared: y };
+        let nodes = vec![Node::new(Box::new(producer.clone()), Some(0)), copy(y, t(Z, 0, 8))];
+        let fused = || -> Box<dyn Op> { Box::new(Writes { y, outs: vec![y, t(Z, 0, 8)] }) };
+        let c = |overlaps: Vec<(Tensor, Tensor)>| Candidate {
+            nodes: vec![0, 1],
+            at: 1,
+            fused: fused(),
+            edges: vec![(0, 1)],
+            eliminated: vec![],
+            eliminated_values: vec![],
+            overlaps,
+        };
+        assert!(run(&nodes, &ByteSet::new(), &c(vec![(y, y)])).is_ok());
+        // A fused node that keeps the producer's value inside (the producer eliminated) and
+        // reads y only as an input: where the producer left y, the consumer read y's old bytes,
+        // which the fused node cannot tell from the producer's.
+        let inside = Candidate { fused: Box::new(Writes { y, outs: vec![t(Z, 0, 8)] }), eliminated: vec![0], ..c(vec![]) };
+        assert_eq!(run(&nodes, &ByteSet::new(), &inside), Err(Refusal::PartialValue { producer: 0, consumer: 1 }));
+        // An earlier pattern node (reading y before anything writes it, then writing y[4..8])
+        // may have written the bytes the producer leaves: the fused node would read them stale;
+        // refused on the producer's turn.
+        let early = Partial { src: y, written: t(Y, 4, 4), declared: t(Y, 4, 4) };
+        let nodes = vec![Node::new(Box::new(early), Some(0)), Node::new(Box::new(producer), Some(0)), copy(y, t(Z, 0, 8))];
+        let c = Candidate { nodes: vec![0, 1, 2], edges: vec![(0, 1), (0, 2), (1, 2)], at: 2, ..c(vec![(y, y)]) };
+        assert_eq!(run(&nodes, &ByteSet::new(), &c).map(|_| ()), Err(Refusal::WrittenTwice { first: 0, second: 1 }));
+    }
+
+    /// \[replay\] An output of a kept pattern node declared eliminated (the verify's scratch
+    /// slot): the fused node need not write it, its bytes are stale, and reading or observing
+    /// them afterwards is refused by name.
+    #[test]
+    fn an_eliminated_value_of_a_kept_node_is_stale() {
+        // Pattern: x → y, then y → z and y → w (one node writing both); fused: x → z, dropping w.
+        #[derive(Clone, Debug)]
+        struct Two {
+            src: Tensor,
+            a: Tensor,
+            b: Tensor,
+        }
+        impl Op for Two {
+            fn name(&self) -> &'static str {
+                "TWO"
+            }
+            fn validate(&self, _: &dyn crate::memory::Memory) -> crate::Result<()> {
+                Ok(())
+            }
+            fn prepare(&self, _: &crate::gpu::Gpu, _: &crate::memory::DeviceMemory) -> crate::Result<crate::gpu::PreparedLaunch> {
+                unreachable!("CPU only")
+            }
+            fn reference(&self, _: &mut crate::memory::HostMemory, _: &mut dyn crate::reference::math::Mufu) -> crate::Result<()> {
+                Ok(())
+            }
+            fn inputs(&self) -> Vec<Tensor> {
+                vec![self.src]
+            }
+            fn outputs(&self) -> Vec<Tensor> {
+                vec![self.a, self.b]
+            }
+            fn must_write(&self) -> Vec<Tensor> {
+                vec![self.a, self.b]
+            }
+        }
+        let w = t(W, 0, 8);
+        let nodes = |after: Vec<Node>| {
+            let mut n = vec![copy(t(X, 0, 8), t(Y, 0, 8)), Node::new(Box::new(Two { src: t(Y, 0, 8), a: t(Z, 0, 8), b: w }), Some(0))];
+            n.extend(after);
+            n
+        };
+        let c = |values: Vec<Tensor>| Candidate {
+            nodes: vec![0, 1],
+            at: 1,
+            fused: Box::new(Stage { src: t(X, 0, 8), dst: t(Z, 0, 8) }),
+            edges: vec![(0, 1)],
+            eliminated: vec![0],
+            eliminated_values: values,
+            overlaps: vec![],
+        };
+        // Without declaring w eliminated the fused node must write it.
+        assert!(matches!(run(&nodes(vec![]), &ByteSet::new(), &c(vec![])), Err(Refusal::FusedWrites(_))));
+        let ok = run(&nodes(vec![]), &ByteSet::new(), &c(vec![w])).unwrap();
+        assert!(ok.eliminated.intersects(&ByteSet::of(&w, Bound::Over)));
+        assert_eq!(run(&nodes(vec![copy(t(W, 2, 1), t(X, 9, 1))]), &ByteSet::new(), &c(vec![w])), Err(Refusal::EliminatedRead { node: 2 }));
+        assert_eq!(run(&nodes(vec![]), &live(&[t(W, 7, 1)]), &c(vec![w])), Err(Refusal::EliminatedLive));
     }
 
     #[test]
