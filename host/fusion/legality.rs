@@ -290,16 +290,17 @@ mod tests {
     fn copy(src: Tensor, dst: Tensor) -> Node {
         Node::new(Box::new(Stage { src, dst }), Some(0))
     }
-    /// A copy into `written` that declares it may write all of `declared`.
+    /// A test op with the effects it is given: reads `reads`, may write `may`, always writes
+    /// `must` (runs nowhere).
     #[derive(Clone, Debug)]
-    struct Partial {
-        src: Tensor,
-        written: Tensor,
-        declared: Tensor,
+    struct Declared {
+        reads: Vec<Tensor>,
+        may: Vec<Tensor>,
+        must: Vec<Tensor>,
     }
-    impl Op for Partial {
+    impl Op for Declared {
         fn name(&self) -> &'static str {
-            "PARTIAL"
+            "DECLARED"
         }
         fn validate(&self, _: &dyn crate::memory::Memory) -> crate::Result<()> {
             Ok(())
@@ -311,14 +312,18 @@ mod tests {
             Ok(())
         }
         fn inputs(&self) -> Vec<Tensor> {
-            vec![self.src]
+            self.reads.clone()
         }
         fn outputs(&self) -> Vec<Tensor> {
-            vec![self.declared]
+            self.may.clone()
         }
         fn must_write(&self) -> Vec<Tensor> {
-            vec![self.written]
+            self.must.clone()
         }
+    }
+    /// A copy from `src` into `written` that declares it may write all of `declared`.
+    fn partial(src: Tensor, written: Tensor, declared: Tensor) -> Declared {
+        Declared { reads: vec![src], may: vec![declared], must: vec![written] }
     }
     const X: usize = 1;
     const Y: usize = 2;
@@ -406,7 +411,7 @@ mod tests {
         let c = Candidate { edges: vec![], ..candidate(a, b) };
         assert_eq!(run(&nodes, &ByteSet::new(), &c), Err(Refusal::UndeclaredDataflow { producer: 0, consumer: 1 }));
         // The consumer reads bytes of y the producer may leave as they were.
-        let partial = Partial { src: t(X, 0, 4), written: t(Y, 0, 4), declared: t(Y, 0, 8) };
+        let partial = partial(t(X, 0, 4), t(Y, 0, 4), t(Y, 0, 8));
         let nodes = vec![Node::new(Box::new(partial), Some(0)), copy(t(Y, 0, 8), t(Z, 0, 8))];
         let c = Candidate { fused: Box::new(Stage { src: t(X, 0, 8), dst: t(Z, 0, 8) }), ..candidate(0, 1) };
         assert_eq!(run(&nodes, &ByteSet::new(), &c), Err(Refusal::PartialValue { producer: 0, consumer: 1 }));
@@ -428,7 +433,7 @@ mod tests {
         let c = Candidate { fused: Box::new(Stage { src: t(X, 0, 8), dst: t(W, 0, 8) }), ..candidate(a, b) };
         assert!(matches!(run(&nodes, &ByteSet::new(), &c), Err(Refusal::FusedWrites(_))));
         // Two pattern writes of the same bytes: the later must write them all.
-        let partial = Partial { src: t(X, 0, 4), written: t(Z, 0, 4), declared: t(Z, 0, 8) };
+        let partial = partial(t(X, 0, 4), t(Z, 0, 4), t(Z, 0, 8));
         let nodes = vec![copy(t(X, 0, 8), t(Z, 0, 8)), Node::new(Box::new(partial), Some(0))];
         let c = Candidate { edges: vec![], eliminated: vec![], ..candidate(0, 1) };
         assert_eq!(run(&nodes, &ByteSet::new(), &c), Err(Refusal::WrittenTwice { first: 0, second: 1 }));
@@ -448,37 +453,6 @@ mod tests {
         assert_eq!(run(&nodes, &ByteSet::new(), &c), Err(Refusal::FusedReadsInternal { producer: 0, consumer: 1 }));
     }
 
-    /// \[replay\] A test op that reads `y` and writes `outs` (all of them always): the fused node
-    /// of the partial-value and eliminated-value tests.
-    #[derive(Clone, Debug)]
-    struct Writes {
-        y: Tensor,
-        outs: Vec<Tensor>,
-    }
-    impl Op for Writes {
-        fn name(&self) -> &'static str {
-            "WRITES"
-        }
-        fn validate(&self, _: &dyn crate::memory::Memory) -> crate::Result<()> {
-            Ok(())
-        }
-        fn prepare(&self, _: &crate::gpu::Gpu, _: &crate::memory::DeviceMemory) -> crate::Result<crate::gpu::PreparedLaunch> {
-            unreachable!("CPU only")
-        }
-        fn reference(&self, _: &mut crate::memory::HostMemory, _: &mut dyn crate::reference::math::Mufu) -> crate::Result<()> {
-            Ok(())
-        }
-        fn inputs(&self) -> Vec<Tensor> {
-            vec![self.y]
-        }
-        fn outputs(&self) -> Vec<Tensor> {
-            self.outs.clone()
-        }
-        fn must_write(&self) -> Vec<Tensor> {
-            self.outs.clone()
-        }
-    }
-
     /// \[replay\] The replay's shape: a producer that reads y and may leave part of it as it was
     /// (writes y\[0..4\], declares y\[0..8\]), read whole by the consumer. Accepted only when the
     /// fused node reads y itself in a declared (y, y) overlap; an earlier pattern node that may
@@ -486,9 +460,9 @@ mod tests {
     #[test]
     fn a_value_the_producer_may_leave_is_read_only_through_a_supported_overlap() {
         let y = t(Y, 0, 8);
-        let producer = Partial { src: y, written: t(Y, 0, 4), declared: y };
+        let producer = partial(y, t(Y, 0, 4), y);
         let nodes = vec![Node::new(Box::new(producer.clone()), Some(0)), copy(y, t(Z, 0, 8))];
-        let fused = || -> Box<dyn Op> { Box::new(Writes { y, outs: vec![y, t(Z, 0, 8)] }) };
+        let fused = || -> Box<dyn Op> { Box::new(Declared { reads: vec![y], may: vec![y, t(Z, 0, 8)], must: vec![y, t(Z, 0, 8)] }) };
         let c = |overlaps: Vec<(Tensor, Tensor)>| Candidate {
             nodes: vec![0, 1],
             at: 1,
@@ -502,12 +476,16 @@ mod tests {
         // A fused node that keeps the producer's value inside (the producer eliminated) and
         // reads y only as an input: where the producer left y, the consumer read y's old bytes,
         // which the fused node cannot tell from the producer's.
-        let inside = Candidate { fused: Box::new(Writes { y, outs: vec![t(Z, 0, 8)] }), eliminated: vec![0], ..c(vec![]) };
+        let inside = Candidate {
+            fused: Box::new(Declared { reads: vec![y], may: vec![t(Z, 0, 8)], must: vec![t(Z, 0, 8)] }),
+            eliminated: vec![0],
+            ..c(vec![])
+        };
         assert_eq!(run(&nodes, &ByteSet::new(), &inside), Err(Refusal::PartialValue { producer: 0, consumer: 1 }));
         // An earlier pattern node (reading y before anything writes it, then writing y[4..8])
         // may have written the bytes the producer leaves: the fused node would read them stale;
         // refused on the producer's turn.
-        let early = Partial { src: y, written: t(Y, 4, 4), declared: t(Y, 4, 4) };
+        let early = partial(y, t(Y, 4, 4), t(Y, 4, 4));
         let nodes = vec![Node::new(Box::new(early), Some(0)), Node::new(Box::new(producer), Some(0)), copy(y, t(Z, 0, 8))];
         let c = Candidate { nodes: vec![0, 1, 2], edges: vec![(0, 1), (0, 2), (1, 2)], at: 2, ..c(vec![(y, y)]) };
         assert_eq!(run(&nodes, &ByteSet::new(), &c).map(|_| ()), Err(Refusal::WrittenTwice { first: 0, second: 1 }));
@@ -519,38 +497,12 @@ mod tests {
     #[test]
     fn an_eliminated_value_of_a_kept_node_is_stale() {
         // Pattern: x → y, then y → z and y → w (one node writing both); fused: x → z, dropping w.
-        #[derive(Clone, Debug)]
-        struct Two {
-            src: Tensor,
-            a: Tensor,
-            b: Tensor,
-        }
-        impl Op for Two {
-            fn name(&self) -> &'static str {
-                "TWO"
-            }
-            fn validate(&self, _: &dyn crate::memory::Memory) -> crate::Result<()> {
-                Ok(())
-            }
-            fn prepare(&self, _: &crate::gpu::Gpu, _: &crate::memory::DeviceMemory) -> crate::Result<crate::gpu::PreparedLaunch> {
-                unreachable!("CPU only")
-            }
-            fn reference(&self, _: &mut crate::memory::HostMemory, _: &mut dyn crate::reference::math::Mufu) -> crate::Result<()> {
-                Ok(())
-            }
-            fn inputs(&self) -> Vec<Tensor> {
-                vec![self.src]
-            }
-            fn outputs(&self) -> Vec<Tensor> {
-                vec![self.a, self.b]
-            }
-            fn must_write(&self) -> Vec<Tensor> {
-                vec![self.a, self.b]
-            }
-        }
         let w = t(W, 0, 8);
         let nodes = |after: Vec<Node>| {
-            let mut n = vec![copy(t(X, 0, 8), t(Y, 0, 8)), Node::new(Box::new(Two { src: t(Y, 0, 8), a: t(Z, 0, 8), b: w }), Some(0))];
+            let mut n = vec![
+                copy(t(X, 0, 8), t(Y, 0, 8)),
+                Node::new(Box::new(Declared { reads: vec![t(Y, 0, 8)], may: vec![t(Z, 0, 8), w], must: vec![t(Z, 0, 8), w] }), Some(0)),
+            ];
             n.extend(after);
             n
         };
