@@ -387,6 +387,27 @@ fn case(seed: u64, stats: &mut Stats) -> std::result::Result<(), String> {
     let mut live_out = b.live_out();
     let n_perturb = [0, 1, 1, 2, 2, 3, 4][rng.random_range(0..7)];
     let mut applied = Vec::new();
+    // [replay] One replay layer in four: the verify's ssm-state GET_ROWS reads through another
+    // index buffer, its rows rotated by one sequence (the same rows with one sequence). The
+    // verify then reads other rows than the replay commits to, or the same through another
+    // index view: `replay_verify` fuses only through the replay's own index, and must refuse.
+    // (Drawn only in replay cases: every other case's stream is as before.)
+    for l in 0..b.layers.len() {
+        if b.layers[l].replay.is_none() || !rng.random_bool(0.25) {
+            continue;
+        }
+        let (cache, source_rows) = (b.layers[l].t.ssm_cache, b.layers[l].t.source_rows);
+        let Some(i) = nodes.iter().position(|n| n.get::<GetRows>().is_some_and(|g| g.src == cache && g.rows == source_rows)) else {
+            continue;
+        };
+        let Some(rows) = b.mem.index_values(&source_rows) else { continue };
+        let rotated: Vec<i32> = (0..rows.len()).map(|s| rows[(s + 1) % rows.len()]).collect();
+        let rows = b.mem.alloc_indices(&rotated);
+        let Some(gather) = nodes[i].get::<GetRows>().cloned() else { continue };
+        nodes[i].op = Box::new(GetRows { rows, ..gather });
+        *stats.perturbations.entry("rerouted ssm index").or_default() += 1;
+        applied.push("rerouted ssm index");
+    }
     for _ in 0..n_perturb {
         let what = perturb(&mut rng, &mut b, &mut nodes, &mut live_out);
         *stats.perturbations.entry(what).or_default() += 1;

@@ -25,8 +25,9 @@ use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRu
 use rgdn::memory::{HostMemory, Memory};
 use rgdn::ops::concat::ConcatDim0PerRow;
 use rgdn::ops::{
-    Binary, BinaryKind, ConcatDim0, Cpy, CpySnapshots, GatedDeltaNet, GatedDeltaNetFromCache, GatedDeltaNetReplay, GdnConvChain, GetRows,
-    L2Norm, MulMatVec, MulMatVecPair, MulMatVecPairGate, Op, Precision, Scale, SnapshotWrite, SsmConv, Unary, UnaryKind, UnaryMul,
+    Binary, BinaryKind, ConcatDim0, Cpy, CpySnapshots, GatedDeltaNet, GatedDeltaNetFromCache, GatedDeltaNetReplay,
+    GatedDeltaNetReplayVerify, GdnConvChain, GetRows, L2Norm, MulMatVec, MulMatVecPair, MulMatVecPairGate, Op, Precision, Scale,
+    SnapshotWrite, SsmConv, Unary, UnaryKind, UnaryMul,
 };
 use rgdn::reference::math::ExactMufu;
 use rgdn::tensor::{BufferId, DType, Layout, Tensor};
@@ -71,6 +72,9 @@ const OPS: &[(&str, BuildOp, Option<ReadWrite>)] = &[
     // [replay] Inputs: k, v, g, beta, ssm_cache, source_rows, dest_rows, accepted; output: the
     // cache itself.
     ("GDN_REPLAY", build_gdn_replay, Some(ReadWrite { input: 4, outputs_from: 0 })),
+    // [replay] Inputs: the replay's (the cache 5th), then q, k, v, g, beta; outputs: out, the
+    // cache itself.
+    ("GDN_REPLAY_VERIFY", build_gdn_replay_verify, Some(ReadWrite { input: 4, outputs_from: 1 })),
 ];
 
 /// Largest element count checked element by element / run through `reference`.
@@ -881,6 +885,10 @@ fn build_gdn_from_cache(g: &mut Gen) -> Box<dyn Op> {
 /// \[replay\] GATED_DELTA_NET_REPLAY: hostile row indices and counts (out of range, negative,
 /// i32::MAX, rows another sequence reads or writes), index views the host cannot read.
 fn build_gdn_replay(g: &mut Gen) -> Box<dyn Op> {
+    Box::new(gdn_replay(g))
+}
+
+fn gdn_replay(g: &mut Gen) -> GatedDeltaNetReplay {
     const D: usize = 128;
     let (hk, hv, n_t, n_s) = (1, g.small(2), g.small(3), g.small(3));
     let row = sat_mul(D * D, hv);
@@ -908,5 +916,21 @@ fn build_gdn_replay(g: &mut Gen) -> Box<dyn Op> {
     let distinct = g.one_in(2);
     let dest_rows = index(g, n_rows, &|s| if distinct { (n_s + s) as i32 } else { s as i32 });
     let accepted = index(g, n_t + 1, &|s| (s % (n_t + 1)) as i32);
-    Box::new(GatedDeltaNetReplay { k, v, g: gate, beta, ssm_cache, source_rows, dest_rows, accepted })
+    GatedDeltaNetReplay { k, v, g: gate, beta, ssm_cache, source_rows, dest_rows, accepted }
+}
+
+/// \[replay\] GATED_DELTA_NET_REPLAY_VERIFY: the replay's hostile rows and counts, then a verify
+/// of its own length over the same heads and sequences (hostile views as any op's).
+fn build_gdn_replay_verify(g: &mut Gen) -> Box<dyn Op> {
+    const D: usize = 128;
+    let replay = gdn_replay(g);
+    let ([_, hk, ..], [_, hv, _, n_s]) = (replay.k.ne(), replay.v.ne());
+    let n_t = g.small(3);
+    let q = g.f32([D, hk, n_t, n_s]);
+    let k = g.f32([D, hk, n_t, n_s]);
+    let v = g.f32([D, hv, n_t, n_s]);
+    let gate = g.f32([1, hv, n_t, n_s]);
+    let beta = g.f32([1, hv, n_t, n_s]);
+    let out = g.f32([D, hv, n_t, n_s]);
+    Box::new(GatedDeltaNetReplayVerify { replay, q, k, v, g: gate, beta, out })
 }

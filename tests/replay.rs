@@ -504,7 +504,8 @@ impl ReplayGraph {
 /// What the registry does with a replay layer: the gate path's fusions and `state_read` (the
 /// verify's ssm GET_ROWS + GATED_DELTA_NET, its slot in scratch) fire through the one legality
 /// check; `conv_chain` refuses by name (the layer's first CONCAT is the window commit's, read
-/// by CPY_SNAPSHOTS and no SSM_CONV), and so the layer step does not fire.
+/// by CPY_SNAPSHOTS and no SSM_CONV), and so the layer step does not fire; `replay_verify`
+/// fuses the replay with the verify's GATED_DELTA_NET_FROM_CACHE (no scratch slot written).
 fn check_replay_report(report: &rgdn::fusion::Report) -> Result<(), String> {
     let layer = report.layers.first().ok_or("no layer in the report")?;
     let outcome = |name: &str| layer.outcome(name).ok_or(format!("no outcome for {name}"));
@@ -519,6 +520,14 @@ fn check_replay_report(report: &rgdn::fusion::Report) -> Result<(), String> {
     }
     if outcome("layer_step")?.fused() {
         return Err("layer_step fired on a replay layer".into());
+    }
+    // [replay] The replay and the verify's GATED_DELTA_NET_FROM_CACHE → one
+    // GATED_DELTA_NET_REPLAY_VERIFY, its scratch slot (and nothing else) left unwritten.
+    match outcome("replay_verify")? {
+        Outcome::Fused(w)
+            if w.fused_op == "GATED_DELTA_NET_REPLAY_VERIFY"
+                && w.replaced_ops == ["GATED_DELTA_NET_REPLAY", "GATED_DELTA_NET_FROM_CACHE"] => {}
+        o => return Err(format!("replay_verify: {o} (expected it to fuse the replay and the verify)")),
     }
     Ok(())
 }

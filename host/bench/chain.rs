@@ -27,6 +27,12 @@ pub struct ChainConfig {
 pub trait ChainBuilder: Sync {
     /// Whether `layer_ops(.., true)` really differs from the unfused chain.
     fn fusion_available(&self) -> bool;
+    /// Whether the two arms compute the same bytes (then the bench compares them after one
+    /// planned step each and fails on a difference). \[replay\] Not so for
+    /// [`ReplayVsSnapshot`], whose arms are two different steps.
+    fn equivalent(&self) -> bool {
+        true
+    }
     /// What the chain is, for the output ("unfused", "fused: conv chain + alpha/beta pair", …).
     fn label(&self, fusion: bool) -> String;
     /// The ops of one layer step over `t`, in launch order. May allocate scratch in `mem`.
@@ -73,6 +79,124 @@ impl ChainBuilder for Fused {
     }
 }
 
+/// \[replay\] Which count every sequence of the bench's replay arm accepted of its logged step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplayAccept {
+    /// a = ⌊T/2⌋.
+    Half,
+    /// a = T.
+    All,
+}
+
+impl ReplayAccept {
+    /// `half` or `all` (what `rgdn bench --replay` takes).
+    pub fn parse(s: &str) -> Result<ReplayAccept> {
+        match s.trim() {
+            "half" => Ok(ReplayAccept::Half),
+            "all" => Ok(ReplayAccept::All),
+            other => Err(crate::Error::Invalid { op: "bench", what: format!("--replay {other}: expected half (a = T/2) or all (a = T)") }),
+        }
+    }
+
+    /// The count for a step of `n_t` tokens.
+    pub fn count(self, n_t: usize) -> usize {
+        match self {
+            ReplayAccept::Half => n_t / 2,
+            ReplayAccept::All => n_t,
+        }
+    }
+}
+
+/// \[replay\] Exact replay against ggml's snapshots (`docs/rollback.md`): the "off" arm is the
+/// snapshot layer of the mode (T, R) with `snapshots` fusions — what the engine runs today —
+/// and the "on" arm the replay-mode layer of the same T and sequences (R = 0, every fusion, so
+/// `replay_verify` among them) over buffers of its own, each sequence first committing
+/// `accept` tokens of a logged step. The arms compute different steps: nothing is compared
+/// between them.
+pub struct ReplayVsSnapshot {
+    pub snapshots: crate::fusion::Options,
+    pub accept: ReplayAccept,
+}
+
+impl ChainBuilder for ReplayVsSnapshot {
+    fn fusion_available(&self) -> bool {
+        true
+    }
+
+    fn equivalent(&self) -> bool {
+        false
+    }
+
+    fn label(&self, fusion: bool) -> String {
+        if fusion {
+            let a = match self.accept {
+                ReplayAccept::Half => "T/2",
+                ReplayAccept::All => "T",
+            };
+            format!("replay layer (R = 0, a = {a}, every fusion)")
+        } else {
+            format!("snapshot layer ({})", Fused(self.snapshots).label(true))
+        }
+    }
+
+    fn layer_ops(&self, mem: &mut HostMemory, t: &LayerTensors, cfg: &ChainConfig, fusion: bool) -> Result<Vec<Box<dyn Op>>> {
+        if !fusion {
+            return Ok(crate::engine::layer_step_with(t, &cfg.shape, &cfg.step, &cfg.init, self.snapshots, mem)?.ops);
+        }
+        replay_layer(mem, cfg, self.accept.count(cfg.step.n_tokens))
+    }
+}
+
+/// \[replay\] The replay-mode layer of `cfg`'s T and sequences (R = 0, sequence s on cell s)
+/// over tensors of its own in `mem` — the layer's random caches, inputs and weights, a logged
+/// step in log set 1 (k, v and the conv inputs uniform, g < 0, β in [0, 1)), every sequence's
+/// count `accepted` — compiled with every fusion: it replays set 1 and logs into set 0.
+pub fn replay_layer(mem: &mut HostMemory, cfg: &ChainConfig, accepted: usize) -> Result<Vec<Box<dyn Op>>> {
+    use crate::graph::layer::{LayerSpec, ReplayTensors, Rollback, replay_layer_ops};
+    use crate::graph::{Bound, ByteSet, Node};
+    use rand::Rng;
+    let step = super::seqs_step(cfg.step.n_tokens, 0, cfg.step.n_seqs())?;
+    let spec = LayerSpec {
+        rollback: Rollback::Replay { log_set: 0 },
+        weights: cfg.init.mat_vec_weights,
+        precision: cfg.init.precision,
+        ..LayerSpec::new(cfg.shape, step)
+    };
+    let t = LayerTensors::alloc(mem, &cfg.shape, &step, &cfg.init)?;
+    let mut rng = StdRng::seed_from_u64(0x2601);
+    t.fill_random(mem, &cfg.shape, &mut rng, &cfg.init);
+    let r = ReplayTensors::alloc(mem, &cfg.shape, &step)?;
+    let log = r.logs[1];
+    for (x, lo, hi) in [(log.qkv, -1.0, 1.0), (log.k, -0.15, 0.15), (log.v, -1.0, 1.0), (log.g, -1.0, 0.0), (log.beta, 0.0, 1.0)] {
+        let values: Vec<f32> = (0..x.layout.n_elements()).map(|_| rng.random_range(lo..hi)).collect();
+        mem.fill_f32(&x, &values);
+    }
+    r.set_accepted(mem, &vec![accepted; step.n_seqs()])?;
+    let nodes = replay_layer_ops(&t, &r, &spec)?.into_iter().map(|op| Node::new(op, Some(0))).collect();
+    // What the step hands on: both caches, its products, the attention output and the log it
+    // writes (as `engine::layer_step_with`, plus the log).
+    let l = r.logs[0];
+    let observed = [
+        t.conv_cache,
+        t.ssm_cache,
+        t.conv_out,
+        t.q_norm,
+        t.k_norm,
+        t.alpha,
+        t.beta_raw,
+        t.beta,
+        t.gate,
+        t.attn_out,
+        l.qkv,
+        l.k,
+        l.v,
+        l.g,
+        l.beta,
+    ];
+    let (nodes, _) = crate::fusion::compile_for(nodes, &ByteSet::of_all(&observed, Bound::Over), crate::fusion::Options::ALL, Some(mem));
+    Ok(nodes.into_iter().map(|n| n.op).collect())
+}
+
 /// THE plug-in point: the builder `rgdn bench`, `cargo bench` and the main command use (the
 /// default fusion set).
 pub fn default_builder() -> &'static dyn ChainBuilder {
@@ -89,6 +213,8 @@ pub struct ChainPair {
     pub off_label: String,
     pub on_label: String,
     pub fusion_available: bool,
+    /// [`ChainBuilder::equivalent`]: the arms are compared after one planned step each.
+    pub equivalent: bool,
 }
 
 impl ChainPair {
@@ -106,6 +232,7 @@ impl ChainPair {
             off_label: builder.label(false),
             on_label: builder.label(true),
             fusion_available: builder.fusion_available(),
+            equivalent: builder.equivalent(),
         })
     }
 
@@ -138,6 +265,9 @@ pub fn keys_for_names(names: &[&'static str]) -> Vec<(String, Option<&'static st
     let count = |n: &str| names.iter().filter(|x| **x == n).count();
     // The fused conv chain reads the conv state itself: the only GET_ROWS left is the ssm state's.
     let conv_state_fused = names.contains(&"GDN_CONV_CHAIN");
+    // [replay] A replay layer's copies are the window commit's and the log's: the snapshot
+    // layer's roles do not name them.
+    let replay = names.iter().any(|n| n.starts_with("GATED_DELTA_NET_REPLAY"));
     let mut seen = std::collections::HashMap::<&str, usize>::new();
     names
         .iter()
@@ -150,6 +280,7 @@ pub fn keys_for_names(names: &[&'static str]) -> Vec<(String, Option<&'static st
             }
             let total = count(n);
             let role = match (n, i) {
+                ("GET_ROWS" | "CPY" | "CPY_SNAPSHOTS", _) if replay => None,
                 ("GET_ROWS", 0) => Some("conv state"),
                 ("GET_ROWS", 1) => Some("ssm state"),
                 ("L2_NORM", 0) => Some("q"),
@@ -216,6 +347,32 @@ mod tests {
             let built = ChainPair::new(b, &cfg(t, t - 1), 1).unwrap();
             assert_eq!(names(&built.on), ["GDN_LAYER_STEP"], "T = {t}");
             assert_eq!(names(&built.off).iter().filter(|n| **n == "MUL_MAT_VEC").count(), 4, "T = {t}");
+        }
+    }
+
+    /// \[replay\] The replay-against-snapshots arms: the snapshot layer as the engine runs it, the
+    /// replay layer with `replay_verify` fired, both running on the CPU references from the
+    /// bench's memory; a = T/2 and a = T; one and two sequences.
+    #[test]
+    fn the_replay_arm_is_the_fused_replay_layer_and_the_other_the_snapshot_layer() {
+        use crate::reference::math::ExactMufu;
+        assert_eq!((ReplayAccept::parse("half").unwrap().count(5), ReplayAccept::parse(" all").unwrap().count(5)), (2, 5));
+        assert!(ReplayAccept::parse("some").is_err());
+        for (accept, n_s) in [(ReplayAccept::Half, 1), (ReplayAccept::All, 2)] {
+            let b = ReplayVsSnapshot { snapshots: crate::fusion::Options::ON, accept };
+            assert!(!b.equivalent() && b.label(true).contains("replay") && b.label(false).contains("snapshot"));
+            let cfg = ChainConfig { step: crate::bench::seqs_step(4, 3, n_s).unwrap(), ..cfg(4, 3) };
+            let built = ChainPair::new(&b, &cfg, 1).unwrap();
+            assert!(!built.equivalent);
+            let names = |ops: &[Box<dyn Op>]| ops.iter().map(|o| o.name()).collect::<Vec<_>>();
+            assert_eq!(names(&built.off), ["GDN_LAYER_STEP"]);
+            let on = names(&built.on);
+            assert!(on.contains(&"GATED_DELTA_NET_REPLAY_VERIFY") && !on.contains(&"GATED_DELTA_NET_REPLAY"), "{on:?}");
+            assert!(op_keys(&built.on).iter().all(|(k, role)| role.is_none() || !(k.starts_with("GET_ROWS") || k.starts_with("CPY"))));
+            let mut mem = built.mem.clone();
+            for op in built.off.iter().chain(&built.on) {
+                op.reference(&mut mem, &mut ExactMufu).unwrap();
+            }
         }
     }
 

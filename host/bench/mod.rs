@@ -109,6 +109,12 @@ pub struct BenchArgs {
     /// No progress bar.
     #[arg(long)]
     pub no_progress: bool,
+    /// \[replay\] Exact replay against snapshots (`half`: every sequence accepted a = T/2 of its
+    /// logged step, `all`: a = T): each mode's "off" arm is the snapshot layer with the
+    /// `--fusions` set, its "on" arm the replay-mode layer (R = 0) with every fusion. The arms
+    /// compute different steps: nothing is compared between them.
+    #[arg(long)]
+    pub replay: Option<String>,
     /// Also write a CSV naming every kernel launch in order (mode, arm, op, kernel, columns,
     /// dtype): `scripts/ncu-kernels.sh` matches it with ncu's kernel IDs.
     #[arg(long)]
@@ -352,7 +358,11 @@ fn progress(total: u64, hidden: bool) -> indicatif::ProgressBar {
 
 /// Runs the benchmark with the default chain builder.
 pub fn run(args: &BenchArgs, out: &mut dyn std::io::Write) -> Result<Report> {
-    run_with(args, &chain::Fused(crate::fusion::Options::parse(&args.fusions)?), out)
+    let fusions = crate::fusion::Options::parse(&args.fusions)?;
+    match &args.replay {
+        Some(accept) => run_with(args, &chain::ReplayVsSnapshot { snapshots: fusions, accept: chain::ReplayAccept::parse(accept)? }, out),
+        None => run_with(args, &chain::Fused(fusions), out),
+    }
 }
 
 /// Runs the benchmark with `builder`; writes the report files under `args.out` and prints the
@@ -598,6 +608,8 @@ fn host_report(gpu: &Gpu, built: &ChainPair) -> Result<report::HostReport> {
     let on = measure::host_steps(gpu, &built.mem, built.ops(true), &index, HOST_STEPS)?;
     let t = &built.tensors;
     let observed = [t.conv_cache, t.ssm_cache, t.conv_out, t.q_norm, t.k_norm, t.alpha, t.beta_raw, t.beta, t.gate, t.attn_out];
+    // [replay] Arms of two different steps (replay against snapshots) are not compared.
+    let observed: &[crate::tensor::Tensor] = if built.equivalent { &observed } else { &[] };
     if let Some(x) = observed.iter().find(|x| off.after_step.bytes(x.buffer) != on.after_step.bytes(x.buffer)) {
         return Err(Error::Invalid {
             op: OP,
@@ -709,6 +721,16 @@ mod tests {
         // At least 200 timed layers per arm and kernel: 2 arm runs per round.
         assert!(2 * p.rounds * p.layers >= 200, "{p:?}");
         assert_eq!(a.weights().unwrap(), DType::F32);
+    }
+
+    /// \[replay\] `--replay half|all` picks the replay-against-snapshots arms; anything else is
+    /// refused by name before a GPU is looked for.
+    #[test]
+    fn replay_takes_half_or_all() {
+        assert_eq!(parse(&[]).replay, None);
+        assert_eq!(parse(&["--replay", "half"]).replay.as_deref(), Some("half"));
+        let e = run(&parse(&["--replay", "most"]), &mut Vec::new()).unwrap_err().to_string();
+        assert!(e.contains("--replay most"), "{e}");
     }
 
     #[test]

@@ -99,7 +99,8 @@ pub struct HostReport {
     pub off_unplanned: Option<Summary>,
     pub on_unplanned: Option<Summary>,
     /// Buffers the step hands on that were compared off vs on after one planned step each
-    /// (the bench fails when any differs).
+    /// (the bench fails when any differs); 0 when the arms are different steps (\[replay\]
+    /// `--replay`).
     pub identical_buffers: usize,
     /// [host-cost] A planned step in parts (steps timed on their own): µs of the index write,
     /// of the plan's checks (binding check and index rules), of its launches, per arm (absent
@@ -384,8 +385,12 @@ pub fn render_text(r: &Report) -> String {
                 cell(h.off_unplanned.as_ref()),
                 cell(h.on_unplanned.as_ref())
             );
-            let _ =
-                writeln!(o, "recorder off (the engine's path): fused = unfused in all {} buffers the step hands on", h.identical_buffers);
+            let _ = if h.identical_buffers > 0 {
+                writeln!(o, "recorder off (the engine's path): fused = unfused in all {} buffers the step hands on", h.identical_buffers)
+            } else {
+                // [replay] Replay against snapshots: two different steps.
+                writeln!(o, "recorder off (the engine's path): the arms are different steps, not compared")
+            };
         }
         let _ = writeln!(
             o,

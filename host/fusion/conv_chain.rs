@@ -215,5 +215,5 @@ pub fn find(graph: &Graph, layer: usize) -> Result<Candidate, Refusal> {
     edges.extend(copies.iter().map(|&x| (c, x)));
     let mut pattern: Vec<usize> = [g, c, conv_at, q_at, k_at].into_iter().chain(copies.iter().copied()).collect();
     pattern.sort_unstable();
-    Ok(Candidate { nodes: pattern, at: c, fused: Box::new(op), edges, eliminated: vec![g, c], overlaps })
+    Ok(Candidate { nodes: pattern, at: c, fused: Box::new(op), edges, eliminated: vec![g, c], eliminated_values: vec![], overlaps })
 }

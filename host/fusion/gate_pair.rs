@@ -118,5 +118,5 @@ pub fn find(graph: &Graph, layer: usize) -> Result<Candidate, Refusal> {
     pattern.extend(&tail);
     let mut edges = vec![(p, s_at), (p, a_at)];
     edges.extend(edges_tail);
-    Ok(Candidate { nodes: pattern, at: p, fused: Box::new(op), edges, eliminated, overlaps: vec![] })
+    Ok(Candidate { nodes: pattern, at: p, fused: Box::new(op), edges, eliminated, eliminated_values: vec![], overlaps: vec![] })
 }

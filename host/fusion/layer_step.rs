@@ -82,7 +82,15 @@ pub fn find(graph: &Graph, layer: usize) -> Result<Candidate, Refusal> {
         overlaps.push((chain.qkv, chain.conv_out));
     }
     overlaps.push((gdn.ssm_cache, gdn.states));
-    Ok(Candidate { nodes: vec![c, g, n], at: n, fused: Box::new(op), edges: vec![(c, n), (g, n)], eliminated: vec![], overlaps })
+    Ok(Candidate {
+        nodes: vec![c, g, n],
+        at: n,
+        fused: Box::new(op),
+        edges: vec![(c, n), (g, n)],
+        eliminated: vec![],
+        eliminated_values: vec![],
+        overlaps,
+    })
 }
 
 #[cfg(test)]

@@ -3,7 +3,8 @@
 //!
 //! A [`Candidate`] says which nodes the fusion replaces, where the fused node goes (the
 //! position of one pattern node, `at`), which of the pattern's nodes write values that live
-//! only inside the fused kernel (`eliminated`), along which (producer, consumer) pairs the
+//! only inside the fused kernel (`eliminated`) and which outputs of the others do
+//! (`eliminated_values`), along which (producer, consumer) pairs the
 //! pattern passes values (`edges`), and which overlaps of its own reads and writes the fused
 //! kernel supports element for element (`overlaps`). Every op declares what it may read, may
 //! write and always writes ([`crate::ops::Op::inputs`], [`crate::ops::Op::outputs`],
@@ -28,19 +29,27 @@
 //!      one F does not read from memory (it has the value inside) unless the pattern also
 //!      reads that byte as it was before the pattern and F's kernel reads it before writing it
 //!      (a supported overlap) — [`Refusal::UndeclaredDataflow`],
-//!      [`Refusal::PartialValue`], [`Refusal::FusedReadsInternal`];
+//!      [`Refusal::PartialValue`], [`Refusal::FusedReadsInternal`]. \[replay\] A byte the
+//!      producer may leave as it was is such a byte, or refused: F reads it from memory as it
+//!      was before the pattern (an earlier pattern writer of it is [`Refusal::WrittenTwice`]),
+//!      and its kernel takes
+//!      the producer's value where the producer writes and the bytes read where it does not
+//!      (GATED_DELTA_NET_REPLAY_VERIFY: the rows a count-dependent replay commits, read back
+//!      by the verify);
 //!    - every other byte the pattern reads (its inputs from outside) F reads too
 //!      ([`Refusal::FusedMissesInput`]), and since no pattern node wrote it before it was
 //!      read, F sees the same bytes;
 //!    - two pattern writes to the same bytes: the later one writes them all
 //!      ([`Refusal::WrittenTwice`]), so the last writer's value is the result;
-//!    - F writes every byte the kept (non-eliminated) pattern nodes always write and nothing
-//!      they cannot write ([`Refusal::FusedWrites`]);
+//!    - F writes every byte the kept (non-eliminated) pattern nodes always write — but the
+//!      candidate's eliminated values — and nothing they cannot write
+//!      ([`Refusal::FusedWrites`]);
 //!    - F's reads and writes share bytes only inside the overlaps its kernel supports
 //!      ([`Refusal::FusedOverlap`]).
 //!
 //!    What differs after the swap are the **eliminated bytes** E: those whose last pattern
-//!    writer is eliminated, plus those a kept pattern node may write and F never does. From
+//!    writer is eliminated or writes them as an eliminated value, plus those a kept pattern
+//!    node may write and F never does. From
 //!    `at` on, no node may read a byte of E before some node has certainly overwritten it
 //!    ([`Refusal::EliminatedRead`]), and at the end no byte of E that is still stale may be
 //!    one the caller observes (`live_out`: caches, graph outputs; [`Refusal::EliminatedLive`]).
@@ -67,6 +76,10 @@ pub struct Candidate {
     pub edges: Vec<(usize, usize)>,
     /// Pattern nodes whose writes the fused node drops (their values live inside it).
     pub eliminated: Vec<usize>,
+    /// \[replay\] Outputs of kept pattern nodes that the fused node does not write (a value only
+    /// the pattern's own nodes could read, like the verify step's scratch state slot): their
+    /// bytes count as eliminated, whatever node wrote them.
+    pub eliminated_values: Vec<Tensor>,
     /// (read, write) views of the fused op that may share bytes: the overlaps its kernel
     /// supports element for element.
     pub overlaps: Vec<(Tensor, Tensor)>,
@@ -123,13 +136,14 @@ pub fn check(nodes: &[Node], effects: &[Effects], live_out: &ByteSet, c: &Candid
     let fused = Effects::of(c.fused.as_ref());
     let e = |i: usize| &effects[i];
     let kept = |i: &usize| !c.eliminated.contains(i);
+    let dropped = ByteSet::of_all(&c.eliminated_values, Bound::Over);
 
-    // F writes what the kept pattern nodes write.
+    // F writes what the kept pattern nodes write (but the eliminated values).
     let mut kept_may = ByteSet::new();
     let mut kept_must = ByteSet::new();
     for &p in pattern.iter().filter(|p| kept(p)) {
         kept_may.union_with(&e(p).may_write);
-        kept_must.union_with(&e(p).must_write);
+        kept_must.union_with(&e(p).must_write.minus(&dropped));
     }
     if !kept_must.is_subset(&fused.must_write) {
         return Err(Refusal::FusedWrites("the fused node does not always write what the pattern always writes"));
@@ -182,7 +196,15 @@ pub fn check(nodes: &[Node], effects: &[Effects], live_out: &ByteSet, c: &Candid
             if !c.edges.contains(&(i, j)) {
                 return Err(Refusal::UndeclaredDataflow { producer: i, consumer: j });
             }
-            if !value.is_subset(&e(i).must_write) {
+            // Bytes the producer may leave as they were: the consumer reads the producer's value
+            // or the bytes from before the pattern. Only F reading them from memory, before
+            // writing them, as the pattern also reads them, in an overlap its kernel supports
+            // (which then takes the producer's value where it writes and the bytes read where it
+            // does not: \[replay\] a count-dependent commit read back) gives the same. (An earlier
+            // pattern node that may write them too is `WrittenTwice`, refused on the producer's
+            // own turn, before this consumer's.)
+            let partial = value.minus(&e(i).must_write);
+            if !partial.is_subset(&readable.intersection(&fused.reads)) {
                 return Err(Refusal::PartialValue { producer: i, consumer: j });
             }
             // F may read such bytes only where the pattern read them before writing them and
@@ -230,7 +252,8 @@ pub fn check(nodes: &[Node], effects: &[Effects], live_out: &ByteSet, c: &Candid
     let mut stale = ByteSet::new();
     for &p in &pattern {
         if kept(&p) {
-            stale.subtract(&e(p).must_write);
+            stale.subtract(&e(p).must_write.minus(&dropped));
+            stale.union_with(&e(p).may_write.intersection(&dropped));
         } else {
             stale.union_with(&e(p).may_write);
         }
@@ -267,16 +290,17 @@ mod tests {
     fn copy(src: Tensor, dst: Tensor) -> Node {
         Node::new(Box::new(Stage { src, dst }), Some(0))
     }
-    /// A copy into `written` that declares it may write all of `declared`.
+    /// A test op with the effects it is given: reads `reads`, may write `may`, always writes
+    /// `must` (runs nowhere).
     #[derive(Clone, Debug)]
-    struct Partial {
-        src: Tensor,
-        written: Tensor,
-        declared: Tensor,
+    struct Declared {
+        reads: Vec<Tensor>,
+        may: Vec<Tensor>,
+        must: Vec<Tensor>,
     }
-    impl Op for Partial {
+    impl Op for Declared {
         fn name(&self) -> &'static str {
-            "PARTIAL"
+            "DECLARED"
         }
         fn validate(&self, _: &dyn crate::memory::Memory) -> crate::Result<()> {
             Ok(())
@@ -288,14 +312,18 @@ mod tests {
             Ok(())
         }
         fn inputs(&self) -> Vec<Tensor> {
-            vec![self.src]
+            self.reads.clone()
         }
         fn outputs(&self) -> Vec<Tensor> {
-            vec![self.declared]
+            self.may.clone()
         }
         fn must_write(&self) -> Vec<Tensor> {
-            vec![self.written]
+            self.must.clone()
         }
+    }
+    /// A copy from `src` into `written` that declares it may write all of `declared`.
+    fn partial(src: Tensor, written: Tensor, declared: Tensor) -> Declared {
+        Declared { reads: vec![src], may: vec![declared], must: vec![written] }
     }
     const X: usize = 1;
     const Y: usize = 2;
@@ -318,6 +346,7 @@ mod tests {
             fused: Box::new(Stage { src: t(X, 0, 8), dst: t(Z, 0, 8) }),
             edges: vec![(first, second)],
             eliminated: vec![first],
+            eliminated_values: vec![],
             overlaps: vec![],
         }
     }
@@ -382,7 +411,7 @@ mod tests {
         let c = Candidate { edges: vec![], ..candidate(a, b) };
         assert_eq!(run(&nodes, &ByteSet::new(), &c), Err(Refusal::UndeclaredDataflow { producer: 0, consumer: 1 }));
         // The consumer reads bytes of y the producer may leave as they were.
-        let partial = Partial { src: t(X, 0, 4), written: t(Y, 0, 4), declared: t(Y, 0, 8) };
+        let partial = partial(t(X, 0, 4), t(Y, 0, 4), t(Y, 0, 8));
         let nodes = vec![Node::new(Box::new(partial), Some(0)), copy(t(Y, 0, 8), t(Z, 0, 8))];
         let c = Candidate { fused: Box::new(Stage { src: t(X, 0, 8), dst: t(Z, 0, 8) }), ..candidate(0, 1) };
         assert_eq!(run(&nodes, &ByteSet::new(), &c), Err(Refusal::PartialValue { producer: 0, consumer: 1 }));
@@ -404,7 +433,7 @@ mod tests {
         let c = Candidate { fused: Box::new(Stage { src: t(X, 0, 8), dst: t(W, 0, 8) }), ..candidate(a, b) };
         assert!(matches!(run(&nodes, &ByteSet::new(), &c), Err(Refusal::FusedWrites(_))));
         // Two pattern writes of the same bytes: the later must write them all.
-        let partial = Partial { src: t(X, 0, 4), written: t(Z, 0, 4), declared: t(Z, 0, 8) };
+        let partial = partial(t(X, 0, 4), t(Z, 0, 4), t(Z, 0, 8));
         let nodes = vec![copy(t(X, 0, 8), t(Z, 0, 8)), Node::new(Box::new(partial), Some(0))];
         let c = Candidate { edges: vec![], eliminated: vec![], ..candidate(0, 1) };
         assert_eq!(run(&nodes, &ByteSet::new(), &c), Err(Refusal::WrittenTwice { first: 0, second: 1 }));
@@ -422,6 +451,76 @@ mod tests {
         let fused = crate::ops::Binary { kind: crate::ops::BinaryKind::Add, a: t(X, 0, 8), b: t(Y, 0, 8), dst: t(Y, 0, 8) };
         let c = Candidate { fused: Box::new(fused), overlaps: vec![(t(Y, 0, 8), t(Y, 0, 8))], ..candidate(0, 1) };
         assert_eq!(run(&nodes, &ByteSet::new(), &c), Err(Refusal::FusedReadsInternal { producer: 0, consumer: 1 }));
+    }
+
+    /// \[replay\] The replay's shape: a producer that reads y and may leave part of it as it was
+    /// (writes y\[0..4\], declares y\[0..8\]), read whole by the consumer. Accepted only when the
+    /// fused node reads y itself in a declared (y, y) overlap; an earlier pattern node that may
+    /// write those bytes too is refused as written twice.
+    #[test]
+    fn a_value_the_producer_may_leave_is_read_only_through_a_supported_overlap() {
+        let y = t(Y, 0, 8);
+        let producer = partial(y, t(Y, 0, 4), y);
+        let nodes = vec![Node::new(Box::new(producer.clone()), Some(0)), copy(y, t(Z, 0, 8))];
+        let fused = || -> Box<dyn Op> { Box::new(Declared { reads: vec![y], may: vec![y, t(Z, 0, 8)], must: vec![y, t(Z, 0, 8)] }) };
+        let c = |overlaps: Vec<(Tensor, Tensor)>| Candidate {
+            nodes: vec![0, 1],
+            at: 1,
+            fused: fused(),
+            edges: vec![(0, 1)],
+            eliminated: vec![],
+            eliminated_values: vec![],
+            overlaps,
+        };
+        assert!(run(&nodes, &ByteSet::new(), &c(vec![(y, y)])).is_ok());
+        // A fused node that keeps the producer's value inside (the producer eliminated) and
+        // reads y only as an input: where the producer left y, the consumer read y's old bytes,
+        // which the fused node cannot tell from the producer's.
+        let inside = Candidate {
+            fused: Box::new(Declared { reads: vec![y], may: vec![t(Z, 0, 8)], must: vec![t(Z, 0, 8)] }),
+            eliminated: vec![0],
+            ..c(vec![])
+        };
+        assert_eq!(run(&nodes, &ByteSet::new(), &inside), Err(Refusal::PartialValue { producer: 0, consumer: 1 }));
+        // An earlier pattern node (reading y before anything writes it, then writing y[4..8])
+        // may have written the bytes the producer leaves: the fused node would read them stale;
+        // refused on the producer's turn.
+        let early = partial(y, t(Y, 4, 4), t(Y, 4, 4));
+        let nodes = vec![Node::new(Box::new(early), Some(0)), Node::new(Box::new(producer), Some(0)), copy(y, t(Z, 0, 8))];
+        let c = Candidate { nodes: vec![0, 1, 2], edges: vec![(0, 1), (0, 2), (1, 2)], at: 2, ..c(vec![(y, y)]) };
+        assert_eq!(run(&nodes, &ByteSet::new(), &c).map(|_| ()), Err(Refusal::WrittenTwice { first: 0, second: 1 }));
+    }
+
+    /// \[replay\] An output of a kept pattern node declared eliminated (the verify's scratch
+    /// slot): the fused node need not write it, its bytes are stale, and reading or observing
+    /// them afterwards is refused by name.
+    #[test]
+    fn an_eliminated_value_of_a_kept_node_is_stale() {
+        // Pattern: x → y, then y → z and y → w (one node writing both); fused: x → z, dropping w.
+        let w = t(W, 0, 8);
+        let nodes = |after: Vec<Node>| {
+            let mut n = vec![
+                copy(t(X, 0, 8), t(Y, 0, 8)),
+                Node::new(Box::new(Declared { reads: vec![t(Y, 0, 8)], may: vec![t(Z, 0, 8), w], must: vec![t(Z, 0, 8), w] }), Some(0)),
+            ];
+            n.extend(after);
+            n
+        };
+        let c = |values: Vec<Tensor>| Candidate {
+            nodes: vec![0, 1],
+            at: 1,
+            fused: Box::new(Stage { src: t(X, 0, 8), dst: t(Z, 0, 8) }),
+            edges: vec![(0, 1)],
+            eliminated: vec![0],
+            eliminated_values: values,
+            overlaps: vec![],
+        };
+        // Without declaring w eliminated the fused node must write it.
+        assert!(matches!(run(&nodes(vec![]), &ByteSet::new(), &c(vec![])), Err(Refusal::FusedWrites(_))));
+        let ok = run(&nodes(vec![]), &ByteSet::new(), &c(vec![w])).unwrap();
+        assert!(ok.eliminated.intersects(&ByteSet::of(&w, Bound::Over)));
+        assert_eq!(run(&nodes(vec![copy(t(W, 2, 1), t(X, 9, 1))]), &ByteSet::new(), &c(vec![w])), Err(Refusal::EliminatedRead { node: 2 }));
+        assert_eq!(run(&nodes(vec![]), &live(&[t(W, 7, 1)]), &c(vec![w])), Err(Refusal::EliminatedLive));
     }
 
     #[test]

@@ -23,13 +23,17 @@
 //!   GATED_DELTA_NET_FROM_CACHE (the state read straight from its cache row);
 //! - `layer_step` ([`layer_step`]): those three fused nodes (GDN_CONV_CHAIN,
 //!   MUL_MAT_VEC_PAIR_GATE, GATED_DELTA_NET_FROM_CACHE) → one GDN_LAYER_STEP (the whole verify
-//!   step in one cooperative launch).
+//!   step in one cooperative launch);
+//! - `replay_verify` ([`replay_verify`]): \[replay\] in a replay-mode layer, GATED_DELTA_NET_REPLAY
+//!   and the verify's GATED_DELTA_NET_FROM_CACHE → one GATED_DELTA_NET_REPLAY_VERIFY (the state
+//!   read once and written once per sequence; the verify's scratch slot eliminated).
 
 pub mod conv_chain;
 pub mod gate_pair;
 pub mod layer_step;
 pub mod legality;
 pub mod pair;
+pub mod replay_verify;
 pub mod state_read;
 pub mod sweep;
 
@@ -66,7 +70,8 @@ pub struct Fusion {
     /// CPU off/on tests hold it to.
     pub fires_on: fn(spec: &LayerSpec) -> bool,
     /// In [`Options::ON`], the default set: the fusions that measured faster than what they
-    /// replace on the H200 (all five today; `layer_step` since its second design, NOTES.md).
+    /// replace on the H200 (the first five; `layer_step` since its second design, NOTES.md;
+    /// `replay_verify` is not measured yet).
     pub default: bool,
 }
 
@@ -79,7 +84,8 @@ impl fmt::Debug for Fusion {
 /// Every fusion, in the order the pass tries them on a layer.
 pub static REGISTRY: &[Fusion] = &FUSIONS;
 
-const FUSIONS: [Fusion; 5] = [conv_chain::FUSION, pair::FUSION, gate_pair::FUSION, state_read::FUSION, layer_step::FUSION];
+const FUSIONS: [Fusion; 6] =
+    [conv_chain::FUSION, pair::FUSION, gate_pair::FUSION, state_read::FUSION, layer_step::FUSION, replay_verify::FUSION];
 
 /// The bits of the fusions marked `default`.
 const fn default_bits() -> u64 {

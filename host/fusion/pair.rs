@@ -115,5 +115,13 @@ pub fn find(graph: &Graph, layer: usize) -> Result<Candidate, Refusal> {
     pattern.sort_unstable();
     let at = pattern[0];
     let op = MulMatVecPair { first, second };
-    Ok(Candidate { nodes: pattern, at, fused: Box::new(op), edges: vec![], eliminated: vec![], overlaps: vec![] })
+    Ok(Candidate {
+        nodes: pattern,
+        at,
+        fused: Box::new(op),
+        edges: vec![],
+        eliminated: vec![],
+        eliminated_values: vec![],
+        overlaps: vec![],
+    })
 }

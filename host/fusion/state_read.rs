@@ -80,6 +80,7 @@ pub fn find(graph: &Graph, layer: usize) -> Result<Candidate, Refusal> {
         fused: Box::new(op),
         edges: vec![(g, n)],
         eliminated: vec![g],
+        eliminated_values: vec![],
         overlaps: vec![(cache, gdn.states)],
     })
 }

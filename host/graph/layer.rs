@@ -367,6 +367,18 @@ impl ReplayTensors {
         Ok(())
     }
 
+    /// \[replay\] A replay layer's tensors allocated in `mem` for `shape` and `step`, each its
+    /// own contiguous buffer (the bench's replay arm; [`build`] plans them in a graph instead),
+    /// the counts in index buffers, all 0.
+    pub fn alloc(mem: &mut HostMemory, shape: &GdnShape, step: &Step) -> Result<ReplayTensors> {
+        let table = Self::table(shape, step)?;
+        let t =
+            table.map(|(_, dtype, ne)| if dtype == DType::I32 { mem.alloc_indices(&vec![0; ne[0]]) } else { mem.alloc_tensor(dtype, ne) });
+        let r = Self::from_array(t);
+        r.set_accepted(mem, &vec![0; step.n_seqs()])?;
+        Ok(r)
+    }
+
     /// The accepted counts in `mem`.
     pub fn accepted_counts(&self, mem: &HostMemory) -> Vec<usize> {
         (0..self.accepted.ne()[0]).map(|s| mem.read_u32(&self.accepted, [s, 0, 0, 0]) as usize).collect()

@@ -76,24 +76,25 @@ pub fn attention_scale() -> f32 {
 impl GatedDeltaNet {
     /// Validates the op and returns its sizes.
     pub fn check(&self, mem: &dyn Memory) -> Result<GdnShape> {
-        let views = Views { q: &self.q, k: &self.k, v: &self.v, g: &self.g, beta: &self.beta, out: &self.out, states: &self.states };
+        let views = Views { q: &self.q, k: &self.k, v: &self.v, g: &self.g, beta: &self.beta, out: &self.out, states: Some(&self.states) };
         check_views(OP, &views, StateSource::In(&self.state_in), mem)
     }
 }
 
 /// The views GATED_DELTA_NET and GATED_DELTA_NET_FROM_CACHE share.
-struct Views<'a> {
-    q: &'a Tensor,
-    k: &'a Tensor,
-    v: &'a Tensor,
-    g: &'a Tensor,
-    beta: &'a Tensor,
-    out: &'a Tensor,
-    states: &'a Tensor,
+pub(crate) struct Views<'a> {
+    pub q: &'a Tensor,
+    pub k: &'a Tensor,
+    pub v: &'a Tensor,
+    pub g: &'a Tensor,
+    pub beta: &'a Tensor,
+    pub out: &'a Tensor,
+    /// `None`: no state slot at all (\[replay\] GATED_DELTA_NET_REPLAY_VERIFY's verify, K = 0).
+    pub states: Option<&'a Tensor>,
 }
 
 /// Where the initial state comes from.
-enum StateSource<'a> {
+pub(crate) enum StateSource<'a> {
     /// GATED_DELTA_NET: `state_in` [D, D, H_v, n_s].
     In(&'a Tensor),
     /// GATED_DELTA_NET_FROM_CACHE: rows `source_rows` of the ssm cache.
@@ -102,7 +103,7 @@ enum StateSource<'a> {
 
 /// GATED_DELTA_NET's validation (errors named as `op`'s), with the state from `state`; the
 /// checks of [`StateSource::In`] are exactly GatedDeltaNet's, in its order.
-fn check_views(op: &'static str, t: &Views, state: StateSource, mem: &dyn Memory) -> Result<GdnShape> {
+pub(crate) fn check_views(op: &'static str, t: &Views, state: StateSource, mem: &dyn Memory) -> Result<GdnShape> {
     check::tensor(op, "q", t.q, DType::F32, mem)?;
     let [d, n_key_heads, n_tokens, n_seqs] = t.q.ne();
     if d != D {
@@ -111,8 +112,8 @@ fn check_views(op: &'static str, t: &Views, state: StateSource, mem: &dyn Memory
     if n_seqs > MAX_GRID_YZ {
         return Err(Error::Unsupported { op, what: format!("n_s = {n_seqs} sequences (grid y ≤ {MAX_GRID_YZ})") });
     }
-    let n_slots = t.states.ne()[2];
-    if !(1..=abi::GDN_MAX_SLOTS).contains(&n_slots) {
+    let n_slots = t.states.map_or(0, |s| s.ne()[2]);
+    if t.states.is_some() && !(1..=abi::GDN_MAX_SLOTS).contains(&n_slots) {
         return Err(Error::Unsupported {
             op,
             what: format!("K = {n_slots} snapshot slots (1 ≤ K ≤ {}: R ≤ {} rollback groups)", abi::GDN_MAX_SLOTS, abi::GDN_MAX_SLOTS - 1),
@@ -150,9 +151,11 @@ fn check_views(op: &'static str, t: &Views, state: StateSource, mem: &dyn Memory
     }
     check::output(op, "out", t.out, DType::F32, mem)?;
     check::shape(op, "out", t.out, [D, n_heads, n_tokens, n_seqs])?;
-    check::output(op, "states", t.states, DType::F32, mem)?;
-    let slot_len = check::product(op, "v", "state floats per slot D·D·H_v", &[D, D, n_heads])?;
-    check::shape(op, "states", t.states, [slot_len, n_seqs, n_slots, 1])?;
+    if let Some(states) = t.states {
+        check::output(op, "states", states, DType::F32, mem)?;
+        let slot_len = check::product(op, "v", "state floats per slot D·D·H_v", &[D, D, n_heads])?;
+        check::shape(op, "states", states, [slot_len, n_seqs, n_slots, 1])?;
+    }
 
     for (arg, x) in [("q", t.q), ("k", t.k), ("v", t.v)] {
         check::rows_contiguous(op, arg, x)?;
@@ -161,8 +164,10 @@ fn check_views(op: &'static str, t: &Views, state: StateSource, mem: &dyn Memory
         check::rows_contiguous(op, "state_in", state_in)?;
     }
     check::rows_contiguous(op, "out", t.out)?;
-    check::rows_contiguous(op, "states", t.states)?;
-    check::disjoint(op, "out", t.out, "states", t.states)?;
+    if let Some(states) = t.states {
+        check::rows_contiguous(op, "states", states)?;
+        check::disjoint(op, "out", t.out, "states", states)?;
+    }
     let mut inputs = vec![("q", t.q), ("k", t.k), ("v", t.v), ("g", t.g), ("beta", t.beta)];
     match state {
         StateSource::In(state_in) => inputs.push(("state_in", state_in)),
@@ -170,11 +175,15 @@ fn check_views(op: &'static str, t: &Views, state: StateSource, mem: &dyn Memory
     }
     for (arg, x) in inputs {
         check::disjoint(op, "out", t.out, arg, x)?;
-        check::disjoint(op, "states", t.states, arg, x)?;
+        if let Some(states) = t.states {
+            check::disjoint(op, "states", states, arg, x)?;
+        }
     }
     if let StateSource::FromCache { cache, .. } = state {
         check::disjoint(op, "out", t.out, "ssm_cache", cache)?;
-        states_over_read_rows(op, t.states, &read_rows, n_tokens.min(n_slots))?;
+        if let Some(states) = t.states {
+            states_over_read_rows(op, states, &read_rows, n_tokens.min(n_slots))?;
+        }
     }
     check::fits_u32(op, "value heads", n_heads)?;
     check::fits_u32(op, "key heads", n_key_heads)?;
@@ -492,7 +501,7 @@ impl GatedDeltaNetFromCache {
 
     /// Validates the op and returns its sizes.
     pub fn check(&self, mem: &dyn Memory) -> Result<GdnShape> {
-        let views = Views { q: &self.q, k: &self.k, v: &self.v, g: &self.g, beta: &self.beta, out: &self.out, states: &self.states };
+        let views = Views { q: &self.q, k: &self.k, v: &self.v, g: &self.g, beta: &self.beta, out: &self.out, states: Some(&self.states) };
         check_views(FROM_CACHE_OP, &views, StateSource::FromCache { cache: &self.ssm_cache, source_rows: &self.source_rows }, mem)
     }
 
@@ -583,7 +592,7 @@ impl Op for GatedDeltaNetFromCache {
 }
 
 /// The views the shared CPU reference reads and writes (`state_in` aside).
-fn reference_views(op: &GatedDeltaNet) -> crate::reference::gated_delta_net::GdnViews {
+pub(crate) fn reference_views(op: &GatedDeltaNet) -> crate::reference::gated_delta_net::GdnViews {
     let GatedDeltaNet { q, k, v, g, beta, out, states, .. } = *op;
     crate::reference::gated_delta_net::GdnViews { q, k, v, g, beta, out, states }
 }

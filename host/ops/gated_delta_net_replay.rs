@@ -78,41 +78,47 @@ struct Indices {
 impl GatedDeltaNetReplay {
     /// Validates the op (views and index values) and returns its sizes.
     pub fn check(&self, mem: &dyn Memory) -> Result<ReplayShape> {
-        let shape = self.check_views(mem)?;
-        self.indices(&shape, mem)?;
+        self.check_as(OP, mem)
+    }
+
+    /// [`GatedDeltaNetReplay::check`] with the errors named as op `op`'s (a fused op that runs
+    /// this replay: GATED_DELTA_NET_REPLAY_VERIFY).
+    pub(crate) fn check_as(&self, op: &'static str, mem: &dyn Memory) -> Result<ReplayShape> {
+        let shape = self.check_views(op, mem)?;
+        self.indices(op, &shape, mem)?;
         Ok(shape)
     }
 
-    /// Every rule that does not read an index value.
-    fn check_views(&self, mem: &dyn Memory) -> Result<ReplayShape> {
-        check::tensor(OP, "k", &self.k, DType::F32, mem)?;
+    /// Every rule that does not read an index value (errors named as `op`'s).
+    fn check_views(&self, op: &'static str, mem: &dyn Memory) -> Result<ReplayShape> {
+        check::tensor(op, "k", &self.k, DType::F32, mem)?;
         let [d, n_key_heads, n_tokens, n_seqs] = self.k.ne();
         if d != D {
-            return Err(Error::Unsupported { op: OP, what: format!("head dimension D = {d} (the kernel is built for D = {D})") });
+            return Err(Error::Unsupported { op, what: format!("head dimension D = {d} (the kernel is built for D = {D})") });
         }
         if n_seqs > MAX_GRID_YZ {
-            return Err(Error::Unsupported { op: OP, what: format!("n_s = {n_seqs} sequences (grid y ≤ {MAX_GRID_YZ})") });
+            return Err(Error::Unsupported { op, what: format!("n_s = {n_seqs} sequences (grid y ≤ {MAX_GRID_YZ})") });
         }
-        check::tensor(OP, "v", &self.v, DType::F32, mem)?;
+        check::tensor(op, "v", &self.v, DType::F32, mem)?;
         let n_heads = self.v.ne()[1];
-        check::shape(OP, "v", &self.v, [D, n_heads, n_tokens, n_seqs])?;
+        check::shape(op, "v", &self.v, [D, n_heads, n_tokens, n_seqs])?;
         for (arg, x) in [("g", &self.g), ("beta", &self.beta)] {
-            check::tensor(OP, arg, x, DType::F32, mem)?;
+            check::tensor(op, arg, x, DType::F32, mem)?;
             if arg == "g" && x.ne() == [D, n_heads, n_tokens, n_seqs] {
-                return Err(Error::Unsupported { op: OP, what: "a vector gate (g ne[0] = D, ggml's KDA branch)".into() });
+                return Err(Error::Unsupported { op, what: "a vector gate (g ne[0] = D, ggml's KDA branch)".into() });
             }
-            check::shape(OP, arg, x, [1, n_heads, n_tokens, n_seqs])?;
+            check::shape(op, arg, x, [1, n_heads, n_tokens, n_seqs])?;
         }
-        let row_len = check::product(OP, "v", "state floats per row D·D·H_v", &[D, D, n_heads])?;
-        check::output(OP, "ssm_cache", &self.ssm_cache, DType::F32, mem)?;
+        let row_len = check::product(op, "v", "state floats per row D·D·H_v", &[D, D, n_heads])?;
+        check::output(op, "ssm_cache", &self.ssm_cache, DType::F32, mem)?;
         let n_rows = self.ssm_cache.ne()[1];
-        check::shape(OP, "ssm_cache", &self.ssm_cache, [row_len, n_rows, 1, 1])?;
+        check::shape(op, "ssm_cache", &self.ssm_cache, [row_len, n_rows, 1, 1])?;
         for (arg, x) in [("source_rows", &self.source_rows), ("dest_rows", &self.dest_rows), ("accepted", &self.accepted)] {
-            check::tensor(OP, arg, x, DType::I32, mem)?;
-            check::shape(OP, arg, x, [n_seqs, 1, 1, 1])?;
+            check::tensor(op, arg, x, DType::I32, mem)?;
+            check::shape(op, arg, x, [n_seqs, 1, 1, 1])?;
         }
         for (arg, x) in [("k", &self.k), ("v", &self.v), ("ssm_cache", &self.ssm_cache)] {
-            check::rows_contiguous(OP, arg, x)?;
+            check::rows_contiguous(op, arg, x)?;
         }
         for (arg, x) in [
             ("k", &self.k),
@@ -123,23 +129,23 @@ impl GatedDeltaNetReplay {
             ("dest_rows", &self.dest_rows),
             ("accepted", &self.accepted),
         ] {
-            check::disjoint(OP, "ssm_cache", &self.ssm_cache, arg, x)?;
+            check::disjoint(op, "ssm_cache", &self.ssm_cache, arg, x)?;
         }
-        check::fits_u32(OP, "value heads", n_heads)?;
-        check::fits_u32(OP, "key heads", n_key_heads)?;
-        check::fits_u32(OP, "tokens", n_tokens)?;
+        check::fits_u32(op, "value heads", n_heads)?;
+        check::fits_u32(op, "key heads", n_key_heads)?;
+        check::fits_u32(op, "tokens", n_tokens)?;
         // The kernel addresses a row's elements with 32-bit indices.
-        check::fits_u32(OP, "state floats per row D·D·H_v", row_len)?;
+        check::fits_u32(op, "state floats per row D·D·H_v", row_len)?;
         Ok(ReplayShape { n_key_heads, n_heads, n_tokens, n_seqs, n_rows })
     }
 
     /// The rules that read index values, in order: every source row in 0..n_rows, every
     /// destination row in 0..n_rows, every accepted count in 0 ..= T; then no destination row
     /// written by two sequences, and none that another sequence reads.
-    fn indices(&self, shape: &ReplayShape, mem: &dyn Memory) -> Result<Indices> {
+    fn indices(&self, op: &'static str, shape: &ReplayShape, mem: &dyn Memory) -> Result<Indices> {
         let values = |arg: &'static str, t: &Tensor, bound: usize| -> Result<Vec<usize>> {
             let values = mem.index_values(t).ok_or_else(|| Error::Invalid {
-                op: OP,
+                op,
                 what: format!("`{arg}` (buffer {}) is not an index buffer: its values must be known to the host", t.buffer.0),
             })?;
             values
@@ -147,7 +153,7 @@ impl GatedDeltaNetReplay {
                 .enumerate()
                 .map(|(position, &index)| match usize::try_from(index) {
                     Ok(x) if x < bound => Ok(x),
-                    _ => Err(Error::IndexOutOfRange { op: OP, arg, position, index: index as i64, rows: bound }),
+                    _ => Err(Error::IndexOutOfRange { op, arg, position, index: index as i64, rows: bound }),
                 })
                 .collect()
         };
@@ -157,12 +163,12 @@ impl GatedDeltaNetReplay {
         let mut writer = std::collections::HashMap::with_capacity(dest.len());
         for (s, &row) in dest.iter().enumerate() {
             if writer.insert(row, s).is_some() {
-                return Err(Error::Aliasing { op: OP, a: "dest_rows", b: "dest_rows", why: "two sequences write one cache row" });
+                return Err(Error::Aliasing { op, a: "dest_rows", b: "dest_rows", why: "two sequences write one cache row" });
             }
         }
         if source.iter().enumerate().any(|(s, row)| writer.get(row).is_some_and(|&w| w != s)) {
             return Err(Error::Aliasing {
-                op: OP,
+                op,
                 a: "dest_rows",
                 b: "source_rows",
                 why: "a sequence writes a cache row another sequence reads",
@@ -171,8 +177,17 @@ impl GatedDeltaNetReplay {
         Ok(Indices { source, dest, accepted })
     }
 
+    /// The rules that read the three index views (ranges, then the rows written), as the full
+    /// validation states them, errors named as `op`'s.
+    pub(crate) fn check_indices_as(&self, op: &'static str, mem: &dyn Memory) -> Result<()> {
+        let n_rows = self.ssm_cache.ne()[1];
+        let [_, n_key_heads, n_tokens, n_seqs] = self.k.ne();
+        let shape = ReplayShape { n_key_heads, n_heads: self.v.ne()[1], n_tokens, n_seqs, n_rows };
+        self.indices(op, &shape, mem).map(|_| ())
+    }
+
     /// The kernel's parameters for a validated op.
-    fn params(&self, shape: &ReplayShape, mem: &DeviceMemory) -> abi::GatedDeltaNetReplayParams {
+    pub(crate) fn params(&self, shape: &ReplayShape, mem: &DeviceMemory) -> abi::GatedDeltaNetReplayParams {
         let view = |t: &Tensor| {
             let [_, head, token, seq] = check::elem_strides(t);
             abi::TokenViewParams { addr: mem.device_ptr(t), head, token, seq }
@@ -212,10 +227,7 @@ impl Op for GatedDeltaNetReplay {
     /// The rules that read the three index views (ranges, then the rows written), as the full
     /// validation states them.
     fn check_indices(&self, mem: &dyn Memory) -> Result<()> {
-        let n_rows = self.ssm_cache.ne()[1];
-        let [_, n_key_heads, n_tokens, n_seqs] = self.k.ne();
-        let shape = ReplayShape { n_key_heads, n_heads: self.v.ne()[1], n_tokens, n_seqs, n_rows };
-        self.indices(&shape, mem).map(|_| ())
+        self.check_indices_as(OP, mem)
     }
 
     fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {
@@ -234,8 +246,8 @@ impl Op for GatedDeltaNetReplay {
     }
 
     fn reference(&self, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()> {
-        let shape = self.check_views(mem)?;
-        let Indices { source, dest, accepted } = self.indices(&shape, mem)?;
+        let shape = self.check_views(OP, mem)?;
+        let Indices { source, dest, accepted } = self.indices(OP, &shape, mem)?;
         let log = StateLog { ssm_cache: self.ssm_cache, k: self.k, v: self.v, g: self.g, beta: self.beta, n_k_heads: shape.n_key_heads };
         replay_states(&log, &source, &dest, &accepted, mem, mufu);
         Ok(())

@@ -42,6 +42,8 @@ pub use gated_delta_net::GatedDeltaNetFromCache;
 // [replay] the unfused replay op: logged tokens into one state row per sequence
 pub mod gated_delta_net_replay;
 pub use gated_delta_net_replay::GatedDeltaNetReplay;
+pub mod gated_delta_net_replay_verify;
+pub use gated_delta_net_replay_verify::GatedDeltaNetReplayVerify;
 
 // [fused] the fused ops (their structs are the fusion pass's contract)
 pub mod gdn_conv_chain;

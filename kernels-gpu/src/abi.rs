@@ -184,6 +184,9 @@ macro_rules! entry_name {
     (gated_delta_net_replay) => {
         "gated_delta_net_replay_f32_d128"
     };
+    (gated_delta_net_replay_verify) => {
+        "gated_delta_net_replay_verify_f32_d128"
+    };
     (math_probe) => {
         "test_math_probe_f32"
     };
@@ -786,6 +789,29 @@ param_struct! {
         pub n_tokens: u32,
         /// H_k ≥ 1: value head h reads key head h mod H_k.
         pub n_key_heads: u32,
+    }
+}
+
+// ---- [replay] GATED_DELTA_NET_REPLAY_VERIFY: the replay and the verify's recurrence, one state read ----
+/// GATED_DELTA_NET_REPLAY then GATED_DELTA_NET_FROM_CACHE reading the rows the replay wrote, in
+/// one launch (the `replay_verify` fusion): per column, the committed state read once, the
+/// replay's tokens, the commit, then the verify's tokens from the state in registers, no state
+/// slot. Block (32, [`GDN_WARPS`], 1), grid (H_v, n_s, D / [`GDN_WARPS`]), as GATED_DELTA_NET.
+pub const GATED_DELTA_NET_REPLAY_VERIFY_ENTRY: &str = entry_name!(gated_delta_net_replay_verify);
+
+param_struct! {
+    /// Parameters of [`GATED_DELTA_NET_REPLAY_VERIFY_ENTRY`], passed by value: the replay's
+    /// (sequence s commits to cache row `replay.dest_rows[s]`), then the verify step's
+    /// GATED_DELTA_NET views (q, k, v, g, β, `out`, the sizes and the scale). Of `verify`'s state
+    /// fields none is dereferenced: the initial state is the replay's, in registers; `states` is
+    /// the cache's row 0 with `states_seq` = 0 (the slot pointer GATED_DELTA_NET's head views
+    /// compute then stays inside that row), and no slot is written whatever `n_slots` says.
+    /// 464 bytes, no padding.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default, PartialEq)]
+    pub struct GatedDeltaNetReplayVerifyParams {
+        pub replay: GatedDeltaNetReplayParams,
+        pub verify: GatedDeltaNetParams,
     }
 }
 
@@ -1828,6 +1854,7 @@ const LISTED_ENTRIES: &[EntrySig] = &[
     EntrySig::of::<GatedDeltaNetParams>(GATED_DELTA_NET_ENTRY),
     EntrySig::of::<GatedDeltaNetFromCacheParams>(GATED_DELTA_NET_FROM_CACHE_ENTRY),
     EntrySig::of::<GatedDeltaNetReplayParams>(GATED_DELTA_NET_REPLAY_ENTRY),
+    EntrySig::of::<GatedDeltaNetReplayVerifyParams>(GATED_DELTA_NET_REPLAY_VERIFY_ENTRY),
 ];
 
 /// The MUL_MAT_VEC and MUL_MAT_VEC_PAIR entries (names from [`mul_mat_vec_entry`] and

@@ -155,7 +155,7 @@ pub struct TokenInputs {
 /// [speed] Where one token's inputs are: the token's k and q rows, the head's v row, the g and
 /// β elements — all the same for every lane of a warp (uniform registers) — the lane and the
 /// value column as 32-bit indices, and the element strides to the next token.
-struct TokenSource {
+pub(crate) struct TokenSource {
     k: *const f32,
     q: *const f32,
     v: *const f32,
@@ -177,7 +177,7 @@ impl TokenSource {
     /// # Safety
     /// The pointers address validated input elements that no thread writes.
     #[inline(always)]
-    unsafe fn load(&self) -> TokenInputs {
+    pub(crate) unsafe fn load(&self) -> TokenInputs {
         // SAFETY: forwarded to the caller.
         unsafe {
             TokenInputs {
@@ -209,7 +209,7 @@ impl TokenSource {
 
     /// Steps every pointer to the next token.
     #[inline(always)]
-    fn advance(&mut self) {
+    pub(crate) fn advance(&mut self) {
         self.k = self.k.wrapping_add(self.k_token);
         self.q = self.q.wrapping_add(self.q_token);
         self.v = self.v.wrapping_add(self.v_token);
@@ -220,7 +220,7 @@ impl TokenSource {
 
 /// [speed] Tokens whose inputs the kernel prefetches into L2 at its start (~1.5 KiB per token
 /// and value head).
-const L2_PREFETCH_TOKENS: usize = 64;
+pub(crate) const L2_PREFETCH_TOKENS: usize = 64;
 
 /// [speed] L2 prefetch of tokens `lane, lane + 32, …` of a [`TokenSource`] at token 0: the k, q
 /// and v rows — each row's 128-byte lines at elements 0, 32, 64, 96 and its last element 127
@@ -229,7 +229,7 @@ const L2_PREFETCH_TOKENS: usize = 64;
 /// # Safety
 /// `src` at token 0, all its views valid for tokens < `n_tokens`.
 #[inline(always)]
-unsafe fn prefetch_tokens(src: &TokenSource, lane: usize, n_tokens: usize) {
+pub(crate) unsafe fn prefetch_tokens(src: &TokenSource, lane: usize, n_tokens: usize) {
     let (k_row0, q_row0, v_row0) = (src.k, src.q, src.v);
     let mut t = lane;
     while t < n_tokens {
@@ -359,28 +359,28 @@ unsafe fn run<const FROM_CACHE: bool>(p: &abi::GatedDeltaNetParams, source_rows:
 /// inputs at token 0, its `out` row, its state head block in slot 0, the state view, and the
 /// strides and sizes the column bodies step with.
 #[derive(Clone, Copy)]
-struct HeadViews {
-    q_row: *const f32,
-    k_row: *const f32,
-    v_row: *const f32,
-    g_elem: *const f32,
-    beta_elem: *const f32,
-    out_head_row: *mut f32,
-    state_head: *mut f32,
-    state_in: *const f32,
-    in_col: usize,
-    in_head: usize,
-    in_seq: usize,
-    q_token: usize,
-    k_token: usize,
-    v_token: usize,
-    g_token: usize,
-    beta_token: usize,
-    out_token: usize,
-    states_slot: usize,
-    n_tokens: usize,
-    n_slots: usize,
-    scale: f32,
+pub(crate) struct HeadViews {
+    pub q_row: *const f32,
+    pub k_row: *const f32,
+    pub v_row: *const f32,
+    pub g_elem: *const f32,
+    pub beta_elem: *const f32,
+    pub out_head_row: *mut f32,
+    pub state_head: *mut f32,
+    pub state_in: *const f32,
+    pub in_col: usize,
+    pub in_head: usize,
+    pub in_seq: usize,
+    pub q_token: usize,
+    pub k_token: usize,
+    pub v_token: usize,
+    pub g_token: usize,
+    pub beta_token: usize,
+    pub out_token: usize,
+    pub states_slot: usize,
+    pub n_tokens: usize,
+    pub n_slots: usize,
+    pub scale: f32,
 }
 
 impl HeadViews {
@@ -389,7 +389,7 @@ impl HeadViews {
     /// # Safety
     /// `head` < H_v and `seq` < n_s of a launch whose views the host validated (module docs).
     #[inline(always)]
-    unsafe fn at(p: &abi::GatedDeltaNetParams, head: u32, seq: u32) -> HeadViews {
+    pub(crate) unsafe fn at(p: &abi::GatedDeltaNetParams, head: u32, seq: u32) -> HeadViews {
         // The host validated n_key_heads ≥ 1; `checked_rem` keeps core's divide-by-zero panic
         // path out of the PTX, and a violated contract aborts the launch.
         let Some(key_head) = head.checked_rem(p.n_key_heads) else { trap() };
@@ -428,7 +428,7 @@ impl HeadViews {
 
     /// The token inputs of this head at token 0, for `lane` and value column `col`.
     #[inline(always)]
-    fn token_source(&self, lane: usize, col: usize) -> TokenSource {
+    pub(crate) fn token_source(&self, lane: usize, col: usize) -> TokenSource {
         TokenSource {
             k: self.k_row,
             q: self.q_row,

@@ -39,26 +39,26 @@ use crate::gated_delta_net::{ROWS_PER_LANE, decay, load_lane_coherent, token_upd
 /// What one logged token of the replay reads: this lane's k entries, the column's v, the head's
 /// g and β.
 #[derive(Clone, Copy)]
-struct LoggedToken {
-    k: [f32; ROWS_PER_LANE],
-    v: f32,
-    g: f32,
-    beta: f32,
+pub(crate) struct LoggedToken {
+    pub k: [f32; ROWS_PER_LANE],
+    pub v: f32,
+    pub g: f32,
+    pub beta: f32,
 }
 
 /// Where the logged tokens of one (head, sequence, column) are: token 0's k row, v row, g and β
 /// elements, and the element strides to the next token.
-struct LogSource {
-    k: *const f32,
-    v: *const f32,
-    g: *const f32,
-    beta: *const f32,
-    lane: u32,
-    col: u32,
-    k_token: usize,
-    v_token: usize,
-    g_token: usize,
-    beta_token: usize,
+pub(crate) struct LogSource {
+    pub k: *const f32,
+    pub v: *const f32,
+    pub g: *const f32,
+    pub beta: *const f32,
+    pub lane: u32,
+    pub col: u32,
+    pub k_token: usize,
+    pub v_token: usize,
+    pub g_token: usize,
+    pub beta_token: usize,
 }
 
 impl LogSource {
@@ -67,7 +67,7 @@ impl LogSource {
     /// # Safety
     /// The pointers address validated log elements that no thread writes.
     #[inline(always)]
-    unsafe fn load(&self) -> LoggedToken {
+    pub(crate) unsafe fn load(&self) -> LoggedToken {
         // SAFETY: forwarded to the caller.
         unsafe {
             LoggedToken {
@@ -81,7 +81,7 @@ impl LogSource {
 
     /// Steps every pointer to the next token (dereferenced only for tokens < a).
     #[inline(always)]
-    fn advance(&mut self) {
+    pub(crate) fn advance(&mut self) {
         self.k = self.k.wrapping_add(self.k_token);
         self.v = self.v.wrapping_add(self.v_token);
         self.g = self.g.wrapping_add(self.g_token);
@@ -92,7 +92,7 @@ impl LogSource {
 impl abi::TokenViewParams {
     /// Token 0 of head `head` and sequence `seq` (dereferenced only inside validated views).
     #[inline(always)]
-    fn at(&self, head: usize, seq: usize) -> *const f32 {
+    pub(crate) fn at(&self, head: usize, seq: usize) -> *const f32 {
         (self.addr as usize as *const f32).wrapping_add(head * self.head as usize + seq * self.seq as usize)
     }
 }
@@ -102,7 +102,7 @@ impl abi::TokenViewParams {
 /// # Safety
 /// The element lies in a validated index view that no thread writes.
 #[inline(always)]
-unsafe fn index_at(index_view: u64, stride: u64, seq: usize) -> u32 {
+pub(crate) unsafe fn index_at(index_view: u64, stride: u64, seq: usize) -> u32 {
     // SAFETY: forwarded to the caller.
     unsafe { load_nc_u32((index_view as usize as *const u32).add(seq * stride as usize)) }
 }

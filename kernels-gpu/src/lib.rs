@@ -34,6 +34,8 @@ pub mod mmvf;
 pub mod gated_delta_net;
 // [replay] the unfused replay op: logged tokens into one state row
 pub mod gated_delta_net_replay;
+// [replay] the replay and the verify recurrence in one launch (the `replay_verify` fusion)
+pub mod gated_delta_net_replay_verify;
 
 // [convchain] the fused GDN conv chain
 pub mod gdn_conv_chain;

@@ -63,7 +63,7 @@ const BASE: ReplayCase =
     ReplayCase { h_k: 1, h_v: 2, n_t: 4, n_s: 2, rows: Rows::Same, accept: Accept::Random, padded: false, gate: Gate::Realistic };
 
 impl ReplayCase {
-    fn name(&self, group: &str) -> String {
+    pub(crate) fn name(&self, group: &str) -> String {
         let accept = match self.accept {
             Accept::Random => "random".to_string(),
             Accept::All => "T".to_string(),
@@ -87,7 +87,7 @@ impl ReplayCase {
 
     /// The op: the log (k, v, g, β), a cache of 2·n_s + 1 rows filled with states (uniform in
     /// ±0.5), source and destination rows drawn from a shuffle of its rows, the counts.
-    fn build(&self, b: &mut Builder) -> GatedDeltaNetReplay {
+    pub(crate) fn build(&self, b: &mut Builder) -> GatedDeltaNetReplay {
         let p = *self;
         let pad = |extra: [usize; 4]| if p.padded { extra } else { [0; 4] };
         // Logged k are L2-normalised rows (|x_i| ≈ 1/√D); v the SiLU output.
@@ -187,17 +187,29 @@ fn refusal(name: &str, expected: &'static str, predicate: fn(&Error) -> bool, ed
     })
 }
 
+/// The grid every replay group covers: n_s 1/2/5/64 × T 1/4/8/16 × the destination the source
+/// row or another row (grouped heads H_k = 2, H_v = 3 at n_s = 5), random counts.
+pub(crate) fn grid() -> impl Iterator<Item = ReplayCase> {
+    [1, 2, 5, 64].into_iter().flat_map(|n_s| {
+        [1, 4, 8, 16].into_iter().flat_map(move |n_t| {
+            [Rows::Same, Rows::Distinct].into_iter().map(move |rows| {
+                let (h_k, h_v) = if n_s == 5 { (2, 3) } else { (1, 2) };
+                ReplayCase { h_k, h_v, n_t, n_s, rows, ..BASE }
+            })
+        })
+    })
+}
+
+/// Whether `cases` (n_s, T, rows of each) cover [`grid`].
+#[cfg(test)]
+pub(crate) fn covers_the_grid(cases: &[(usize, usize, Rows)]) -> bool {
+    grid().all(|g| cases.contains(&(g.n_s, g.n_t, g.rows)))
+}
+
 fn setups() -> Vec<ReplayCase> {
     let mut out = Vec::new();
     // n_s 1/2/5/64 × T 1/4/8/16, the destination the source row or another row.
-    for n_s in [1, 2, 5, 64] {
-        for n_t in [1, 4, 8, 16] {
-            for rows in [Rows::Same, Rows::Distinct] {
-                let (h_k, h_v) = if n_s == 5 { (2, 3) } else { (1, 2) };
-                out.push(ReplayCase { h_k, h_v, n_t, n_s, rows, ..BASE });
-            }
-        }
-    }
+    out.extend(grid());
     // One sequence with nothing accepted (nothing written) and with part of the step.
     out.push(ReplayCase { n_s: 1, n_t: 8, accept: Accept::Each(0), ..BASE });
     out.push(ReplayCase { n_s: 1, n_t: 8, accept: Accept::Each(3), rows: Rows::Distinct, ..BASE });
@@ -300,14 +312,7 @@ mod tests {
 
     #[test]
     fn the_grid_of_sizes_and_row_modes_is_covered() {
-        let s = setups();
-        for n_s in [1, 2, 5, 64] {
-            for n_t in [1, 4, 8, 16] {
-                for rows in [Rows::Same, Rows::Distinct] {
-                    assert!(s.iter().any(|c| (c.n_s, c.n_t, c.rows) == (n_s, n_t, rows)), "n_s {n_s}, T {n_t}, {rows:?}");
-                }
-            }
-        }
+        assert!(covers_the_grid(&setups().iter().map(|c| (c.n_s, c.n_t, c.rows)).collect::<Vec<_>>()));
     }
 
     #[test]

@@ -36,6 +36,7 @@ pub mod gated_delta_net_from_cache;
 
 // [replay]
 pub mod gated_delta_net_replay;
+pub mod gated_delta_net_replay_verify;
 
 // [layer-step]
 pub mod gdn_layer_step;
@@ -79,6 +80,7 @@ pub fn all() -> Vec<Case> {
 
     // [replay]
     cases.extend(gated_delta_net_replay::cases());
+    cases.extend(gated_delta_net_replay_verify::cases());
 
     // [layer-step]
     cases.extend(gdn_layer_step::cases());

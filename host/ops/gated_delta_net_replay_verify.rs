@@ -1,0 +1,345 @@
+//! \[replay\] GATED_DELTA_NET_REPLAY_VERIFY — kernel: `kernels-gpu/src/gated_delta_net_replay_verify.rs`,
+//! reference: GATED_DELTA_NET_REPLAY's ([`crate::reference::replay::replay_states`]) then
+//! GATED_DELTA_NET_FROM_CACHE's ([`crate::reference::gated_delta_net::gated_delta_net_from_cache`])
+//! with no state slot; the `replay_verify` fusion (`crate::fusion::replay_verify`) makes it of
+//! the pair. Design: `docs/rollback.md` ("Replay: one step").
+
+use super::gated_delta_net::{GdnShape, StateSource, Views, attention_scale, check_views, launch_dims, reference_views};
+use super::gated_delta_net_replay::ReplayShape;
+use super::{GatedDeltaNetFromCache, GatedDeltaNetReplay, Op, check};
+use crate::error::{Error, Result};
+use crate::gpu::{Gpu, KernelArg, ParamBlock, PreparedLaunch};
+use crate::kernels::abi;
+use crate::memory::{DeviceMemory, HostMemory, Memory};
+use crate::reference::math::Mufu;
+use crate::tensor::Tensor;
+
+const OP: &str = "GATED_DELTA_NET_REPLAY_VERIFY";
+
+// SAFETY: `abi::GatedDeltaNetReplayVerifyParams` is declared with `param_struct!` (`#[repr(C)]`,
+// no padding bytes: the 200-byte GatedDeltaNetReplayParams then the 264-byte
+// GatedDeltaNetParams, both alignment 8: 464 bytes) and is the type the
+// GATED_DELTA_NET_REPLAY_VERIFY entry takes by value (the same abi.rs is compiled into both; its
+// row in `abi::ENTRIES` is checked against the PTX by `tests/ptx.rs`).
+unsafe impl crate::gpu::KernelParams for abi::GatedDeltaNetReplayVerifyParams {}
+
+/// [`GatedDeltaNetReplay`] followed by [`GatedDeltaNetFromCache`] reading the rows the replay
+/// commits to (`replay.dest_rows`), in one launch, with no state slot: per sequence the
+/// committed state is read once and written once (when a > 0), where the pair reads it twice
+/// and writes it twice (the replay's commit and the verify's slot). Every cache byte the replay
+/// writes and every `out` element are the pair's, bit for bit; the verify's slots are not
+/// written (the value the `replay_verify` fusion eliminates).
+///
+/// Valid when the replay is valid (GATED_DELTA_NET_REPLAY's rules: counts in 0 ..= T_log by
+/// value, rows in range, no row one sequence writes that another reads or writes) and the
+/// verify is valid as GATED_DELTA_NET_FROM_CACHE over `replay.ssm_cache` and `replay.dest_rows`
+/// with no slot (its rules but the slots'), every error named as this op's; and, because the
+/// launch writes the cache while other blocks read the verify's inputs and writes `out` while
+/// others read the log, the verify's q, k, v, g and β share no bytes with the cache and `out`
+/// none with the log or the index views ([`Error::Aliasing`]).
+#[derive(Clone, Debug)]
+pub struct GatedDeltaNetReplayVerify {
+    /// The replay: sequence s commits to cache row `replay.dest_rows[s]`, which the verify reads.
+    pub replay: GatedDeltaNetReplay,
+    /// The verify step's GATED_DELTA_NET views (q, k \[D, H_k, T, n_s\], v \[D, H_v, T, n_s\], g, β
+    /// \[1, H_v, T, n_s\], `out` like v); its initial state is row `replay.dest_rows[s]`.
+    pub q: Tensor,
+    pub k: Tensor,
+    pub v: Tensor,
+    pub g: Tensor,
+    pub beta: Tensor,
+    pub out: Tensor,
+}
+
+impl GatedDeltaNetReplayVerify {
+    /// The fused op of `replay` then `verify`, when the verify reads its states from the cache
+    /// the replay writes through the replay's destination index itself (the same view): `None`
+    /// otherwise. The verify's `states` are dropped.
+    pub fn of_pair(replay: &GatedDeltaNetReplay, verify: &GatedDeltaNetFromCache) -> Option<GatedDeltaNetReplayVerify> {
+        (verify.ssm_cache == replay.ssm_cache && verify.source_rows == replay.dest_rows).then(|| GatedDeltaNetReplayVerify {
+            replay: replay.clone(),
+            q: verify.q,
+            k: verify.k,
+            v: verify.v,
+            g: verify.g,
+            beta: verify.beta,
+            out: verify.out,
+        })
+    }
+
+    fn views(&self) -> Views<'_> {
+        Views { q: &self.q, k: &self.k, v: &self.v, g: &self.g, beta: &self.beta, out: &self.out, states: None }
+    }
+
+    /// Validates the op (views and index values) and returns the replay's sizes and the
+    /// verify's (K = 0).
+    pub fn check(&self, mem: &dyn Memory) -> Result<(ReplayShape, GdnShape)> {
+        let r = &self.replay;
+        let replay = r.check_as(OP, mem)?;
+        let verify = check_views(OP, &self.views(), StateSource::FromCache { cache: &r.ssm_cache, source_rows: &r.dest_rows }, mem)?;
+        for (arg, x) in [("q", &self.q), ("k", &self.k), ("v", &self.v), ("g", &self.g), ("beta", &self.beta)] {
+            check::disjoint(OP, "ssm_cache", &r.ssm_cache, arg, x)?;
+        }
+        for (arg, x) in [
+            ("log k", &r.k),
+            ("log v", &r.v),
+            ("log g", &r.g),
+            ("log beta", &r.beta),
+            ("source_rows", &r.source_rows),
+            ("accepted", &r.accepted),
+        ] {
+            check::disjoint(OP, "out", &self.out, arg, x)?;
+        }
+        Ok((replay, verify))
+    }
+
+    /// The verify as GATED_DELTA_NET_FROM_CACHE over the destination rows, its `states` the
+    /// cache's row 0 with zero slots (never written): for its parameters and its reference.
+    fn as_from_cache(&self) -> GatedDeltaNetFromCache {
+        let r = &self.replay;
+        let cache = r.ssm_cache;
+        GatedDeltaNetFromCache {
+            q: self.q,
+            k: self.k,
+            v: self.v,
+            g: self.g,
+            beta: self.beta,
+            ssm_cache: cache,
+            source_rows: r.dest_rows,
+            out: self.out,
+            states: cache.view([cache.ne()[0], 1, 0, 1], cache.layout.nb, 0),
+        }
+    }
+
+    /// The kernel's parameters for a validated op.
+    fn params(&self, (replay, verify): &(ReplayShape, GdnShape), mem: &DeviceMemory) -> abi::GatedDeltaNetReplayVerifyParams {
+        let mut gdn = self.as_from_cache().params(verify, mem).gdn;
+        // No slot: `states` is the cache's row 0 and the kernel's slot pointer for (head, seq)
+        // stays inside it (states_seq = 0); it is never dereferenced.
+        (gdn.states_seq, gdn.states_slot, gdn.n_slots) = (0, 0, 0);
+        abi::GatedDeltaNetReplayVerifyParams { replay: self.replay.params(replay, mem), verify: gdn }
+    }
+}
+
+impl Op for GatedDeltaNetReplayVerify {
+    fn name(&self) -> &'static str {
+        OP
+    }
+
+    fn validate(&self, mem: &dyn Memory) -> Result<()> {
+        self.check(mem).map(|_| ())
+    }
+
+    /// The rules that read the index views: the replay's (the verify's own, rows in range, are
+    /// among them: it reads `dest_rows`, and writes no slot), as the full validation states
+    /// them.
+    fn check_indices(&self, mem: &dyn Memory) -> Result<()> {
+        self.replay.check_indices_as(OP, mem)
+    }
+
+    fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {
+        let shapes = self.check(mem)?;
+        let params = self.params(&shapes, mem);
+        let dims = launch_dims(shapes.1.n_heads, shapes.1.n_seqs);
+        let args = [KernelArg::Params(ParamBlock::of(&params)?)];
+        // SAFETY: `check` proved the replay's launch contract (every log view inside its buffer
+        // for the grid (H_v, n_s, D/4) × block (32, 4), D = 128, key heads < H_k, T_log tokens;
+        // cache rows of D·D·H_v contiguous floats, rows cache_row elements apart, sharing no
+        // bytes, overlapping no log or index view; every source and destination row a row of
+        // the cache, every count ≤ T_log, no row written by two sequences nor read by a
+        // sequence other than its writer) and the verify's as GATED_DELTA_NET_FROM_CACHE's over
+        // the destination rows (views inside their buffers for the same grid, T ≥ 1 tokens,
+        // out overlapping no input nor the cache), plus the verify's inputs off the cache and
+        // out off the log and indices (the kernel's race-free case, see its docs); the verify's
+        // `states` is the cache's row 0 with states_seq = 0 (in bounds, never written); and
+        // `params` is the entry's parameter struct.
+        unsafe { gpu.prepare(abi::GATED_DELTA_NET_REPLAY_VERIFY_ENTRY, dims, &args) }
+    }
+
+    /// The pair's references, composed: GATED_DELTA_NET_REPLAY's, then GATED_DELTA_NET_FROM_CACHE's
+    /// from the destination rows with zero slots.
+    fn reference(&self, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()> {
+        self.check(mem)?;
+        self.replay.reference(mem, mufu)?;
+        let rows = mem
+            .index_values(&self.replay.dest_rows)
+            .ok_or_else(|| Error::Invalid { op: OP, what: "`dest_rows` is not an index buffer".into() })?;
+        let views = reference_views(&self.as_from_cache().as_gated_delta_net());
+        crate::reference::gated_delta_net::gated_delta_net_from_cache(&views, &self.replay.ssm_cache, &rows, attention_scale(), mem, mufu);
+        Ok(())
+    }
+
+    fn inputs(&self) -> Vec<Tensor> {
+        let mut inputs = self.replay.inputs();
+        inputs.extend([self.q, self.k, self.v, self.g, self.beta]);
+        inputs
+    }
+
+    fn outputs(&self) -> Vec<Tensor> {
+        vec![self.out, self.replay.ssm_cache]
+    }
+
+    /// `out`; the cache rows written depend on the counts (a = 0 writes none).
+    fn must_write(&self) -> Vec<Tensor> {
+        vec![self.out]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reference::math::ExactMufu;
+    use crate::tensor::DType;
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    const HV: usize = 2;
+    const D: usize = abi::GDN_HEAD_DIM;
+
+    /// Random floats, uniform in ±`scale`, into a new tensor.
+    fn random(mem: &mut HostMemory, rng: &mut StdRng, ne: [usize; 4], scale: f32) -> Tensor {
+        let t = mem.alloc_tensor(DType::F32, ne);
+        let values: Vec<f32> = (0..t.layout.n_elements()).map(|_| rng.random_range(-scale..scale)).collect();
+        mem.fill_f32(&t, &values);
+        t
+    }
+
+    /// Gates as the layer makes them (−exp of a realistic range) and β in [0, 1).
+    fn gates(mem: &mut HostMemory, rng: &mut StdRng, n_t: usize, n_s: usize) -> (Tensor, Tensor) {
+        let (g, beta) = (mem.alloc_tensor(DType::F32, [1, HV, n_t, n_s]), mem.alloc_tensor(DType::F32, [1, HV, n_t, n_s]));
+        let gs: Vec<f32> = (0..HV * n_t * n_s).map(|_| -rng.random_range(-6.0f32..2.08).exp()).collect();
+        let bs: Vec<f32> = (0..HV * n_t * n_s).map(|_| rng.random_range(0.0..1.0)).collect();
+        mem.fill_f32(&g, &gs);
+        mem.fill_f32(&beta, &bs);
+        (g, beta)
+    }
+
+    /// The unfused pair over a cache of `n_rows` rows — a replay of a `t_log`-token log from
+    /// `source` into `dest` with `accepted`, then a `n_t`-token verify reading `dest` and
+    /// writing its one slot into a scratch — and the fused op over the same views.
+    fn pair(
+        mem: &mut HostMemory,
+        rng: &mut StdRng,
+        (n_rows, t_log, n_t): (usize, usize, usize),
+        source: &[i32],
+        dest: &[i32],
+        accepted: &[i32],
+    ) -> (GatedDeltaNetReplay, GatedDeltaNetFromCache, GatedDeltaNetReplayVerify) {
+        let n_s = source.len();
+        let (lg, lbeta) = gates(mem, rng, t_log, n_s);
+        let replay = GatedDeltaNetReplay {
+            k: random(mem, rng, [D, 1, t_log, n_s], 0.15),
+            v: random(mem, rng, [D, HV, t_log, n_s], 2.0),
+            g: lg,
+            beta: lbeta,
+            ssm_cache: random(mem, rng, [D * D * HV, n_rows, 1, 1], 0.5),
+            source_rows: mem.alloc_indices(source),
+            dest_rows: mem.alloc_indices(dest),
+            accepted: mem.alloc_indices(accepted),
+        };
+        let (g, beta) = gates(mem, rng, n_t, n_s);
+        let verify = GatedDeltaNetFromCache {
+            q: random(mem, rng, [D, 1, n_t, n_s], 0.15),
+            k: random(mem, rng, [D, 1, n_t, n_s], 0.15),
+            v: random(mem, rng, [D, HV, n_t, n_s], 2.0),
+            g,
+            beta,
+            ssm_cache: replay.ssm_cache,
+            source_rows: replay.dest_rows,
+            out: mem.alloc_tensor(DType::F32, [D, HV, n_t, n_s]),
+            states: mem.alloc_tensor(DType::F32, [D * D * HV, n_s, 1, 1]),
+        };
+        let fused = GatedDeltaNetReplayVerify::of_pair(&replay, &verify).expect("the verify reads the replay's rows");
+        (replay, verify, fused)
+    }
+
+    fn whole(mem: &HostMemory, t: &Tensor) -> Vec<u8> {
+        mem.bytes(t.buffer).to_vec()
+    }
+
+    #[test]
+    fn params_have_no_padding() {
+        assert_eq!(std::mem::size_of::<abi::GatedDeltaNetReplayVerifyParams>(), 200 + 264);
+        assert_eq!(std::mem::align_of::<abi::GatedDeltaNetReplayVerifyParams>(), 8);
+    }
+
+    /// The fused op equals the unfused pair byte for byte — the whole cache (the rows
+    /// committed, the others untouched) and every `out` element — at log and verify lengths
+    /// 1/4/8/16, counts 0, T and in between, the destination the source row or another; and it
+    /// leaves the pair's scratch slot alone.
+    #[test]
+    fn it_is_the_unfused_pair_without_the_slot() {
+        for (t_log, n_t, n_s) in [(1, 1, 2), (4, 4, 3), (8, 3, 2), (16, 16, 3), (4, 9, 1)] {
+            for distinct in [false, true] {
+                let mut rng = StdRng::seed_from_u64(260 + (t_log * 31 + n_t) as u64 + distinct as u64);
+                let mut mem = HostMemory::new();
+                let n_rows = 2 * n_s + 1;
+                let source: Vec<i32> = (0..n_s as i32).map(|s| 2 * s + 1).collect();
+                let dest: Vec<i32> = if distinct { (0..n_s as i32).map(|s| 2 * s).collect() } else { source.clone() };
+                let accepted: Vec<i32> = (0..n_s).map(|s| [t_log, 0, t_log / 2 + 1][s % 3].min(t_log) as i32).collect();
+                let (replay, verify, fused) = pair(&mut mem, &mut rng, (n_rows, t_log, n_t), &source, &dest, &accepted);
+                let mut unfused = mem.clone();
+                replay.reference(&mut unfused, &mut ExactMufu).unwrap();
+                verify.reference(&mut unfused, &mut ExactMufu).unwrap();
+                let before = mem.clone();
+                fused.reference(&mut mem, &mut ExactMufu).unwrap();
+                let ctx = format!("T_log {t_log}, T {n_t}, n_s {n_s}, distinct {distinct}");
+                assert_eq!(whole(&mem, &replay.ssm_cache), whole(&unfused, &replay.ssm_cache), "{ctx}: the cache");
+                assert_eq!(whole(&mem, &verify.out), whole(&unfused, &verify.out), "{ctx}: out");
+                assert_eq!(whole(&mem, &verify.states), whole(&before, &verify.states), "{ctx}: the scratch slot was written");
+                assert_ne!(whole(&mem, &verify.out), whole(&before, &verify.out), "{ctx}: out not written");
+            }
+        }
+    }
+
+    #[test]
+    fn refuses_by_name_as_this_op() {
+        let mut rng = StdRng::seed_from_u64(7);
+        let mut mem = HostMemory::new();
+        let (_, verify, fused) = pair(&mut mem, &mut rng, (5, 4, 4), &[0, 1], &[0, 1], &[4, 0]);
+        fused.validate(&mem).unwrap();
+        let with = |mem: &mut HostMemory, source: &[i32], dest: &[i32], accepted: &[i32]| {
+            let mut o = fused.clone();
+            o.replay.source_rows = mem.alloc_indices(source);
+            o.replay.dest_rows = mem.alloc_indices(dest);
+            o.replay.accepted = mem.alloc_indices(accepted);
+            // A refusal is the reference's too, before anything is written.
+            let r = o.validate(mem);
+            let mut copy = mem.clone();
+            assert_eq!(
+                o.reference(&mut copy, &mut ExactMufu).map_err(|e| e.to_string()),
+                r.as_ref().map(|_| ()).map_err(|e| e.to_string())
+            );
+            assert!(r.is_ok() || whole(&copy, &o.replay.ssm_cache) == whole(mem, &o.replay.ssm_cache));
+            assert_eq!(o.check_indices(mem).map_err(|e| format!("{e:?}")), r.as_ref().map(|_| ()).map_err(|e| format!("{e:?}")));
+            r
+        };
+        let r = with(&mut mem, &[0, 1], &[0, 1], &[4, 5]);
+        assert!(matches!(r, Err(Error::IndexOutOfRange { op: OP, arg: "accepted", position: 1, index: 5, rows: 5 })), "{r:?}");
+        let r = with(&mut mem, &[0, 1], &[0, 5], &[1, 1]);
+        assert!(matches!(r, Err(Error::IndexOutOfRange { op: OP, arg: "dest_rows", position: 1, index: 5, rows: 5 })), "{r:?}");
+        let r = with(&mut mem, &[0, -1], &[0, 1], &[1, 1]);
+        assert!(matches!(r, Err(Error::IndexOutOfRange { op: OP, arg: "source_rows", position: 1, .. })), "{r:?}");
+        let r = with(&mut mem, &[0, 1], &[2, 2], &[1, 0]);
+        assert!(matches!(r, Err(Error::Aliasing { op: OP, a: "dest_rows", b: "dest_rows", .. })), "{r:?}");
+        let r = with(&mut mem, &[0, 1], &[1, 2], &[0, 0]);
+        assert!(matches!(r, Err(Error::Aliasing { op: OP, a: "dest_rows", b: "source_rows", .. })), "{r:?}");
+        with(&mut mem, &[0, 1], &[3, 4], &[2, 0]).unwrap();
+        // The verify's views: shapes, and the bytes the launch writes shared with what it reads.
+        let mut o = fused.clone();
+        o.q = mem.alloc_tensor(DType::F32, [D, 1, 3, 2]);
+        assert!(matches!(o.validate(&mem), Err(Error::Shape { op: OP, arg: "k", .. }) | Err(Error::Shape { op: OP, .. })));
+        let mut o = fused.clone();
+        o.v = o.replay.ssm_cache.view(o.v.ne(), crate::tensor::Layout::contiguous(DType::F32, o.v.ne()).nb, 0);
+        assert!(matches!(o.validate(&mem), Err(Error::Aliasing { op: OP, a: "ssm_cache", b: "v", .. })), "{:?}", o.validate(&mem));
+        let mut o = fused.clone();
+        o.out = o.replay.k.view(o.out.ne(), crate::tensor::Layout::contiguous(DType::F32, o.out.ne()).nb, 0);
+        let big = mem.alloc_tensor(DType::F32, [o.out.layout.n_elements(), 1, 1, 1]);
+        o.replay.k = big.view(o.replay.k.ne(), o.replay.k.layout.nb, 0);
+        o.out = big.view(verify.out.ne(), verify.out.layout.nb, 0);
+        assert!(matches!(o.validate(&mem), Err(Error::Aliasing { op: OP, a: "out", b: "log k", .. })), "{:?}", o.validate(&mem));
+        // The pair only fuses when the verify reads through the replay's destination index.
+        let other = GatedDeltaNetFromCache { source_rows: fused.replay.source_rows, ..verify };
+        assert!(GatedDeltaNetReplayVerify::of_pair(&fused.replay, &other).is_none());
+    }
+}
