@@ -33,6 +33,11 @@ pub trait ChainBuilder: Sync {
     fn equivalent(&self) -> bool {
         true
     }
+    /// \[replay\] The count every sequence of the "on" arm accepted of its logged step, for a
+    /// step of `n_t` tokens, when that arm is a replay-mode layer (the report's replay table).
+    fn replay_accepted(&self, _n_t: usize) -> Option<usize> {
+        None
+    }
     /// What the chain is, for the output ("unfused", "fused: conv chain + alpha/beta pair", …).
     fn label(&self, fusion: bool) -> String;
     /// The ops of one layer step over `t`, in launch order. May allocate scratch in `mem`.
@@ -125,6 +130,10 @@ impl ChainBuilder for ReplayVsSnapshot {
 
     fn equivalent(&self) -> bool {
         false
+    }
+
+    fn replay_accepted(&self, n_t: usize) -> Option<usize> {
+        Some(self.accept.count(n_t))
     }
 
     fn label(&self, fusion: bool) -> String {

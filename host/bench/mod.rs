@@ -418,7 +418,8 @@ pub fn run_with(args: &BenchArgs, builder: &dyn ChainBuilder, out: &mut dyn std:
         let built = ChainPair::new(builder, &cfg, args.seed)?;
         off_label.clone_from(&built.off_label);
         on_label.clone_from(&built.on_label);
-        let mode = ModeSpec { name, label, t: *t, r: *r, seqs: *n_s, weights, cold: args.cold, l2 };
+        let mode =
+            ModeSpec { name, label, t: *t, r: *r, seqs: *n_s, weights, cold: args.cold, l2, replay_accepted: builder.replay_accepted(*t) };
         let rows_before = manifest.len();
         let measured = match measure_mode(&gpu, &timer, &built, &mode, &plan, &mut manifest, &bar) {
             // CUPTI loaded but its records do not add up: time everything with events instead
@@ -509,6 +510,8 @@ struct ModeSpec<'a> {
     weights: DType,
     cold: bool,
     l2: Option<u64>,
+    /// \[replay\] The "on" arm's accepted count when it is a replay-mode layer.
+    replay_accepted: Option<usize>,
 }
 
 /// Times one mode: warm-up, ABBA layer runs, graph capture and ABBA replays. Returns the
@@ -574,6 +577,7 @@ fn measure_mode(
     }
     let host = host_report(gpu, built)?;
     let [off, on] = acc;
+    let (ssm_row, conv_row) = (built.tensors.ssm_cache.ne()[0] * 4, built.tensors.conv_cache.ne()[0] * 4);
     let round_ratios =
         off.round_totals.iter().zip(&on.round_totals).filter_map(|(a, b)| ratio(summarize(a).as_ref(), summarize(b).as_ref())).collect();
     let (off_s, on_s) = (off.stats(), on.stats());
@@ -584,7 +588,13 @@ fn measure_mode(
         rollback: *r,
         seqs: mode.seqs,
         // [seq-batch] The state floor: one ssm state read and min(T, 1 + R) written per sequence.
-        state_bytes: Some((built.tensors.ssm_cache.ne()[0] * 4 * mode.seqs * (1 + (*t).min(*r + 1))) as u64),
+        state_bytes: Some((ssm_row * mode.seqs * (1 + (*t).min(*r + 1))) as u64),
+        replay: mode.replay_accepted.map(|a| report::ReplayArm {
+            accepted: a,
+            state_bytes: (ssm_row * mode.seqs * (1 + usize::from(a > 0))) as u64,
+            memory_per_seq: (ssm_row + conv_row + 2 * *t * replay_log_token_bytes(&built)) as u64,
+            snapshot_memory_per_seq: ((1 + *r) * (ssm_row + conv_row)) as u64,
+        }),
         kernels: rows(&off, &on),
         chain_ratio: ratio(off_s.chain_total.as_ref(), on_s.chain_total.as_ref()),
         graph_ratio: ratio(off_s.graph_span.as_ref(), on_s.graph_span.as_ref()),
@@ -594,6 +604,14 @@ fn measure_mode(
         host: Some(host),
     };
     Ok((report, n_sets))
+}
+
+/// \[replay\] Bytes one token of one sequence adds to a replay log set: its conv inputs (C floats),
+/// k (D·H_k), v (D·H_v), g and β (H_v each) — `docs/rollback.md`'s "what a sequence keeps".
+fn replay_log_token_bytes(built: &ChainPair) -> usize {
+    let t = &built.tensors;
+    let (c, [d, h_k, ..], [_, h_v, ..]) = (t.conv_out.ne()[0], t.k_norm.ne(), t.attn_out.ne());
+    4 * (c + d * h_k + d * h_v + 2 * h_v)
 }
 
 /// Steps timed per arm for the host-cost rows.

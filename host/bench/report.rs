@@ -60,6 +60,22 @@ pub struct ArmStats {
     pub graph_kernels_per_forward: Option<usize>,
 }
 
+/// \[replay\] The replay arm of a mode (`rgdn bench --replay`): what it accepted and the bytes
+/// it moves and keeps, beside the snapshot arm's.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct ReplayArm {
+    /// The count a every sequence accepted of the logged step it replays.
+    pub accepted: usize,
+    /// Bytes of ssm state the replay step must move at least: each sequence's committed state
+    /// read once, and written once when a > 0 (its floor, [`COPY_BYTES_PER_S`]).
+    pub state_bytes: u64,
+    /// Bytes one sequence keeps per layer in replay mode: one ssm row, one conv row and the two
+    /// log sets (per token its conv inputs, k, v, g and β).
+    pub memory_per_seq: u64,
+    /// The same for the snapshot arm: 1 + R ssm rows and 1 + R conv rows.
+    pub snapshot_memory_per_seq: u64,
+}
+
 /// One verify shape (decode, MTP, DFlash, T = 16).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ModeReport {
@@ -74,6 +90,9 @@ pub struct ModeReport {
     /// and its min(T, 1 + R) snapshot states written once ([`floor_us`]).
     #[serde(default)]
     pub state_bytes: Option<u64>,
+    /// \[replay\] With `rgdn bench --replay`: the replay-mode ("on") arm's count and its bytes.
+    #[serde(default)]
+    pub replay: Option<ReplayArm>,
     pub kernels: Vec<KernelRow>,
     pub off: ArmStats,
     pub on: ArmStats,
@@ -400,8 +419,47 @@ pub fn render_text(r: &Report) -> String {
             mode.round_ratios.iter().map(|x| format!("{x:.3}")).collect::<Vec<_>>().join(" ")
         );
     }
+    // [replay] Replay against snapshots: both arms per layer step, each against its own floor
+    // and with its memory per sequence.
+    if r.modes.iter().any(|m| m.replay.is_some()) && m.graph_layers > 0 {
+        let _ = writeln!(o);
+        let _ = writeln!(
+            o,
+            "per layer step (graph span / {} layers), replay (on) against snapshots (off); floors = ssm bytes moved at {:.1} TB/s; MiB = state kept per sequence and layer:",
+            m.graph_layers,
+            COPY_BYTES_PER_S / 1e12
+        );
+        let _ = writeln!(
+            o,
+            "{:>4} {:>3} {:>3} {:>10} {:>10} {:>8} {:>10} {:>10} {:>8} {:>8} {:>12}",
+            "n_s", "T", "a", "snap µs", "floor µs", "snap MiB", "replay µs", "floor µs", "× floor", "rep MiB", "replay/snap"
+        );
+        let f = |x: Option<f64>, p: usize| x.map_or("–".into(), |v| format!("{v:.p$}"));
+        let mib = |b: u64| format!("{:.2}", b as f64 / (1 << 20) as f64);
+        for mode in &r.modes {
+            let Some(rep) = mode.replay else { continue };
+            let per_layer = |a: &ArmStats| a.graph_span.as_ref().map(|g| g.median / m.graph_layers as f64);
+            let (snap, replay) = (per_layer(&mode.off), per_layer(&mode.on));
+            let rep_floor = rep.state_bytes as f64 / COPY_BYTES_PER_S * 1e6;
+            let _ = writeln!(
+                o,
+                "{:>4} {:>3} {:>3} {:>10} {:>10} {:>8} {:>10} {:>10} {:>8} {:>8} {:>12}",
+                mode.seqs,
+                mode.tokens,
+                rep.accepted,
+                f(snap, 2),
+                f(floor_us(mode), 2),
+                mib(rep.snapshot_memory_per_seq),
+                f(replay, 2),
+                format!("{rep_floor:.2}"),
+                f(replay.map(|x| x / rep_floor), 2),
+                mib(rep.memory_per_seq),
+                f(replay.zip(snap).map(|(a, b)| a / b), 2),
+            );
+        }
+    }
     // [seq-batch] Per layer step against the memory floor and beside the peers.
-    if r.modes.iter().any(|m| m.state_bytes.is_some()) && m.graph_layers > 0 {
+    if r.modes.iter().any(|m| m.state_bytes.is_some() && m.replay.is_none()) && m.graph_layers > 0 {
         let _ = writeln!(o);
         let _ = writeln!(
             o,
@@ -414,7 +472,7 @@ pub fn render_text(r: &Report) -> String {
             "{:>4} {:>3} {:>4} {:>12} {:>10} {:>10} {:>8} {:>22} {:>10}",
             "n_s", "T", "R", "state MiB", "on µs", "floor µs", "× floor", "best state-keeping peer", "on / peer"
         );
-        for mode in &r.modes {
+        for mode in r.modes.iter().filter(|m| m.replay.is_none()) {
             let per_layer = mode.on.graph_span.as_ref().map(|g| g.median / m.graph_layers as f64);
             let floor = floor_us(mode);
             let peer = best_state_keeping_peer(mode.seqs, mode.tokens);
@@ -511,6 +569,7 @@ pub(crate) mod tests {
                         rollback: r,
                         seqs: 1,
                         state_bytes: Some(((1 + t.min(r + 1)) as u64 * 2) << 20),
+                        replay: None,
                         kernels,
                         chain_ratio: ratio(off.chain_total.as_ref(), on.chain_total.as_ref()),
                         graph_ratio: ratio(off.graph_span.as_ref(), on.graph_span.as_ref()),
@@ -561,6 +620,7 @@ pub(crate) mod tests {
             rollback: 3,
             seqs: 16,
             state_bytes: None,
+            replay: None,
             kernels: vec![],
             off: ArmStats::default(),
             on: ArmStats::default(),
@@ -598,6 +658,33 @@ pub(crate) mod tests {
         assert!(fused.contains("host µs per layer, 24-layer step as one CUDA graph"), "{fused}");
         assert!(fused.contains("1.00 / 0.50 / 1.50") && fused.contains("1.00 / 0.25 / 0.25"), "{fused}");
         assert!(fused.contains("recorder off (the engine's path): fused = unfused in all 10 buffers"));
+    }
+
+    /// \[replay\] With a replay arm the per-layer table shows both arms, each against its own
+    /// floor, and the state kept per sequence; the snapshot-only table is not printed.
+    #[test]
+    fn a_replay_report_has_both_arms_floors_and_memory() {
+        let mut r = synthetic(true);
+        for mode in &mut r.modes {
+            // a = T/2: 2 MiB read + 2 MiB written when a > 0; 3 MiB kept per sequence.
+            let a = mode.tokens / 2;
+            let moved = if a > 0 { 4u64 << 20 } else { 2 << 20 };
+            mode.replay = Some(ReplayArm { accepted: a, state_bytes: moved, memory_per_seq: 3 << 20, snapshot_memory_per_seq: 8 << 20 });
+        }
+        let text = render_text(&r);
+        assert!(text.contains("replay (on) against snapshots (off)"), "{text}");
+        assert!(!text.contains("best state-keeping peer"), "{text}");
+        let row = text.lines().find(|l| l.trim_start().starts_with("1   4   2")).unwrap_or_else(|| panic!("{text}"));
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        // n_s T a | snap µs, its floor (1 + 4 states of 2 MiB), MiB | replay µs, floor, × floor, MiB | ratio
+        assert_eq!(cells[4], format!("{:.2}", (10u64 << 20) as f64 / COPY_BYTES_PER_S * 1e6), "{row}");
+        assert_eq!((cells[5], cells[9]), ("8.00", "3.00"), "{row}");
+        assert_eq!(cells[7], format!("{:.2}", (4u64 << 20) as f64 / COPY_BYTES_PER_S * 1e6), "{row}");
+        let (snap, replay): (f64, f64) = (cells[3].parse().unwrap(), cells[6].parse().unwrap());
+        assert_eq!(cells[10], format!("{:.2}", replay / snap), "{row}");
+        // One table, a row per mode.
+        assert_eq!(text.lines().filter(|l| l.contains("replay (on)")).count(), 1);
+        assert!(text.lines().any(|l| l.trim_start().starts_with("1   1   0")), "{text}");
     }
 
     #[test]
