@@ -592,7 +592,7 @@ fn measure_mode(
         replay: mode.replay_accepted.map(|a| report::ReplayArm {
             accepted: a,
             state_bytes: (ssm_row * mode.seqs * (1 + usize::from(a > 0))) as u64,
-            memory_per_seq: (ssm_row + conv_row + 2 * *t * replay_log_token_bytes(&built)) as u64,
+            memory_per_seq: (ssm_row + conv_row + 2 * *t * replay_log_token_bytes(built)) as u64,
             snapshot_memory_per_seq: ((1 + *r) * (ssm_row + conv_row)) as u64,
         }),
         kernels: rows(&off, &on),
