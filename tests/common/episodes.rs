@@ -123,6 +123,12 @@ impl GraphMemory {
     }
 
     pub fn write(&mut self, t: &Tensor, bytes: &[u8]) -> Check<()> {
+        // A write over the whole buffer needs no download of it first (the snapshot path's
+        // caches: at 9B, n_s = 64, a GiB each way per step otherwise).
+        let whole = t.layout.byte_range().is_some_and(|r| r.start == 0 && r.len() == self.host.bytes(t.buffer).len());
+        if whole {
+            self.stale[t.buffer.0] = false;
+        }
         write_bytes(self.host_for(&[t.buffer])?, t, bytes);
         Ok(())
     }
@@ -137,15 +143,23 @@ impl GraphMemory {
         Ok(&mut self.host)
     }
 
-    /// Runs `nodes` on the executor.
-    pub fn run(&mut self, nodes: &[Node]) -> Check<()> {
+    /// Runs `nodes` on the executor. On the GPU, `fused` (an op the compilation must have put
+    /// in the graph) must be one node that ran as one kernel launch, as the GPU sweep requires
+    /// of every fused node.
+    pub fn run(&mut self, nodes: &[Node], fused: Option<&str>) -> Check<()> {
         match (self.exec, &mut self.device) {
             (Executor::Gpu(gpu), Some(dev)) => {
                 for (id, dirty) in self.dirty.iter_mut().enumerate().filter(|(_, d)| **d) {
                     dev.write(gpu, BufferId(id), self.host.bytes(BufferId(id))).map_err(|e| format!("upload of buffer {id}: {e}"))?;
                     *dirty = false;
                 }
-                exec::run_gpu(gpu, nodes, dev).map_err(|e| format!("the graph did not run on the GPU: {e}"))?;
+                let launches = exec::run_gpu(gpu, nodes, dev).map_err(|e| format!("the graph did not run on the GPU: {e}"))?;
+                if let Some(op) = fused
+                    && launches.of(op) != (1, 1)
+                {
+                    let (kernels, nodes) = launches.of(op);
+                    return Err(format!("{op}: {nodes} node(s) made {kernels} launches on the GPU (want one node, one kernel)"));
+                }
                 // Any buffer may have been written (the graph's caches, outputs, logs).
                 self.stale.fill(true);
             }
@@ -213,6 +227,8 @@ pub struct LayerGraph {
     built: Built,
     nodes: Vec<Node>,
     mem: GraphMemory,
+    /// GDN_LAYER_STEP when compiled with fusions (one launch per run on the GPU).
+    fused: Option<&'static str>,
 }
 
 impl LayerFields for LayerGraph {
@@ -237,7 +253,8 @@ impl LayerGraph {
                 fired_where_scoped(&spec.layers[0], &report).map_err(|e| format!("{step:?}: {e}\n{report}"))?;
             }
         }
-        Ok(LayerGraph { built, nodes, mem: GraphMemory::new(exec, host)? })
+        let fused = (options != Options::OFF).then_some("GDN_LAYER_STEP");
+        Ok(LayerGraph { built, nodes, mem: GraphMemory::new(exec, host)?, fused })
     }
 
     /// Runs the step with the step inputs `qkv` ([C, T, n_s]) and `cur` ([E, T·n_s]), sequence
@@ -251,7 +268,7 @@ impl LayerGraph {
         for (s, &row) in sources.iter().enumerate() {
             host.write_u32(&v.t.source_rows, [s, 0, 0, 0], u32::try_from(row).expect("a cache row"));
         }
-        self.mem.run(&self.nodes)?;
+        self.mem.run(&self.nodes, self.fused)?;
         OUTPUTS.iter().map(|name| self.get(name)).collect()
     }
 }
@@ -463,6 +480,9 @@ pub struct ReplayGraph {
     /// The nodes writing log set 0 and 1.
     nodes: [Vec<Node>; 2],
     mem: GraphMemory,
+    /// GATED_DELTA_NET_REPLAY_VERIFY when compiled with every fusion (one launch per run on
+    /// the GPU).
+    fused: Option<&'static str>,
     n_s: usize,
     /// A bug planted in the graph path's per-step index (`GraphPlant::None` unless a test
     /// plants one).
@@ -502,7 +522,8 @@ impl ReplayGraph {
             nodes[set] = n;
         }
         let name = if options == Options::OFF { "replay graph unfused" } else { "replay graph fused" };
-        let mut g = ReplayGraph { name, built, nodes, mem: GraphMemory::new(exec, host)?, n_s, plant: GraphPlant::None };
+        let fused = (options != Options::OFF).then_some("GATED_DELTA_NET_REPLAY_VERIFY");
+        let mut g = ReplayGraph { name, built, nodes, mem: GraphMemory::new(exec, host)?, fused, n_s, plant: GraphPlant::None };
         for (name, bytes) in weights {
             g.set(name, bytes)?;
         }
@@ -544,7 +565,7 @@ impl ReplayArm for ReplayGraph {
                 host.write_u32(&r.window_rows, [s, 0, 0, 0], row as u32);
             }
         }
-        self.mem.run(&self.nodes[i % 2])?;
+        self.mem.run(&self.nodes[i % 2], self.fused)?;
         if tokens.is_none() {
             return Ok(None);
         }
