@@ -3,9 +3,12 @@
 # first with the GPU to itself, then every correctness run side by side (the CPU references are
 # the long pole, so the GPU suite and the sweep run as interleaved shards, RGDN_OPS_SHARD /
 # RGDN_SWEEP_SHARD): the GPU suite (every case), the fusion sweep (every case) and its 24-layer
-# forwards, every other bundled test executable, compute-sanitizer memcheck / racecheck /
-# synccheck on batched cases and the replay op's cases, a planted bug (bundle-plant-*.tgz, which
-# must fail: its GPU suite runs the cases bundle/FILTER names, default GDN_LAYER_STEP_VS)
+# forwards, [replay] the replay episodes on the GPU (gpu_replay), every other bundled test
+# executable, compute-sanitizer memcheck / racecheck / synccheck on batched cases and
+# memcheck / racecheck on the replay ops' cases (GATED_DELTA_NET_REPLAY, and
+# GATED_DELTA_NET_REPLAY_VERIFY on its own), a planted bug (bundle-plant-*.tgz, which
+# must fail: its GPU suite runs the cases bundle/FILTER names, default GDN_LAYER_STEP_VS, and
+# its gpu_replay, when the plant bundle has one, the small-shape episodes)
 # and the candle example (bundle-candle.tgz) when carried. Logs under $OUT/final/, summary.txt
 # first. ncu is not run here (scripts/device-batch-variants.sh has the sections, always
 # --clock-control none).
@@ -60,8 +63,11 @@ bg() { local name=$1; shift; (timeout "$(left)" "$@" > "$o/$name.log" 2>&1; echo
 for j in 0 1 2 3 4 5; do RGDN_OPS_SHARD=$j/6 bg "gpu_ops-$j" bundle/tests/gpu_ops; done
 for j in 0 1 2 3; do RGDN_SWEEP_FORWARDS=0 RGDN_SWEEP_SHARD=$j/4 bg "gpu_sweep-$j" bundle/tests/gpu_sweep; done
 RGDN_SWEEP_FORWARDS=only bg forwards bundle/tests/gpu_sweep
+# [replay] The episode certificate on the GPU (about a minute alone; its 9B episodes move 1 GiB
+# snapshot caches per step), beside the others rather than in the serial loop below.
+bg gpu_replay bundle/tests/gpu_replay
 (for t in bundle/tests/*; do
-   n=$(basename "$t"); case $n in gpu_ops|gpu_sweep) continue ;; esac
+   n=$(basename "$t"); case $n in gpu_ops|gpu_sweep|gpu_replay) continue ;; esac
    timeout "$(left)" "$t" > "$o/$n.log" 2>&1; echo "$n: exit $? $(grep -E 'test result' "$o/$n.log" | tail -1) ($(at))" >> "$o/exits.txt"
  done) & pids+=($!)
 export RGDN_SKIP_PARITY=1
@@ -75,12 +81,19 @@ bg synccheck-ops compute-sanitizer --tool synccheck --error-exitcode 9 bundle/te
 # destination) under memcheck and racecheck.
 bg memcheck-replay compute-sanitizer --tool memcheck --error-exitcode 9 bundle/tests/gpu_ops GATED_DELTA_NET_REPLAY
 bg racecheck-replay compute-sanitizer --tool racecheck --error-exitcode 9 bundle/tests/gpu_ops GATED_DELTA_NET_REPLAY
+# [replay] GATED_DELTA_NET_REPLAY_VERIFY's cases (the fused replay + verify: the committed row
+# read and written by one thread, the verify's out written while other blocks read the log).
+# The filter above is a substring and runs them too; these logs are the fused op's alone.
+bg memcheck-replay-verify compute-sanitizer --tool memcheck --error-exitcode 9 bundle/tests/gpu_ops GATED_DELTA_NET_REPLAY_VERIFY
+bg racecheck-replay-verify compute-sanitizer --tool racecheck --error-exitcode 9 bundle/tests/gpu_ops GATED_DELTA_NET_REPLAY_VERIFY
 RGDN_SWEEP_FORWARDS=0 RGDN_SWEEP_STRIDE=50 bg memcheck-sweep compute-sanitizer --tool memcheck --error-exitcode 9 bundle/tests/gpu_sweep
 # The plants: each must fail.
 for d in plant-*/; do
   n=${d#plant-}; n=${n%/}
   RGDN_SWEEP_FORWARDS=0 RGDN_SWEEP_STRIDE=3 bg "plant-$n-sweep" "$d/bundle/tests/gpu_sweep"
   bg "plant-$n-ops" "$d/bundle/tests/gpu_ops" "$(cat "$d/bundle/FILTER" 2>/dev/null || echo GDN_LAYER_STEP_VS)"
+  # [replay] A kernel plant in the replay path must fail the episodes too (small shape only).
+  [ -x "$d/bundle/tests/gpu_replay" ] && RGDN_REPLAY_9B=0 bg "plant-$n-replay" "$d/bundle/tests/gpu_replay"
 done
 # A host plant (bundle-kindplant.tgz: gpu_engine built with every launch plain while the recorder
 # is off): the oversize cooperative grid's refusal, recorder off, must fail.
@@ -96,6 +109,8 @@ echo "all runs ended ($(at))" >> "$s"
   for f in "$o"/gpu_ops-*.log; do echo "$(basename "$f"): $(grep -E '^GPU suite' "$f" | tail -1)"; grep -E '^  FAIL' "$f" | head -5; done
   for f in "$o"/gpu_sweep-*.log "$o"/plant-*-sweep.log; do echo "$(basename "$f"): $(grep -E '^SWEEP' "$f" | cut -c1-70)"; grep FAIL "$f" | head -3 | cut -c1-200; done
   grep -E '^FORWARD' "$o/forwards.log" | cut -c1-150
+  grep -E '^REPLAY EPISODES|^  FAIL' "$o/gpu_replay.log" | cut -c1-300
+  for f in "$o"/plant-*-replay.log; do [ -f "$f" ] && echo "$(basename "$f"): $(grep -E '^REPLAY EPISODES' "$f" | cut -c1-90)"; done
   grep -E 'FAIL|test result' "$o/kind-plant-engine.log" 2>/dev/null | head -5
   tail -n 5 "$o/candle.log" 2>/dev/null
   for f in "$o"/plant-*-ops.log; do echo "$(basename "$f"): $(grep -E '^GPU suite' "$f" | tail -1)"; done

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# [layer-step] Builds bundle-plant-NAME.tgz for scripts/device-plants.sh: the GPU sweep and the
-# GPU suite built from HEAD with one planted change (a patch), in a worktree of its own with a
-# cargo target directory of its own, so that no plant build can reuse another's PTX (session 6
-# lost a device call to that: two plant worktrees sharing a target directory, the build script
-# not re-run). Checks that the plant's embedded PTX differs from HEAD's committed PTX.
+# [layer-step] Builds bundle-plant-NAME.tgz for scripts/device-plants.sh: the GPU sweep, the
+# GPU suite and [replay] the GPU replay episodes built from HEAD with one planted change (a
+# patch), in a worktree of its own with a cargo target directory of its own, so that no plant
+# build can reuse another's PTX (session 6 lost a device call to that: two plant worktrees
+# sharing a target directory, the build script not re-run). Checks that the plant's embedded
+# PTX differs from HEAD's committed PTX.
 #   scripts/plant-bundle.sh NAME PATCH [PATCH…]    # e.g. results/…/next/plant-pairing.patch
 #   PLANT_FILTER=GATED_DELTA_NET_REPLAY scripts/plant-bundle.sh …   # the suite cases it must fail
+#   PLANT_FILTER=GATED_DELTA_NET_REPLAY_VERIFY scripts/plant-bundle.sh replay-verify-short \
+#     results/2026-12-02-local-replay-verify/plant-replay-verify-short.patch   # [replay] a − 1 replayed
 set -euo pipefail
 name=${1:?plant name}
 shift
@@ -18,7 +21,7 @@ trap 'git -C "$root" worktree remove --force "$wt"' EXIT
 for p in "$@"; do git -C "$wt" apply "$(cd "$(dirname "$p")" && pwd)/$(basename "$p")"; done
 # The plant is in the kernels: the build script must rebuild the PTX from source.
 touch "$wt"/kernels-gpu/src/*.rs
-(cd "$wt" && RGDN_PTX_FROM=source CARGO_TARGET_DIR="$tgt" cargo test --release --no-run --test gpu_sweep --test gpu_ops \
+(cd "$wt" && RGDN_PTX_FROM=source CARGO_TARGET_DIR="$tgt" cargo test --release --no-run --test gpu_sweep --test gpu_ops --test gpu_replay \
   --message-format=json 2>/dev/null) > "$tgt.json"
 out=$(mktemp -d)
 mkdir -p "$out/bundle/tests"
@@ -31,11 +34,11 @@ for line in open(sys.argv[1]):
     except ValueError:
         continue
     exe = m.get("executable")
-    if m.get("reason") == "compiler-artifact" and exe and m["target"]["name"] in ("gpu_sweep", "gpu_ops"):
+    if m.get("reason") == "compiler-artifact" and exe and m["target"]["name"] in ("gpu_sweep", "gpu_ops", "gpu_replay"):
         shutil.copy2(exe, os.path.join(sys.argv[2], m["target"]["name"]))
         found[m["target"]["name"]] = exe
-if sorted(found) != ["gpu_ops", "gpu_sweep"]:
-    sys.exit(f"plant-bundle: built {sorted(found)}, not gpu_sweep and gpu_ops")
+if sorted(found) != ["gpu_ops", "gpu_replay", "gpu_sweep"]:
+    sys.exit(f"plant-bundle: built {sorted(found)}, not gpu_sweep, gpu_ops and gpu_replay")
 def embedded(path):
     b = open(path, "rb").read()
     i = b.find(b".version 7.8")
