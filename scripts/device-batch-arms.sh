@@ -5,7 +5,7 @@
 # rounds, every arm once per round in ARMS order (default: the arm files sorted), each bench a
 # separate process (`rgdn bench --quick --seqs $SEQS --modes $MODES`, with the arm's bundle/ENV). NCU_ARM names the arm ncu
 # profiles (default: none) at NCU_SHAPES (n_s:mode …, default "64:mtp3"), always
-# --clock-control none. Every bundle-plant-NAME.tgz carried runs its GPU suite's layer-step
+# --clock-control none. BENCH_EXTRA adds bench arguments (e.g. "--replay half"). Every bundle-plant-NAME.tgz carried runs its GPU suite's layer-step
 # twins and every third sweep case, each of which must fail. Everything under $OUT/arms/ comes
 # back as arms.tgz beside summary.txt.
 #   run(command="ARMS='old new' NCU_ARM=new bash scripts/device-batch-arms.sh", carry=["arm-old.tgz", "arm-new.tgz"])
@@ -21,11 +21,11 @@ for a in $arms; do mkdir -p "arm/$a" && tar xzf "arm-$a.tgz" -C "arm/$a"; done
   echo "date: $(date -u +%FT%TZ)"
   echo "gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1)"
   for a in $arms; do echo "arm $a: $(cat "arm/$a/bundle/COMMIT" 2>/dev/null) $(cat "arm/$a/bundle/ENV" 2>/dev/null)"; done
-  echo "seqs ${SEQS:-4,16,64} modes ${MODES:-decode,mtp3} rounds ${ROUNDS:-2}"
+  echo "seqs ${SEQS:-4,16,64} modes ${MODES:-decode,mtp3} rounds ${ROUNDS:-2} extra bench args: ${BENCH_EXTRA:-none}"
 } > "$s"
 for round in $(seq 1 "${ROUNDS:-2}"); do
   for a in $arms; do
-    timeout 150 env $(cat "arm/$a/bundle/ENV" 2>/dev/null) "arm/$a/bundle/rgdn" bench --no-progress --quick --seqs "${SEQS:-4,16,64}" --modes "${MODES:-decode,mtp3}" \
+    timeout 150 env $(cat "arm/$a/bundle/ENV" 2>/dev/null) "arm/$a/bundle/rgdn" bench --no-progress --quick --seqs "${SEQS:-4,16,64}" --modes "${MODES:-decode,mtp3}" ${BENCH_EXTRA:-} \
       --out "$o/$a-$round" > "$o/$a-$round.txt" 2>&1
     echo "$a round $round: exit $?" >> "$s"
     sed -n '/per layer step/,/^$/p' "$o/$a-$round.txt" | awk -v a="$a-$round" 'NF > 5 && $1 ~ /^[0-9]+$/ {print a": n_s "$1" T "$2" "$5" µs"}' >> "$s"
