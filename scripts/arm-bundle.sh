@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# [seq-batch] Packs one arm for scripts/device-batch-arms.sh: arm-NAME.tgz with bundle/rgdn (the
+# [seq-batch] Packs one arm for scripts/device-batch-arms.sh: arm-NAME.txz (xz) with bundle/rgdn (the
 # release binary at BIN, stripped), bundle/COMMIT (LABEL: the commit and any patch on it) and,
 # when given, bundle/ENV (VAR=VALUE words the arm's benches run with, e.g. a measurement knob).
 #   scripts/arm-bundle.sh NAME BIN LABEL [ENV]
@@ -12,6 +12,6 @@ cp "$bin" "$d/bundle/rgdn"
 strip "$d/bundle/rgdn" 2>/dev/null || true
 echo "$label" > "$d/bundle/COMMIT"
 [ -n "${4:-}" ] && echo "$4" > "$d/bundle/ENV"
-tar czf "$root/arm-$name.tgz" -C "$d" bundle
+tar cJf "$root/arm-$name.txz" -C "$d" bundle
 rm -rf "$d"
-echo "arm-$name.tgz: $(wc -c < "$root/arm-$name.tgz") bytes"
+echo "arm-$name.txz: $(wc -c < "$root/arm-$name.txz") bytes"

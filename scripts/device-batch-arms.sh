@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # [seq-batch] Same-call comparison of several builds of the rgdn binary ("arms"), then ncu of one
-# arm and the carried plant bundles, in one device call. Each arm is arm-NAME.tgz holding
+# arm and the carried plant bundles, in one device call. Each arm is arm-NAME.txz (xz: half gzip's size, and the carry is 64 MiB with the tree) holding
 # bundle/rgdn and bundle/COMMIT (scripts/arm-bundle.sh builds one); the arms' benches run in
 # rounds, every arm once per round in ARMS order (default: the arm files sorted), each bench a
 # separate process (`rgdn bench --quick --seqs $SEQS --modes $MODES`, with the arm's bundle/ENV). NCU_ARM names the arm ncu
@@ -8,15 +8,17 @@
 # --clock-control none. BENCH_EXTRA adds bench arguments (e.g. "--replay half"). Every bundle-plant-NAME.tgz carried runs its GPU suite's layer-step
 # twins and every third sweep case, each of which must fail. Everything under $OUT/arms/ comes
 # back as arms.tgz beside summary.txt.
-#   run(command="ARMS='old new' NCU_ARM=new bash scripts/device-batch-arms.sh", carry=["arm-old.tgz", "arm-new.tgz"])
+#   run(command="ARMS='old new' NCU_ARM=new bash scripts/device-batch-arms.sh", carry=["arm-old.txz", "arm-new.txz"])
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/cuda/bin" RGDN_REQUIRE_GPU=1
 o=${OUT:-bundle/out}/arms
 mkdir -p "$o"
 s="$o/summary.txt"
-arms=${ARMS:-$(ls arm-*.tgz 2>/dev/null | sed 's/^arm-//; s/\.tgz$//' | tr '\n' ' ')}
-for a in $arms; do mkdir -p "arm/$a" && tar xzf "arm-$a.tgz" -C "arm/$a"; done
+arms=${ARMS:-$(ls arm-*.txz 2>/dev/null | sed 's/^arm-//; s/\.txz$//' | tr '\n' ' ')}
+# xz through tar, or through Python's tarfile where the machine has no xz binary.
+untar_xz() { tar xJf "$1" -C "$2" 2>/dev/null || python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$1" "$2"; }
+for a in $arms; do mkdir -p "arm/$a" && untar_xz "arm-$a.txz" "arm/$a"; done
 {
   echo "date: $(date -u +%FT%TZ)"
   echo "gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1)"
