@@ -148,8 +148,8 @@
 //! read the state after token t). Copies move bit patterns.
 
 use crate::abi::{
-    BATCH_PARAMS_BYTES, BATCH_SOURCE_ROWS_OFFSET, BATCH_STATE_BYTES_PER_GROUP, BATCH_WALK_OFFSET, GDN_LAYER_STEP_BLOCK, BatchCursor, BatchItem, GDN_LAYER_STEP_COLS, GDN_LAYER_STEP_GROUPS_PER_HEAD, GDN_LAYER_STEP_WARPS,
-    GdnLayerStepParams, LayerStepItems, LayerStepSchedule, ScheduleWalk, batch_scratch_offset, batch_second_stage_offset,
+    BATCH_PARAMS_BYTES, BATCH_ROW_REDUCE_BYTES, BATCH_SOURCE_ROWS_OFFSET, BATCH_STATE_BYTES_PER_GROUP, BATCH_WALK_OFFSET, GDN_LAYER_STEP_BLOCK, BatchCursor, BatchItem, GDN_LAYER_STEP_COLS, GDN_LAYER_STEP_GROUPS_PER_HEAD, GDN_LAYER_STEP_WARPS,
+    GdnLayerStepParams, LayerStepItems, LayerStepSchedule, ScheduleWalk, batch_rows_offset, batch_scratch_offset, batch_second_stage_offset,
 };
 use crate::device::grid::{arrive, close_batch_launch, close_launch, grid_target, publish_count, publish_item, wait_count, wait_items};
 use crate::device::shared;
@@ -329,6 +329,8 @@ unsafe fn gdn_layer_step_batch<A: Accumulation, const D_CONV: usize>(params: &Gd
     let base = shared::base() + BATCH_PARAMS_BYTES;
     let state_bytes = p.batch.groups_per_warp * BATCH_STATE_BYTES_PER_GROUP;
     let scratch = base + batch_scratch_offset(p.batch.groups_per_warp);
+    // A mat-vec item's area: its reduction buffer, then its operand rings (16-byte aligned).
+    let rows_area = base + batch_rows_offset(p.batch.groups_per_warp);
     // The two token stages: the scratch area (which the first-phase items also use) and the
     // second stage after it.
     let second_stage = base + batch_second_stage_offset(D_CONV, p.n_tokens as usize, p.batch.groups_per_warp);
@@ -383,8 +385,11 @@ unsafe fn gdn_layer_step_batch<A: Accumulation, const D_CONV: usize>(params: &Gd
             }
             BatchItem::Rows { first_head, n_heads, first_col, n_cols } => {
                 // SAFETY: heads and columns inside the validated products (schedule); all 128
-                // threads; the reduction buffer is the scratch area's start (as above).
-                unsafe { pair_gate_tile::<A>(&p.gate, first_head, n_heads, first_col, n_cols, p.pair_block, scratch) };
+                // threads; the item's area (the reduction buffer, then the rings: from the second
+                // state buffer on, `batch_rows_offset`) is idle during a first-phase item — the
+                // item before it ended with a block barrier, and the only copy that can be in
+                // flight, the first second-phase item's state, lands in the first state buffer.
+                unsafe { pair_gate_tile::<A>(&p.gate, first_head, n_heads, first_col, n_cols, p.pair_block, rows_area, rows_area + BATCH_ROW_REDUCE_BYTES) };
                 // SAFETY: as above.
                 unsafe { publish_count(state, chunk) };
             }
