@@ -1323,7 +1323,7 @@ pub const BATCH_MAX_TILE_SEQS: u32 = 8;
 /// [seq-batch] Shared bytes of a mat-vec item's cross-warp reduction buffer: 32 values × 8 virtual
 /// warps.
 pub const BATCH_ROW_REDUCE_BYTES: u32 = BATCH_ROW_VALUES * MUL_MAT_VEC_MAX_WARPS * 4;
-/// [seq-batch] [speed] Iterations one warp's operand ring in a mat-vec item holds: the weight and
+/// [seq-batch] (speed) Iterations one warp's operand ring in a mat-vec item holds: the weight and
 /// column pairs of its virtual warps' next iterations, copied with `cp.async` while the current
 /// iteration accumulates (`mmvf::TileRing`: depth − 1 iterations in flight). Three blocks of
 /// the d_conv 5, n_t = 16 layout fit a multiprocessor up to 4.
@@ -1376,7 +1376,9 @@ pub const fn gdn_layer_step_batch_shared_bytes(d_conv: usize, n_tokens: usize, g
 pub const fn batch_rows_offset(groups_per_warp: u32) -> u32 {
     groups_per_warp * BATCH_STATE_BYTES_PER_GROUP
 }
-const _: () = assert!(BATCH_ROW_REDUCE_BYTES % 16 == 0 && BATCH_STATE_BYTES_PER_GROUP % 16 == 0 && BATCH_PARAMS_BYTES % 16 == 0);
+const _: () = assert!(
+    BATCH_ROW_REDUCE_BYTES.is_multiple_of(16) && BATCH_STATE_BYTES_PER_GROUP.is_multiple_of(16) && BATCH_PARAMS_BYTES.is_multiple_of(16)
+);
 // Three blocks per multiprocessor (228 KiB, 1 KiB reserved per block) at every n_t and groups.
 const _: () =
     assert!(3 * (gdn_layer_step_batch_shared_bytes(5, GDN_LAYER_STEP_MAX_TOKENS, BATCH_MAX_GROUPS_PER_WARP) + 1024) <= 228 * 1024);

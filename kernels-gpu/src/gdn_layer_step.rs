@@ -273,7 +273,12 @@ unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepP
 /// first-phase item after a second-phase one waits for a block barrier, and copies are issued
 /// early only for a second-phase item that comes next. An item's token copies start only
 /// after its chunk's acquire and a block barrier — at the item (`wait_count`) or, once the block
-/// acquired the chunk, early at the previous item.
+/// acquired the chunk, early at the previous item. A mat-vec item's area (its reduction buffer
+/// and operand rings, `batch_rows_offset`) spans state buffer 1, the scratch area and the second
+/// token stage: all idle during a first-phase item (no prefetch targets them then; the only copy
+/// that may fly, the block's first second-phase state, lands in state buffer 0), and the items
+/// before and after it end with a block barrier (`publish_count`, or the one after a
+/// second-phase item followed by a first-phase one).
 ///
 /// # Safety
 /// As [`gdn_layer_step`], for the schedule `p.batch` describes (host: chunk counters ≤
