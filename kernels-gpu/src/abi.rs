@@ -1351,6 +1351,11 @@ pub const BATCH_SOURCE_ROWS_OFFSET: u32 = 1024;
 /// [seq-batch] The source-row table's bytes: one u32 per sequence.
 pub const BATCH_SOURCE_ROWS_BYTES: u32 = 4 * GDN_LAYER_STEP_MAX_SEQS as u32;
 const _: () = assert!(BATCH_WALK_OFFSET as usize + size_of::<ScheduleWalk>() <= BATCH_SOURCE_ROWS_OFFSET as usize);
+/// [seq-batch] Where block 0's thread 0 keeps the launch's target (a u64, read at the start and
+/// used at the end) in the parameters' copy: after the walk, 8-byte aligned. (speed) Kept in
+/// shared memory, not a register live through every item.
+pub const BATCH_TARGET_OFFSET: u32 = (BATCH_WALK_OFFSET + size_of::<ScheduleWalk>() as u32).next_multiple_of(8);
+const _: () = assert!(BATCH_TARGET_OFFSET + 8 <= BATCH_SOURCE_ROWS_OFFSET);
 const _: () = assert!(align_of::<ScheduleWalk>() <= 8 && align_of::<GdnLayerStepParams>() <= 8);
 
 /// [seq-batch] The batched layer step's dynamic shared memory: its parameters' copy, two

@@ -148,7 +148,7 @@
 //! read the state after token t). Copies move bit patterns.
 
 use crate::abi::{
-    BATCH_PARAMS_BYTES, BATCH_ROW_REDUCE_BYTES, BATCH_SOURCE_ROWS_OFFSET, BATCH_STATE_BYTES_PER_GROUP, BATCH_WALK_OFFSET, GDN_LAYER_STEP_BLOCK, BatchCursor, BatchItem, GDN_LAYER_STEP_COLS, GDN_LAYER_STEP_GROUPS_PER_HEAD, GDN_LAYER_STEP_WARPS,
+    BATCH_PARAMS_BYTES, BATCH_ROW_REDUCE_BYTES, BATCH_SOURCE_ROWS_OFFSET, BATCH_STATE_BYTES_PER_GROUP, BATCH_TARGET_OFFSET, BATCH_WALK_OFFSET, GDN_LAYER_STEP_BLOCK, BatchCursor, BatchItem, GDN_LAYER_STEP_COLS, GDN_LAYER_STEP_GROUPS_PER_HEAD, GDN_LAYER_STEP_WARPS,
     GdnLayerStepParams, LayerStepItems, LayerStepSchedule, ScheduleWalk, batch_rows_offset, batch_scratch_offset, batch_second_stage_offset,
 };
 use crate::device::grid::{arrive, close_batch_launch, close_launch, grid_target, publish_count, publish_item, wait_count, wait_items};
@@ -329,8 +329,19 @@ unsafe fn gdn_layer_step_batch<A: Accumulation, const D_CONV: usize>(params: &Gd
     let (warp, lane) = (tid / 32, tid % 32);
     let groups = WarpGroups::batch(p.batch.groups_per_warp, p.n_tokens);
     let state = p.sync_state as usize as *mut u64;
-    // SAFETY: the launch's own readiness state (host), read before this block's arrival.
-    let target = if warp == 0 { unsafe { grid_target(state, grid) } } else { 0 };
+    // [speed] The launch's target, needed only by block 0's thread 0 at the end: read now (before
+    // this block's arrival) and kept in shared memory, not in a register through every item.
+    let target_slot = shared::base() + BATCH_TARGET_OFFSET;
+    if block == 0 && tid == 0 {
+        // SAFETY: the launch's own readiness state (host), read before this block's arrival; the
+        // slot lies in the parameters' copy after the walk (abi.rs asserts it fits), written
+        // only here and read only by this thread.
+        unsafe {
+            let target = grid_target(state, grid);
+            shared::store_u32(target_slot, target as u32);
+            shared::store_u32(target_slot + 4, (target >> 32) as u32);
+        }
+    }
     let base = shared::base() + BATCH_PARAMS_BYTES;
     let state_bytes = p.batch.groups_per_warp * BATCH_STATE_BYTES_PER_GROUP;
     let scratch = base + batch_scratch_offset(p.batch.groups_per_warp);
@@ -467,6 +478,9 @@ unsafe fn gdn_layer_step_batch<A: Accumulation, const D_CONV: usize>(params: &Gd
     // SAFETY: every thread of the block, once, after its last item.
     unsafe { arrive(state) };
     if block == 0 {
+        // Thread 0 stored it at the start (the others pass a value `close_batch_launch` ignores).
+        // SAFETY: this thread's own stores above, nothing else writes the slot.
+        let target = if tid == 0 { unsafe { shared::load_u32(target_slot) as u64 | (shared::load_u32(target_slot + 4) as u64) << 32 } } else { 0 };
         // SAFETY: block 0 after its arrival; every block arrives (co-resident grid).
         unsafe { close_batch_launch(state, target, walk.n_chunks()) };
     }
