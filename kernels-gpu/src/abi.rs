@@ -1323,6 +1323,16 @@ pub const BATCH_MAX_TILE_SEQS: u32 = 8;
 /// [seq-batch] Shared bytes of a mat-vec item's cross-warp reduction buffer: 32 values × 8 virtual
 /// warps.
 pub const BATCH_ROW_REDUCE_BYTES: u32 = BATCH_ROW_VALUES * MUL_MAT_VEC_MAX_WARPS * 4;
+/// [seq-batch] (speed) Iterations one warp's operand ring in a mat-vec item holds: the weight and
+/// column pairs of its virtual warps' next iterations, copied with `cp.async` while the current
+/// iteration accumulates (`mmvf::TileRing`: depth − 1 iterations in flight). Three blocks of
+/// the d_conv 5, n_t = 16 layout fit a multiprocessor up to 4.
+pub const BATCH_ROW_RING_DEPTH: u32 = 4;
+/// [seq-batch] Shared bytes of one warp's operand ring: [`BATCH_ROW_RING_DEPTH`] iterations of 3
+/// KiB (F32 weights: 8 weight pairs and 4 column pairs of 32 lanes; 16-bit weights use 2 KiB).
+pub const BATCH_ROW_RING_WARP_BYTES: u32 = BATCH_ROW_RING_DEPTH * 3 * 1024;
+/// [seq-batch] Shared bytes of a mat-vec item's operand rings, one per warp.
+pub const BATCH_ROW_RING_BYTES: u32 = GDN_LAYER_STEP_WARPS * BATCH_ROW_RING_WARP_BYTES;
 /// [seq-batch] Shared bytes of one second-phase item's initial state, per group a warp runs: 4 warps
 /// × 4 columns × D floats.
 pub const BATCH_STATE_BYTES_PER_GROUP: u32 = GDN_LAYER_STEP_WARPS * GDN_LAYER_STEP_GROUP_COLUMNS * GDN_HEAD_DIM as u32 * 4;
@@ -1341,6 +1351,11 @@ pub const BATCH_SOURCE_ROWS_OFFSET: u32 = 1024;
 /// [seq-batch] The source-row table's bytes: one u32 per sequence.
 pub const BATCH_SOURCE_ROWS_BYTES: u32 = 4 * GDN_LAYER_STEP_MAX_SEQS as u32;
 const _: () = assert!(BATCH_WALK_OFFSET as usize + size_of::<ScheduleWalk>() <= BATCH_SOURCE_ROWS_OFFSET as usize);
+/// [seq-batch] Where block 0's thread 0 keeps the launch's target (a u64, read at the start and
+/// used at the end) in the parameters' copy: after the walk, 8-byte aligned. (speed) Kept in
+/// shared memory, not a register live through every item.
+pub const BATCH_TARGET_OFFSET: u32 = (BATCH_WALK_OFFSET + size_of::<ScheduleWalk>() as u32).next_multiple_of(8);
+const _: () = assert!(BATCH_TARGET_OFFSET + 8 <= BATCH_SOURCE_ROWS_OFFSET);
 const _: () = assert!(align_of::<ScheduleWalk>() <= 8 && align_of::<GdnLayerStepParams>() <= 8);
 
 /// [seq-batch] The batched layer step's dynamic shared memory: its parameters' copy, two
@@ -1348,9 +1363,31 @@ const _: () = assert!(align_of::<ScheduleWalk>() <= 8 && align_of::<GdnLayerStep
 /// the first-phase items (the conv tile, the mat-vec reduction) and the second phase's staged
 /// token inputs share (a block barrier between items), then a second token stage (the next
 /// second-phase item's token inputs, in flight while the current item runs).
+///
+/// A mat-vec item uses its own area instead ([`batch_rows_offset`]): the reduction buffer, then
+/// the operand rings, from the second state buffer on, over the scratch area and the second
+/// token stage; all of them are idle during a first-phase item. The memory is the larger of
+/// the two layouts.
 pub const fn gdn_layer_step_batch_shared_bytes(d_conv: usize, n_tokens: usize, groups_per_warp: u32) -> u32 {
-    BATCH_PARAMS_BYTES + batch_second_stage_offset(d_conv, n_tokens, groups_per_warp) + batch_token_stage_bytes(n_tokens)
+    let items = batch_second_stage_offset(d_conv, n_tokens, groups_per_warp) + batch_token_stage_bytes(n_tokens);
+    let rows = batch_rows_offset(groups_per_warp) + BATCH_ROW_REDUCE_BYTES + BATCH_ROW_RING_BYTES;
+    BATCH_PARAMS_BYTES + if items > rows { items } else { rows }
 }
+
+/// [seq-batch] Where a mat-vec item's area starts, counted from the end of the parameters' copy:
+/// the second state buffer (the first may hold the block's first second-phase state, copied
+/// before the first phase). The item's reduction buffer ([`BATCH_ROW_REDUCE_BYTES`]) comes
+/// first, then its operand rings ([`BATCH_ROW_RING_BYTES`], 16-byte aligned).
+pub const fn batch_rows_offset(groups_per_warp: u32) -> u32 {
+    groups_per_warp * BATCH_STATE_BYTES_PER_GROUP
+}
+const _: () = assert!(
+    BATCH_ROW_REDUCE_BYTES.is_multiple_of(16) && BATCH_STATE_BYTES_PER_GROUP.is_multiple_of(16) && BATCH_PARAMS_BYTES.is_multiple_of(16)
+);
+// Three blocks per multiprocessor (228 KiB, 1 KiB reserved per block) at every n_t and groups.
+const _: () =
+    assert!(3 * (gdn_layer_step_batch_shared_bytes(5, GDN_LAYER_STEP_MAX_TOKENS, BATCH_MAX_GROUPS_PER_WARP) + 1024) <= 228 * 1024);
+const _: () = assert!(3 * (gdn_layer_step_batch_shared_bytes(3, 1, BATCH_MAX_GROUPS_PER_WARP) + 1024) <= 228 * 1024);
 
 /// [seq-batch] Where the second token stage starts, counted from the end of the parameters' copy:
 /// after the scratch area.

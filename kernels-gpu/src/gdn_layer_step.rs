@@ -148,8 +148,8 @@
 //! read the state after token t). Copies move bit patterns.
 
 use crate::abi::{
-    BATCH_PARAMS_BYTES, BATCH_SOURCE_ROWS_OFFSET, BATCH_STATE_BYTES_PER_GROUP, BATCH_WALK_OFFSET, GDN_LAYER_STEP_BLOCK, BatchCursor, BatchItem, GDN_LAYER_STEP_COLS, GDN_LAYER_STEP_GROUPS_PER_HEAD, GDN_LAYER_STEP_WARPS,
-    GdnLayerStepParams, LayerStepItems, LayerStepSchedule, ScheduleWalk, batch_scratch_offset, batch_second_stage_offset,
+    BATCH_PARAMS_BYTES, BATCH_ROW_REDUCE_BYTES, BATCH_SOURCE_ROWS_OFFSET, BATCH_STATE_BYTES_PER_GROUP, BATCH_TARGET_OFFSET, BATCH_WALK_OFFSET, GDN_LAYER_STEP_BLOCK, BatchCursor, BatchItem, GDN_LAYER_STEP_COLS, GDN_LAYER_STEP_GROUPS_PER_HEAD, GDN_LAYER_STEP_WARPS,
+    GdnLayerStepParams, LayerStepItems, LayerStepSchedule, ScheduleWalk, batch_rows_offset, batch_scratch_offset, batch_second_stage_offset,
 };
 use crate::device::grid::{arrive, close_batch_launch, close_launch, grid_target, publish_count, publish_item, wait_count, wait_items};
 use crate::device::shared;
@@ -273,7 +273,12 @@ unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepP
 /// first-phase item after a second-phase one waits for a block barrier, and copies are issued
 /// early only for a second-phase item that comes next. An item's token copies start only
 /// after its chunk's acquire and a block barrier — at the item (`wait_count`) or, once the block
-/// acquired the chunk, early at the previous item.
+/// acquired the chunk, early at the previous item. A mat-vec item's area (its reduction buffer
+/// and operand rings, `batch_rows_offset`) spans state buffer 1, the scratch area and the second
+/// token stage: all idle during a first-phase item (no prefetch targets them then; the only copy
+/// that may fly, the block's first second-phase state, lands in state buffer 0), and the items
+/// before and after it end with a block barrier (`publish_count`, or the one after a
+/// second-phase item followed by a first-phase one).
 ///
 /// # Safety
 /// As [`gdn_layer_step`], for the schedule `p.batch` describes (host: chunk counters ≤
@@ -324,11 +329,24 @@ unsafe fn gdn_layer_step_batch<A: Accumulation, const D_CONV: usize>(params: &Gd
     let (warp, lane) = (tid / 32, tid % 32);
     let groups = WarpGroups::batch(p.batch.groups_per_warp, p.n_tokens);
     let state = p.sync_state as usize as *mut u64;
-    // SAFETY: the launch's own readiness state (host), read before this block's arrival.
-    let target = if warp == 0 { unsafe { grid_target(state, grid) } } else { 0 };
+    // [speed] The launch's target, needed only by block 0's thread 0 at the end: read now (before
+    // this block's arrival) and kept in shared memory, not in a register through every item.
+    let target_slot = shared::base() + BATCH_TARGET_OFFSET;
+    if block == 0 && tid == 0 {
+        // SAFETY: the launch's own readiness state (host), read before this block's arrival; the
+        // slot lies in the parameters' copy after the walk (abi.rs asserts it fits), written
+        // only here and read only by this thread.
+        unsafe {
+            let target = grid_target(state, grid);
+            shared::store_u32(target_slot, target as u32);
+            shared::store_u32(target_slot + 4, (target >> 32) as u32);
+        }
+    }
     let base = shared::base() + BATCH_PARAMS_BYTES;
     let state_bytes = p.batch.groups_per_warp * BATCH_STATE_BYTES_PER_GROUP;
     let scratch = base + batch_scratch_offset(p.batch.groups_per_warp);
+    // A mat-vec item's area: its reduction buffer, then its operand rings (16-byte aligned).
+    let rows_area = base + batch_rows_offset(p.batch.groups_per_warp);
     // The two token stages: the scratch area (which the first-phase items also use) and the
     // second stage after it.
     let second_stage = base + batch_second_stage_offset(D_CONV, p.n_tokens as usize, p.batch.groups_per_warp);
@@ -383,8 +401,11 @@ unsafe fn gdn_layer_step_batch<A: Accumulation, const D_CONV: usize>(params: &Gd
             }
             BatchItem::Rows { first_head, n_heads, first_col, n_cols } => {
                 // SAFETY: heads and columns inside the validated products (schedule); all 128
-                // threads; the reduction buffer is the scratch area's start (as above).
-                unsafe { pair_gate_tile::<A>(&p.gate, first_head, n_heads, first_col, n_cols, p.pair_block, scratch) };
+                // threads; the item's area (the reduction buffer, then the rings: from the second
+                // state buffer on, `batch_rows_offset`) is idle during a first-phase item — the
+                // item before it ended with a block barrier, and the only copy that can be in
+                // flight, the first second-phase item's state, lands in the first state buffer.
+                unsafe { pair_gate_tile::<A>(&p.gate, first_head, n_heads, first_col, n_cols, p.pair_block, rows_area, rows_area + BATCH_ROW_REDUCE_BYTES) };
                 // SAFETY: as above.
                 unsafe { publish_count(state, chunk) };
             }
@@ -457,6 +478,9 @@ unsafe fn gdn_layer_step_batch<A: Accumulation, const D_CONV: usize>(params: &Gd
     // SAFETY: every thread of the block, once, after its last item.
     unsafe { arrive(state) };
     if block == 0 {
+        // Thread 0 stored it at the start (the others pass a value `close_batch_launch` ignores).
+        // SAFETY: this thread's own stores above, nothing else writes the slot.
+        let target = if tid == 0 { unsafe { shared::load_u32(target_slot) as u64 | (shared::load_u32(target_slot + 4) as u64) << 32 } } else { 0 };
         // SAFETY: block 0 after its arrival; every block arrives (co-resident grid).
         unsafe { close_batch_launch(state, target, walk.n_chunks()) };
     }

@@ -49,7 +49,7 @@ use crate::device::memory::load_nc_f32;
 use crate::device::math::{add, fma};
 use crate::device::shared;
 use crate::device::thread::{block_dim_x, block_idx_x, block_idx_y, block_idx_z, sync_threads, thread_idx_x};
-use crate::device::warp::{warp_sum, warp_sum_scattered_32};
+use crate::device::warp::{sync_warp, warp_sum, warp_sum_scattered_32};
 
 /// Pair iterations per thread whose loads are all issued before their fmas (see the module
 /// docs). 8 covers E = 4096 at 256 threads in one chunk.
@@ -92,7 +92,9 @@ pub trait Stageable: Copy {
     /// The pair staged at `addr`.
     ///
     /// # Safety
-    /// This thread staged it there and then ran [`shared::wait_async_copies`].
+    /// This thread staged it there and then ran [`shared::wait_async_copies`]; or [seq-batch] a
+    /// thread of this warp copied it there, waited for the copy and then met this thread at
+    /// [`sync_warp`], and nothing wrote it since.
     unsafe fn load_staged(addr: u32) -> Self;
 }
 
@@ -1070,6 +1072,255 @@ unsafe fn tile_partials<A: Accumulation>(
     out
 }
 
+/// [seq-batch] [speed] One warp's operand ring for a batched mat-vec item: the stream of its
+/// virtual warps' iterations — virtual warp `warp` (the real warp's low virtual threads) at
+/// k = 0 … n_low − 1, then virtual warp `warp` + 4 (the high ones) — whose operands (the
+/// [`TILE_ROWS`] weight pairs and [`TILE_COLS`] column pairs of the iteration's 32 pairs, one
+/// per lane) are copied into shared memory with 16-byte `cp.async` copies, `depth` − 1 stages
+/// ahead of the one that accumulates. No registers hold operands in flight, so a lane waits for
+/// one memory round trip per `depth` − 1 iterations instead of one per iteration, and the
+/// high virtual threads' copies start while the low ones still accumulate.
+///
+/// Stage layout (`stage_bytes`): weight row rr's 32 pairs at `rr · 32 · PB` (PB = the pair's
+/// bytes), then column c's 32 pairs at `TILE_ROWS · 32 · PB + 256 · c`, each as in global memory
+/// (pair `p0 + lane` at lane · its size: conflict-free shared loads). Every lane copies 16-byte
+/// chunks q = lane, lane + 32, … of the stage (a warp's copies are one contiguous run), so a
+/// lane reads pairs other lanes copied: each lane waits for its own copies
+/// ([`shared::wait_async_groups`]) and the warp then meets ([`sync_warp`]), which also tells every
+/// lane that the others finished reading the previous stage, whose slot it refills next.
+struct TileRing {
+    /// This lane's weight chunks m = 0 … (4 for F32 pairs, 2 for 16-bit ones): the global
+    /// address of chunk q = lane + 32m at pair 0 (row q / (2·PB), byte 16·(q mod 2·PB) of it).
+    wsrc: [*const u8; 4],
+    /// This lane's column chunks m = 0, 1: chunk q = lane + 32m at pair 0 (column q / 16, byte
+    /// 16·(q mod 16) of it).
+    csrc: [*const u8; 2],
+    /// Shared address of the warp's ring (slot 0).
+    ring: u32,
+    lane: u32,
+    warp: u32,
+    block: u32,
+    /// Iterations of virtual warp `warp`, and of both virtual warps.
+    n_low: u32,
+    n_all: u32,
+}
+
+/// Whether [`TileRing`] can run a batched item: 16-byte aligned rows and columns, and whole
+/// 32-pair runs (n_pairs a multiple of 32, so that a virtual warp's iteration holds a pair for
+/// every lane or for none and no chunk reads past a row). Block-uniform.
+#[inline(always)]
+fn tile_ring_fits<A: Accumulation>(rows: &[*const A::Pair; TILE_ROWS], cols: &[*const F32Pair; TILE_COLS], n_pairs: u32) -> bool {
+    let mut bits = n_pairs as usize % 32;
+    let mut rr = 0;
+    while rr < TILE_ROWS {
+        bits |= rows[rr] as usize % 16;
+        rr += 1;
+    }
+    let mut c = 0;
+    while c < TILE_COLS {
+        bits |= cols[c] as usize % 16;
+        c += 1;
+    }
+    bits == 0
+}
+
+impl TileRing {
+    /// Bytes of one weight pair (8 or 4).
+    #[inline(always)]
+    const fn pair_bytes<A: Accumulation>() -> u32 {
+        core::mem::size_of::<A::Pair>() as u32
+    }
+
+    /// Bytes of one stage: an iteration's operands for the warp's 32 lanes.
+    #[inline(always)]
+    const fn stage_bytes<A: Accumulation>() -> u32 {
+        TILE_ROWS as u32 * 32 * Self::pair_bytes::<A>() + TILE_COLS as u32 * 256
+    }
+
+    /// Stages in the ring ([`abi::BATCH_ROW_RING_DEPTH`], for every weight type: a deeper ring
+    /// of 16-bit pairs, which the bytes would allow, spills 8 bytes at the bf16 and f16/f32-acc
+    /// d_conv 5 entries — its prologue's copies, written out, hold their addresses at once).
+    #[inline(always)]
+    const fn depth<A: Accumulation>() -> u32 {
+        abi::BATCH_ROW_RING_DEPTH
+    }
+
+    /// The ring of this lane of warp `warp` for an item of rows `rows` and columns `cols`
+    /// (their first pairs), n_pairs pairs and `block` virtual threads; `ring` is the warp's
+    /// [`abi::BATCH_ROW_RING_WARP_BYTES`], 16-byte aligned. Starts the first `depth` − 1 stages'
+    /// copies.
+    ///
+    /// # Safety
+    /// All 32 lanes of the warp call it together; [`tile_ring_fits`] holds; `rows[rr]` and
+    /// `cols[c]` point to `n_pairs` readable pairs nothing writes during the launch; nothing else
+    /// reads or writes `ring` until the warp's last [`TileRing::partials`] returned; `block` a
+    /// multiple of 32, at most 256.
+    #[inline(always)]
+    unsafe fn start<A: Accumulation>(
+        rows: &[*const A::Pair; TILE_ROWS],
+        cols: &[*const F32Pair; TILE_COLS],
+        n_pairs: u32,
+        block: u32,
+        ring: u32,
+        warp: u32,
+        lane: u32,
+    ) -> TileRing {
+        const {
+            assert!(abi::BATCH_ROW_RING_DEPTH >= 2 && TILE_COLS * 16 == 64);
+            assert!(Self::depth::<A>() * Self::stage_bytes::<A>() <= abi::BATCH_ROW_RING_WARP_BYTES);
+        };
+        let pb = Self::pair_bytes::<A>();
+        // Iterations of virtual warp vw: k with 32·vw + k·block < n_pairs (none if vw has no threads).
+        let iterations = |vw: u32| if 32 * vw < block && 32 * vw < n_pairs { (n_pairs - 32 * vw).div_ceil(block) } else { 0 };
+        let (n_low, n_high) = (iterations(warp), iterations(warp + 4));
+        let mut wsrc = [core::ptr::null::<u8>(); 4];
+        let mut m = 0;
+        while m < (TILE_ROWS as u32 * pb / 16) as usize {
+            let q = lane + 32 * m as u32;
+            let (row, chunk) = (q / (2 * pb), q % (2 * pb));
+            // Row `row` by selects (no runtime index into `rows`).
+            let mut rr = 0;
+            while rr < TILE_ROWS {
+                if rr as u32 == row {
+                    wsrc[m] = rows[rr] as *const u8;
+                }
+                rr += 1;
+            }
+            // Byte 16·chunk < 32·PB of the row's first run: inside it (n_pairs ≥ 32 when an
+            // iteration exists; addresses only formed, read by `issue` for an existing one).
+            wsrc[m] = wsrc[m].wrapping_add(16 * chunk as usize);
+            m += 1;
+        }
+        let mut csrc = [core::ptr::null::<u8>(); 2];
+        let mut m = 0;
+        while m < 2 {
+            let q = lane + 32 * m as u32;
+            let (col, chunk) = (q / 16, q % 16);
+            let mut c = 0;
+            while c < TILE_COLS {
+                if c as u32 == col {
+                    csrc[m] = cols[c] as *const u8;
+                }
+                c += 1;
+            }
+            csrc[m] = csrc[m].wrapping_add(16 * chunk as usize);
+            m += 1;
+        }
+        let me = TileRing { wsrc, csrc, ring, lane, warp, block, n_low, n_all: n_low + n_high };
+        let mut j = 0;
+        while j + 1 < Self::depth::<A>() {
+            // SAFETY: forwarded from the caller; stage j's slot is untouched so far.
+            unsafe { me.issue::<A>(j) };
+            j += 1;
+        }
+        me
+    }
+
+    /// Starts this lane's copies of stream iteration `j` (none past the stream's end) into slot
+    /// j mod depth, and closes them into one group (an empty one past the end, so that every
+    /// call adds one group and [`TileRing::partials`] can count them).
+    ///
+    /// # Safety
+    /// As [`TileRing::start`]; no lane of the warp reads the slot until it waited for the copies
+    /// and met the warp.
+    #[inline(always)]
+    unsafe fn issue<A: Accumulation>(&self, j: u32) {
+        let pb = Self::pair_bytes::<A>();
+        if j < self.n_all {
+            let (half, k) = if j < self.n_low { (0, j) } else { (1, j - self.n_low) };
+            // The iteration's first pair: virtual thread 32·(warp + 4·half) + lane at k.
+            let p0 = 32 * (self.warp + 4 * half) + k * self.block;
+            let slot = self.ring + (j % Self::depth::<A>()) * Self::stage_bytes::<A>();
+            let mut m = 0;
+            while m < (TILE_ROWS as u32 * pb / 16) as usize {
+                // SAFETY: p0 + 32 ≤ n_pairs (n_pairs a multiple of 32, p0 < n_pairs): the chunk's
+                // pairs lie inside the row; 16-byte aligned (row and p0·PB); the slot's chunk is
+                // the ring's, 16-byte aligned (caller).
+                unsafe { shared::copy_async_16(slot + 16 * (self.lane + 32 * m as u32), self.wsrc[m].add((p0 * pb) as usize)) };
+                m += 1;
+            }
+            let mut m = 0;
+            while m < 2 {
+                // SAFETY: as above, for the column's pairs.
+                unsafe {
+                    shared::copy_async_16(
+                        slot + TILE_ROWS as u32 * 32 * pb + 16 * (self.lane + 32 * m as u32),
+                        self.csrc[m].add(8 * p0 as usize),
+                    )
+                };
+                m += 1;
+            }
+        }
+        shared::commit_async_copies();
+    }
+
+    /// Waits until at most depth − 2 of this lane's newest copy groups are in flight.
+    #[inline(always)]
+    fn wait<A: Accumulation>() {
+        shared::wait_async_groups::<{ abi::BATCH_ROW_RING_DEPTH - 2 }>()
+    }
+
+    /// The partial sums of stream iterations `first` … `first + count − 1` — one virtual warp's
+    /// iterations, all of them — as [`tile_partials`] computes them for this lane's virtual
+    /// thread: per iteration (k increasing) each (row, column)'s [`Accumulation::step_column`]
+    /// from [`Accumulation::ZERO`], on the same pairs. Before iteration j accumulates, the copies
+    /// of iteration j + depth − 1 start, into the slot of iteration j − 1.
+    ///
+    /// # Safety
+    /// All 32 lanes of the warp call it together, the calls taking the stream's iterations in
+    /// order from 0 (after [`TileRing::start`]).
+    #[inline(always)]
+    unsafe fn partials<A: Accumulation>(&self, first: u32, count: u32) -> [f32; TILE_ROWS * TILE_COLS] {
+        let pb = Self::pair_bytes::<A>();
+        let mut acc = [A::ZERO; TILE_ROWS * TILE_COLS];
+        let mut j = first;
+        while j < first + count {
+            // Groups committed so far: depth − 1 + j, one per iteration issued; with depth − 2
+            // left in flight, those of iterations 0 … j have landed (and any older group).
+            Self::wait::<A>();
+            // SAFETY: every lane is here (caller); every lane's copies of iteration j are now
+            // visible to all, and every lane finished reading iteration j − 1's slot.
+            unsafe { sync_warp() };
+            // SAFETY: forwarded; the slot of iteration j + depth − 1 is iteration j − 1's, which
+            // no lane reads any more (the barrier above).
+            unsafe { self.issue::<A>(j + Self::depth::<A>() - 1) };
+            let slot = self.ring + (j % Self::depth::<A>()) * Self::stage_bytes::<A>();
+            let mut x = [A::NO_PAIR; TILE_ROWS];
+            let mut rr = 0;
+            while rr < TILE_ROWS {
+                // SAFETY: landed and visible (above); this lane's pair of row rr.
+                x[rr] = unsafe { A::Pair::load_staged(slot + (rr as u32 * 32 + self.lane) * pb) };
+                rr += 1;
+            }
+            // Each column's pair in the form every row's step takes (converted once, not per row).
+            let mut yc = [A::column(F32Pair::ZERO); TILE_COLS];
+            let mut c = 0;
+            while c < TILE_COLS {
+                // SAFETY: as above, this lane's pair of column c.
+                let y = unsafe { F32Pair::load_staged(slot + TILE_ROWS as u32 * 32 * pb + 256 * c as u32 + 8 * self.lane) };
+                yc[c] = A::column(y);
+                c += 1;
+            }
+            let mut rr = 0;
+            while rr < TILE_ROWS {
+                let mut c = 0;
+                while c < TILE_COLS {
+                    acc[rr * TILE_COLS + c] = A::step_column(acc[rr * TILE_COLS + c], x[rr], yc[c]);
+                    c += 1;
+                }
+                rr += 1;
+            }
+            j += 1;
+        }
+        let mut out = [0.0f32; TILE_ROWS * TILE_COLS];
+        // Written out, as in `tile_partials`.
+        each_value!(j => {
+            out[j] = A::finish(acc[j]);
+        });
+        out
+    }
+}
+
 /// `$body` once for each `$j` = 0 … [`abi::BATCH_ROW_VALUES`]−1, in order, as straight-line code.
 macro_rules! each_value {
     ($j:ident => $body:block) => {{
@@ -1104,8 +1355,10 @@ const _: () = assert!(abi::BATCH_ROW_VALUES == 32, "each_value! writes out 32 va
 /// validated both products for the launch's columns, every head < their rows, the gate views)
 /// whose inputs nobody writes during the launch; `first_head + n_heads` ≤ H_v, `first_col +
 /// n_cols` ≤ the products' columns, 1 ≤ `n_heads`, 1 ≤ `n_cols`; `buf` is the shared address of
-/// [`abi::BATCH_ROW_REDUCE_BYTES`] that no other code accesses between the block barrier before
-/// this call and the one after it.
+/// [`abi::BATCH_ROW_REDUCE_BYTES`] and `ring` the 16-byte aligned shared address of
+/// [`abi::BATCH_ROW_RING_BYTES`] (disjoint from `buf`) that no other code accesses between the
+/// block barrier before this call and the one after it, and no `cp.async` copy of this block
+/// targets then.
 #[inline(always)]
 pub(crate) unsafe fn pair_gate_tile<A: Accumulation>(
     gp: &abi::MulMatVecPairGateParams,
@@ -1115,6 +1368,7 @@ pub(crate) unsafe fn pair_gate_tile<A: Accumulation>(
     n_cols: u32,
     block: u32,
     buf: u32,
+    ring: u32,
 ) {
     let p = &gp.pair;
     let tid = thread_idx_x();
@@ -1159,27 +1413,52 @@ pub(crate) unsafe fn pair_gate_tile<A: Accumulation>(
     // SAFETY: head < H_v for a kept element (caller), read-only views.
     let operands = if warp == 0 && mine { unsafe { epilogue.operands(head) } } else { (0.0, 0.0) };
     let slot = |j: u32, w: u32| buf + 4 * (j * MUL_MAT_VEC_MAX_WARPS + w);
-    // Virtual threads tid (virtual warp `warp`), then tid + 128 (virtual warp warp + 4).
-    let mut sum = 0.0f32;
-    let mut half = 0;
-    while half < 2 {
-        let v = tid + 128 * half;
-        // The whole virtual warp exists or none of it (`block` is a multiple of 32): the
-        // condition is warp-uniform.
-        if v - lane < block {
-            // SAFETY: forwarded from the caller (validated rows and columns, read-only).
-            let partials = unsafe { tile_partials::<A>(&rows, &cols, p.n_pairs, v, block) };
-            // SAFETY: the whole warp is here (warp-uniform condition).
-            let warp_sum = unsafe { warp_sum_scattered_32(partials, lane) };
-            if block <= 32 {
-                // One warp: its butterfly is the block's sum (ggml skips the shared step).
-                sum = warp_sum;
-            } else {
-                // SAFETY: virtual warp warp + 4·half < 8: inside element lane's slots.
-                unsafe { shared::store_f32(slot(lane, warp + 4 * half), warp_sum) };
-            }
+    // [speed] The operands through the warp's ring where the item's rows and columns allow it
+    // (block-uniform); otherwise each virtual thread's loads one iteration ahead in registers.
+    // Virtual warp warp + 4·half's sums: lane j holds element j's butterfly, the block's sum
+    // with one virtual warp, else stored for the cross-warp step.
+    let keep = |partials: [f32; TILE_ROWS * TILE_COLS], half: u32, sum: &mut f32| {
+        // SAFETY: the whole warp is here (warp-uniform callers).
+        let warp_sum = unsafe { warp_sum_scattered_32(partials, lane) };
+        if block <= 32 {
+            // One warp: its butterfly is the block's sum (ggml skips the shared step).
+            *sum = warp_sum;
+        } else {
+            // SAFETY: virtual warp warp + 4·half < 8: inside element lane's slots.
+            unsafe { shared::store_f32(slot(lane, warp + 4 * half), warp_sum) };
         }
-        half += 1;
+    };
+    // Virtual threads tid (virtual warp `warp`), then tid + 128 (virtual warp warp + 4). The whole
+    // virtual warp exists or none of it (`block` is a multiple of 32): the conditions are
+    // warp-uniform.
+    let mut sum = 0.0f32;
+    // [speed] The operands through the warp's ring where the item's rows and columns allow it
+    // (block-uniform); otherwise each virtual thread's loads one iteration ahead in registers.
+    // Two separate loops, so that neither path's addresses stay live through the other.
+    if tile_ring_fits::<A>(&rows, &cols, p.n_pairs) {
+        // SAFETY: the whole warp (block-uniform condition); the ring fits (checked); validated,
+        // read-only rows and columns (caller); warp `warp`'s part of the rings, which only this
+        // warp touches until the barrier after the item (caller).
+        let r = unsafe { TileRing::start::<A>(&rows, &cols, p.n_pairs, block, ring + warp * abi::BATCH_ROW_RING_WARP_BYTES, warp, lane) };
+        if tid - lane < block {
+            // SAFETY: the whole warp; the stream's first n_low iterations (virtual warp `warp`).
+            keep(unsafe { r.partials::<A>(0, r.n_low) }, 0, &mut sum);
+        }
+        if tid + 128 - lane < block {
+            // SAFETY: the whole warp; the rest of the stream (virtual warp warp + 4, which exists
+            // only if the low one does).
+            keep(unsafe { r.partials::<A>(r.n_low, r.n_all - r.n_low) }, 1, &mut sum);
+        }
+    } else {
+        let mut half = 0;
+        while half < 2 {
+            let v = tid + 128 * half;
+            if v - lane < block {
+                // SAFETY: forwarded from the caller (validated rows and columns, read-only).
+                keep(unsafe { tile_partials::<A>(&rows, &cols, p.n_pairs, v, block) }, half, &mut sum);
+            }
+            half += 1;
+        }
     }
     if block > 32 {
         // SAFETY: `block` is uniform, so every thread of the block reaches the barrier.

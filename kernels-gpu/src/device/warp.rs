@@ -24,6 +24,22 @@ pub unsafe fn shfl_xor(v: f32, lane_mask: u32) -> f32 {
     r
 }
 
+/// [seq-batch] `bar.warp.sync` with a full mask: every lane of the warp waits here until all 32
+/// arrived; orders the warp's memory accesses before the barrier against those after it (PTX:
+/// "threads within warp that wish to communicate via memory can store to memory, execute
+/// bar.warp.sync, and then safely read values stored by other threads in warp"). Not
+/// `readonly`: the compiler keeps shared accesses on their side of it.
+///
+/// # Safety
+/// All 32 lanes of the warp must execute this call together (full mask).
+#[inline(always)]
+pub unsafe fn sync_warp() {
+    // SAFETY: forwarded to the caller (the whole warp arrives).
+    unsafe {
+        asm!("bar.warp.sync 0xffffffff;", options(nostack, preserves_flags));
+    }
+}
+
 /// ggml's `warp_reduce_sum` (width 32): for offsets 16, 8, 4, 2, 1 every lane computes
 /// `x = x + shfl_xor(x, offset)` with `add.rn.ftz`, own value first. Each step adds a
 /// commutative pair, so all lanes end with the same bits (spec §2.0).
