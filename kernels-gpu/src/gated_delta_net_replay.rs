@@ -122,8 +122,9 @@ pub(crate) struct LoggedColumns<const C: usize> {
 /// [replay] [`token_update`] of one logged token on `C` = 8 or 16 value columns of one warp (this
 /// lane's rows of each in `s`): `γ = expf(g)` ([`decay`]), each column's `KV = Σ_i S[i][col]·k[i]`
 /// (its lane fma chain, [`lane_dot`]) — the C sums in one reduce-scatter
-/// ([`warp_sum_scattered`]: each value's sum has [`warp_sum`](crate::device::warp::warp_sum)'s bits, the butterfly over lanes
-/// xor 16, 8, 4, 2, 1) and broadcast from the value's first lane — then each column's
+/// ([`warp_sum_scattered`]: each value's sum has [`warp_sum`](crate::device::warp::warp_sum)'s
+/// bits, the butterfly over lanes xor 16, 8, 4, 2, 1) and broadcast from the value's first
+/// lane — then each column's
 /// `δ = β·(v − γ·KV)` and `S ← γ·S + k·δ` ([`delta`], [`update`]). Column j's operations,
 /// operands and order are [`token_update`]'s for that column; only independent operations of
 /// different columns interleave. The replay loop's body of GATED_DELTA_NET_REPLAY_VERIFY (and of

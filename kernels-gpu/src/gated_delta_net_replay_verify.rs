@@ -18,10 +18,11 @@
 //!    shared by the block's four warps, each warp's 8 v, g, β), and the log's tokens t < a (the
 //!    key head's k row, each warp's 8 v, g, β: [`issue_log_copies`]).
 //! 4. a > 0: the replay, tokens t < a — [`columns_token_update`] on each: for each column
-//!    GATED_DELTA_NET_REPLAY's [`token_update`] (the 8 columns' KV sums in one 8-value
-//!    reduce-scatter, each sum [`warp_sum`]'s bits), token t + 1's staged inputs read before
-//!    token t's arithmetic — and the state, once, to row `dest_rows[s]`: GATED_DELTA_NET_REPLAY's
-//!    store, the same bits.
+//!    GATED_DELTA_NET_REPLAY's [`token_update`](crate::gated_delta_net::token_update) (the 8
+//!    columns' KV sums in one 8-value reduce-scatter, each sum
+//!    [`warp_sum`](crate::device::warp::warp_sum)'s bits), token t + 1's staged inputs read
+//!    before token t's arithmetic — and the state, once, to row `dest_rows[s]`:
+//!    GATED_DELTA_NET_REPLAY's store, the same bits.
 //! 5. The verify's T tokens from the state in registers: [`group_recurrence`]`::<8, 16>` (token
 //!    t's outputs and token t + 1's KV in one 16-value reduce-scatter), each column's operations
 //!    those of GATED_DELTA_NET_FROM_CACHE's warp for it from the row `dest_rows[s]` it would have
@@ -48,14 +49,10 @@
 //! by one lane of their column's warp.
 
 use crate::abi::{self, GDN_HEAD_DIM, GDN_WARPS, REPLAY_VERIFY_BLOCK_COLUMNS, REPLAY_VERIFY_WARP_COLUMNS};
-#[allow(unused_imports)] // rustdoc links
-use crate::device::warp::warp_sum;
 use crate::device::memory::store_f32x4_stride32;
 use crate::device::shared;
 use crate::device::thread::{block_idx_x, block_idx_y, block_idx_z, sync_threads, thread_idx_x, thread_idx_y};
 use crate::device::trap;
-#[allow(unused_imports)] // rustdoc links
-use crate::gated_delta_net::token_update;
 use crate::gated_delta_net::{HeadViews, ROWS_PER_LANE, WarpGroups, group_recurrence, issue_token_copies, load_lane_coherent};
 use crate::gated_delta_net_replay::{LogSource, LoggedColumns, columns_token_update, index_at};
 
