@@ -23,6 +23,7 @@
 use super::legality::Candidate;
 use super::{Fusion, Graph, Refusal};
 use crate::graph::layer::{LayerSpec, Rollback};
+use crate::kernels::abi;
 use crate::ops::{GatedDeltaNetFromCache, GatedDeltaNetReplay, GatedDeltaNetReplayVerify, Op};
 
 pub const FUSION: Fusion = Fusion {
@@ -34,9 +35,13 @@ pub const FUSION: Fusion = Fusion {
     default: false,
 };
 
-/// Replay-mode layers, where `state_read` fires (it makes the GATED_DELTA_NET_FROM_CACHE).
+/// Replay-mode layers, where `state_read` fires (it makes the GATED_DELTA_NET_FROM_CACHE), of
+/// at most [`abi::REPLAY_VERIFY_MAX_TOKENS`] tokens a step (the fused kernel's shared-memory
+/// stages; the GDN tail's step limit is the same 16).
 fn fires_on(spec: &LayerSpec) -> bool {
-    matches!(spec.rollback, Rollback::Replay { .. }) && (super::state_read::FUSION.fires_on)(spec)
+    matches!(spec.rollback, Rollback::Replay { .. })
+        && (super::state_read::FUSION.fires_on)(spec)
+        && spec.step.n_tokens <= abi::REPLAY_VERIFY_MAX_TOKENS
 }
 
 /// The one node of `layer` that is a `T` (its index), or why not.

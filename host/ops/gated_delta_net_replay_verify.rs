@@ -4,17 +4,18 @@
 //! with no state slot; the `replay_verify` fusion (`crate::fusion::replay_verify`) makes it of
 //! the pair. Design: `docs/rollback.md` ("Replay: one step").
 
-use super::gated_delta_net::{GdnShape, StateSource, Views, attention_scale, check_views, launch_dims, reference_views};
+use super::gated_delta_net::{GdnShape, StateSource, Views, attention_scale, check_views, reference_views};
 use super::gated_delta_net_replay::ReplayShape;
 use super::{GatedDeltaNetFromCache, GatedDeltaNetReplay, Op, check};
 use crate::error::{Error, Result};
-use crate::gpu::{Gpu, KernelArg, ParamBlock, PreparedLaunch};
+use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock, PreparedLaunch};
 use crate::kernels::abi;
 use crate::memory::{DeviceMemory, HostMemory, Memory};
 use crate::reference::math::Mufu;
 use crate::tensor::Tensor;
 
 const OP: &str = "GATED_DELTA_NET_REPLAY_VERIFY";
+const D: usize = abi::GDN_HEAD_DIM;
 
 // SAFETY: `abi::GatedDeltaNetReplayVerifyParams` is declared with `param_struct!` (`#[repr(C)]`,
 // no padding bytes: the 200-byte GatedDeltaNetReplayParams then the 264-byte
@@ -36,7 +37,9 @@ unsafe impl crate::gpu::KernelParams for abi::GatedDeltaNetReplayVerifyParams {}
 /// with no slot (its rules but the slots'), every error named as this op's; and, because the
 /// launch writes the cache while other blocks read the verify's inputs and writes `out` while
 /// others read the log, the verify's q, k, v, g and β share no bytes with the cache and `out`
-/// none with the log or the index views ([`Error::Aliasing`]).
+/// none with the log or the index views ([`Error::Aliasing`]); and the log and the verify have
+/// at most [`abi::REPLAY_VERIFY_MAX_TOKENS`] tokens each (the kernel stages both in shared memory;
+/// [`Error::Unsupported`] names the one over it).
 #[derive(Clone, Debug)]
 pub struct GatedDeltaNetReplayVerify {
     /// The replay: sequence s commits to cache row `replay.dest_rows[s]`, which the verify reads.
@@ -77,6 +80,15 @@ impl GatedDeltaNetReplayVerify {
         let r = &self.replay;
         let replay = r.check_as(OP, mem)?;
         let verify = check_views(OP, &self.views(), StateSource::FromCache { cache: &r.ssm_cache, source_rows: &r.dest_rows }, mem)?;
+        // The kernel stages both token sets in shared memory (`abi::replay_verify_shared_bytes`).
+        for (what, n) in [("log", replay.n_tokens), ("verify", verify.n_tokens)] {
+            if n > abi::REPLAY_VERIFY_MAX_TOKENS {
+                return Err(Error::Unsupported {
+                    op: OP,
+                    what: format!("a {what} of T = {n} tokens (at most REPLAY_VERIFY_MAX_TOKENS = {})", abi::REPLAY_VERIFY_MAX_TOKENS),
+                });
+            }
+        }
         for (arg, x) in [("q", &self.q), ("k", &self.k), ("v", &self.v), ("g", &self.g), ("beta", &self.beta)] {
             check::disjoint(OP, "ssm_cache", &r.ssm_cache, arg, x)?;
         }
@@ -121,6 +133,15 @@ impl GatedDeltaNetReplayVerify {
     }
 }
 
+/// The kernel's launch shape: grid (H_v, n_s, D / 32), block (32, 4, 1) — eight value columns a
+/// warp, 32 a block, the batched layer step's recurrence — with the dynamic shared memory its
+/// token stages take for the verify's T and the log's T_log tokens. The sizes were validated
+/// (H_v fits u32, n_s ≤ 65535, both token counts ≤ `REPLAY_VERIFY_MAX_TOKENS`).
+fn launch_dims((replay, verify): &(ReplayShape, GdnShape)) -> LaunchDims {
+    LaunchDims::new((verify.n_heads as u32, verify.n_seqs as u32, D as u32 / abi::REPLAY_VERIFY_BLOCK_COLUMNS), (32, abi::GDN_WARPS, 1))
+        .with_shared_bytes(abi::replay_verify_shared_bytes(verify.n_tokens, replay.n_tokens))
+}
+
 impl Op for GatedDeltaNetReplayVerify {
     fn name(&self) -> &'static str {
         OP
@@ -140,10 +161,11 @@ impl Op for GatedDeltaNetReplayVerify {
     fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {
         let shapes = self.check(mem)?;
         let params = self.params(&shapes, mem);
-        let dims = launch_dims(shapes.1.n_heads, shapes.1.n_seqs);
+        let dims = launch_dims(&shapes);
         let args = [KernelArg::Params(ParamBlock::of(&params)?)];
         // SAFETY: `check` proved the replay's launch contract (every log view inside its buffer
-        // for the grid (H_v, n_s, D/4) × block (32, 4), D = 128, key heads < H_k, T_log tokens;
+        // for the heads < H_v, sequences < n_s and columns < D = 128 the grid (H_v, n_s, D/32) ×
+        // block (32, 4) reaches, key heads < H_k, T_log tokens;
         // cache rows of D·D·H_v contiguous floats, rows cache_row elements apart, sharing no
         // bytes, overlapping no log or index view; every source and destination row a row of
         // the cache, every count ≤ T_log, no row written by two sequences nor read by a
@@ -151,8 +173,9 @@ impl Op for GatedDeltaNetReplayVerify {
         // the destination rows (views inside their buffers for the same grid, T ≥ 1 tokens,
         // out overlapping no input nor the cache), plus the verify's inputs off the cache and
         // out off the log and indices (the kernel's race-free case, see its docs); the verify's
-        // `states` is the cache's row 0 with states_seq = 0 (in bounds, never written); and
-        // `params` is the entry's parameter struct.
+        // `states` is the cache's row 0 with states_seq = 0 (in bounds, never written); both
+        // token counts ≤ REPLAY_VERIFY_MAX_TOKENS, the dynamic shared memory the kernel's for them
+        // (`launch_dims`); and `params` is the entry's parameter struct.
         unsafe { gpu.prepare(abi::GATED_DELTA_NET_REPLAY_VERIFY_ENTRY, dims, &args) }
     }
 
@@ -338,6 +361,20 @@ mod tests {
         o.replay.k = big.view(o.replay.k.ne(), o.replay.k.layout.nb, 0);
         o.out = big.view(verify.out.ne(), verify.out.layout.nb, 0);
         assert!(matches!(o.validate(&mem), Err(Error::Aliasing { op: OP, a: "out", b: "log k", .. })), "{:?}", o.validate(&mem));
+        // Token counts the kernel's shared-memory stages have no room for, the log's and the verify's.
+        let max = abi::REPLAY_VERIFY_MAX_TOKENS;
+        let mut rng = StdRng::seed_from_u64(8);
+        let mut big = HostMemory::new();
+        let (_, _, long) = pair(&mut big, &mut rng, (3, max, max), &[0], &[1], &[1]);
+        long.validate(&big).unwrap();
+        for (t_log, n_t, what) in [(max + 1, 4, "log"), (4, max + 1, "verify")] {
+            let (_, _, o) = pair(&mut big, &mut rng, (3, t_log, n_t), &[0], &[1], &[1]);
+            let r = o.validate(&big);
+            assert!(
+                matches!(&r, Err(Error::Unsupported { op: OP, what: w }) if w.contains(&format!("a {what} of T = {}", max + 1))),
+                "{r:?}"
+            );
+        }
         // The pair only fuses when the verify reads through the replay's destination index.
         let other = GatedDeltaNetFromCache { source_rows: fused.replay.source_rows, ..verify };
         assert!(GatedDeltaNetReplayVerify::of_pair(&fused.replay, &other).is_none());

@@ -796,8 +796,34 @@ param_struct! {
 /// GATED_DELTA_NET_REPLAY then GATED_DELTA_NET_FROM_CACHE reading the rows the replay wrote, in
 /// one launch (the `replay_verify` fusion): per column, the committed state read once, the
 /// replay's tokens, the commit, then the verify's tokens from the state in registers, no state
-/// slot. Block (32, [`GDN_WARPS`], 1), grid (H_v, n_s, D / [`GDN_WARPS`]), as GATED_DELTA_NET.
+/// slot. Block (32, [`GDN_WARPS`], 1), grid (H_v, n_s, D / [`REPLAY_VERIFY_BLOCK_COLUMNS`]):
+/// [`REPLAY_VERIFY_WARP_COLUMNS`] columns a warp, the batched layer step's recurrence;
+/// [`replay_verify_shared_bytes`] of dynamic shared memory.
 pub const GATED_DELTA_NET_REPLAY_VERIFY_ENTRY: &str = entry_name!(gated_delta_net_replay_verify);
+/// \[replay\] GATED_DELTA_NET_REPLAY_VERIFY: value columns one warp runs, interleaved (the batched
+/// layer step's two groups a warp run as one).
+pub const REPLAY_VERIFY_WARP_COLUMNS: u32 = BATCH_MAX_GROUPS_PER_WARP * GDN_LAYER_STEP_GROUP_COLUMNS;
+/// \[replay\] GATED_DELTA_NET_REPLAY_VERIFY: value columns of one block ([`GDN_WARPS`] warps).
+pub const REPLAY_VERIFY_BLOCK_COLUMNS: u32 = GDN_WARPS * REPLAY_VERIFY_WARP_COLUMNS;
+const _: () = assert!(REPLAY_VERIFY_WARP_COLUMNS == 8 && (GDN_HEAD_DIM as u32).is_multiple_of(REPLAY_VERIFY_BLOCK_COLUMNS));
+const _: () = assert!(GDN_WARPS == GDN_LAYER_STEP_WARPS, "the verify's stage is the batched layer step's layout");
+/// \[replay\] GATED_DELTA_NET_REPLAY_VERIFY: most tokens of the log (T_log) and of the verify (T)
+/// — a verify step's 16 — the kernel stages in shared memory.
+pub const REPLAY_VERIFY_MAX_TOKENS: usize = GDN_LAYER_STEP_MAX_TOKENS;
+/// \[replay\] GATED_DELTA_NET_REPLAY_VERIFY: shared bytes of one staged logged token: the key
+/// head's k row (512), then per warp its columns' v, g and β (64 each, the batched layer step's
+/// per-(warp, token) size).
+pub const REPLAY_VERIFY_LOG_TOKEN_BYTES: u32 =
+    GDN_HEAD_DIM as u32 * 4 + GDN_WARPS * layer_step_stage_warp_token_bytes(BATCH_MAX_GROUPS_PER_WARP);
+
+/// \[replay\] GATED_DELTA_NET_REPLAY_VERIFY's dynamic shared memory for a verify of `n_tokens`
+/// and a log of `log_tokens`: the verify's token stage (the batched layer step's,
+/// [`batch_token_stage_bytes`]) then the log's ([`REPLAY_VERIFY_LOG_TOKEN_BYTES`] a token).
+pub const fn replay_verify_shared_bytes(n_tokens: usize, log_tokens: usize) -> u32 {
+    batch_token_stage_bytes(n_tokens) + log_tokens as u32 * REPLAY_VERIFY_LOG_TOKEN_BYTES
+}
+// A plain launch gets 48 KiB of dynamic shared memory without asking.
+const _: () = assert!(replay_verify_shared_bytes(REPLAY_VERIFY_MAX_TOKENS, REPLAY_VERIFY_MAX_TOKENS) <= 48 * 1024);
 
 param_struct! {
     /// Parameters of [`GATED_DELTA_NET_REPLAY_VERIFY_ENTRY`], passed by value: the replay's

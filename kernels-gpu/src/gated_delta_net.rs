@@ -707,7 +707,7 @@ unsafe fn stage_tokens(layout: WarpGroups, src: TokenSource, n_tokens: usize, wa
 /// by nobody any more; no thread reads or writes the staging area between the previous block
 /// barrier and the barrier after this thread's wait.
 #[inline(always)]
-unsafe fn issue_token_copies(layout: WarpGroups, mut src: TokenSource, n_tokens: usize, warp: u32, base: u32) {
+pub(crate) unsafe fn issue_token_copies(layout: WarpGroups, mut src: TokenSource, n_tokens: usize, warp: u32, base: u32) {
     let lane = src.lane;
     let tid = 32 * warp + lane;
     let columns = layout.columns();
@@ -971,7 +971,7 @@ unsafe fn state_columns<const C: usize>(state: u32, k: usize, lane: u32) -> [[f3
 /// written by this warp only (module docs); `V` = 2·C with C = 4 or 8.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn group_recurrence<const C: usize, const V: usize>(
+pub(crate) unsafe fn group_recurrence<const C: usize, const V: usize>(
     layout: WarpGroups,
     h: &HeadViews,
     mut s: [[f32; ROWS_PER_LANE]; C],
@@ -1073,7 +1073,7 @@ unsafe fn group_recurrence<const C: usize, const V: usize>(
 /// # Safety
 /// All 32 lanes of the warp call it together.
 #[inline(always)]
-unsafe fn warp_sum_scattered<const V: usize>(x: [f32; V], lane: u32) -> f32 {
+pub(crate) unsafe fn warp_sum_scattered<const V: usize>(x: [f32; V], lane: u32) -> f32 {
     // SAFETY: forwarded to the caller.
     unsafe {
         if V == 8 {

@@ -34,7 +34,8 @@ use crate::abi::{self, GDN_HEAD_DIM, GDN_WARPS};
 use crate::device::memory::{load_nc_f32, load_nc_f32_at, load_nc_f32x4_stride32, load_nc_u32, store_f32x4_stride32};
 use crate::device::thread::{block_idx_x, block_idx_y, block_idx_z, thread_idx_x, thread_idx_y};
 use crate::device::trap;
-use crate::gated_delta_net::{ROWS_PER_LANE, decay, load_lane_coherent, token_update};
+use crate::device::warp::shfl_idx;
+use crate::gated_delta_net::{ROWS_PER_LANE, decay, delta, lane_dot, load_lane_coherent, token_update, update, warp_sum_scattered};
 
 /// What one logged token of the replay reads: this lane's k entries, the column's v, the head's
 /// g and β.
@@ -105,6 +106,53 @@ impl abi::TokenViewParams {
 pub(crate) unsafe fn index_at(index_view: u64, stride: u64, seq: usize) -> u32 {
     // SAFETY: forwarded to the caller.
     unsafe { load_nc_u32((index_view as usize as *const u32).add(seq * stride as usize)) }
+}
+
+/// [replay] One logged token's inputs for `C` value columns of one warp: this lane's k entries
+/// (rows `32·r + lane` of the key head's row), each column's v, the head's g and β — for each
+/// column the values [`LogSource::load`] reads for it.
+#[derive(Clone, Copy)]
+pub(crate) struct LoggedColumns<const C: usize> {
+    pub k: [f32; ROWS_PER_LANE],
+    pub v: [f32; C],
+    pub g: f32,
+    pub beta: f32,
+}
+
+/// [replay] [`token_update`] of one logged token on `C` = 8 or 16 value columns of one warp (this
+/// lane's rows of each in `s`): `γ = expf(g)` ([`decay`]), each column's `KV = Σ_i S[i][col]·k[i]`
+/// (its lane fma chain, [`lane_dot`]) — the C sums in one reduce-scatter
+/// ([`warp_sum_scattered`]: each value's sum has [`warp_sum`](crate::device::warp::warp_sum)'s
+/// bits, the butterfly over lanes xor 16, 8, 4, 2, 1) and broadcast from the value's first
+/// lane — then each column's
+/// `δ = β·(v − γ·KV)` and `S ← γ·S + k·δ` ([`delta`], [`update`]). Column j's operations,
+/// operands and order are [`token_update`]'s for that column; only independent operations of
+/// different columns interleave. The replay loop's body of GATED_DELTA_NET_REPLAY_VERIFY (and of
+/// a replay in the batched layer step).
+///
+/// # Safety
+/// All 32 lanes of the warp call it together, `lane` being each one's lane index.
+#[inline(always)]
+pub(crate) unsafe fn columns_token_update<const C: usize>(s: &mut [[f32; ROWS_PER_LANE]; C], x: &LoggedColumns<C>, lane: u32) {
+    const { assert!(C == 8 || C == 16, "an 8- or 16-value reduce-scatter") };
+    // Value j of the reduce-scatter lands in lanes j·W … j·W + W − 1.
+    let w = 32 / C;
+    let gamma = decay(x.g);
+    let mut dots = [0.0f32; C];
+    let mut j = 0;
+    while j < C {
+        dots[j] = lane_dot(&s[j], &x.k);
+        j += 1;
+    }
+    // SAFETY: forwarded to the caller (the whole warp).
+    let sums = unsafe { warp_sum_scattered(dots, lane) };
+    let mut j = 0;
+    while j < C {
+        // SAFETY: as above.
+        let kv = unsafe { shfl_idx(sums, (j * w) as u32) };
+        update(&mut s[j], &x.k, gamma, delta(kv, gamma, x.v[j], x.beta));
+        j += 1;
+    }
 }
 
 /// The replay of one column (see the module docs) for block (`head`, `seq`, `group`), warp

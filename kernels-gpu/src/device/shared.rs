@@ -90,6 +90,21 @@ pub unsafe fn load_f32x2(addr: u32) -> (f32, f32) {
     (x, y)
 }
 
+/// [replay] Loads the four f32 at shared address `addr` (one `ld.shared.v4.f32`).
+///
+/// # Safety
+/// As [`load_f32`], with `addr` 16-byte aligned.
+#[inline(always)]
+pub unsafe fn load_f32x4(addr: u32) -> [f32; 4] {
+    let (x, y, z, w): (f32, f32, f32, f32);
+    // SAFETY: forwarded to the caller.
+    unsafe {
+        asm!("ld.shared.v4.f32 {{{x}, {y}, {z}, {w}}}, [{a}];", x = out(reg32) x, y = out(reg32) y, z = out(reg32) z, w = out(reg32) w,
+             a = in(reg32) addr, options(nostack, readonly));
+    }
+    [x, y, z, w]
+}
+
 /// [layer-step] Starts copying the 4 bytes at global address `src` to shared address `dst`
 /// (`cp.async.ca.shared.global`, sm_80+): a load whose data goes to shared memory instead of a
 /// register, so a thread can have a whole chunk in flight without the registers to hold it.
