@@ -30,7 +30,7 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
     timeout 150 env $(cat "arm/$a/bundle/ENV" 2>/dev/null) "arm/$a/bundle/rgdn" bench --no-progress --quick --seqs "${SEQS:-4,16,64}" --modes "${MODES:-decode,mtp3}" ${BENCH_EXTRA:-} \
       --out "$o/$a-$round" > "$o/$a-$round.txt" 2>&1
     echo "$a round $round: exit $?" >> "$s"
-    sed -n '/per layer step/,/^$/p' "$o/$a-$round.txt" | awk -v a="$a-$round" 'NF > 5 && $1 ~ /^[0-9]+$/ {print a": n_s "$1" T "$2" "$5" µs"}' >> "$s"
+    sed -n '/per layer step/,/^$/p' "$o/$a-$round.txt" | awk -v a="$a-$round" 'NF == 11 && $1 ~ /^[0-9]+$/ {print a": n_s "$1" T "$2" a "$3" snapshots "$4" µs, replay "$7" µs"; next} NF > 5 && $1 ~ /^[0-9]+$/ {print a": n_s "$1" T "$2" "$5" µs"}' >> "$s"
   done
 done
 if [ -n "${NCU_ARM:-}" ]; then
