@@ -242,6 +242,11 @@ pub fn floor_us(mode: &ModeReport) -> Option<f64> {
     mode.state_bytes.map(|b| b as f64 / COPY_BYTES_PER_S * 1e6)
 }
 
+/// A table cell: `x` with `p` decimals, or "–" when it was not measured.
+fn fixed(x: Option<f64>, p: usize) -> String {
+    x.map_or("–".into(), |v| format!("{v:.p$}"))
+}
+
 /// [seq-batch] One row of [`PEERS`]: n_s, T and each peer's µs.
 pub type PeerRow = (usize, usize, &'static [(&'static str, f64)]);
 
@@ -434,7 +439,6 @@ pub fn render_text(r: &Report) -> String {
             "{:>4} {:>3} {:>3} {:>10} {:>10} {:>8} {:>10} {:>10} {:>8} {:>8} {:>12}",
             "n_s", "T", "a", "snap µs", "floor µs", "snap MiB", "replay µs", "floor µs", "× floor", "rep MiB", "replay/snap"
         );
-        let f = |x: Option<f64>, p: usize| x.map_or("–".into(), |v| format!("{v:.p$}"));
         let mib = |b: u64| format!("{:.2}", b as f64 / (1 << 20) as f64);
         for mode in &r.modes {
             let Some(rep) = mode.replay else { continue };
@@ -447,14 +451,14 @@ pub fn render_text(r: &Report) -> String {
                 mode.seqs,
                 mode.tokens,
                 rep.accepted,
-                f(snap, 2),
-                f(floor_us(mode), 2),
+                fixed(snap, 2),
+                fixed(floor_us(mode), 2),
                 mib(rep.snapshot_memory_per_seq),
-                f(replay, 2),
+                fixed(replay, 2),
                 format!("{rep_floor:.2}"),
-                f(replay.map(|x| x / rep_floor), 2),
+                fixed(replay.map(|x| x / rep_floor), 2),
                 mib(rep.memory_per_seq),
-                f(replay.zip(snap).map(|(a, b)| a / b), 2),
+                fixed(replay.zip(snap).map(|(a, b)| a / b), 2),
             );
         }
     }
@@ -476,19 +480,18 @@ pub fn render_text(r: &Report) -> String {
             let per_layer = mode.on.graph_span.as_ref().map(|g| g.median / m.graph_layers as f64);
             let floor = floor_us(mode);
             let peer = best_state_keeping_peer(mode.seqs, mode.tokens);
-            let f = |x: Option<f64>, p: usize| x.map_or("–".into(), |v| format!("{v:.p$}"));
             let _ = writeln!(
                 o,
                 "{:>4} {:>3} {:>4} {:>12} {:>10} {:>10} {:>8} {:>22} {:>10}",
                 mode.seqs,
                 mode.tokens,
                 mode.rollback,
-                f(mode.state_bytes.map(|b| b as f64 / (1 << 20) as f64), 1),
-                f(per_layer, 2),
-                f(floor, 2),
-                f(per_layer.zip(floor).map(|(a, b)| a / b), 2),
+                fixed(mode.state_bytes.map(|b| b as f64 / (1 << 20) as f64), 1),
+                fixed(per_layer, 2),
+                fixed(floor, 2),
+                fixed(per_layer.zip(floor).map(|(a, b)| a / b), 2),
                 peer.map_or("–".into(), |(n, us)| format!("{n} {us:.2}")),
-                f(per_layer.zip(peer).map(|(a, (_, b))| a / b), 2),
+                fixed(per_layer.zip(peer).map(|(a, (_, b))| a / b), 2),
             );
         }
     }
