@@ -555,16 +555,19 @@ impl Op for GatedDeltaNetFromCache {
     fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {
         let shape = self.check(mem)?;
         let params = self.params(&shape, mem);
-        let dims = launch_dims(shape.n_heads, shape.n_seqs);
+        let (entry, dims) = from_cache_launch(&shape);
         let args = [KernelArg::Params(ParamBlock::of(&params)?)];
         // SAFETY: `check` proved every view but the state lies inside its buffer for the grid
-        // (H_v, n_s, D/4) × block (32, 4) as for GATED_DELTA_NET; every source_rows[s] (s < n_s)
+        // (H_v, n_s, D/4) × block (32, 4) as for GATED_DELTA_NET — the columns the batched
+        // layout's grid (H_v, n_s, D/32) × block (32, 4) reaches are the same, and it gets its
+        // dynamic shared memory for n_t ≤ BATCH_GDN_MAX_TOKENS tokens (`from_cache_launch`);
+        // every source_rows[s] (s < n_s)
         // a row of the cache, whose rows hold D·D·H_v contiguous floats (element (i, col, h) at
         // i + col·D + h·D·D, rows cache_row apart: the strides passed); out overlapping nothing;
         // states overlapping no input but the cache, and a row read only as that same sequence's
         // own row, start for start (the kernel's race-free case, see its docs); and `params` is
         // the entry's parameter struct.
-        unsafe { gpu.prepare(abi::GATED_DELTA_NET_FROM_CACHE_ENTRY, dims, &args) }
+        unsafe { gpu.prepare(entry, dims, &args) }
     }
 
     fn reference(&self, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()> {
@@ -588,6 +591,33 @@ impl Op for GatedDeltaNetFromCache {
     /// `out`, and only the slots k < min(n_t, K) of `states`, as [`GatedDeltaNet::must_write`].
     fn must_write(&self) -> Vec<Tensor> {
         self.as_gated_delta_net().must_write()
+    }
+}
+
+/// \[seq-batch\] Fewest sequences for which GATED_DELTA_NET_FROM_CACHE runs the batched layout
+/// (eight columns a warp, `GATED_DELTA_NET_FROM_CACHE_BATCH_ENTRY`); below it one warp a column
+/// keeps more warps on a small grid.
+pub const FROM_CACHE_BATCH_MIN_SEQS: usize = 2;
+
+/// \[seq-batch\] GATED_DELTA_NET_FROM_CACHE's entry and launch shape for a validated `shape`: the
+/// batched layout from [`FROM_CACHE_BATCH_MIN_SEQS`] sequences on when every sequence's tokens
+/// fit its stage (1 ≤ n_t ≤ `BATCH_GDN_MAX_TOKENS`), else one warp a column. Same bits either
+/// way. `RGDN_FROM_CACHE_LAYOUT=column|batch` (\[test\] knob, read once per process) forces a
+/// layout for measurements where the tokens fit.
+pub(crate) fn from_cache_launch(shape: &GdnShape) -> (&'static str, LaunchDims) {
+    static KNOB: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+    let forced = *KNOB.get_or_init(|| match std::env::var("RGDN_FROM_CACHE_LAYOUT").as_deref() {
+        Ok("batch") => Some(true),
+        Ok("column") => Some(false),
+        _ => None,
+    });
+    let fits = (1..=abi::BATCH_GDN_MAX_TOKENS).contains(&shape.n_tokens);
+    if fits && forced.unwrap_or(shape.n_seqs >= FROM_CACHE_BATCH_MIN_SEQS) {
+        let grid = (shape.n_heads as u32, shape.n_seqs as u32, D as u32 / abi::BATCH_GDN_BLOCK_COLUMNS);
+        let dims = LaunchDims::new(grid, (32, abi::GDN_WARPS, 1)).with_shared_bytes(abi::batch_token_stage_bytes(shape.n_tokens));
+        (abi::GATED_DELTA_NET_FROM_CACHE_BATCH_ENTRY, dims)
+    } else {
+        (abi::GATED_DELTA_NET_FROM_CACHE_ENTRY, launch_dims(shape.n_heads, shape.n_seqs))
     }
 }
 

@@ -138,7 +138,7 @@ impl GatedDeltaNetReplayVerify {
 /// token stages take for the verify's T and the log's T_log tokens. The sizes were validated
 /// (H_v fits u32, n_s ≤ 65535, both token counts ≤ `REPLAY_VERIFY_MAX_TOKENS`).
 fn launch_dims((replay, verify): &(ReplayShape, GdnShape)) -> LaunchDims {
-    LaunchDims::new((verify.n_heads as u32, verify.n_seqs as u32, D as u32 / abi::REPLAY_VERIFY_BLOCK_COLUMNS), (32, abi::GDN_WARPS, 1))
+    LaunchDims::new((verify.n_heads as u32, verify.n_seqs as u32, D as u32 / abi::BATCH_GDN_BLOCK_COLUMNS), (32, abi::GDN_WARPS, 1))
         .with_shared_bytes(abi::replay_verify_shared_bytes(verify.n_tokens, replay.n_tokens))
 }
 

@@ -184,6 +184,9 @@ macro_rules! entry_name {
     (gated_delta_net_replay) => {
         "gated_delta_net_replay_f32_d128"
     };
+    (gated_delta_net_from_cache_batch) => {
+        "gated_delta_net_from_cache_batch_f32_d128"
+    };
     (gated_delta_net_replay_verify) => {
         "gated_delta_net_replay_verify_f32_d128"
     };
@@ -726,6 +729,12 @@ pub struct GatedDeltaNetParams {
 /// `source_rows[s]` (GET_ROWS + GATED_DELTA_NET in one launch; spec §2.1 + §2.10).
 pub const GATED_DELTA_NET_FROM_CACHE_ENTRY: &str = "gated_delta_net_from_cache_f32_d128";
 
+/// \[seq-batch\] GATED_DELTA_NET_FROM_CACHE in the batched GDN layout: [`BATCH_GDN_WARP_COLUMNS`]
+/// columns a warp, block (32, [`GDN_WARPS`], 1), grid (H_v, n_s, D / [`BATCH_GDN_BLOCK_COLUMNS`]),
+/// [`batch_token_stage_bytes`]`(n_t)` of dynamic shared memory, n_t ≤ [`BATCH_GDN_MAX_TOKENS`];
+/// same parameters, same bits.
+pub const GATED_DELTA_NET_FROM_CACHE_BATCH_ENTRY: &str = entry_name!(gated_delta_net_from_cache_batch);
+
 /// Parameters of [`GATED_DELTA_NET_FROM_CACHE_ENTRY`]: GATED_DELTA_NET's, with `gdn.state_in` =
 /// the cache's row 0, `gdn.in_col` = D, `gdn.in_head` = D·D, `gdn.in_seq` = the cache's row
 /// stride (elements), and the I32 row indices (device address, element stride). 280 bytes, no
@@ -796,20 +805,24 @@ param_struct! {
 /// GATED_DELTA_NET_REPLAY then GATED_DELTA_NET_FROM_CACHE reading the rows the replay wrote, in
 /// one launch (the `replay_verify` fusion): per column, the committed state read once, the
 /// replay's tokens, the commit, then the verify's tokens from the state in registers, no state
-/// slot. Block (32, [`GDN_WARPS`], 1), grid (H_v, n_s, D / [`REPLAY_VERIFY_BLOCK_COLUMNS`]):
-/// [`REPLAY_VERIFY_WARP_COLUMNS`] columns a warp, the batched layer step's recurrence;
+/// slot. Block (32, [`GDN_WARPS`], 1), grid (H_v, n_s, D / [`BATCH_GDN_BLOCK_COLUMNS`]):
+/// [`BATCH_GDN_WARP_COLUMNS`] columns a warp, the batched layer step's recurrence;
 /// [`replay_verify_shared_bytes`] of dynamic shared memory.
 pub const GATED_DELTA_NET_REPLAY_VERIFY_ENTRY: &str = entry_name!(gated_delta_net_replay_verify);
-/// \[replay\] GATED_DELTA_NET_REPLAY_VERIFY: value columns one warp runs, interleaved (the batched
-/// layer step's two groups a warp run as one).
-pub const REPLAY_VERIFY_WARP_COLUMNS: u32 = BATCH_MAX_GROUPS_PER_WARP * GDN_LAYER_STEP_GROUP_COLUMNS;
-/// \[replay\] GATED_DELTA_NET_REPLAY_VERIFY: value columns of one block ([`GDN_WARPS`] warps).
-pub const REPLAY_VERIFY_BLOCK_COLUMNS: u32 = GDN_WARPS * REPLAY_VERIFY_WARP_COLUMNS;
-const _: () = assert!(REPLAY_VERIFY_WARP_COLUMNS == 8 && (GDN_HEAD_DIM as u32).is_multiple_of(REPLAY_VERIFY_BLOCK_COLUMNS));
+/// \[seq-batch\] The batched GDN layout (GATED_DELTA_NET_REPLAY_VERIFY,
+/// [`GATED_DELTA_NET_FROM_CACHE_BATCH_ENTRY`]): value columns one warp runs, interleaved (the
+/// batched layer step's two groups a warp run as one).
+pub const BATCH_GDN_WARP_COLUMNS: u32 = BATCH_MAX_GROUPS_PER_WARP * GDN_LAYER_STEP_GROUP_COLUMNS;
+/// \[seq-batch\] The batched GDN layout: value columns of one block ([`GDN_WARPS`] warps).
+pub const BATCH_GDN_BLOCK_COLUMNS: u32 = GDN_WARPS * BATCH_GDN_WARP_COLUMNS;
+/// \[seq-batch\] The batched GDN layout: most tokens a launch stages in shared memory (a verify
+/// step's 16).
+pub const BATCH_GDN_MAX_TOKENS: usize = GDN_LAYER_STEP_MAX_TOKENS;
+const _: () = assert!(BATCH_GDN_WARP_COLUMNS == 8 && (GDN_HEAD_DIM as u32).is_multiple_of(BATCH_GDN_BLOCK_COLUMNS));
 const _: () = assert!(GDN_WARPS == GDN_LAYER_STEP_WARPS, "the verify's stage is the batched layer step's layout");
 /// \[replay\] GATED_DELTA_NET_REPLAY_VERIFY: most tokens of the log (T_log) and of the verify (T)
 /// — a verify step's 16 — the kernel stages in shared memory.
-pub const REPLAY_VERIFY_MAX_TOKENS: usize = GDN_LAYER_STEP_MAX_TOKENS;
+pub const REPLAY_VERIFY_MAX_TOKENS: usize = BATCH_GDN_MAX_TOKENS;
 /// \[replay\] GATED_DELTA_NET_REPLAY_VERIFY: shared bytes of one staged logged token: the key
 /// head's k row (512), then per warp its columns' v, g and β (64 each, the batched layer step's
 /// per-(warp, token) size).
@@ -1916,6 +1929,7 @@ const LISTED_ENTRIES: &[EntrySig] = &[
     EntrySig::of::<MufuEvalParams>(MUFU_EVAL_ENTRY),
     EntrySig::of::<GatedDeltaNetParams>(GATED_DELTA_NET_ENTRY),
     EntrySig::of::<GatedDeltaNetFromCacheParams>(GATED_DELTA_NET_FROM_CACHE_ENTRY),
+    EntrySig::of::<GatedDeltaNetFromCacheParams>(GATED_DELTA_NET_FROM_CACHE_BATCH_ENTRY),
     EntrySig::of::<GatedDeltaNetReplayParams>(GATED_DELTA_NET_REPLAY_ENTRY),
     EntrySig::of::<GatedDeltaNetReplayVerifyParams>(GATED_DELTA_NET_REPLAY_VERIFY_ENTRY),
 ];

@@ -1110,3 +1110,59 @@ pub unsafe extern "ptx-kernel" fn gated_delta_net_from_cache_f32_d128(p: abi::Ga
     // SAFETY: forwarded from the launch contract.
     unsafe { run::<true>(&p.gdn, p.source_rows as usize as *const i32, p.source_rows_stride as usize) }
 }
+
+/// [seq-batch] GATED_DELTA_NET_FROM_CACHE for a batch of sequences: the same columns in the batched
+/// layer step's layout — eight value columns a warp, interleaved ([`group_recurrence`]`::<8, 16>`)
+/// — at 5 blocks (20 warps) per multiprocessor instead of the layer step's 3.
+///
+/// Block (32, [`GDN_WARPS`], 1), grid (H_v, n_s, D / [`abi::BATCH_GDN_BLOCK_COLUMNS`]): warp w of
+/// block (h, s, z) runs columns `col0 = 32·z + 8·w` … `col0 + 7` of head h and sequence s; lane
+/// l holds rows `32·r + l` of each. Per block: the eight columns' initial state from cache row
+/// `source_rows[s]` (coherent loads, as [`gated_delta_net_from_cache_f32_d128`]), every token's
+/// inputs staged in shared memory by `cp.async` (the layer step's [`stage_tokens`]), then the
+/// token loop. Every column's operations, operands and order are those of the
+/// one-warp-per-column entry's warp for it: only independent operations of different columns
+/// and tokens interleave, and each reduce-scatter value's sum is the butterfly's
+/// (`device/warp.rs`).
+///
+/// Race-free by the one-warp-per-column entry's argument (module docs, "Reading the state from
+/// the cache") with this ownership: element (i, col, h) of sequence s's row is read by lane
+/// i mod 32 of warp (col mod 32) / 8 in block (h, s, col / 32), once, before that thread's first
+/// store, and every slot element (i, col, h, s, slot) is stored by that same thread
+/// (`group_recurrence`'s `store_f32x4_stride32` at `col·D + lane + 32·r`).
+///
+/// # Safety
+/// As [`gated_delta_net_from_cache_f32_d128`], launched with block (32, [`GDN_WARPS`], 1), grid
+/// (H_v, n_s, D / [`abi::BATCH_GDN_BLOCK_COLUMNS`]) and
+/// [`abi::batch_token_stage_bytes`]`(n_tokens)` bytes of dynamic shared memory, 1 ≤ n_tokens ≤
+/// [`abi::BATCH_GDN_MAX_TOKENS`].
+#[unsafe(export_name = crate::abi::entry_name!(gated_delta_net_from_cache_batch))]
+pub unsafe extern "ptx-kernel" fn gated_delta_net_from_cache_batch_f32_d128(p: abi::GatedDeltaNetFromCacheParams) {
+    const C: usize = abi::BATCH_GDN_WARP_COLUMNS as usize;
+    let (head, seq, group, warp, lane) = (block_idx_x(), block_idx_y(), block_idx_z(), thread_idx_y(), thread_idx_x());
+    let col0 = (group * abi::BATCH_GDN_BLOCK_COLUMNS + warp * abi::BATCH_GDN_WARP_COLUMNS) as usize;
+    let lane_usize = lane as usize;
+    // SAFETY: head < H_v, seq < n_s of the validated views (launch contract).
+    let h = unsafe { HeadViews::at(&p.gdn, head, seq) };
+    // SAFETY: seq < n_s: a host-validated index in 0..n_rows of the cache, never written.
+    let row = unsafe { HeadViews::source_row(p.source_rows as usize as *const i32, p.source_rows_stride as usize, seq as usize) };
+    let read = h.state_in.wrapping_add(row * h.in_seq + head as usize * h.in_head + col0 * h.in_col);
+    let mut s = [[0.0f32; ROWS_PER_LANE]; C];
+    let mut j = 0;
+    while j < C {
+        // SAFETY: this lane's elements (i, col0 + j, head) of the row, inside the validated cache
+        // view, read before this thread's first store; no other thread writes them (above).
+        s[j] = unsafe { load_lane_coherent(read.wrapping_add(j * h.in_col), lane_usize) };
+        j += 1;
+    }
+    let layout = WarpGroups::batch(abi::BATCH_MAX_GROUPS_PER_WARP, h.n_tokens as u32);
+    let stage = shared::base();
+    // [speed] The state loads above are in flight while the block stages its tokens.
+    // SAFETY: warp `warp` of the block at its first column, tokens < n_tokens ≤ the stage's room
+    // (the launch's shared bytes), inputs validated and written by nobody; every thread of the
+    // block calls it.
+    unsafe { stage_tokens(layout, h.token_source(lane_usize, col0), h.n_tokens, warp, stage) };
+    // SAFETY: the tokens staged above for this warp (barrier inside `stage_tokens`); the columns'
+    // `out` elements and slot rows written by this warp only; the whole warp is here.
+    unsafe { group_recurrence::<C, { 2 * C }>(layout, &h, s, col0, stage, warp, lane, 0) };
+}

@@ -3,8 +3,8 @@
 //! the rows the replay just wrote, in one launch (`docs/rollback.md`, "Replay: one step").
 //!
 //! Layout (the batched layer step's second phase, [`group_recurrence`]`::<8, 16>`): block (32,
-//! [`GDN_WARPS`], 1), grid (H_v, n_s, D / [`REPLAY_VERIFY_BLOCK_COLUMNS`]); warp `threadIdx.y`
-//! = w of block (h, s, z) runs the [`REPLAY_VERIFY_WARP_COLUMNS`] = 8 value columns
+//! [`GDN_WARPS`], 1), grid (H_v, n_s, D / [`BATCH_GDN_BLOCK_COLUMNS`]); warp `threadIdx.y`
+//! = w of block (h, s, z) runs the [`BATCH_GDN_WARP_COLUMNS`] = 8 value columns
 //! `col0 = 32·z + 8·w` … `col0 + 7` of head h and sequence s, interleaved; lane l holds rows
 //! `32·r + l` of each. Dynamic shared memory: [`abi::replay_verify_shared_bytes`]`(T, T_log)`.
 //! Per block:
@@ -48,7 +48,7 @@
 //! them sharing bytes with the cache or with `out`), and `out` elements are written once each,
 //! by one lane of their column's warp.
 
-use crate::abi::{self, GDN_HEAD_DIM, GDN_WARPS, REPLAY_VERIFY_BLOCK_COLUMNS, REPLAY_VERIFY_WARP_COLUMNS};
+use crate::abi::{self, GDN_HEAD_DIM, GDN_WARPS, BATCH_GDN_BLOCK_COLUMNS, BATCH_GDN_WARP_COLUMNS};
 use crate::device::memory::store_f32x4_stride32;
 use crate::device::shared;
 use crate::device::thread::{block_idx_x, block_idx_y, block_idx_z, sync_threads, thread_idx_x, thread_idx_y};
@@ -57,7 +57,7 @@ use crate::gated_delta_net::{HeadViews, ROWS_PER_LANE, WarpGroups, group_recurre
 use crate::gated_delta_net_replay::{LogSource, LoggedColumns, columns_token_update, index_at};
 
 /// Value columns one warp runs.
-const C: usize = REPLAY_VERIFY_WARP_COLUMNS as usize;
+const C: usize = BATCH_GDN_WARP_COLUMNS as usize;
 
 /// Shared bytes of a staged logged token's k row (the block's key head).
 const LOG_K_BYTES: u32 = GDN_HEAD_DIM as u32 * 4;
@@ -148,7 +148,7 @@ pub(crate) unsafe fn staged_log_token(base: u32, log_tokens: u32, warp: u32, lan
 /// docs).
 ///
 /// # Safety
-/// Launched with block (32, [`GDN_WARPS`], 1), grid (H_v, n_s, D / [`REPLAY_VERIFY_BLOCK_COLUMNS`])
+/// Launched with block (32, [`GDN_WARPS`], 1), grid (H_v, n_s, D / [`BATCH_GDN_BLOCK_COLUMNS`])
 /// and [`abi::replay_verify_shared_bytes`]`(verify.n_tokens, replay.n_tokens)` bytes of dynamic
 /// shared memory, on parameters the host validated: the replay's as GATED_DELTA_NET_REPLAY's
 /// launch contract states them (log views for tokens < `replay.n_tokens`, rows of the cache,
@@ -161,7 +161,7 @@ pub(crate) unsafe fn staged_log_token(base: u32, log_tokens: u32, warp: u32, lan
 #[inline(always)]
 unsafe fn run(p: &abi::GatedDeltaNetReplayVerifyParams, head: u32, seq: u32, group: u32, warp: u32, lane: u32) {
     let r = &p.replay;
-    let col0 = (group * REPLAY_VERIFY_BLOCK_COLUMNS + warp * REPLAY_VERIFY_WARP_COLUMNS) as usize;
+    let col0 = (group * BATCH_GDN_BLOCK_COLUMNS + warp * BATCH_GDN_WARP_COLUMNS) as usize;
     let lane_usize = lane as usize;
     // SAFETY: head < H_v, seq < n_s of the validated verify views (launch contract).
     let h = unsafe { HeadViews::at(&p.verify, head, seq) };
@@ -266,7 +266,7 @@ unsafe fn run(p: &abi::GatedDeltaNetReplayVerifyParams, head: u32, seq: u32, gro
 ///
 /// # Safety
 /// As [`run`]: launched with block (32, [`GDN_WARPS`], 1), grid (H_v, n_s, D /
-/// [`REPLAY_VERIFY_BLOCK_COLUMNS`]) and [`abi::replay_verify_shared_bytes`] of dynamic shared
+/// [`BATCH_GDN_BLOCK_COLUMNS`]) and [`abi::replay_verify_shared_bytes`] of dynamic shared
 /// memory, on parameters the host validated.
 #[unsafe(export_name = crate::abi::entry_name!(gated_delta_net_replay_verify))]
 pub unsafe extern "ptx-kernel" fn gated_delta_net_replay_verify_f32_d128(p: abi::GatedDeltaNetReplayVerifyParams) {
