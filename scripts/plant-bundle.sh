@@ -9,6 +9,7 @@
 #   PLANT_FILTER=GATED_DELTA_NET_REPLAY scripts/plant-bundle.sh …   # the suite cases it must fail
 #   PLANT_FILTER=GATED_DELTA_NET_REPLAY_VERIFY scripts/plant-bundle.sh replay-verify-short \
 #     results/2026-12-02-local-replay-verify/plant-replay-verify-short.patch   # [replay] a − 1 replayed
+#   PLANT_TESTS="gpu_ops" scripts/plant-bundle.sh …   # only those test executables (a smaller carry)
 set -euo pipefail
 name=${1:?plant name}
 shift
@@ -16,16 +17,17 @@ shift
 root=$(cd "$(dirname "$0")/.." && pwd)
 wt=$(mktemp -d /tmp/rgdn-plant-$name.XXXX)
 tgt=/tmp/rgdn-plant-target-$name
+tests=${PLANT_TESTS:-gpu_sweep gpu_ops gpu_replay}
 git -C "$root" worktree add -q --detach "$wt" HEAD
 trap 'git -C "$root" worktree remove --force "$wt"' EXIT
 for p in "$@"; do git -C "$wt" apply "$(cd "$(dirname "$p")" && pwd)/$(basename "$p")"; done
 # The plant is in the kernels: the build script must rebuild the PTX from source.
 touch "$wt"/kernels-gpu/src/*.rs
-(cd "$wt" && RGDN_PTX_FROM=source CARGO_TARGET_DIR="$tgt" cargo test --release --no-run --test gpu_sweep --test gpu_ops --test gpu_replay \
+(cd "$wt" && RGDN_PTX_FROM=source CARGO_TARGET_DIR="$tgt" cargo test --release --no-run $(printf -- '--test %s ' $tests) \
   --message-format=json 2>/dev/null) > "$tgt.json"
 out=$(mktemp -d)
 mkdir -p "$out/bundle/tests"
-python3 - "$tgt.json" "$out/bundle/tests" "$root/kernels-gpu/ptx/sm_90.ptx" <<'PY'
+python3 - "$tgt.json" "$out/bundle/tests" "$root/kernels-gpu/ptx/sm_90.ptx" "$tests" <<'PY'
 import hashlib, json, os, shutil, sys
 found = {}
 for line in open(sys.argv[1]):
@@ -34,17 +36,17 @@ for line in open(sys.argv[1]):
     except ValueError:
         continue
     exe = m.get("executable")
-    if m.get("reason") == "compiler-artifact" and exe and m["target"]["name"] in ("gpu_sweep", "gpu_ops", "gpu_replay"):
+    if m.get("reason") == "compiler-artifact" and exe and m["target"]["name"] in sys.argv[4].split():
         shutil.copy2(exe, os.path.join(sys.argv[2], m["target"]["name"]))
         found[m["target"]["name"]] = exe
-if sorted(found) != ["gpu_ops", "gpu_replay", "gpu_sweep"]:
-    sys.exit(f"plant-bundle: built {sorted(found)}, not gpu_sweep, gpu_ops and gpu_replay")
+if sorted(found) != sorted(sys.argv[4].split()):
+    sys.exit(f"plant-bundle: built {sorted(found)}, not {sys.argv[4]}")
 def embedded(path):
     b = open(path, "rb").read()
     i = b.find(b".version 7.8")
     p = b[i:b.find(b"\0", i)]
     return p[: p.rfind(b"\n}\n") + 3]
-plant = embedded(os.path.join(sys.argv[2], "gpu_sweep"))
+plant = embedded(os.path.join(sys.argv[2], sorted(found)[0]))
 head = open(sys.argv[3], "rb").read()
 # The committed file starts with a comment header; the binary embeds it too, so compare from
 # `.version` on, as `embedded` extracts.
