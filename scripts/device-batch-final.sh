@@ -89,6 +89,11 @@ bg racecheck-replay compute-sanitizer --tool racecheck --error-exitcode 9 bundle
 # The filter above is a substring and runs them too; these logs are the fused op's alone.
 bg memcheck-replay-verify compute-sanitizer --tool memcheck --error-exitcode 9 bundle/tests/gpu_ops GATED_DELTA_NET_REPLAY_VERIFY
 bg racecheck-replay-verify compute-sanitizer --tool racecheck --error-exitcode 9 bundle/tests/gpu_ops GATED_DELTA_NET_REPLAY_VERIFY
+# [seq-batch] GATED_DELTA_NET_FROM_CACHE's cases (its batched entry from n_s = 2 on: slots over the
+# rows read) under memcheck and racecheck, and the 9B n_s = 16 layer-step cases under memcheck.
+bg memcheck-from-cache compute-sanitizer --tool memcheck --error-exitcode 9 bundle/tests/gpu_ops GATED_DELTA_NET_FROM_CACHE
+bg racecheck-from-cache compute-sanitizer --tool racecheck --error-exitcode 9 bundle/tests/gpu_ops GATED_DELTA_NET_FROM_CACHE
+bg memcheck-n16 compute-sanitizer --tool memcheck --error-exitcode 9 bundle/tests/gpu_ops "n_t=4,R=3,M=17,read=1,write=1,n_s=16"
 RGDN_SWEEP_FORWARDS=0 RGDN_SWEEP_STRIDE=50 bg memcheck-sweep compute-sanitizer --tool memcheck --error-exitcode 9 bundle/tests/gpu_sweep
 # The plants: each must fail.
 for d in plant-*/; do

@@ -175,9 +175,6 @@ pub struct PreparedLaunch {
     dims: LaunchDims,
     kind: LaunchKind,
     gpu: GpuKey,
-    /// [seq-batch] A launch of the same op that runs right after this one on the stream
-    /// ([`PreparedLaunch::then`]): an op whose work is two kernels in stream order.
-    next: Option<Box<PreparedLaunch>>,
 }
 
 #[derive(Clone, Debug)]
@@ -211,32 +208,6 @@ impl PreparedLaunch {
     /// Plain or cooperative: decided by the op that prepared it.
     pub fn kind(&self) -> LaunchKind {
         self.kind
-    }
-
-    /// [seq-batch] This launch, then `next` right after it on the same stream (and after every
-    /// launch already chained to this one): what [`Gpu::run`] runs as one prepared launch, for an
-    /// op whose work is several kernels in stream order. Both must be prepared on the same
-    /// [`Gpu`] ([`Gpu::run`] checks each).
-    pub fn then(mut self, next: PreparedLaunch) -> PreparedLaunch {
-        let mut tail = &mut self.next;
-        while let Some(launch) = tail {
-            tail = &mut launch.next;
-        }
-        *tail = Some(Box::new(next));
-        self
-    }
-
-    /// The PTX entries this prepared launch runs, in order (none for a copy).
-    pub fn entries(&self) -> Vec<&'static str> {
-        let mut entries = Vec::new();
-        let mut at = Some(self);
-        while let Some(launch) = at {
-            if launch.kind != LaunchKind::Copy {
-                entries.push(launch.entry);
-            }
-            at = launch.next.as_deref();
-        }
-        entries
     }
 }
 
@@ -497,7 +468,7 @@ impl Gpu {
             LaunchKind::Cooperative => self.co_resident_of(&func, entry, block_threads(&dims), dims.shared_bytes)?,
             LaunchKind::Plain | LaunchKind::Copy => 0,
         };
-        Ok(PreparedLaunch { work: Work::Kernel { func, args: args.to_vec(), co_resident }, entry, dims, kind, gpu: self.key(), next: None })
+        Ok(PreparedLaunch { work: Work::Kernel { func, args: args.to_vec(), co_resident }, entry, dims, kind, gpu: self.key() })
     }
 
     /// A stream-ordered copy of `bytes` bytes from device address `src` to `dst`, prepared to
@@ -508,7 +479,7 @@ impl Gpu {
     /// context and do not overlap, for as long as the copy may run.
     pub unsafe fn prepare_copy(&self, label: &'static str, dst: u64, src: u64, bytes: usize) -> Result<PreparedLaunch> {
         let dims = LaunchDims::new((0, 0, 0), (0, 0, 0));
-        Ok(PreparedLaunch { work: Work::Copy { dst, src, bytes }, entry: label, dims, kind: LaunchKind::Copy, gpu: self.key(), next: None })
+        Ok(PreparedLaunch { work: Work::Copy { dst, src, bytes }, entry: label, dims, kind: LaunchKind::Copy, gpu: self.key() })
     }
 
     /// Launches a prepared launch on this `Gpu`'s stream, as its [`LaunchKind`] says (whatever
@@ -530,7 +501,7 @@ impl Gpu {
         match launch.work {
             // SAFETY: forwarded to the caller.
             Work::Kernel { ref func, ref args, co_resident } => unsafe {
-                self.launch_with(func, launch.entry, launch.dims, args, launch.kind, co_resident)?
+                self.launch_with(func, launch.entry, launch.dims, args, launch.kind, co_resident)
             },
             Work::Copy { dst, src, bytes } => {
                 // Raw driver calls do not bind the context themselves.
@@ -538,13 +509,8 @@ impl Gpu {
                 // SAFETY: the caller's promise (`prepare_copy`): both ranges live, disjoint; the
                 // copy is ordered on this Gpu's one stream.
                 unsafe { cudarc::driver::result::memcpy_dtod_async(dst, src, bytes, self.stream.cu_stream()) }?;
+                Ok(())
             }
-        }
-        match &launch.next {
-            // SAFETY: forwarded to the caller (the op prepared the chain as one launch, on the
-            // same validation).
-            Some(next) => unsafe { self.run(next) },
-            None => Ok(()),
         }
     }
 

@@ -28,10 +28,6 @@ use std::sync::Mutex;
 
 const OP: &str = "GDN_LAYER_STEP";
 
-/// [seq-batch] Fewest sequences for which the batched step is split into its first phase and a
-/// second-phase launch ([`StepShape::batch_split`]).
-pub const BATCH_SPLIT_MIN_SEQS: u32 = 16;
-
 /// The three fused ops of one GDN layer step, as one launch.
 ///
 /// Valid when each part is valid on its own (its own errors, as that op reports them) and:
@@ -84,12 +80,6 @@ impl StepShape {
         self.gdn.n_seqs > 1
     }
 
-    /// [seq-batch] Whether the step is split ([`StepShape::batch_split`]): the cooperative launch
-    /// runs the first phase only, the second runs as its own launch after it.
-    pub fn split(&self) -> bool {
-        self.batched() && self.batch.groups_per_warp == 0
-    }
-
     /// [seq-batch] The batched entries' schedule (see [`abi::LayerStepSchedule`]).
     pub fn schedule(&self) -> abi::LayerStepSchedule {
         abi::LayerStepSchedule {
@@ -115,31 +105,19 @@ impl StepShape {
     /// Each may be overridden
     /// for measurements by `RGDN_BATCH_CHUNK`, `RGDN_BATCH_TILE_SEQS`, `RGDN_BATCH_GROUPS`
     /// ([test] knobs, read once per process; no bit depends on them).
-    ///
-    /// [seq-batch] From [`BATCH_SPLIT_MIN_SEQS`] sequences on (`RGDN_BATCH_SPLIT_MIN_SEQS` for
-    /// measurements, 257 = never) the step is **split**: `groups_per_warp` = 0, the cooperative
-    /// launch runs the first phase alone and GATED_DELTA_NET_FROM_CACHE's batched entry runs the
-    /// second right after it on the stream ([`GdnLayerStep::prepare`]) — at 92 registers, five
-    /// blocks per multiprocessor instead of the cooperative kernel's three.
     pub fn batch_split(n_seqs: usize) -> abi::LayerStepBatchParams {
         let knob = |name: &str, lo: u32, hi: u32| -> Option<u32> {
             std::env::var(name).ok().and_then(|v| v.trim().parse::<u32>().ok()).filter(|k| (lo..=hi).contains(k))
         };
-        static KNOBS: std::sync::OnceLock<[Option<u32>; 4]> = std::sync::OnceLock::new();
-        let [chunk, tile, groups, split] = *KNOBS.get_or_init(|| {
+        static KNOBS: std::sync::OnceLock<[Option<u32>; 3]> = std::sync::OnceLock::new();
+        let [chunk, tile, groups] = *KNOBS.get_or_init(|| {
             [
                 knob("RGDN_BATCH_CHUNK", 1, abi::GDN_LAYER_STEP_MAX_SEQS as u32),
                 knob("RGDN_BATCH_TILE_SEQS", 1, abi::BATCH_MAX_TILE_SEQS),
                 knob("RGDN_BATCH_GROUPS", 1, abi::BATCH_MAX_GROUPS_PER_WARP),
-                knob("RGDN_BATCH_SPLIT_MIN_SEQS", 2, abi::GDN_LAYER_STEP_MAX_SEQS as u32 + 1),
             ]
         });
         let n = n_seqs as u32;
-        if n >= split.unwrap_or(BATCH_SPLIT_MIN_SEQS) {
-            // The second phase as its own launch (`GdnLayerStep::prepare`): the cooperative
-            // launch runs the first-phase items only, in one chunk (nothing waits on a counter).
-            return abi::LayerStepBatchParams { n_seqs: n, chunk_seqs: n, tile_seqs: tile.unwrap_or(4).min(n), groups_per_warp: 0 };
-        }
         let chunk_seqs = chunk.unwrap_or(n.div_ceil(2).max(2)).clamp(1, n.max(1));
         // At least ⌈n / BATCH_MAX_CHUNKS⌉ sequences a chunk: one counter each.
         let chunk_seqs = chunk_seqs.max(n.div_ceil(abi::BATCH_MAX_CHUNKS as u32));
@@ -818,15 +796,7 @@ impl Op for GdnLayerStep {
         // the state is this Gpu's, whose one stream runs launches in order (each leaves `done` =
         // `arrived` for the next); every work index fits u32 with the grid added; the shared
         // memory is the entry's layout; `params` is the entry's parameter struct.
-        let launch = unsafe { gpu.prepare_cooperative(entry, dims, &args) }?;
-        if !shape.split() {
-            return Ok(launch);
-        }
-        // [seq-batch] The second phase: GATED_DELTA_NET_FROM_CACHE's own launch on the step's GDN
-        // views, after the first phase in stream order (so it reads every q, k, v, g and β the
-        // first phase wrote, and the first phase never touches the ssm cache nor `out`). `check`
-        // validated the part as that op validates itself; its prepare checks it again.
-        Ok(launch.then(self.gdn.prepare(gpu, mem)?))
+        unsafe { gpu.prepare_cooperative(entry, dims, &args) }
     }
 
     fn reference(&self, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()> {
@@ -1019,31 +989,6 @@ mod tests {
 
     /// [seq-batch] A sequence reading a row another sequence writes (conv and ssm caches): the fused
     /// ops refuse it by name on the memory, so the layer stays unfused (and equal).
-    /// [seq-batch] From BATCH_SPLIT_MIN_SEQS sequences on the step splits (groups 0: the cooperative
-    /// launch's schedule holds first-phase items only, GATED_DELTA_NET_FROM_CACHE runs the
-    /// columns); below it every column group is a second-phase item of the one launch.
-    #[test]
-    fn from_the_split_size_on_the_schedule_holds_no_second_phase_item() {
-        for n_s in [2usize, 3, 5, 15, 16, 64, 256] {
-            let batch = StepShape::batch_split(n_s);
-            let split = n_s as u32 >= BATCH_SPLIT_MIN_SEQS;
-            assert_eq!(batch.groups_per_warp == 0, split, "n_s = {n_s}: {batch:?}");
-            let s = abi::LayerStepSchedule {
-                n_seqs: batch.n_seqs,
-                n_tokens: 4,
-                n_heads: 32,
-                n_chain_tiles: 64,
-                chunk_seqs: batch.chunk_seqs,
-                tile_seqs: batch.tile_seqs,
-                groups_per_warp: batch.groups_per_warp,
-            };
-            let second: u32 = (0..s.n_chunks()).map(|c| s.second_items(c)).sum();
-            assert_eq!(second == 0, split, "n_s = {n_s}");
-            let first: u32 = (0..s.n_chunks()).map(|c| s.first_items(c)).sum();
-            assert_eq!(s.total_items(), first + second);
-        }
-    }
-
     #[test]
     fn a_sequence_reading_another_sequences_row_stays_unfused() {
         // Sequence 1 reads cell 0, which sequence 0 writes (group 0: both caches).

@@ -136,13 +136,6 @@
 //! chunk; see [`gdn_layer_step_batch`] ("Buffers") and `docs/batching.md`. Every column's
 //! operations are GATED_DELTA_NET_FROM_CACHE's, so a sequence's bits do not depend on the batch.
 //!
-//! **Split step** (the host's choice from `BATCH_SPLIT_MIN_SEQS` sequences on): with
-//! `groups_per_warp` = 0 the schedule holds no second-phase item, so the launch runs the first
-//! phase alone (its items publish as always; nothing waits on them), and the host launches
-//! GATED_DELTA_NET_FROM_CACHE's batched entry on `p.gdn` right after it in stream order — the
-//! second phase at that kernel's 92 registers and five blocks per multiprocessor instead of
-//! three here.
-//!
 //! # Bits
 //! Every float operation is one of the unfused kernels' `#[inline(always)]` bodies on the same
 //! operands in the same order (conv chain: GDN_CONV_CHAIN's; products: `thread_partials_of` /
