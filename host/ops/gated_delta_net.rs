@@ -602,17 +602,10 @@ pub const FROM_CACHE_BATCH_MIN_SEQS: usize = 2;
 /// \[seq-batch\] GATED_DELTA_NET_FROM_CACHE's entry and launch shape for a validated `shape`: the
 /// batched layout from [`FROM_CACHE_BATCH_MIN_SEQS`] sequences on when every sequence's tokens
 /// fit its stage (1 ≤ n_t ≤ `BATCH_GDN_MAX_TOKENS`), else one warp a column. Same bits either
-/// way. `RGDN_FROM_CACHE_LAYOUT=column|batch` (\[test\] knob, read once per process) forces a
-/// layout for measurements where the tokens fit.
+/// way.
 pub(crate) fn from_cache_launch(shape: &GdnShape) -> (&'static str, LaunchDims) {
-    static KNOB: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
-    let forced = *KNOB.get_or_init(|| match std::env::var("RGDN_FROM_CACHE_LAYOUT").as_deref() {
-        Ok("batch") => Some(true),
-        Ok("column") => Some(false),
-        _ => None,
-    });
     let fits = (1..=abi::BATCH_GDN_MAX_TOKENS).contains(&shape.n_tokens);
-    if fits && forced.unwrap_or(shape.n_seqs >= FROM_CACHE_BATCH_MIN_SEQS) {
+    if fits && shape.n_seqs >= FROM_CACHE_BATCH_MIN_SEQS {
         let grid = (shape.n_heads as u32, shape.n_seqs as u32, D as u32 / abi::BATCH_GDN_BLOCK_COLUMNS);
         let dims = LaunchDims::new(grid, (32, abi::GDN_WARPS, 1)).with_shared_bytes(abi::batch_token_stage_bytes(shape.n_tokens));
         (abi::GATED_DELTA_NET_FROM_CACHE_BATCH_ENTRY, dims)
