@@ -822,6 +822,24 @@ mod tests {
         assert_eq!(rules.check(&mem).map_err(|e| format!("{e:?}")), o.check_indices(&mem).map_err(|e| format!("{e:?}")));
     }
 
+    /// \[seq-batch\] The batched entry from two sequences on while the tokens fit its stage, with its
+    /// grid (H_v, n_s, D/32) and the stage's shared bytes; one warp a column otherwise.
+    #[test]
+    fn from_cache_takes_the_batched_entry_for_batches_of_at_most_sixteen_tokens() {
+        let shape = |n_tokens, n_seqs| GdnShape { n_key_heads: 16, n_heads: 32, n_tokens, n_seqs, n_slots: 1 };
+        for (n_t, n_s, batched) in [(4, 1, false), (1, 2, true), (16, 64, true), (17, 4, false), (0, 4, false)] {
+            let (entry, dims) = from_cache_launch(&shape(n_t, n_s));
+            if batched {
+                assert_eq!(entry, abi::GATED_DELTA_NET_FROM_CACHE_BATCH_ENTRY, "n_t = {n_t}, n_s = {n_s}");
+                assert_eq!(dims.grid, (32, n_s as u32, 4));
+                assert_eq!(dims.shared_bytes, abi::batch_token_stage_bytes(n_t));
+            } else {
+                assert_eq!(entry, abi::GATED_DELTA_NET_FROM_CACHE_ENTRY, "n_t = {n_t}, n_s = {n_s}");
+                assert_eq!(dims, launch_dims(32, n_s));
+            }
+        }
+    }
+
     #[test]
     fn the_attention_scale_is_ggmls_host_constant() {
         assert_eq!(attention_scale().to_bits(), 0x3DB5_04F3);
