@@ -1379,9 +1379,10 @@ pub const BATCH_STATE_BYTES_PER_GROUP: u32 = GDN_LAYER_STEP_WARPS * GDN_LAYER_ST
 /// [seq-batch] Shared bytes of the batched layer step's copy of its parameters (the first bytes of
 /// its dynamic shared memory): [`GdnLayerStepParams`], then at [`BATCH_WALK_OFFSET`] its
 /// [`ScheduleWalk`] (both in the first KiB), then at [`BATCH_SOURCE_ROWS_OFFSET`] the table of
-/// the sequences' source rows (`source_rows[s·stride]` at `+ 4s`, s < n_s ≤
-/// [`GDN_LAYER_STEP_MAX_SEQS`]).
-pub const BATCH_PARAMS_BYTES: u32 = 1024 + BATCH_SOURCE_ROWS_BYTES;
+/// the sequences' ssm-cache source rows (`source_rows[s·stride]` at `+ 4s`, s < n_s ≤
+/// [`GDN_LAYER_STEP_MAX_SEQS`]), then at [`BATCH_CONV_SOURCE_ROWS_OFFSET`] the same table of
+/// their conv-cache source rows (the conv chain's `source_row[s·source_row_seq]`).
+pub const BATCH_PARAMS_BYTES: u32 = 1024 + 2 * BATCH_SOURCE_ROWS_BYTES;
 /// [seq-batch] Where the [`ScheduleWalk`] lies in the parameters' copy: after the parameters, 8-byte
 /// aligned.
 pub const BATCH_WALK_OFFSET: u32 = (size_of::<GdnLayerStepParams>() as u32).next_multiple_of(8);
@@ -1389,6 +1390,8 @@ pub const BATCH_WALK_OFFSET: u32 = (size_of::<GdnLayerStepParams>() as u32).next
 pub const BATCH_SOURCE_ROWS_OFFSET: u32 = 1024;
 /// [seq-batch] The source-row table's bytes: one u32 per sequence.
 pub const BATCH_SOURCE_ROWS_BYTES: u32 = 4 * GDN_LAYER_STEP_MAX_SEQS as u32;
+/// [seq-batch] Where the conv-cache source-row table lies in the parameters' copy.
+pub const BATCH_CONV_SOURCE_ROWS_OFFSET: u32 = BATCH_SOURCE_ROWS_OFFSET + BATCH_SOURCE_ROWS_BYTES;
 const _: () = assert!(BATCH_WALK_OFFSET as usize + size_of::<ScheduleWalk>() <= BATCH_SOURCE_ROWS_OFFSET as usize);
 /// [seq-batch] Where block 0's thread 0 keeps the launch's target (a u64, read at the start and
 /// used at the end) in the parameters' copy: after the walk, 8-byte aligned. (speed) Kept in

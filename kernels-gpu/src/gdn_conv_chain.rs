@@ -164,21 +164,32 @@ pub(crate) unsafe fn tile_weights<const D_CONV: usize>(p: &GdnConvChainParams, t
     w
 }
 
-/// Phase 1's global loads of tile `tile` for sequence `seq` ([`TileInputs`]): its tokens from
-/// qkv (contiguous across the block's threads for each t) and, GET_ROWS of the sequence's
-/// source row, the block's slice of it, coalesced.
+/// Sequence `seq`'s conv-cache source row (the index GET_ROWS reads).
 ///
 /// # Safety
-/// As [`gdn_conv_chain_tile`] (`tile` < C/128, `seq` < n_s of a validated op).
+/// As [`gdn_conv_chain_tile`] (`seq` < n_s of a validated op).
 #[inline(always)]
-pub(crate) unsafe fn tile_loads<const D_CONV: usize>(p: &GdnConvChainParams, tile: usize, seq: usize) -> TileInputs {
+pub(crate) unsafe fn tile_source_row(p: &GdnConvChainParams, seq: usize) -> usize {
+    // SAFETY: the host validated the source index of every sequence < n_s (non-negative, a row
+    // of the cache).
+    unsafe { *(p.source_row as *const i32).add(seq * p.source_row_seq as usize) as usize }
+}
+
+/// Phase 1's global loads of tile `tile` for sequence `seq` ([`TileInputs`]): its tokens from
+/// qkv (contiguous across the block's threads for each t) and, GET_ROWS of the sequence's
+/// source row `src_row` ([`tile_source_row`]), the block's slice of it, coalesced.
+///
+/// # Safety
+/// As [`gdn_conv_chain_tile`] (`tile` < C/128, `seq` < n_s of a validated op, `src_row` its
+/// source row).
+#[inline(always)]
+pub(crate) unsafe fn tile_loads<const D_CONV: usize>(p: &GdnConvChainParams, tile: usize, seq: usize, src_row: usize) -> TileInputs {
     let state_len = D_CONV - 1;
     let n_t = p.n_tokens as usize;
     let tid = thread_idx_x() as usize;
     let c0 = tile * BLOCK;
     // SAFETY (all loads): the host validated the source index of every sequence < n_s, and the
     // views for channels < C, n_t tokens and n_s sequences.
-    let src_row = unsafe { *(p.source_row as *const i32).add(seq * p.source_row_seq as usize) } as usize;
     let qkv = unsafe { (p.qkv as *const f32).add(seq * p.qkv_seq as usize + c0 + tid) };
     let mut x = [0.0f32; GDN_CONV_CHAIN_MAX_TOKENS];
     let mut t = 0;
@@ -214,21 +225,24 @@ pub(crate) unsafe fn gdn_conv_chain_tile<const D_CONV: usize>(p: &GdnConvChainPa
     // SAFETY: forwarded to the caller.
     unsafe {
         let w = tile_weights::<D_CONV>(p, tile);
-        let inputs = tile_loads::<D_CONV>(p, tile, seq);
+        let inputs = tile_loads::<D_CONV>(p, tile, seq, tile_source_row(p, seq));
         tile_compute::<D_CONV>(p, tile, seq, inputs, &w, shared::base());
     }
 }
 
 /// [seq-batch] Tile `tile` of sequences `first_seq … first_seq + n_seqs − 1`, one after the other
 /// through the same shared memory at `tile_base` (a block barrier between them), each exactly
-/// [`gdn_conv_chain_tile`]'s body; [speed] sequence i + 1's global loads are issued before
+/// [`gdn_conv_chain_tile`]'s body, with each sequence's source row from `source_row` (the
+/// batched layer step's table in shared memory: [speed] one round trip per sequence instead of
+/// the index's and then the row's); [speed] sequence i + 1's global loads are issued before
 /// sequence i's phases 2–4, so that one memory round trip serves the tile of every sequence
 /// (pure loads moved: they read inputs that no thread writes — the host proves every read row
 /// and token disjoint from the other sequences' writes).
 ///
 /// # Safety
 /// As [`gdn_conv_chain_tile`] for every one of the sequences (`n_seqs` ≥ 1), with the shared
-/// memory at `tile_base` instead of the dynamic shared memory's start.
+/// memory at `tile_base` instead of the dynamic shared memory's start; `source_row(s)` is
+/// [`tile_source_row`]`(p, s)` for each of them.
 #[inline(always)]
 pub(crate) unsafe fn gdn_conv_chain_tiles_at<const D_CONV: usize>(
     p: &GdnConvChainParams,
@@ -236,15 +250,16 @@ pub(crate) unsafe fn gdn_conv_chain_tiles_at<const D_CONV: usize>(
     first_seq: usize,
     n_seqs: usize,
     tile_base: u32,
+    source_row: impl Fn(usize) -> usize,
 ) {
     // SAFETY (the whole body): forwarded to the caller — every sequence below first_seq + n_seqs
     // is one of the op's, and the whole block runs the same (block-uniform) loop.
     unsafe {
         let w = tile_weights::<D_CONV>(p, tile);
-        let mut cur = tile_loads::<D_CONV>(p, tile, first_seq);
+        let mut cur = tile_loads::<D_CONV>(p, tile, first_seq, source_row(first_seq));
         let mut i = 0;
         loop {
-            let next = if i + 1 < n_seqs { Some(tile_loads::<D_CONV>(p, tile, first_seq + i + 1)) } else { None };
+            let next = if i + 1 < n_seqs { Some(tile_loads::<D_CONV>(p, tile, first_seq + i + 1, source_row(first_seq + i + 1))) } else { None };
             if i > 0 {
                 // The previous sequence's shared reads end before this one's stores.
                 sync_threads();
