@@ -1345,18 +1345,19 @@ const _: () = assert!(abi::BATCH_ROW_VALUES == 32, "each_value! writes out 32 va
 #[inline(always)]
 pub(crate) unsafe fn prefetch_pair_weights<A: Accumulation>(gp: &abi::MulMatVecPairGateParams, n_heads: u32, thread: u32, n_threads: u32) {
     let p = &gp.pair;
-    let row_bytes = p.n_pairs as usize * core::mem::size_of::<A::Pair>();
+    let row_bytes = p.n_pairs * core::mem::size_of::<A::Pair>() as u32;
     let lines_per_row = row_bytes.div_ceil(128);
-    let lines = 2 * n_heads as usize * lines_per_row;
-    let mut line = thread as usize;
+    let lines = 2 * n_heads * lines_per_row;
+    let mut line = thread;
     while line < lines {
-        let (row, chunk) = (line / lines_per_row, line % lines_per_row);
-        let (product, head) = (row / n_heads as usize, row % n_heads as usize);
+        // No panic path: the divisors are ≥ 1 whenever a line exists (and 0 gives 0).
+        let (row, chunk) = (abi::div_or_zero(line, lines_per_row), abi::rem_or_zero(line, lines_per_row));
+        let (product, head) = (abi::div_or_zero(row, n_heads), abi::rem_or_zero(row, n_heads));
         let (w, w_row) = if product == 0 { (p.weight_0, p.w_row_0) } else { (p.weight_1, p.w_row_1) };
         let elem = core::mem::size_of::<A::Elem>();
         // SAFETY: head < n_heads rows of the product (caller), byte 128·chunk < its row's bytes.
-        unsafe { prefetch_l2((w as usize as *const u8).wrapping_add((head * w_row as usize) * elem + 128 * chunk)) };
-        line += n_threads as usize;
+        unsafe { prefetch_l2((w as usize as *const u8).wrapping_add(head as usize * w_row as usize * elem + 128 * chunk as usize)) };
+        line += n_threads;
     }
 }
 
