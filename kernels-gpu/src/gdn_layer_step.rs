@@ -161,7 +161,7 @@ use crate::gated_delta_net::{
 };
 use crate::gdn_conv_chain::{gdn_conv_chain_tile, gdn_conv_chain_tiles_at, tile_source_row};
 use core::ptr::addr_of_mut;
-use crate::mmvf::{Accumulation, Bf16, F16F32, F16Half, F32, pair_gate_row_halves, pair_gate_tile, prefetch_pair_weights};
+use crate::mmvf::{Accumulation, Bf16, F16F32, F16Half, F32, pair_gate_row_halves, pair_gate_tile};
 
 /// # Safety
 /// See the module docs: the host validated the three parts (each as its own op would), their
@@ -297,10 +297,6 @@ unsafe fn gdn_layer_step_batch<A: Accumulation, const D_CONV: usize>(params: &Gd
     // them all live across all items (250 registers, or spills at the 168 three blocks per
     // multiprocessor allow; 150–160 this way). A shared load per use, the same values. The
     // schedule's walk (its divisors prepared once) lies beside them, read the same way.
-    // [speed] The products' weight rows asked of L2 first thing: the mat-vec items' operand
-    // rings then wait for L2 round trips, not DRAM ones (hints only).
-    // SAFETY: the validated products have H_v rows each (host).
-    unsafe { prefetch_pair_weights::<A>(&params.gate, params.n_heads, block * GDN_LAYER_STEP_BLOCK + tid, grid * GDN_LAYER_STEP_BLOCK) };
     let p = shared::generic(shared::base()) as *mut GdnLayerStepParams;
     let walk = shared::generic(shared::base() + BATCH_WALK_OFFSET) as *mut ScheduleWalk;
     // [speed] Every sequence's source rows (ssm cache and conv cache), read once per block into

@@ -45,7 +45,7 @@
 use crate::abi::{self, MUL_MAT_VEC_MAX_WARPS};
 use crate::device::half::{f16_to_f32, f32_to_f16_rn, fma_f16x2, pack_f16x2};
 use crate::device::load::{nc_f32x2, nc_u32};
-use crate::device::memory::{load_nc_f32, prefetch_l2};
+use crate::device::memory::load_nc_f32;
 use crate::device::math::{add, fma};
 use crate::device::shared;
 use crate::device::thread::{block_dim_x, block_idx_x, block_idx_y, block_idx_z, sync_threads, thread_idx_x};
@@ -1333,33 +1333,6 @@ macro_rules! each_value {
 }
 use each_value;
 const _: () = assert!(abi::BATCH_ROW_VALUES == 32, "each_value! writes out 32 values");
-
-/// [seq-batch] [speed] Asks L2 for the weight rows of both products (heads `0 … n_heads − 1`), one
-/// 128-byte line per thread `thread` < the lines of `n_threads`: a batched layer step's blocks
-/// call it first thing, so that the mat-vec items — whose operand rings wait for one memory
-/// round trip per few iterations — meet L2 instead of DRAM. Hints only: nothing is read back.
-///
-/// # Safety
-/// `gp` is a valid MUL_MAT_VEC_PAIR_GATE whose both products have at least `n_heads` rows
-/// (host-validated); the addresses formed stay inside those rows.
-#[inline(always)]
-pub(crate) unsafe fn prefetch_pair_weights<A: Accumulation>(gp: &abi::MulMatVecPairGateParams, n_heads: u32, thread: u32, n_threads: u32) {
-    let p = &gp.pair;
-    let row_bytes = p.n_pairs * core::mem::size_of::<A::Pair>() as u32;
-    let lines_per_row = row_bytes.div_ceil(128);
-    let lines = 2 * n_heads * lines_per_row;
-    let mut line = thread;
-    while line < lines {
-        // No panic path: the divisors are ≥ 1 whenever a line exists (and 0 gives 0).
-        let (row, chunk) = (abi::div_or_zero(line, lines_per_row), abi::rem_or_zero(line, lines_per_row));
-        let (product, head) = (abi::div_or_zero(row, n_heads), abi::rem_or_zero(row, n_heads));
-        let (w, w_row) = if product == 0 { (p.weight_0, p.w_row_0) } else { (p.weight_1, p.w_row_1) };
-        let elem = core::mem::size_of::<A::Elem>();
-        // SAFETY: head < n_heads rows of the product (caller), byte 128·chunk < its row's bytes.
-        unsafe { prefetch_l2((w as usize as *const u8).wrapping_add(head as usize * w_row as usize * elem + 128 * chunk as usize)) };
-        line += n_threads;
-    }
-}
 
 /// [seq-batch] One batched mat-vec item of GDN_LAYER_STEP's first phase: rows of value heads
 /// `first_head … first_head + n_heads − 1` (≤ [`abi::BATCH_ROW_HEADS`]) of both products (alpha
