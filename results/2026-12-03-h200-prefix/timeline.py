@@ -15,7 +15,7 @@ def load(path):
         for i in range(min(n,60 if V1 else 56)):
             meta,t0,tr,t1 = w[REC+4*i:REC+4+4*i]
             recs.append((meta&0xff,(meta>>8)&0xff,meta,t0,tr,t1))
-        blocks.append(dict(b=blk,start=w[0],setup=w[1],n=n,arrive=w[3],close=w[4],sm=w[5],recs=recs,fine=[w[6],w[7],w[1],w[12],w[13],w[14]]))
+        blocks.append(dict(b=blk,start=w[0],setup=w[1],n=n,arrive=w[3],close=w[4],sm=w[5],recs=recs,fine=[w[6],w[7],w[1],w[12],w[13],w[14]],conv=list(w[240:256])))
     return blocks
 def pct(xs,q):
     xs=sorted(xs); return xs[min(len(xs)-1,int(q*len(xs)))] if xs else 0
@@ -43,6 +43,25 @@ def summ(path):
     for (k,c),v in sorted(by.items()):
         d=[e-a for a,r,e in v]; w=[r-a for a,r,e in v]
         print(f"  chunk {c} {kinds[k]:6s} n={len(v):4d} begin min/max {min(a for a,_,_ in v)/1e3:6.2f}/{max(a for a,_,_ in v)/1e3:6.2f} end max {max(e for *_,e in v)/1e3:6.2f}  dur p50/p90/max {pct(d,.5)/1e3:5.2f}/{pct(d,.9)/1e3:5.2f}/{max(d)/1e3:5.2f}" + (f"  wait(begin→ready) p50/max {pct(w,.5)/1e3:5.2f}/{max(w)/1e3:5.2f}  ready min {min(r for _,r,_ in v)/1e3:6.2f}" if k==2 else ""))
+    if not V1 and os.environ.get('TL_CONV') == '1':
+        # next-timeline-conv-phases.patch: u64 240 + 4i + k, sequence i < 4 of the block's first
+        # conv item: k = 0 start, 1 after the CONCAT barrier, 2 after the snapshot rows, 3 after
+        # the conv; the sequence ends where the next one starts (the last: at the item's end).
+        phases={}
+        for x in bl:
+            w=x['conv']
+            tiles=[r for r in x['recs'] if r[0]==0]
+            if not tiles or w[0]==0: continue
+            end_item=tiles[0][5]
+            for i in range(4):
+                st=w[4*i:4*i+4]
+                if st[0]==0 or st[0]<x['start']: break
+                nxt=w[4*(i+1)] if i<3 and w[4*(i+1)]>=st[0] else end_item
+                for k,nm in enumerate(['concat','rows','conv','norms+barrier']):
+                    a=st[k]; b=st[k+1] if k<3 else nxt
+                    phases.setdefault((i,nm),[]).append(b-a)
+        for (i,nm),v in sorted(phases.items()):
+            print(f"  conv item sequence {i} {nm:14s} p50/max {pct(v,.5)/1e3:5.2f}/{max(v)/1e3:5.2f} µs (n={len(v)})")
     arr=[x['arrive']-t0 for x in bl]
     print(f"  arrive p10/p50/max {pct(arr,.1)/1e3:.2f}/{pct(arr,.5)/1e3:.2f}/{max(arr)/1e3:.2f}; items per block max {max(x['n'] for x in bl)}")
 for p in sys.argv[1:]: summ(p)
