@@ -1431,6 +1431,22 @@ const _: () =
     assert!(3 * (gdn_layer_step_batch_shared_bytes(5, GDN_LAYER_STEP_MAX_TOKENS, BATCH_MAX_GROUPS_PER_WARP) + 1024) <= 228 * 1024);
 const _: () = assert!(3 * (gdn_layer_step_batch_shared_bytes(3, 1, BATCH_MAX_GROUPS_PER_WARP) + 1024) <= 228 * 1024);
 
+/// [seq-batch] (speed) Sequences a conv item runs side by side
+/// (`gdn_conv_chain_tiles_side_by_side`): as many conv tiles with their staging rows
+/// ([`gdn_conv_chain_shared_bytes`] each) as the first-phase area holds — from the second state
+/// buffer ([`batch_rows_offset`]) to the end of the block's shared memory, idle during a
+/// first-phase item. At least one (asserted below for the largest tile).
+pub const fn batch_conv_round_seqs(d_conv: usize, n_tokens: usize, groups_per_warp: u32) -> u32 {
+    let area = gdn_layer_step_batch_shared_bytes(d_conv, n_tokens, groups_per_warp)
+        .saturating_sub(BATCH_PARAMS_BYTES + batch_rows_offset(groups_per_warp));
+    let n = div_or_zero(area, gdn_conv_chain_shared_bytes(d_conv, n_tokens));
+    if n == 0 { 1 } else { n }
+}
+const _: () = assert!(
+    BATCH_ROW_REDUCE_BYTES + BATCH_ROW_RING_BYTES >= gdn_conv_chain_shared_bytes(5, GDN_LAYER_STEP_MAX_TOKENS),
+    "one conv tile of the largest layout fits the first-phase area"
+);
+
 /// [seq-batch] Where the second token stage starts, counted from the end of the parameters' copy:
 /// after the scratch area.
 pub const fn batch_second_stage_offset(d_conv: usize, n_tokens: usize, groups_per_warp: u32) -> u32 {

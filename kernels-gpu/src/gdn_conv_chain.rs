@@ -48,7 +48,7 @@
 //! subnormals survive). The arithmetic is the unfused kernels' own `#[inline(always)]` bodies.
 
 use crate::abi::{
-    GDN_CONV_CHAIN_BLOCK, GDN_CONV_CHAIN_MAX_ROWS, GDN_CONV_CHAIN_MAX_TOKENS, GdnConvChainParams, gdn_conv_chain_tile_stride,
+    GDN_CONV_CHAIN_BLOCK, GDN_CONV_CHAIN_MAX_ROWS, GDN_CONV_CHAIN_MAX_TOKENS, GdnConvChainParams, div_or_zero, gdn_conv_chain_tile_stride, rem_or_zero,
 };
 use crate::device::shared;
 use crate::device::thread::{block_idx_x, block_idx_y, sync_threads, thread_idx_x};
@@ -230,48 +230,144 @@ pub(crate) unsafe fn gdn_conv_chain_tile<const D_CONV: usize>(p: &GdnConvChainPa
     }
 }
 
-/// [seq-batch] Tile `tile` of sequences `first_seq … first_seq + n_seqs − 1`, one after the other
-/// through the same shared memory at `tile_base` (a block barrier between them), each exactly
-/// [`gdn_conv_chain_tile`]'s body, with each sequence's source row from `source_row` (the
-/// batched layer step's table in shared memory: [speed] one round trip per sequence instead of
-/// the index's and then the row's); [speed] sequence i + 1's global loads are issued before
-/// sequence i's phases 2–4, so that one memory round trip serves the tile of every sequence
-/// (pure loads moved: they read inputs that no thread writes — the host proves every read row
-/// and token disjoint from the other sequences' writes).
+/// [seq-batch] Tile `tile` of sequences `first_seq … first_seq + n_seqs − 1`, side by side: in
+/// rounds of up to `round_seqs` sequences, each sequence its own tile and staging rows in the
+/// shared memory at `area`, every phase run for all of the round's sequences before the next
+/// phase (a block barrier between rounds). Each sequence's values are exactly
+/// [`gdn_conv_chain_tile`]'s: the same copies and the same `#[inline(always)]` bodies for its
+/// snapshot rows, its conv and its L2 norms; only the order of independent work changes, and no
+/// float operation combines two sequences. Phase 1's reads are `cp.async` copies into the tiles
+/// (bit moves, no registers held), so that one memory round trip serves the round's sequences
+/// instead of one a sequence (each sequence's source row from `source_row`, the batched layer
+/// step's table in shared memory). [speed] A conv item's phases are short chains of dependent
+/// instructions (0.2–0.5 µs each on the H200 under per-phase timestamps, ≈ 2 µs a sequence
+/// one after the other): side by side, their latencies overlap across sequences, and the L2 norms
+/// of a round share out across the block's four warps.
+///
+/// Every global read of a round happens before the barrier that ends its copies, every global
+/// write after it, as in one sequence's tile; across sequences the host proves every read row
+/// and token disjoint from the other sequences' writes (so the order between rounds is free).
 ///
 /// # Safety
 /// As [`gdn_conv_chain_tile`] for every one of the sequences (`n_seqs` ≥ 1), with the shared
-/// memory at `tile_base` instead of the dynamic shared memory's start; `source_row(s)` is
-/// [`tile_source_row`]`(p, s)` for each of them.
+/// memory at `area` instead of the dynamic shared memory's start: it holds `round_seqs` ≥ 1
+/// times `gdn_conv_chain_shared_bytes(D_CONV, n_tokens)` bytes that no other code accesses
+/// (no copy in flight into it either) between the block barrier before this call and its
+/// return; `source_row(s)` is [`tile_source_row`]`(p, s)` for each of the sequences. The
+/// calling thread's older `cp.async` groups complete here too (`cp.async.wait_all`).
 #[inline(always)]
-pub(crate) unsafe fn gdn_conv_chain_tiles_at<const D_CONV: usize>(
+pub(crate) unsafe fn gdn_conv_chain_tiles_side_by_side<const D_CONV: usize>(
     p: &GdnConvChainParams,
     tile: usize,
     first_seq: usize,
     n_seqs: usize,
-    tile_base: u32,
+    area: u32,
+    round_seqs: usize,
     source_row: impl Fn(usize) -> usize,
 ) {
+    let n_t = p.n_tokens as usize;
+    let tid = thread_idx_x() as usize;
+    let c0 = tile * BLOCK;
+    let stride = gdn_conv_chain_tile_stride(D_CONV, n_t);
+    let tile_floats = BLOCK * stride;
+    let qk = c0 < 2 * p.n_k_heads as usize * p.head_dim as usize;
     // SAFETY (the whole body): forwarded to the caller — every sequence below first_seq + n_seqs
-    // is one of the op's, and the whole block runs the same (block-uniform) loop.
+    // is one of the op's, the whole block runs the same (block-uniform) loops, and every shared
+    // access stays inside the round's tiles (g·128·stride floats from `area`) and staging rows
+    // (g·n_t·128 floats after them), g ≤ round_seqs.
     unsafe {
         let w = tile_weights::<D_CONV>(p, tile);
-        let mut cur = tile_loads::<D_CONV>(p, tile, first_seq, source_row(first_seq));
-        let mut i = 0;
-        loop {
-            let next = if i + 1 < n_seqs { Some(tile_loads::<D_CONV>(p, tile, first_seq + i + 1, source_row(first_seq + i + 1))) } else { None };
-            if i > 0 {
-                // The previous sequence's shared reads end before this one's stores.
+        let mut done = 0;
+        while done < n_seqs {
+            let g = if n_seqs - done < round_seqs { n_seqs - done } else { round_seqs };
+            if done > 0 {
+                // The previous round's shared reads end before this round's copies land.
                 sync_threads();
             }
-            tile_compute::<D_CONV>(p, tile, first_seq + i, cur, &w, tile_base);
-            match next {
-                Some(n) => cur = n,
-                None => break,
+            // ---- Phase 1: GET_ROWS + CONCAT of every sequence of the round, as copies. ----
+            let mut i = 0;
+            while i < g {
+                let seq = first_seq + done + i;
+                tile_copies::<D_CONV>(p, tile, seq, source_row(seq), at(area, i * tile_floats), stride);
+                i += 1;
             }
-            i += 1;
+            // This thread's copies have landed; after the barrier, every thread's.
+            shared::wait_async_copies();
+            sync_threads();
+            // ---- Phases 2 and 3: each sequence's snapshot rows, then its conv + SiLU. ----
+            let staging = at(area, g * tile_floats);
+            let mut i = 0;
+            while i < g {
+                let seq = first_seq + done + i;
+                let tile_i = at(area, i * tile_floats);
+                tile_rows::<D_CONV>(p, c0, seq, tile_i, stride);
+                // The channel's columns: the old state, then its tokens (+0 past n_t), from its
+                // tile row.
+                let my_row = at(tile_i, tid * stride);
+                let mut cols = [0.0f32; 4 + GDN_CONV_CHAIN_MAX_TOKENS];
+                let mut j = 0;
+                while j < D_CONV - 1 + GDN_CONV_CHAIN_MAX_TOKENS {
+                    if j < D_CONV - 1 + n_t {
+                        cols[j] = shared::load_f32(at(my_row, j));
+                    }
+                    j += 1;
+                }
+                tile_conv::<D_CONV>(p, c0 + tid, seq, &cols, &w, at(staging, i * n_t * BLOCK));
+                i += 1;
+            }
+            // ---- Phase 4: the L2 norms of the round's q/k heads (staging row r = i·n_t + t). ----
+            if qk {
+                // SAFETY: block-uniform condition; every thread of a q/k block reaches it.
+                sync_threads();
+                let base_seq = first_seq + done;
+                let seq_token = |r: u32| ((base_seq + div_or_zero(r, n_t as u32) as usize), rem_or_zero(r, n_t as u32) as usize);
+                tile_norms(p, c0, g * n_t, staging, seq_token);
+            }
+            done += g;
         }
     }
+}
+
+/// [seq-batch] Phase 1 of tile `tile` of sequence `seq` as `cp.async` copies into the tile at
+/// `tile_at` (the same places [`tile_compute`]'s CONCAT stores to): its tokens from qkv into
+/// columns d_conv − 1 + t of the thread's tile row, and GET_ROWS of the source row `src_row`,
+/// the block's slice of it, coalesced. Bit moves only.
+///
+/// # Safety
+/// As [`tile_loads`]; the tile (128·`stride` floats at `tile_at`) is this call's until the
+/// copies have landed (`cp.async.wait_all`) and a block barrier.
+#[inline(always)]
+unsafe fn tile_copies<const D_CONV: usize>(p: &GdnConvChainParams, tile: usize, seq: usize, src_row: usize, tile_at: u32, stride: usize) {
+    let state_len = D_CONV - 1;
+    let n_t = p.n_tokens as usize;
+    let tid = thread_idx_x() as usize;
+    let c0 = tile * BLOCK;
+    let my_row = at(tile_at, tid * stride);
+    // SAFETY (all copies): the host validated the source index of every sequence < n_s, and the
+    // views for channels < C, n_t tokens and n_s sequences; the shared places lie inside the
+    // tile (as in `tile_compute`).
+    let qkv = unsafe { (p.qkv as *const u32).add(seq * p.qkv_seq as usize + c0 + tid) };
+    let mut t = 0;
+    while t < GDN_CONV_CHAIN_MAX_TOKENS {
+        if t < n_t {
+            unsafe { shared::copy_async_4(at(my_row, state_len + t), qkv.add(t * p.qkv_token as usize)) };
+        }
+        t += 1;
+    }
+    let src = unsafe { (p.cache as *const u32).add(src_row * p.cache_row as usize + c0 * state_len) };
+    let mut k = 0;
+    while k < state_len {
+        unsafe { shared::copy_async_4(at(tile_at, old_slot::<D_CONV>(k, tid, stride)), src.add(k * BLOCK + tid)) };
+        k += 1;
+    }
+}
+
+/// The tile position (in floats) of the block's slice float k·128 + tid of a cache row: channel
+/// f / (d_conv − 1), slot f % (d_conv − 1) (CONCAT's place for it, and the snapshot rows' source).
+#[inline(always)]
+fn old_slot<const D_CONV: usize>(k: usize, tid: usize, stride: usize) -> usize {
+    let f = k * BLOCK + tid;
+    (f / (D_CONV - 1)) * stride + f % (D_CONV - 1)
 }
 
 /// Phases 1 (the shared-memory part) to 4 of tile `tile` of sequence `seq`, from its loaded
@@ -295,25 +391,19 @@ unsafe fn tile_compute<const D_CONV: usize>(
     let n_t = p.n_tokens as usize;
     let tid = thread_idx_x() as usize;
     let c0 = tile * BLOCK;
-    let c = c0 + tid;
     let stride = gdn_conv_chain_tile_stride(D_CONV, n_t);
     let tile = tile_base;
     let staged = at(tile, BLOCK * stride);
     let my_row = at(tile, tid * stride);
     let TileInputs { x, old } = inputs;
-    // SAFETY (all global accesses): the host validated the source index, every row in
-    // rows[..n_rows] + seq, and every view for channels < C = gridDim.x·128, n_t tokens, n_s
-    // sequences and 2·H_k·D ≤ C q/k channels. Shared accesses stay inside the tile
-    // (128·stride floats) and the staging area (n_t·128 floats) the launch allocated.
-    let cache = p.cache as *mut f32;
-    let slice_off = c0 * state_len;
+    // SAFETY (all accesses below): shared accesses stay inside the tile (128·stride floats) and
+    // the staging area (n_t·128 floats) the launch allocated; the global ones are the callees'.
 
     // ---- Phase 1 (end): CONCAT into the tile: slice float f = cl·state_len + jj → tile[cl][jj];
     // token t of this thread's channel → tile[tid][state_len + t]. ----
     let mut k = 0;
     while k < state_len {
-        let f = k * BLOCK + tid;
-        unsafe { shared::store_f32(at(tile, (f / state_len) * stride + f % state_len), old[k]) };
+        unsafe { shared::store_f32(at(tile, old_slot::<D_CONV>(k, tid, stride)), old[k]) };
         k += 1;
     }
     let mut t = 0;
@@ -326,45 +416,12 @@ unsafe fn tile_compute<const D_CONV: usize>(
     // SAFETY: every thread of the block reaches this barrier (no early exit above).
     unsafe { sync_threads() };
 
-    // ---- Phase 2: the snapshot rows, window(offset) of the tile → the block's row slices (first,
-    // so that the stores drain while the conv computes). ----
-    // Thread tid stores slice floats f = k·128 + tid: channel cl = f / state_len, slot jj.
-    let mut tile_at = [0usize; 4];
-    let mut k = 0;
-    while k < state_len {
-        let f = k * BLOCK + tid;
-        tile_at[k] = (f / state_len) * stride + f % state_len;
-        k += 1;
-    }
-    let rows = RowWriter { cache, cache_row: p.cache_row as usize, slice_off, tile, tile_at, state_len, tid };
-    // Literal indices into the parameter tables (a runtime index would copy the parameter block
-    // to local memory); `tests/ptx.rs` checks that these entries use no local memory. In a group
-    // that reaches past n_rows, the missing rows repeat row 0 — the same values to the same
-    // addresses by the same thread, so the cache ends identical — to keep the group branch-free.
-    // Sequence `seq` writes row rows[i] + seq (its cell of every rollback group).
-    let n_rows = p.n_rows as usize;
-    macro_rules! row {
-        ($i:literal) => {
-            if $i < n_rows { (p.rows[$i] as usize + seq, p.offsets[$i] as usize) } else { (p.rows[0] as usize + seq, p.offsets[0] as usize) }
-        };
-    }
-    macro_rules! write_rows {
-        ($($first:literal: [$($i:literal)*])*) => {$(
-            if $first < n_rows {
-                // SAFETY: every (row, offset) is rows[i] + seq, offsets[i] for some i < n_rows: a
-                // validated row and an offset ≤ n_t.
-                unsafe { rows.write([$(row!($i)),*]) };
-            }
-        )*};
-    }
-    write_rows!(0: [0 1 2 3] 4: [4 5 6 7] 8: [8 9 10 11] 12: [12 13 14 15]);
-    const _: () = assert!(GDN_CONV_CHAIN_MAX_ROWS == 16 && ROW_GROUP == 4, "write_rows! lists 4 groups of 4 rows");
+    // ---- Phase 2: the snapshot rows (first, so that the stores drain while the conv computes). ----
+    // SAFETY: the tile is complete (barrier above).
+    unsafe { tile_rows::<D_CONV>(p, c0, seq, tile, stride) };
 
-    // ---- Phase 3: SSM_CONV + SiLU of this thread's tile row, token by token as `ssm_conv`
-    // walks a conv_input row. The row's columns come from registers (the old state from the
-    // tile, the tokens still held from phase 1); tokens run in chunks of 4, each chunk computed
-    // whole (columns past n_t hold +0, their outputs are dropped) so that four conv/SiLU
-    // chains overlap, then stored. ----
+    // ---- Phase 3: SSM_CONV + SiLU of this thread's tile row. The row's columns come from
+    // registers (the old state from the tile, the tokens still held from phase 1). ----
     let mut cols = [0.0f32; 4 + GDN_CONV_CHAIN_MAX_TOKENS];
     let mut j = 0;
     while j < state_len {
@@ -376,12 +433,82 @@ unsafe fn tile_compute<const D_CONV: usize>(
         cols[state_len + t] = x[t];
         t += 1;
     }
+    // SAFETY: channel c0 + tid < C, sequence seq < n_s; `staged` holds n_t·128 floats.
+    unsafe { tile_conv::<D_CONV>(p, c0 + tid, seq, &cols, w, staged) };
+
+    // ---- Phase 4: L2_NORM of the q/k heads of this block. ----
+    if c0 >= 2 * p.n_k_heads as usize * p.head_dim as usize {
+        return; // v channels only (block-uniform: the whole block leaves, no barrier follows).
+    }
+    // SAFETY: block-uniform condition above; every thread of a q/k block reaches the barrier,
+    // after which the staged outputs are complete.
+    unsafe {
+        sync_threads();
+        tile_norms(p, c0, n_t, staged, |r| (seq, r as usize));
+    }
+}
+
+/// Phase 2: for every row i, window(`offsets[i]`) of the tile at `tile` goes to the block's slice
+/// of cache row `rows[i] + seq` (sequence `seq`'s cell of every rollback group).
+///
+/// # Safety
+/// As [`gdn_conv_chain_tile`] (`seq` < n_s, `c0` = 128·tile of a validated op); the tile
+/// (128·`stride` floats) is complete and visible to every thread (after a block barrier).
+#[inline(always)]
+unsafe fn tile_rows<const D_CONV: usize>(p: &GdnConvChainParams, c0: usize, seq: usize, tile: u32, stride: usize) {
+    let state_len = D_CONV - 1;
+    let tid = thread_idx_x() as usize;
+    // Thread tid stores slice floats f = k·128 + tid: channel cl = f / state_len, slot jj.
+    let mut tile_at = [0usize; 4];
+    let mut k = 0;
+    while k < state_len {
+        tile_at[k] = old_slot::<D_CONV>(k, tid, stride);
+        k += 1;
+    }
+    let rows = RowWriter { cache: p.cache as *mut f32, cache_row: p.cache_row as usize, slice_off: c0 * state_len, tile, tile_at, state_len, tid };
+    // Literal indices into the parameter tables (a runtime index would copy the parameter block
+    // to local memory); `tests/ptx.rs` checks that these entries use no local memory. In a group
+    // that reaches past n_rows, the missing rows repeat row 0 — the same values to the same
+    // addresses by the same thread, so the cache ends identical — to keep the group branch-free.
+    let n_rows = p.n_rows as usize;
+    macro_rules! row {
+        ($i:literal) => {
+            if $i < n_rows { (p.rows[$i] as usize + seq, p.offsets[$i] as usize) } else { (p.rows[0] as usize + seq, p.offsets[0] as usize) }
+        };
+    }
+    macro_rules! write_rows {
+        ($($first:literal: [$($i:literal)*])*) => {$(
+            if $first < n_rows {
+                // SAFETY: every (row, offset) is rows[i] + seq, offsets[i] for some i < n_rows: a
+                // validated row and an offset ≤ n_t; the tile is complete (caller).
+                unsafe { rows.write([$(row!($i)),*]) };
+            }
+        )*};
+    }
+    write_rows!(0: [0 1 2 3] 4: [4 5 6 7] 8: [8 9 10 11] 12: [12 13 14 15]);
+    const _: () = assert!(GDN_CONV_CHAIN_MAX_ROWS == 16 && ROW_GROUP == 4, "write_rows! lists 4 groups of 4 rows");
+}
+
+/// Phase 3: SSM_CONV + SiLU of channel `c` of sequence `seq`, token by token as `ssm_conv` walks
+/// a conv_input row, from the channel's columns `cols` (the old state, then the tokens, +0 past
+/// n_t). Tokens run in chunks of 4, each chunk computed whole (columns past n_t hold +0, their
+/// outputs are dropped) so that four conv/SiLU chains overlap; each output goes to `conv_out`
+/// and to the staging row of its token (`staged` + t·128 + c % 128, for the L2 norms).
+///
+/// # Safety
+/// As [`gdn_conv_chain_tile`] (channel `c` < C, `seq` < n_s of a validated op); `staged` holds
+/// n_t·128 floats no other thread writes at its places.
+#[inline(always)]
+unsafe fn tile_conv<const D_CONV: usize>(p: &GdnConvChainParams, c: usize, seq: usize, cols: &[f32; 4 + GDN_CONV_CHAIN_MAX_TOKENS], w: &[f32; D_CONV], staged: u32) {
+    let n_t = p.n_tokens as usize;
+    let tid = thread_idx_x() as usize;
+    // SAFETY: the validated conv_out view for channels < C, n_t tokens and n_s sequences.
     let out = unsafe { (p.conv_out as *mut f32).add(seq * p.conv_out_seq as usize + c) };
     // Literal chunk starts (a runtime index into `cols` would put it in local memory).
     macro_rules! conv_chunks {
         ($($t0:literal)*) => {$(
             if $t0 < n_t {
-                let y = conv_chunk::<D_CONV>(&cols, $t0, w);
+                let y = conv_chunk::<D_CONV>(cols, $t0, w);
                 let mut i = 0;
                 while i < CHUNK {
                     let t = $t0 + i;
@@ -399,28 +526,36 @@ unsafe fn tile_compute<const D_CONV: usize>(
     }
     conv_chunks!(0 4 8 12);
     const _: () = assert!(GDN_CONV_CHAIN_MAX_TOKENS == 16 && CHUNK == 4, "conv_chunks! lists 4 chunks of 4 tokens");
+}
 
-    // ---- Phase 4: L2_NORM of the q/k heads of this block. ----
+/// Phase 4: L2_NORM of the block's q/k heads over `rows` staged rows (staging row r at
+/// `staging` + r·128 floats holds the conv outputs of sequence and token `seq_token(r)`): one warp
+/// per (row, head), the same [`lane_sum_sq_with`] partials, butterfly and scale ([`row_scale`])
+/// and `scale · x` ([`scale_row_with`]) as `l2_norm_f32`.
+///
+/// # Safety
+/// As [`gdn_conv_chain_tile`] for every sequence `seq_token` names (`c0` = 128·tile of a
+/// validated op, inside the q/k channels); every thread of the block calls it, after a block
+/// barrier that follows every write of the staged rows.
+#[inline(always)]
+unsafe fn tile_norms(p: &GdnConvChainParams, c0: usize, rows: usize, staging: u32, seq_token: impl Fn(u32) -> (usize, usize)) {
+    let tid = thread_idx_x() as usize;
     let (d, h_k) = (p.head_dim as usize, p.n_k_heads as usize);
-    if c0 >= 2 * h_k * d {
-        return; // v channels only (block-uniform: the whole block leaves, no barrier follows).
-    }
-    // SAFETY: block-uniform condition above; every thread of a q/k block reaches the barrier.
-    unsafe { sync_threads() };
     // D is a power of two dividing 128 (checked by the host): shifts instead of divisions.
     let d_log2 = p.head_dim.trailing_zeros();
     let heads_log2 = BLOCK.trailing_zeros().wrapping_sub(d_log2);
     let (lane, warp) = (tid as u32 % 32, tid as u32 / 32);
-    let items = (n_t << heads_log2) as u32;
+    let items = (rows << heads_log2) as u32;
     let d32 = d as u32;
-    // Item → (staged row address, head of the block's first head + hl, token).
+    // Item → (staged row address, head of the block's first head + hl, token, sequence).
     let row_of = |item: u32| {
-        let (t, hl) = ((item >> heads_log2) as usize, (item as usize) & ((1 << heads_log2) - 1));
-        (at(staged, t * BLOCK + hl * d), (c0 >> d_log2) + hl, t)
+        let (r, hl) = (item >> heads_log2, (item as usize) & ((1 << heads_log2) - 1));
+        let (seq, t) = seq_token(r);
+        (at(staging, r as usize * BLOCK + hl * d), (c0 >> d_log2) + hl, t, seq)
     };
     // Heads 0 … H_k are q, H_k … 2·H_k are k; a block may end in v heads, whose rows are not
     // stored (their scale is computed and dropped, keeping the warp's collectives uniform).
-    let store = |head: usize, t: usize, scale: f32, src: u32| {
+    let store = |head: usize, t: usize, seq: usize, scale: f32, src: u32| {
         if head < 2 * h_k {
             let (dst, h, head_stride, token_stride, seq_stride) = if head < h_k {
                 (p.q_norm, head, p.q_head, p.q_token, p.q_seq)
@@ -437,20 +572,20 @@ unsafe fn tile_compute<const D_CONV: usize>(
     // is warp-uniform, so all 32 lanes run the collectives in `row_scale` together.
     let mut item = warp;
     while item < items {
-        let (src_a, head_a, t_a) = row_of(item);
+        let (src_a, head_a, t_a, seq_a) = row_of(item);
         let load_a = |col: u32| unsafe { shared::load_f32(at(src_a, col as usize)) };
         if item + WARPS < items {
-            let (src_b, head_b, t_b) = row_of(item + WARPS);
+            let (src_b, head_b, t_b, seq_b) = row_of(item + WARPS);
             let load_b = |col: u32| unsafe { shared::load_f32(at(src_b, col as usize)) };
             let (part_a, part_b) = (lane_sum_sq_with(load_a, lane, d32), lane_sum_sq_with(load_b, lane, d32));
             // SAFETY: the whole warp is converged here.
             let (scale_a, scale_b) = unsafe { (row_scale(part_a, p.eps), row_scale(part_b, p.eps)) };
-            store(head_a, t_a, scale_a, src_a);
-            store(head_b, t_b, scale_b, src_b);
+            store(head_a, t_a, seq_a, scale_a, src_a);
+            store(head_b, t_b, seq_b, scale_b, src_b);
         } else {
             // SAFETY: the whole warp is converged here.
             let scale_a = unsafe { row_scale(lane_sum_sq_with(load_a, lane, d32), p.eps) };
-            store(head_a, t_a, scale_a, src_a);
+            store(head_a, t_a, seq_a, scale_a, src_a);
         }
         item += 2 * WARPS;
     }

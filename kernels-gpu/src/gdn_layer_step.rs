@@ -149,7 +149,7 @@
 
 use crate::abi::{
     BATCH_CONV_SOURCE_ROWS_OFFSET, BATCH_PARAMS_BYTES, BATCH_ROW_REDUCE_BYTES, BATCH_SOURCE_ROWS_OFFSET, BATCH_STATE_BYTES_PER_GROUP, BATCH_TARGET_OFFSET, BATCH_WALK_OFFSET, GDN_LAYER_STEP_BLOCK, BatchCursor, BatchItem, GDN_LAYER_STEP_COLS, GDN_LAYER_STEP_GROUPS_PER_HEAD, GDN_LAYER_STEP_WARPS,
-    GdnLayerStepParams, LayerStepItems, LayerStepSchedule, ScheduleWalk, batch_rows_offset, batch_scratch_offset, batch_second_stage_offset, div_ceil_or_zero,
+    GdnLayerStepParams, LayerStepItems, LayerStepSchedule, ScheduleWalk, batch_conv_round_seqs, batch_rows_offset, batch_scratch_offset, batch_second_stage_offset, div_ceil_or_zero,
 };
 use crate::device::grid::{arrive, close_batch_launch, close_launch, grid_target, publish_count, publish_item, wait_count, wait_items};
 use crate::device::shared;
@@ -159,7 +159,7 @@ use crate::gated_delta_net::{
     BatchGroups, GroupAt, WarpGroups, cache_source_row, issue_batch_state_copies, issue_batch_token_copies, prefetch_group_state, run_batch_groups,
     run_group_at,
 };
-use crate::gdn_conv_chain::{gdn_conv_chain_tile, gdn_conv_chain_tiles_at, tile_source_row};
+use crate::gdn_conv_chain::{gdn_conv_chain_tile, gdn_conv_chain_tiles_side_by_side, tile_source_row};
 use crate::mmvf::{Accumulation, Bf16, F16F32, F16Half, F32, pair_gate_row_halves, pair_gate_tile};
 use core::ptr::addr_of_mut;
 
@@ -424,11 +424,18 @@ unsafe fn gdn_layer_step_batch<A: Accumulation, const D_CONV: usize>(params: &Gd
         };
         match item {
             BatchItem::Tiles { tile, first_seq, n_seqs } => {
+                // [speed] The item's sequences side by side, as many at a time as the
+                // first-phase area holds.
+                let round_seqs = batch_conv_round_seqs(D_CONV, p.n_tokens as usize, p.batch.groups_per_warp);
                 // SAFETY: tile < C/128 and the sequences < n_s (schedule); all 128 threads; the
-                // chain's shared layout fits the scratch area (host), which no copy targets now
-                // (token copies are issued early only for a second-phase item that comes next).
-                // `conv_source_row` is the table of `tile_source_row` (above).
-                unsafe { gdn_conv_chain_tiles_at::<D_CONV>(&p.chain, tile as usize, first_seq as usize, n_seqs as usize, scratch, conv_source_row) };
+                // area (from the second state buffer on, as a mat-vec item's) holds `round_seqs`
+                // conv tiles (abi) and is idle during a first-phase item — the item before it
+                // ended with a block barrier, and the only copy that can be in flight, the first
+                // second-phase item's state, lands in the first state buffer (and completes here
+                // too, harmlessly). `conv_source_row` is the table of `tile_source_row` (above).
+                unsafe {
+                    gdn_conv_chain_tiles_side_by_side::<D_CONV>(&p.chain, tile as usize, first_seq as usize, n_seqs as usize, rows_area, round_seqs as usize, conv_source_row)
+                };
                 // SAFETY: block-uniform item: every thread is here after its last write of it.
                 unsafe { publish_count(state, chunk) };
             }
