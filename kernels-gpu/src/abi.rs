@@ -1357,7 +1357,8 @@ const _: () = assert!(BATCH_ROW_VALUES == 32, "one warp's lanes hold the item's 
 pub const BATCH_MAX_GROUPS_PER_WARP: u32 = 2;
 /// [seq-batch] Most sequence chunks of a launch (one readiness counter each).
 pub const BATCH_MAX_CHUNKS: usize = 256;
-/// [seq-batch] Most sequences one first-phase conv item runs back to back.
+/// [seq-batch] Most sequences one first-phase conv item runs (side by side, in rounds of
+/// [`batch_conv_round_seqs`]).
 pub const BATCH_MAX_TILE_SEQS: u32 = 8;
 /// [seq-batch] Shared bytes of a mat-vec item's cross-warp reduction buffer: 32 values × 8 virtual
 /// warps.
@@ -1486,7 +1487,7 @@ param_struct! {
         pub n_seqs: u32,
         /// Sequences per chunk (≥ 1; ⌈n_s / chunk_seqs⌉ ≤ [`BATCH_MAX_CHUNKS`]).
         pub chunk_seqs: u32,
-        /// Sequences one conv item runs back to back, 1 ..= [`BATCH_MAX_TILE_SEQS`].
+        /// Sequences one conv item runs (side by side), 1 ..= [`BATCH_MAX_TILE_SEQS`].
         pub tile_seqs: u32,
         /// Column groups per warp in a second-phase item, 1 ..= [`BATCH_MAX_GROUPS_PER_WARP`].
         pub groups_per_warp: u32,

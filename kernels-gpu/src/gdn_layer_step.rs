@@ -128,8 +128,8 @@
 //!
 //! # Several sequences (the batched entries, `gdn_layer_step_batch_*`)
 //! n_s ≥ 2 sequences run as one persistent launch over a schedule of items ([`LayerStepSchedule`]:
-//! the sequences in chunks, each chunk's conv tiles (each sequence its own source and snapshot
-//! rows) and mat-vec items (4 heads × 2 products × 4 of the n_t·n_s token columns) before its
+//! the sequences in chunks, each chunk's conv items (one channel tile of `tile_seqs` sequences,
+//! side by side, each sequence its own source and snapshot rows) and mat-vec items (4 heads × 2 products × 4 of the n_t·n_s token columns) before its
 //! second-phase items (4 warps × 4·GP columns of one (sequence, head)); one readiness counter
 //! per chunk). A second-phase item takes its initial state from a `cp.async` copy into shared
 //! memory, issued one item ahead, and its token inputs likewise once the block has acquired the
@@ -270,13 +270,13 @@ unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepP
 /// item, every warp finished before that barrier — and the item computes. Copies into an
 /// item's own pair issued at the item itself (no prefetch: the first item, or one after a
 /// first-phase item) meet only the item before the previous one, which also ended before the
-/// previous item's barrier. Stage 0 is the scratch area the first-phase items use: a
-/// first-phase item after a second-phase one waits for a block barrier, and copies are issued
-/// early only for a second-phase item that comes next. An item's token copies start only
+/// previous item's barrier. Stage 0 is the scratch area: a first-phase item after a
+/// second-phase one waits for a block barrier, and copies are issued early only for a
+/// second-phase item that comes next. An item's token copies start only
 /// after its chunk's acquire and a block barrier — at the item (`wait_count`) or, once the block
-/// acquired the chunk, early at the previous item. A mat-vec item's area (its reduction buffer
-/// and operand rings, `batch_rows_offset`) spans state buffer 1, the scratch area and the second
-/// token stage: all idle during a first-phase item (no prefetch targets them then; the only copy
+/// acquired the chunk, early at the previous item. A first-phase item's area (a mat-vec item's
+/// reduction buffer and operand rings, or a conv item's tiles, one per sequence of a round;
+/// `batch_rows_offset`) spans state buffer 1, the scratch area and the second token stage: all idle during a first-phase item (no prefetch targets them then; the only copy
 /// that may fly, the block's first second-phase state, lands in state buffer 0), and the items
 /// before and after it end with a block barrier (`publish_count`, or the one after a
 /// second-phase item followed by a first-phase one).
