@@ -270,7 +270,7 @@ pub(crate) unsafe fn gdn_conv_chain_tiles_side_by_side<const D_CONV: usize>(
     let c0 = tile * BLOCK;
     let stride = gdn_conv_chain_tile_stride(D_CONV, n_t);
     let tile_floats = BLOCK * stride;
-    let qk = c0 < 2 * p.n_k_heads as usize * p.head_dim as usize;
+    let qk = holds_qk(p, c0);
     // SAFETY (the whole body): forwarded to the caller — every sequence below first_seq + n_seqs
     // is one of the op's, the whole block runs the same (block-uniform) loops, and every shared
     // access stays inside the round's tiles (g·128·stride floats from `area`) and staging rows
@@ -362,6 +362,13 @@ unsafe fn tile_copies<const D_CONV: usize>(p: &GdnConvChainParams, tile: usize, 
     }
 }
 
+/// Whether the tile from channel `c0` holds q/k channels (the first 2·H_k·D), whose heads get
+/// the L2 norms; a tile of v channels only skips phase 4.
+#[inline(always)]
+fn holds_qk(p: &GdnConvChainParams, c0: usize) -> bool {
+    c0 < 2 * p.n_k_heads as usize * p.head_dim as usize
+}
+
 /// The tile position (in floats) of the block's slice float k·128 + tid of a cache row: channel
 /// f / (d_conv − 1), slot f % (d_conv − 1) (CONCAT's place for it, and the snapshot rows' source).
 #[inline(always)]
@@ -437,7 +444,7 @@ unsafe fn tile_compute<const D_CONV: usize>(
     unsafe { tile_conv::<D_CONV>(p, c0 + tid, seq, &cols, w, staged) };
 
     // ---- Phase 4: L2_NORM of the q/k heads of this block. ----
-    if c0 >= 2 * p.n_k_heads as usize * p.head_dim as usize {
+    if !holds_qk(p, c0) {
         return; // v channels only (block-uniform: the whole block leaves, no barrier follows).
     }
     // SAFETY: block-uniform condition above; every thread of a q/k block reaches the barrier,
