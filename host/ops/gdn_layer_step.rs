@@ -28,6 +28,10 @@ use std::sync::Mutex;
 
 const OP: &str = "GDN_LAYER_STEP";
 
+/// [seq-batch] (speed) Most token columns n_s·n_t a batched step runs with one-row mat-vec items
+/// ([`StepShape::batch_split`]).
+pub const ONE_ROW_ITEMS_MAX_COLUMNS: usize = 16;
+
 /// The three fused ops of one GDN layer step, as one launch.
 ///
 /// Valid when each part is valid on its own (its own errors, as that op reports them) and:
@@ -90,6 +94,7 @@ impl StepShape {
             chunk_seqs: self.batch.chunk_seqs,
             tile_seqs: self.batch.tile_seqs,
             groups_per_warp: self.batch.groups_per_warp,
+            one_row_items: self.batch.one_row_items != 0,
         }
     }
 
@@ -102,19 +107,26 @@ impl StepShape {
     /// against 75.50 for ⌈n_s / 4⌉; at n_s = 64 chunks of 32 took 112.56 / 242.43 µs at T = 1 / 4
     /// against 119.89 / 244.29; at n_s = 4 two groups per warp took 17.62 / 28.13 µs at
     /// T = 1 / 4 against 19.06 / 29.49 for one.
+    /// Mat-vec items of one row ([`abi::BatchItem::Row`]) where the step has at most
+    /// [`ONE_ROW_ITEMS_MAX_COLUMNS`] token columns n_s·n_t: there the few 4-head items
+    /// ([`abi::BatchItem::Rows`]: 16 iterations of a ring three deep, 5.6–6.4 µs each at n_s = 4)
+    /// were the first phase's critical path, and one-row items spread the same rows over the
+    /// idle blocks, one memory round trip each.
     /// Each may be overridden
-    /// for measurements by `RGDN_BATCH_CHUNK`, `RGDN_BATCH_TILE_SEQS`, `RGDN_BATCH_GROUPS`
-    /// ([test] knobs, read once per process; no bit depends on them).
-    pub fn batch_split(n_seqs: usize) -> abi::LayerStepBatchParams {
+    /// for measurements by `RGDN_BATCH_CHUNK`, `RGDN_BATCH_TILE_SEQS`, `RGDN_BATCH_GROUPS`,
+    /// `RGDN_BATCH_ONE_ROW` (0 or 1) ([test] knobs, read once per process; no bit depends on
+    /// them).
+    pub fn batch_split(n_seqs: usize, n_tokens: usize) -> abi::LayerStepBatchParams {
         let knob = |name: &str, lo: u32, hi: u32| -> Option<u32> {
             std::env::var(name).ok().and_then(|v| v.trim().parse::<u32>().ok()).filter(|k| (lo..=hi).contains(k))
         };
-        static KNOBS: std::sync::OnceLock<[Option<u32>; 3]> = std::sync::OnceLock::new();
-        let [chunk, tile, groups] = *KNOBS.get_or_init(|| {
+        static KNOBS: std::sync::OnceLock<[Option<u32>; 4]> = std::sync::OnceLock::new();
+        let [chunk, tile, groups, one_row] = *KNOBS.get_or_init(|| {
             [
                 knob("RGDN_BATCH_CHUNK", 1, abi::GDN_LAYER_STEP_MAX_SEQS as u32),
                 knob("RGDN_BATCH_TILE_SEQS", 1, abi::BATCH_MAX_TILE_SEQS),
                 knob("RGDN_BATCH_GROUPS", 1, abi::BATCH_MAX_GROUPS_PER_WARP),
+                knob("RGDN_BATCH_ONE_ROW", 0, 1),
             ]
         });
         let n = n_seqs as u32;
@@ -126,6 +138,8 @@ impl StepShape {
             chunk_seqs,
             tile_seqs: tile.unwrap_or(4).min(chunk_seqs),
             groups_per_warp: groups.unwrap_or(if n >= 4 { 2 } else { 1 }),
+            one_row_items: one_row.unwrap_or(u32::from(n_seqs.saturating_mul(n_tokens) <= ONE_ROW_ITEMS_MAX_COLUMNS)),
+            _pad: 0,
         }
     }
 
@@ -162,17 +176,20 @@ impl StepShape {
         // The largest chunk's items bound every chunk's; the whole launch bounds the sum.
         let per_seq_second = check::product(OP, "v", "second-phase items per sequence H_v·32", &[h_v, 32])?;
         let columns = check::product(OP, "weight", "token columns n_t·n_s", &[n_t, n_s])?;
+        let schedule = self.schedule();
         let rows = check::product(
             OP,
             "weight",
             "mat-vec items",
-            &[columns.div_ceil(abi::BATCH_ROW_COLS as usize), h_v.div_ceil(abi::BATCH_ROW_HEADS as usize)],
+            &[
+                columns.div_ceil(schedule.row_cols() as usize),
+                if schedule.one_row_items { 2 * h_v } else { h_v.div_ceil(abi::BATCH_ROW_HEADS as usize) },
+            ],
         )?;
         let conv = check::product(OP, "conv_weight", "conv items", &[n_s, tiles])?;
         let second = check::product(OP, "v", "second-phase items", &[n_s, per_seq_second])?;
         let total = check::sum(OP, "v", "work items of the launch", &[conv, rows, second])?;
         check::fits_u32(OP, "work items of the launch", total)?;
-        let schedule = self.schedule();
         if schedule.n_chunks() as usize > abi::BATCH_MAX_CHUNKS {
             return Err(Error::Unsupported {
                 op: OP,
@@ -283,7 +300,7 @@ impl GdnLayerStep {
                 check::disjoint(OP, a, ta, b, tb)?;
             }
         }
-        let batch = if n_s > 1 { StepShape::batch_split(n_s) } else { abi::LayerStepBatchParams::default() };
+        let batch = if n_s > 1 { StepShape::batch_split(n_s, gdn_shape.n_tokens) } else { abi::LayerStepBatchParams::default() };
         let shape = StepShape { chain: chain_shape, products, gdn: gdn_shape, batch };
         shape.items()?;
         if shape.batched() {
@@ -384,7 +401,8 @@ impl GdnLayerStep {
 
     /// [seq-batch] The bytes a batched first-phase item writes: a conv item its tile of each of its
     /// sequences ([`Self::tile_writes`]); a mat-vec item the (head, column) elements of both
-    /// products' outputs (alpha and gate, beta_raw and beta) for its heads and columns.
+    /// products' outputs (alpha and gate, beta_raw and beta) for its heads and columns; a one-row
+    /// item its product's two outputs (alpha and gate, or beta_raw and beta) at its row and columns.
     fn batch_item_writes(&self, shape: &StepShape, item: abi::BatchItem) -> ByteSet {
         let gate = &self.gate;
         let mut bytes = ByteSet::new();
@@ -398,6 +416,12 @@ impl GdnLayerStep {
                 let (h0, nh, c0, nc) = (first_head as usize, n_heads as usize, first_col as usize, n_cols as usize);
                 for t in [&gate.pair.first.dst, &gate.gate, &gate.pair.second.dst, &gate.beta] {
                     bytes.union_with(&sub_box(t, [h0, c0, 0, 0], [nh, nc, 1, 1]));
+                }
+            }
+            abi::BatchItem::Row { product, head, first_col, n_cols } => {
+                let outputs = if product == 0 { [&gate.pair.first.dst, &gate.gate] } else { [&gate.pair.second.dst, &gate.beta] };
+                for t in outputs {
+                    bytes.union_with(&sub_box(t, [head as usize, first_col as usize, 0, 0], [1, n_cols as usize, 1, 1]));
                 }
             }
             // Second-phase items write `out` and the state slots only (disjoint from every
@@ -624,7 +648,7 @@ impl GdnLayerStep {
 
 // SAFETY: `#[repr(C)]`, `Copy`: the 312-byte GdnConvChainParams, the 144-byte
 // MulMatVecPairGateParams and the 280-byte GatedDeltaNetFromCacheParams (each alignment 8 with no
-// padding), one u64, four u32 and the 16-byte LayerStepBatchParams: 776 bytes, alignment 8, no
+// padding), one u64, four u32 and the 24-byte LayerStepBatchParams: 784 bytes, alignment 8, no
 // padding (`param_struct!` asserts it); it is exactly the type the `gdn_layer_step_*` and
 // `gdn_layer_step_batch_*` entries take.
 unsafe impl KernelParams for abi::GdnLayerStepParams {}
@@ -864,7 +888,7 @@ mod tests {
 
     #[test]
     fn params_have_no_padding_and_entries_are_named() {
-        assert_eq!(std::mem::size_of::<abi::GdnLayerStepParams>(), 312 + 144 + 280 + 8 + 4 * 4 + 16);
+        assert_eq!(std::mem::size_of::<abi::GdnLayerStepParams>(), 312 + 144 + 280 + 8 + 4 * 4 + 24);
         assert_eq!(std::mem::align_of::<abi::GdnLayerStepParams>(), 8);
         assert!(std::mem::size_of::<abi::GdnLayerStepParams>() <= crate::gpu::PARAM_BLOCK_BYTES);
         use abi::mul_mat_vec_kind::*;
@@ -985,6 +1009,63 @@ mod tests {
             let shape = step_op.check(&b.mem).unwrap();
             assert!(shape.batched() && shape.gdn.n_seqs == step.n_seqs(), "case {i}");
         }
+    }
+
+    /// [seq-batch] Both kinds of mat-vec item (4-head items and one-row items), on batched steps of
+    /// several shapes and splits: every first-phase output byte is written by exactly one item
+    /// of the schedule (none twice, none missing), and the readiness proof finds every writer
+    /// of a head's reads in its chunk.
+    #[test]
+    fn batched_first_phase_items_write_every_output_byte_once_in_both_kinds() {
+        let own = |n_t: usize, n_s: usize| {
+            let more: Vec<(usize, usize)> = (1..n_s).map(|s| (s, 0)).collect();
+            Step { cells: 8, ..Step::new(n_t, n_t - 1) }.with_sequences(&more).unwrap()
+        };
+        let odd_heads = GdnShape { d_conv: 3, n_k_heads: 2, n_v_heads: 6, n_embd: 96, ..SMALL };
+        let mut kinds_seen = [0usize; 2];
+        for (shape, n_t, n_s) in [(SMALL, 1, 2), (SMALL, 3, 3), (odd_heads, 5, 5), (odd_heads, 1, 7), (SMALL, 16, 4)] {
+            let (b, op) = built(&spec(shape, own(n_t, n_s), DType::F32, Precision::Default, LayerLayout::Ggml));
+            let checked = op.check(&b.mem).unwrap();
+            assert!(checked.batched());
+            for (one_row_items, chunk_seqs) in [(0, 1), (0, 2), (1, 1), (1, 2), (1, n_s as u32)] {
+                let mut step = checked.clone();
+                step.batch.one_row_items = one_row_items;
+                step.batch.chunk_seqs = chunk_seqs;
+                step.batch.tile_seqs = step.batch.tile_seqs.min(chunk_seqs);
+                let schedule = step.schedule();
+                let (mut union, mut total) = (ByteSet::new(), 0usize);
+                let mut segment = 0;
+                while segment < schedule.n_segments() {
+                    if let (false, _) = schedule.segment(segment) {
+                        for offset in 0..schedule.segment_len(segment) {
+                            let (item, _) = schedule.item(abi::BatchCursor { segment, offset });
+                            kinds_seen[one_row_items as usize] +=
+                                usize::from(matches!(item, abi::BatchItem::Row { .. }) == (one_row_items == 1));
+                            let w = op.batch_item_writes(&step, item);
+                            assert!(!w.is_empty(), "{item:?} writes nothing ({step:?})");
+                            total += w.len();
+                            union.union_with(&w);
+                        }
+                    }
+                    segment += 1;
+                }
+                assert_eq!(union.len(), total, "a byte written twice: {step:?}");
+                let (chain, gate) = (&op.chain, &op.gate);
+                let taps_c = (step.chain.d_conv - 1) * step.chain.n_channels;
+                let mut outputs = ByteSet::of_all(
+                    [&chain.conv_out, &chain.q_norm, &chain.k_norm, &gate.pair.first.dst, &gate.pair.second.dst, &gate.gate, &gate.beta],
+                    Bound::Over,
+                );
+                for seq in 0..n_s {
+                    for s in &chain.snapshots {
+                        outputs.union_with(&sub_box(&chain.conv_cache, [0, s.row + seq, 0, 0], [taps_c, 1, 1, 1]));
+                    }
+                }
+                assert_eq!(union, outputs, "{step:?}");
+                assert_eq!(op.batch_readiness_gap(&step), None, "{step:?}");
+            }
+        }
+        assert!(kinds_seen.iter().all(|&n| n > 0), "{kinds_seen:?}");
     }
 
     /// [seq-batch] A sequence reading a row another sequence writes (conv and ssm caches): the fused

@@ -1444,6 +1444,11 @@ pub const fn batch_conv_round_seqs(d_conv: usize, n_tokens: usize, groups_per_wa
     if n == 0 { 1 } else { n }
 }
 const _: () = assert!(
+    MUL_MAT_VEC_SHARED_BYTES.is_multiple_of(8)
+        && BATCH_ROW_REDUCE_BYTES + BATCH_ROW_RING_BYTES >= MUL_MAT_VEC_SHARED_BYTES + GDN_LAYER_STEP_ROW_STAGE_BYTES,
+    "a one-row mat-vec item's reduction buffer and staging fit the first-phase area, the staging 8-byte aligned"
+);
+const _: () = assert!(
     BATCH_ROW_REDUCE_BYTES + BATCH_ROW_RING_BYTES >= gdn_conv_chain_shared_bytes(5, GDN_LAYER_STEP_MAX_TOKENS),
     "one conv tile of the largest layout fits the first-phase area"
 );
@@ -1491,6 +1496,12 @@ param_struct! {
         pub tile_seqs: u32,
         /// Column groups per warp in a second-phase item, 1 ..= [`BATCH_MAX_GROUPS_PER_WARP`].
         pub groups_per_warp: u32,
+        /// The mat-vec items' kind: 0 — [`BATCH_ROW_HEADS`] value heads × both products ×
+        /// [`BATCH_ROW_COLS`] columns ([`BatchItem::Rows`]); 1 — one row of one product ×
+        /// [`GDN_LAYER_STEP_COLS`] columns ([`BatchItem::Row`], the single-sequence step's row
+        /// item: 8× as many items, each one memory round trip).
+        pub one_row_items: u32,
+        pub _pad: u32,
     }
 }
 
@@ -1502,6 +1513,10 @@ pub enum BatchItem {
     /// First phase: the products' rows of value heads `first_head … + n_heads − 1` (alpha with
     /// the gate epilogue and beta_raw with SIGMOID) for token columns `first_col … + n_cols − 1`.
     Rows { first_head: u32, n_heads: u32, first_col: u32, n_cols: u32 },
+    /// First phase: row `head` of product `product` (0: alpha with the gate epilogue, 1:
+    /// beta_raw with SIGMOID) for token columns `first_col … + n_cols − 1` (n_cols ≤
+    /// [`GDN_LAYER_STEP_COLS`]).
+    Row { product: u32, head: u32, first_col: u32, n_cols: u32 },
     /// Second phase: column groups `first_group …` (4 × groups per warp) of value head `head`
     /// of sequence `seq`.
     Groups { seq: u32, head: u32, first_group: u32 },
@@ -1550,6 +1565,8 @@ pub struct LayerStepSchedule {
     pub chunk_seqs: u32,
     pub tile_seqs: u32,
     pub groups_per_warp: u32,
+    /// The mat-vec items are [`BatchItem::Row`]s (else [`BatchItem::Rows`]).
+    pub one_row_items: bool,
 }
 
 /// [seq-batch] A position in the schedule: segment `segment` (module order above), item `offset` in it.
@@ -1571,6 +1588,7 @@ impl LayerStepSchedule {
             chunk_seqs: p.batch.chunk_seqs,
             tile_seqs: p.batch.tile_seqs,
             groups_per_warp: p.batch.groups_per_warp,
+            one_row_items: p.batch.one_row_items != 0,
         }
     }
 
@@ -1586,9 +1604,16 @@ impl LayerStepSchedule {
         (first, end - first)
     }
 
-    /// Mat-vec row blocks ⌈H_v / [`BATCH_ROW_HEADS`]⌉.
+    /// Mat-vec items per column block: the row blocks ⌈H_v / [`BATCH_ROW_HEADS`]⌉, or with one-row
+    /// items the 2·H_v rows of both products.
     pub const fn row_blocks(&self) -> u32 {
-        self.n_heads.div_ceil(BATCH_ROW_HEADS)
+        if self.one_row_items { 2 * self.n_heads } else { self.n_heads.div_ceil(BATCH_ROW_HEADS) }
+    }
+
+    /// Token columns a mat-vec item computes: [`BATCH_ROW_COLS`], or [`GDN_LAYER_STEP_COLS`] with
+    /// one-row items.
+    pub const fn row_cols(&self) -> u32 {
+        if self.one_row_items { GDN_LAYER_STEP_COLS as u32 } else { BATCH_ROW_COLS }
     }
 
     /// Second-phase items per (sequence, head): 32 groups / (4 warps × groups per warp).
@@ -1601,9 +1626,9 @@ impl LayerStepSchedule {
         div_ceil_or_zero(self.chunk_seqs_of(c).1, self.tile_seqs) * self.n_chain_tiles
     }
 
-    /// Chunk c's mat-vec items: ⌈m·n_t / [`BATCH_ROW_COLS`]⌉ column blocks × the row blocks.
+    /// Chunk c's mat-vec items: ⌈m·n_t / [`Self::row_cols`]⌉ column blocks × [`Self::row_blocks`].
     pub const fn row_items(&self, c: u32) -> u32 {
-        (self.chunk_seqs_of(c).1 * self.n_tokens).div_ceil(BATCH_ROW_COLS) * self.row_blocks()
+        (self.chunk_seqs_of(c).1 * self.n_tokens).div_ceil(self.row_cols()) * self.row_blocks()
     }
 
     /// Chunk c's first-phase items (what its counter reaches).
@@ -1692,13 +1717,27 @@ impl LayerStepSchedule {
         }
         let o = o - tiles;
         let (col_block, row_block) = (div_or_zero(o, self.row_blocks()), rem_or_zero(o, self.row_blocks()));
-        let first_head = row_block * BATCH_ROW_HEADS;
-        let n_heads = if first_head + BATCH_ROW_HEADS < self.n_heads { BATCH_ROW_HEADS } else { self.n_heads - first_head };
-        let chunk_cols = m * self.n_tokens;
-        let c0 = col_block * BATCH_ROW_COLS;
-        let n_cols = if c0 + BATCH_ROW_COLS < chunk_cols { BATCH_ROW_COLS } else { chunk_cols - c0 };
-        (BatchItem::Rows { first_head, n_heads, first_col: first_seq * self.n_tokens + c0, n_cols }, c)
+        (rows_item(self, first_seq, m, col_block, row_block), c)
     }
+}
+
+/// [seq-batch] The mat-vec item of column block `col_block` and row block `row_block` of the chunk
+/// of sequences `first_seq … + m − 1` ([`LayerStepSchedule::item`] and [`ScheduleWalk::item`]).
+/// One-row items: row block r is row r / 2 of product r mod 2 (the product fastest, as the
+/// single-sequence step's row items).
+#[inline(always)]
+const fn rows_item(s: &LayerStepSchedule, first_seq: u32, m: u32, col_block: u32, row_block: u32) -> BatchItem {
+    let chunk_cols = m * s.n_tokens;
+    let cols = s.row_cols();
+    let c0 = col_block * cols;
+    let n_cols = if c0 + cols < chunk_cols { cols } else { chunk_cols - c0 };
+    let first_col = first_seq * s.n_tokens + c0;
+    if s.one_row_items {
+        return BatchItem::Row { product: row_block % 2, head: row_block / 2, first_col, n_cols };
+    }
+    let first_head = row_block * BATCH_ROW_HEADS;
+    let n_heads = if first_head + BATCH_ROW_HEADS < s.n_heads { BATCH_ROW_HEADS } else { s.n_heads - first_head };
+    BatchItem::Rows { first_head, n_heads, first_col, n_cols }
 }
 
 /// (speed) `n / d` and `n mod d` for a divisor fixed per launch: one multiply-high and one
@@ -1849,12 +1888,7 @@ impl ScheduleWalk {
             return (BatchItem::Tiles { tile, first_seq: first_seq + s0, n_seqs: n }, c);
         }
         let (col_block, row_block) = self.row_blocks.div_rem(o - tiles);
-        let first_head = row_block * BATCH_ROW_HEADS;
-        let n_heads = if first_head + BATCH_ROW_HEADS < s.n_heads { BATCH_ROW_HEADS } else { s.n_heads - first_head };
-        let chunk_cols = m * s.n_tokens;
-        let c0 = col_block * BATCH_ROW_COLS;
-        let n_cols = if c0 + BATCH_ROW_COLS < chunk_cols { BATCH_ROW_COLS } else { chunk_cols - c0 };
-        (BatchItem::Rows { first_head, n_heads, first_col: first_seq * s.n_tokens + c0, n_cols }, c)
+        (rows_item(s, first_seq, m, col_block, row_block), c)
     }
 }
 
@@ -1862,7 +1896,7 @@ param_struct! {
     /// GDN_LAYER_STEP's parameters, passed by value: the three fused ops' own parameter structs
     /// (each exactly what its kernel would take: the conv chain's, the pair-gate's with
     /// `epilogue` = [`PAIR_EPILOGUE_GATE`], GATED_DELTA_NET_FROM_CACHE's), the cross-block
-    /// readiness state, the work split, and [seq-batch] the batched entries' schedule. 776 bytes,
+    /// readiness state, the work split, and [seq-batch] the batched entries' schedule. 784 bytes,
     /// alignment 8, no padding.
     #[repr(C)]
     #[derive(Clone, Copy, Debug, PartialEq)]

@@ -223,7 +223,15 @@ unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepP
         // SAFETY: row rem / 2 < H_v of product rem mod 2, first column 2·pair < n_t (host:
         // both products valid for n_t columns); all 128 threads call it.
         unsafe {
-            pair_gate_row_halves::<A>(&p.gate, rem % 2, (rem / 2) as usize, pair as usize * GDN_LAYER_STEP_COLS, p.n_tokens as usize, p.pair_block)
+            pair_gate_row_halves::<A>(
+                &p.gate,
+                rem % 2,
+                (rem / 2) as usize,
+                pair as usize * GDN_LAYER_STEP_COLS,
+                p.n_tokens as usize,
+                p.pair_block,
+                shared::base(),
+            )
         };
         // SAFETY: as for the tiles above.
         unsafe { publish_item(state, item, target) };
@@ -446,6 +454,25 @@ unsafe fn gdn_layer_step_batch<A: Accumulation, const D_CONV: usize>(params: &Gd
                 // item before it ended with a block barrier, and the only copy that can be in
                 // flight, the first second-phase item's state, lands in the first state buffer.
                 unsafe { pair_gate_tile::<A>(&p.gate, first_head, n_heads, first_col, n_cols, p.pair_block, rows_area, rows_area + BATCH_ROW_REDUCE_BYTES) };
+                // SAFETY: as above.
+                unsafe { publish_count(state, chunk) };
+            }
+            BatchItem::Row { product, head, first_col, n_cols } => {
+                // SAFETY: row `head` < H_v of product `product` < 2 and columns first_col … +
+                // n_cols − 1 inside the validated products (schedule: n_cols ≥ 1); all 128
+                // threads; the area (reduction buffer and staging, within the mat-vec item's:
+                // abi asserts it) is idle during a first-phase item, as for `Rows` above.
+                unsafe {
+                    pair_gate_row_halves::<A>(
+                        &p.gate,
+                        product,
+                        head as usize,
+                        first_col as usize,
+                        (first_col + n_cols) as usize,
+                        p.pair_block,
+                        rows_area,
+                    )
+                };
                 // SAFETY: as above.
                 unsafe { publish_count(state, chunk) };
             }

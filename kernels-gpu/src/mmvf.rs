@@ -900,7 +900,7 @@ unsafe fn mul_mat_vec_pair<A: Accumulation, const NCOLS: usize>(gp: &abi::MulMat
 
 /// [layer-step] Row `row` of product `product` (0: alpha → gate, 1: beta_raw → beta) of the
 /// pair-gate `gp`, for the [`abi::GDN_LAYER_STEP_COLS`] columns `first_col`, `first_col` + 1
-/// (those below `n_cols`), computed by a 128-thread block exactly as a `mul_mat_vec_pair_*`
+/// (those below `end_col`), computed by a 128-thread block exactly as a `mul_mat_vec_pair_*`
 /// block of `block` threads (ggml's block size for E) computes them: virtual thread v <
 /// `block` takes the pairs v, v + block, … ([`thread_partials_of`], the same loop and
 /// accumulation), real thread `tid` runs virtual threads `tid` and `tid + 128`,
@@ -908,24 +908,26 @@ unsafe fn mul_mat_vec_pair<A: Accumulation, const NCOLS: usize>(gp: &abi::MulMat
 /// (row, `first_col` + j) and runs [`GateEpilogue::apply`] on the register it stored, as the
 /// pair's block does. A column's sums do not depend on which other columns share its block
 /// (spec §2.9: each column's loop, butterflies and block sum are its own), so any split of the
-/// n_t columns gives every element ggml's bits; a column ≥ `n_cols` reads column `n_cols` − 1
-/// again and its sums are dropped.
+/// n_t columns gives every element ggml's bits; a column ≥ `end_col` reads column `end_col` − 1
+/// again and its sums are dropped. [seq-batch] The batched step's one-row items pass the end of
+/// the item's columns (the columns of other items are theirs to write).
 ///
 /// # Safety
 /// All 128 threads of the block call it together; `gp` is a valid MUL_MAT_VEC_PAIR_GATE (the
-/// host validated both products for `n_cols` columns, 1 ≤ `n_cols`, `first_col` < `n_cols`,
-/// `row` < their rows, and the gate views) whose inputs nobody writes during the launch; the
-/// block's dynamic shared memory starts with [`abi::MUL_MAT_VEC_SHARED_BYTES`] +
-/// [`abi::GDN_LAYER_STEP_ROW_STAGE_BYTES`] that no other code accesses until every thread has
-/// returned.
+/// host validated both products for at least `end_col` columns, `first_col` < `end_col`,
+/// `row` < their rows, and the gate views) whose inputs nobody writes during the launch;
+/// `area` is the shared address (8-byte aligned) of [`abi::MUL_MAT_VEC_SHARED_BYTES`] +
+/// [`abi::GDN_LAYER_STEP_ROW_STAGE_BYTES`] bytes that no other code accesses until every thread
+/// has returned.
 #[inline(always)]
 pub(crate) unsafe fn pair_gate_row_halves<A: Accumulation>(
     gp: &abi::MulMatVecPairGateParams,
     product: u32,
     row: usize,
     first_col: usize,
-    n_cols: usize,
+    end_col: usize,
     block: u32,
+    area: u32,
 ) {
     const NCOLS: usize = abi::GDN_LAYER_STEP_COLS;
     let p = &gp.pair;
@@ -942,8 +944,8 @@ pub(crate) unsafe fn pair_gate_row_halves<A: Accumulation>(
     let mut cols = [input; NCOLS];
     let mut j = 0;
     while j < NCOLS {
-        let c = if first_col + j < n_cols { first_col + j } else { n_cols - 1 };
-        // SAFETY: column c < n_cols of the validated input view.
+        let c = if first_col + j < end_col { first_col + j } else { end_col - 1 };
+        // SAFETY: column c < end_col of the validated input view.
         cols[j] = unsafe { input.add(c * in_col) };
         j += 1;
     }
@@ -960,15 +962,14 @@ pub(crate) unsafe fn pair_gate_row_halves<A: Accumulation>(
         out_col: out_col as usize,
     };
     // SAFETY: row < H_v (caller), read-only views (host).
-    let operands = if (tid as usize) < NCOLS && first_col + (tid as usize) < n_cols { unsafe { epilogue.operands(row) } } else { (0.0, 0.0) };
+    let operands = if (tid as usize) < NCOLS && first_col + (tid as usize) < end_col { unsafe { epilogue.operands(row) } } else { (0.0, 0.0) };
     // SAFETY: forwarded from the caller for virtual threads tid and tid + 128 below `block`;
-    // the staging area follows the reduction buffer inside the layer step's shared memory.
-    let (low, high) =
-        unsafe { thread_partials_halves::<A, NCOLS>(w, &cols, p.n_pairs, tid, block, shared::base() + abi::MUL_MAT_VEC_SHARED_BYTES) };
-    // SAFETY: every thread calls it once per item (caller); the buffer is the block's.
-    let sums = unsafe { block_reduce_halves::<NCOLS>(low, high, shared::base(), tid, block) };
+    // the staging area follows the reduction buffer inside the caller's area.
+    let (low, high) = unsafe { thread_partials_halves::<A, NCOLS>(w, &cols, p.n_pairs, tid, block, area + abi::MUL_MAT_VEC_SHARED_BYTES) };
+    // SAFETY: every thread calls it once per item (caller); the buffer is the area's first bytes.
+    let sums = unsafe { block_reduce_halves::<NCOLS>(low, high, area, tid, block) };
     let dst = dst as usize as *mut f32;
-    // Thread j < n_cols takes column j's sum by selects (no runtime index into `sums`).
+    // Thread j < NCOLS takes column j's sum by selects (no runtime index into `sums`).
     let mut mine = 0.0f32;
     let mut j = 0;
     while j < NCOLS {
@@ -978,7 +979,7 @@ pub(crate) unsafe fn pair_gate_row_halves<A: Accumulation>(
         j += 1;
     }
     let col = first_col + tid as usize;
-    if (tid as usize) < NCOLS && col < n_cols {
+    if (tid as usize) < NCOLS && col < end_col {
         // SAFETY: thread tid < NCOLS is in warp 0 and holds column first_col + tid's sum;
         // element (row, col) lies inside the dst, gate and beta views (host-validated).
         unsafe {
