@@ -95,11 +95,17 @@ bg memcheck-from-cache compute-sanitizer --tool memcheck --error-exitcode 9 bund
 bg racecheck-from-cache compute-sanitizer --tool racecheck --error-exitcode 9 bundle/tests/gpu_ops GATED_DELTA_NET_FROM_CACHE
 bg memcheck-n16 compute-sanitizer --tool memcheck --error-exitcode 9 bundle/tests/gpu_ops "n_t=4,R=3,M=17,read=1,write=1,n_s=16"
 RGDN_SWEEP_FORWARDS=0 RGDN_SWEEP_STRIDE=50 bg memcheck-sweep compute-sanitizer --tool memcheck --error-exitcode 9 bundle/tests/gpu_sweep
+# [seq-batch] The mat-vec item kind the default split leaves to few shapes (one-row items: n_s·n_t
+# ≤ 4), forced on every batched step: the batch-invariance cases and every 4th sweep case.
+RGDN_BATCH_ONE_ROW=1 bg ops-one-row bundle/tests/gpu_ops GDN_LAYER_STEP_BATCH_INVARIANT
+RGDN_BATCH_ONE_ROW=1 RGDN_SWEEP_FORWARDS=0 RGDN_SWEEP_STRIDE=4 bg sweep-one-row bundle/tests/gpu_sweep
 # The plants: each must fail.
 for d in plant-*/; do
   n=${d#plant-}; n=${n%/}
-  RGDN_SWEEP_FORWARDS=0 RGDN_SWEEP_STRIDE=3 bg "plant-$n-sweep" "$d/bundle/tests/gpu_sweep"
-  bg "plant-$n-ops" "$d/bundle/tests/gpu_ops" "$(cat "$d/bundle/FILTER" 2>/dev/null || echo GDN_LAYER_STEP_VS)"
+  # A plant's bundle/ENV (PLANT_ENV of plant-bundle.sh, e.g. a knob forcing the planted path).
+  plant_env=$(cat "$d/bundle/ENV" 2>/dev/null)
+  RGDN_SWEEP_FORWARDS=0 RGDN_SWEEP_STRIDE=3 bg "plant-$n-sweep" env $plant_env "$d/bundle/tests/gpu_sweep"
+  bg "plant-$n-ops" env $plant_env "$d/bundle/tests/gpu_ops" "$(cat "$d/bundle/FILTER" 2>/dev/null || echo GDN_LAYER_STEP_VS)"
   # [replay] A kernel plant in the replay path must fail the episodes too (small shape only).
   [ -x "$d/bundle/tests/gpu_replay" ] && RGDN_REPLAY_9B=0 bg "plant-$n-replay" "$d/bundle/tests/gpu_replay"
 done
@@ -115,13 +121,13 @@ echo "all runs ended ($(at))" >> "$s"
 {
   cat "$o/exits.txt"
   for f in "$o"/gpu_ops-*.log; do echo "$(basename "$f"): $(grep -E '^GPU suite' "$f" | tail -1)"; grep -E '^  FAIL' "$f" | head -5; done
-  for f in "$o"/gpu_sweep-*.log "$o"/plant-*-sweep.log; do echo "$(basename "$f"): $(grep -E '^SWEEP' "$f" | cut -c1-70)"; grep FAIL "$f" | head -3 | cut -c1-200; done
+  for f in "$o"/gpu_sweep-*.log "$o"/sweep-one-row.log "$o"/plant-*-sweep.log; do echo "$(basename "$f"): $(grep -E '^SWEEP' "$f" | cut -c1-70)"; grep FAIL "$f" | head -3 | cut -c1-200; done
   grep -E '^FORWARD' "$o/forwards.log" | cut -c1-150
   grep -E '^REPLAY EPISODES|^  FAIL' "$o/gpu_replay.log" | cut -c1-300
   for f in "$o"/plant-*-replay.log; do [ -f "$f" ] && echo "$(basename "$f"): $(grep -E '^REPLAY EPISODES' "$f" | cut -c1-90)"; done
   grep -E 'FAIL|test result' "$o/kind-plant-engine.log" 2>/dev/null | head -5
   tail -n 5 "$o/candle.log" 2>/dev/null
-  for f in "$o"/plant-*-ops.log; do echo "$(basename "$f"): $(grep -E '^GPU suite' "$f" | tail -1)"; done
+  for f in "$o"/ops-one-row.log "$o"/plant-*-ops.log; do echo "$(basename "$f"): $(grep -E '^GPU suite' "$f" | tail -1)"; done
   for f in "$o"/*check-*.log; do echo "$(basename "$f"): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|SYNCCHECK SUMMARY|^GPU suite|^SWEEP' "$f" | cut -c1-80 | tr '\n' ' ')"; done
   sed -n '/per layer step/,/^$/p' "$o"/bench*.txt
 } >> "$s" 2>/dev/null

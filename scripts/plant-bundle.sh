@@ -10,6 +10,7 @@
 #   PLANT_FILTER=GATED_DELTA_NET_REPLAY_VERIFY scripts/plant-bundle.sh replay-verify-short \
 #     results/2026-12-02-local-replay-verify/plant-replay-verify-short.patch   # [replay] a − 1 replayed
 #   PLANT_TESTS="gpu_ops" scripts/plant-bundle.sh …   # only those test executables (a smaller carry)
+#   PLANT_ENV="RGDN_BATCH_ONE_ROW=1" scripts/plant-bundle.sh …   # variables its runs get
 set -euo pipefail
 name=${1:?plant name}
 shift
@@ -57,6 +58,8 @@ if plant == head:
 PY
 # The GPU suite cases the plant must fail (scripts/device-batch-final.sh; default GDN_LAYER_STEP_VS).
 [ -n "${PLANT_FILTER:-}" ] && echo "$PLANT_FILTER" > "$out/bundle/FILTER"
+# Variables the plant's runs get (e.g. a knob that forces the planted path on every case).
+[ -n "${PLANT_ENV:-}" ] && echo "$PLANT_ENV" > "$out/bundle/ENV"
 tar czf "$root/bundle-plant-$name.tgz" -C "$out" bundle
 rm -rf "$out"
 echo "bundle-plant-$name.tgz: $(wc -c < "$root/bundle-plant-$name.tgz") bytes"

@@ -30,7 +30,10 @@ const OP: &str = "GDN_LAYER_STEP";
 
 /// [seq-batch] (speed) Most token columns n_s·n_t a batched step runs with one-row mat-vec items
 /// ([`StepShape::batch_split`]).
-pub const ONE_ROW_ITEMS_MAX_COLUMNS: usize = 16;
+pub const ONE_ROW_ITEMS_MAX_COLUMNS: usize = 4;
+/// [seq-batch] (speed) Most sequences a batched step runs with conv items of one sequence each
+/// ([`StepShape::batch_split`]); above, items of 4 side by side.
+pub const ONE_SEQ_CONV_ITEMS_MAX_SEQS: usize = 8;
 
 /// The three fused ops of one GDN layer step, as one launch.
 ///
@@ -100,18 +103,20 @@ impl StepShape {
 
     /// [seq-batch] The work split of a batched step over `n_seqs` sequences: two chunks of ⌈n_s / 2⌉
     /// sequences, at least 2 (so the first chunk's second phase overlaps the second chunk's
-    /// first), conv items of up to 4 sequences, two column groups per warp — one eight-column
+    /// first), conv items of up to 4 sequences (one at small n_s, below), two column groups per warp — one eight-column
     /// recurrence — from 4 sequences on (one below: the suite's n_s = 2 and 3 keep the
     /// one-group body covered). Measured on the H200 with the schedule walk of baad1ea
     /// (`results/2026-12-02-h200-walk/2-knobs.txt`): at n_s = 16, T = 4 chunks of 8 took 68.94 µs
     /// against 75.50 for ⌈n_s / 4⌉; at n_s = 64 chunks of 32 took 112.56 / 242.43 µs at T = 1 / 4
     /// against 119.89 / 244.29; at n_s = 4 two groups per warp took 17.62 / 28.13 µs at
     /// T = 1 / 4 against 19.06 / 29.49 for one.
-    /// Mat-vec items of one row ([`abi::BatchItem::Row`]) where the step has at most
-    /// [`ONE_ROW_ITEMS_MAX_COLUMNS`] token columns n_s·n_t: there the few 4-head items
-    /// ([`abi::BatchItem::Rows`]: 16 iterations of a ring three deep, 5.6–6.4 µs each at n_s = 4)
-    /// were the first phase's critical path, and one-row items spread the same rows over the
-    /// idle blocks, one memory round trip each.
+    /// Small batches (`results/2026-12-03-h200-one-row/`, same calls): conv items of one sequence
+    /// up to [`ONE_SEQ_CONV_ITEMS_MAX_SEQS`] sequences (n_s = 8, T = 1 / 4: 20.86 / 36.21 µs
+    /// against 23.79 / 40.50 with 4 side by side; n_s = 2, T = 4 17.42 against 18.46; n_s = 4
+    /// level), and mat-vec items of one row ([`abi::BatchItem::Row`]) up to
+    /// [`ONE_ROW_ITEMS_MAX_COLUMNS`] token columns n_s·n_t (with one-sequence conv items: n_s = 2,
+    /// T = 1 12.45 against 13.95; n_s = 4, T = 1 16.13 against 16.61; but slower from 8 columns
+    /// on: n_s = 2, T = 4 17.98 against 17.42, n_s = 8, T = 1 22.29 against 20.86).
     /// Each may be overridden
     /// for measurements by `RGDN_BATCH_CHUNK`, `RGDN_BATCH_TILE_SEQS`, `RGDN_BATCH_GROUPS`,
     /// `RGDN_BATCH_ONE_ROW` (0 or 1) ([test] knobs, read once per process; no bit depends on
@@ -136,7 +141,7 @@ impl StepShape {
         abi::LayerStepBatchParams {
             n_seqs: n,
             chunk_seqs,
-            tile_seqs: tile.unwrap_or(4).min(chunk_seqs),
+            tile_seqs: tile.unwrap_or(if n_seqs <= ONE_SEQ_CONV_ITEMS_MAX_SEQS { 1 } else { 4 }).min(chunk_seqs),
             groups_per_warp: groups.unwrap_or(if n >= 4 { 2 } else { 1 }),
             one_row_items: one_row.unwrap_or(u32::from(n_seqs.saturating_mul(n_tokens) <= ONE_ROW_ITEMS_MAX_COLUMNS)),
             _pad: 0,
@@ -1028,7 +1033,7 @@ mod tests {
             let checked = op.check(&b.mem).unwrap();
             assert!(checked.batched());
             for (one_row_items, chunk_seqs) in [(0, 1), (0, 2), (1, 1), (1, 2), (1, n_s as u32)] {
-                let mut step = checked.clone();
+                let mut step = checked;
                 step.batch.one_row_items = one_row_items;
                 step.batch.chunk_seqs = chunk_seqs;
                 step.batch.tile_seqs = step.batch.tile_seqs.min(chunk_seqs);

@@ -396,19 +396,16 @@ unsafe fn gdn_layer_step_batch<A: Accumulation, const D_CONV: usize>(params: &Gd
     // block from then on, so a later item of it neither polls nor waits to start its copies.
     let mut acquired = u32::MAX;
     let mut at = walk.advance(BatchCursor { segment: 0, offset: 0 }, block);
-    // [speed] The state of this block's first second-phase item, asked for now: the first
-    // phase does not touch the ssm cache, so the copy lands while the block runs its first-phase
-    // items.
-    // [speed] The launch starts with first-phase items only — P1(0), then P1(1) with two chunks
-    // or more — so this block's items before `lead` are all first-phase: jump to its first item
-    // at or after it (one walk instead of one per item; ≈ 2 µs of a block's start at n_s = 64),
-    // then look on as before.
+    // [speed] The state of this block's first second-phase item, asked for now when the block
+    // starts on one: the first phase does not touch the ssm cache, so the copy lands while the
+    // block looks on. A block that starts with the launch's leading first-phase items — P1(0),
+    // then P1(1) with two chunks or more: blocks below `lead` — asks for nothing early: its
+    // first items are what every second-phase item waits for, and issuing a state copy first
+    // (≈ 1 µs) delayed them; its second-phase items copy their own state at the item (same
+    // call, `results/2026-12-03-h200-one-row/`: 0.5–1 µs less at n_s = 2–8, 1.6 at n_s = 16,
+    // T = 4, level or better at n_s = 64).
     let lead = walk.segment_len(0) + if walk.n_chunks() > 1 { walk.segment_len(1) } else { 0 };
-    let mut first = if block < lead {
-        walk.advance(BatchCursor { segment: 0, offset: 0 }, block + div_ceil_or_zero(lead - block, grid) * grid)
-    } else {
-        at
-    };
+    let mut first = if block < lead { None } else { at };
     while let Some(cursor) = first {
         if let (BatchItem::Groups { seq, head, first_group }, _) = walk.item(cursor) {
             // SAFETY: the item inside the validated launch; buffer 0 is free.
