@@ -34,6 +34,10 @@ pub const ONE_ROW_ITEMS_MAX_COLUMNS: usize = 4;
 /// [seq-batch] (speed) Most sequences a batched step runs with conv items of one sequence each
 /// ([`StepShape::batch_split`]); above, items of 4 side by side.
 pub const ONE_SEQ_CONV_ITEMS_MAX_SEQS: usize = 8;
+/// [seq-batch] (speed) Most tokens a step of 3 to [`ONE_SEQ_CONV_ITEMS_MAX_SEQS`] sequences runs
+/// with conv items of one sequence each (measured up to 4; at n_s = 4, T = 8 / 16 they were
+/// slower, [`StepShape::batch_split`]).
+pub const ONE_SEQ_CONV_ITEMS_MAX_TOKENS: usize = 4;
 
 /// The three fused ops of one GDN layer step, as one launch.
 ///
@@ -113,7 +117,9 @@ impl StepShape {
     /// Small batches (`results/2026-12-03-h200-one-row/`, same calls): conv items of one sequence
     /// up to [`ONE_SEQ_CONV_ITEMS_MAX_SEQS`] sequences (n_s = 8, T = 1 / 4: 20.86 / 36.21 µs
     /// against 23.79 / 40.50 with 4 side by side; n_s = 2, T = 4 17.42 against 18.46; n_s = 4
-    /// level), and mat-vec items of one row ([`abi::BatchItem::Row`]) up to
+    /// level), at n_s = 2 at every n_t, above it only up to [`ONE_SEQ_CONV_ITEMS_MAX_TOKENS`]
+    /// tokens (the landed step took 38.18 / 61.92 µs at n_s = 4, T = 8 / 16 with them, against
+    /// 35.23 / 58.74 for its parent with two side by side, another call), and mat-vec items of one row ([`abi::BatchItem::Row`]) up to
     /// [`ONE_ROW_ITEMS_MAX_COLUMNS`] token columns n_s·n_t (with one-sequence conv items: n_s = 2,
     /// T = 1 12.45 against 13.95; n_s = 4, T = 1 16.13 against 16.61; but slower from 8 columns
     /// on: n_s = 2, T = 4 17.98 against 17.42, n_s = 8, T = 1 22.29 against 20.86).
@@ -141,7 +147,7 @@ impl StepShape {
         abi::LayerStepBatchParams {
             n_seqs: n,
             chunk_seqs,
-            tile_seqs: tile.unwrap_or(if n_seqs <= ONE_SEQ_CONV_ITEMS_MAX_SEQS { 1 } else { 4 }).min(chunk_seqs),
+            tile_seqs: tile.unwrap_or(if one_seq_conv_items(n_seqs, n_tokens) { 1 } else { 4 }).min(chunk_seqs),
             groups_per_warp: groups.unwrap_or(if n >= 4 { 2 } else { 1 }),
             one_row_items: one_row.unwrap_or(u32::from(n_seqs.saturating_mul(n_tokens) <= ONE_ROW_ITEMS_MAX_COLUMNS)),
             _pad: 0,
@@ -203,6 +209,12 @@ impl StepShape {
         }
         Ok((schedule.total_items(), 0))
     }
+}
+
+/// [seq-batch] Whether the default split gives a step of `n_seqs` sequences of `n_tokens` tokens
+/// conv items of one sequence each ([`StepShape::batch_split`]).
+fn one_seq_conv_items(n_seqs: usize, n_tokens: usize) -> bool {
+    n_seqs <= ONE_SEQ_CONV_ITEMS_MAX_SEQS && (n_seqs <= 2 || n_tokens <= ONE_SEQ_CONV_ITEMS_MAX_TOKENS)
 }
 
 /// True when `a` and `b` address the same elements: same buffer, type, offset and sizes, and
