@@ -1067,18 +1067,7 @@ mod tests {
                     segment += 1;
                 }
                 assert_eq!(union.len(), total, "a byte written twice: {step:?}");
-                let (chain, gate) = (&op.chain, &op.gate);
-                let taps_c = (step.chain.d_conv - 1) * step.chain.n_channels;
-                let mut outputs = ByteSet::of_all(
-                    [&chain.conv_out, &chain.q_norm, &chain.k_norm, &gate.pair.first.dst, &gate.pair.second.dst, &gate.gate, &gate.beta],
-                    Bound::Over,
-                );
-                for seq in 0..n_s {
-                    for s in &chain.snapshots {
-                        outputs.union_with(&sub_box(&chain.conv_cache, [0, s.row + seq, 0, 0], [taps_c, 1, 1, 1]));
-                    }
-                }
-                assert_eq!(union, outputs, "{step:?}");
+                assert_eq!(union, first_phase_outputs(&op, &step, n_s), "{step:?}");
                 assert_eq!(op.batch_readiness_gap(&step), None, "{step:?}");
             }
         }
@@ -1292,6 +1281,23 @@ mod tests {
         }
     }
 
+    /// Every byte the first phase of `op` must write for `n_seqs` sequences: the chain's and the
+    /// products' outputs, and each sequence's snapshot rows (row + s) of the conv cache.
+    fn first_phase_outputs(op: &GdnLayerStep, shape: &StepShape, n_seqs: usize) -> ByteSet {
+        let (chain, gate) = (&op.chain, &op.gate);
+        let taps_c = (shape.chain.d_conv - 1) * shape.chain.n_channels;
+        let mut outputs = ByteSet::of_all(
+            [&chain.conv_out, &chain.q_norm, &chain.k_norm, &gate.pair.first.dst, &gate.pair.second.dst, &gate.gate, &gate.beta],
+            Bound::Over,
+        );
+        for seq in 0..n_seqs {
+            for s in &chain.snapshots {
+                outputs.union_with(&sub_box(&chain.conv_cache, [0, s.row + seq, 0, 0], [taps_c, 1, 1, 1]));
+            }
+        }
+        outputs
+    }
+
     #[test]
     fn every_first_phase_output_byte_has_exactly_one_writing_item() {
         for (b, op) in steps_to_prove() {
@@ -1306,16 +1312,7 @@ mod tests {
             }
             // Disjoint: no byte counted twice; complete: exactly the parts' first-phase outputs.
             assert_eq!(union.len(), total, "{shape:?}");
-            let (chain, gate) = (&op.chain, &op.gate);
-            let taps_c = (shape.chain.d_conv - 1) * shape.chain.n_channels;
-            let mut outputs = ByteSet::of_all(
-                [&chain.conv_out, &chain.q_norm, &chain.k_norm, &gate.pair.first.dst, &gate.pair.second.dst, &gate.gate, &gate.beta],
-                Bound::Over,
-            );
-            for s in &chain.snapshots {
-                outputs.union_with(&sub_box(&chain.conv_cache, [0, s.row, 0, 0], [taps_c, 1, 1, 1]));
-            }
-            assert_eq!(union, outputs, "{shape:?}");
+            assert_eq!(union, first_phase_outputs(&op, &shape, 1), "{shape:?}");
         }
     }
 
