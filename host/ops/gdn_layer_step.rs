@@ -107,8 +107,8 @@ impl StepShape {
 
     /// [seq-batch] The work split of a batched step over `n_seqs` sequences: two chunks of ⌈n_s / 2⌉
     /// sequences, at least 2 (so the first chunk's second phase overlaps the second chunk's
-    /// first), conv items of up to 4 sequences (one at small n_s, below), two column groups per warp — one eight-column
-    /// recurrence — from 4 sequences on (one below: the suite's n_s = 2 and 3 keep the
+    /// first), conv items of up to 4 sequences (one at small n_s, below), two column groups per
+    /// warp — one eight-column recurrence — from 4 sequences on (one below: the suite's n_s = 2 and 3 keep the
     /// one-group body covered). Measured on the H200 with the schedule walk of baad1ea
     /// (`results/2026-12-02-h200-walk/2-knobs.txt`): at n_s = 16, T = 4 chunks of 8 took 68.94 µs
     /// against 75.50 for ⌈n_s / 4⌉; at n_s = 64 chunks of 32 took 112.56 / 242.43 µs at T = 1 / 4
@@ -119,10 +119,11 @@ impl StepShape {
     /// against 23.79 / 40.50 with 4 side by side; n_s = 2, T = 4 17.42 against 18.46; n_s = 4
     /// level), at n_s = 2 at every n_t, above it only up to [`ONE_SEQ_CONV_ITEMS_MAX_TOKENS`]
     /// tokens (the landed step took 38.18 / 61.92 µs at n_s = 4, T = 8 / 16 with them, against
-    /// 35.23 / 58.74 for its parent with two side by side, another call), and mat-vec items of one row ([`abi::BatchItem::Row`]) up to
-    /// [`ONE_ROW_ITEMS_MAX_COLUMNS`] token columns n_s·n_t (with one-sequence conv items: n_s = 2,
-    /// T = 1 12.45 against 13.95; n_s = 4, T = 1 16.13 against 16.61; but slower from 8 columns
-    /// on: n_s = 2, T = 4 17.98 against 17.42, n_s = 8, T = 1 22.29 against 20.86).
+    /// 35.23 / 58.74 for its parent with two side by side, another call), and mat-vec items of
+    /// one row ([`abi::BatchItem::Row`]) up to [`ONE_ROW_ITEMS_MAX_COLUMNS`] token columns
+    /// n_s·n_t (with one-sequence conv items: n_s = 2, T = 1 12.45 against 13.95; n_s = 4, T = 1
+    /// 16.13 against 16.61; but slower from 8 columns on: n_s = 2, T = 4 17.98 against 17.42,
+    /// n_s = 8, T = 1 22.29 against 20.86).
     /// Each may be overridden
     /// for measurements by `RGDN_BATCH_CHUNK`, `RGDN_BATCH_TILE_SEQS`, `RGDN_BATCH_GROUPS`,
     /// `RGDN_BATCH_ONE_ROW` (0 or 1) ([test] knobs, read once per process; no bit depends on

@@ -129,10 +129,10 @@
 //! # Several sequences (the batched entries, `gdn_layer_step_batch_*`)
 //! n_s ≥ 2 sequences run as one persistent launch over a schedule of items ([`LayerStepSchedule`]:
 //! the sequences in chunks, each chunk's conv items (one channel tile of `tile_seqs` sequences,
-//! side by side, each sequence its own source and snapshot rows) and mat-vec items (4 heads × 2 products × 4 of the n_t·n_s token columns,
-//! or at the smallest steps the single-sequence step's row items: one row of one product × 2 columns) before its
-//! second-phase items (4 warps × 4·GP columns of one (sequence, head)); one readiness counter
-//! per chunk). A second-phase item takes its initial state from a `cp.async` copy into shared
+//! side by side, each sequence its own source and snapshot rows) and mat-vec items (4 heads × 2
+//! products × 4 of the n_t·n_s token columns, or at the smallest steps the single-sequence
+//! step's row items: one row of one product × 2 columns) before its second-phase items (4 warps
+//! × 4·GP columns of one (sequence, head)); one readiness counter per chunk). A second-phase item takes its initial state from a `cp.async` copy into shared
 //! memory, issued one item ahead, and its token inputs likewise once the block has acquired the
 //! chunk; see [`gdn_layer_step_batch`] ("Buffers") and `docs/batching.md`. Every column's
 //! operations are GATED_DELTA_NET_FROM_CACHE's, so a sequence's bits do not depend on the batch.
@@ -285,9 +285,10 @@ unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepP
 /// after its chunk's acquire and a block barrier — at the item (`wait_count`) or, once the block
 /// acquired the chunk, early at the previous item. A first-phase item's area (a mat-vec item's
 /// reduction buffer and operand rings, a one-row item's reduction buffer and staging, or a conv
-/// item's tiles, one per sequence of a round;
-/// `batch_rows_offset`) spans state buffer 1, the scratch area and the second token stage: all idle during a first-phase item (no prefetch targets them then; the only copy
-/// that may fly, the block's first second-phase state, lands in state buffer 0), and the items
+/// item's tiles, one per sequence of a round; `batch_rows_offset`) spans state buffer 1, the
+/// scratch area and the second token stage: all idle during a first-phase item (no prefetch
+/// targets them then; the only copy that may fly, a block's first second-phase state, lands in
+/// state buffer 0), and the items
 /// before and after it end with a block barrier (`publish_count`, or the one after a
 /// second-phase item followed by a first-phase one).
 ///
