@@ -28,6 +28,9 @@ use std::sync::Mutex;
 
 const OP: &str = "GDN_LAYER_STEP";
 
+/// [seq-batch] (speed) Most sequences a step runs as every sequence's own items on the
+/// single-sequence entries ([`StepShape::split`]); above, the batched entries' schedule.
+pub const SEQ_ITEMS_MAX_SEQS: usize = 4;
 /// [seq-batch] (speed) Most token columns n_s·n_t a batched step runs with one-row mat-vec items
 /// ([`StepShape::batch_split`]).
 pub const ONE_ROW_ITEMS_MAX_COLUMNS: usize = 4;
@@ -86,9 +89,37 @@ pub struct StepShape {
 }
 
 impl StepShape {
-    /// [seq-batch] Whether the batched entries run the step (n_s ≥ 2).
-    pub fn batched(&self) -> bool {
-        self.gdn.n_seqs > 1
+    /// [seq-batch] Whether the batched entries run the step over their schedule (n_s ≥ 2, unless
+    /// the single-sequence entries run every sequence's own items: [`StepShape::split`]).
+    pub fn scheduled(&self) -> bool {
+        self.batch.chunk_seqs > 0
+    }
+
+    /// [seq-batch] How a step of `n_seqs` sequences of `n_tokens` tokens, each sequence with
+    /// `items_per_seq` first-phase items of its own (C/128 + 2·H_v·⌈n_t/2⌉), runs: one sequence,
+    /// and up to [`SEQ_ITEMS_MAX_SEQS`] sequences whose items fit the readiness state's
+    /// [`abi::GRID_SYNC_FLAGS`] flags, on the single-sequence entries — every sequence's own
+    /// items, each with its own flag, and its column groups waiting for its own items only
+    /// (`abi::LayerStepItems`; the batch's parameters carry only n_s) —; more on the batched
+    /// entries' schedule ([`StepShape::batch_split`]). Measured on the H200
+    /// (`results/2026-12-03-h200-seq-items/`). `RGDN_BATCH_SEQ_ITEMS` = 0 / 1 turns the
+    /// sequences' own items off / on wherever the flags allow ([test] knob, read once per
+    /// process; no bit depends on it).
+    pub fn split(n_seqs: usize, n_tokens: usize, items_per_seq: usize) -> abi::LayerStepBatchParams {
+        static KNOB: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+        let knob = *KNOB.get_or_init(|| match std::env::var("RGDN_BATCH_SEQ_ITEMS").ok().as_deref().map(str::trim) {
+            Some("0") => Some(false),
+            Some("1") => Some(true),
+            _ => None,
+        });
+        let fits = n_seqs.checked_mul(items_per_seq).is_some_and(|n| n <= abi::GRID_SYNC_FLAGS);
+        let own_items = n_seqs <= 1 || (fits && knob.unwrap_or(n_seqs <= SEQ_ITEMS_MAX_SEQS));
+        if own_items {
+            // n_s ≤ GDN_LAYER_STEP_MAX_SEQS (checked before): fits u32.
+            abi::LayerStepBatchParams { n_seqs: n_seqs as u32, ..abi::LayerStepBatchParams::default() }
+        } else {
+            StepShape::batch_split(n_seqs, n_tokens)
+        }
     }
 
     /// [seq-batch] The batched entries' schedule (see [`abi::LayerStepSchedule`]).
@@ -159,20 +190,18 @@ impl StepShape {
     /// conv tiles, one block each) and of its second (H_v·32 GATED_DELTA_NET column groups, one warp each), checked to
     /// fit u32.
     fn items(&self) -> Result<(u32, u32)> {
-        if self.batched() {
+        if self.scheduled() {
             return self.batch_items();
         }
-        let h_v = self.gdn.n_heads;
-        let tiles = self.chain.n_channels / abi::GDN_CONV_CHAIN_BLOCK as usize;
-        let rows =
-            check::product(OP, "weight", "row items 2·H_v·⌈n_t/2⌉", &[2, h_v, self.gdn.n_tokens.div_ceil(abi::GDN_LAYER_STEP_COLS)])?;
-        let first = check::sum(OP, "weight", "work items 2·H_v·⌈n_t/2⌉ + C/128", &[rows, tiles])?;
-        let second = check::product(OP, "v", "work items H_v·32", &[h_v, abi::GDN_LAYER_STEP_GROUPS_PER_HEAD as usize])?;
+        let (h_v, n_s) = (self.gdn.n_heads, self.gdn.n_seqs);
+        let per_seq = items_per_seq(&self.chain, &self.gdn)?;
+        let first = check::product(OP, "weight", "work items n_s·(2·H_v·⌈n_t/2⌉ + C/128)", &[n_s, per_seq])?;
+        let second = check::product(OP, "v", "work items n_s·H_v·32", &[n_s, h_v, abi::GDN_LAYER_STEP_GROUPS_PER_HEAD as usize])?;
         if first > abi::GRID_SYNC_FLAGS {
             return Err(Error::Unsupported {
                 op: OP,
                 what: format!(
-                    "{first} first-phase work items (2·H_v·⌈n_t/2⌉ + C/128; the readiness state has {} flags)",
+                    "{first} first-phase work items (n_s·(2·H_v·⌈n_t/2⌉ + C/128); the readiness state has {} flags)",
                     abi::GRID_SYNC_FLAGS
                 ),
             });
@@ -210,6 +239,14 @@ impl StepShape {
         }
         Ok((schedule.total_items(), 0))
     }
+}
+
+/// First-phase items of one sequence on the single-sequence entries: 2·H_v·⌈n_t/2⌉ row items +
+/// C/128 conv tiles (`abi::LayerStepItems`), checked.
+fn items_per_seq(chain: &ChainShape, gdn: &GdnShape) -> Result<usize> {
+    let tiles = chain.n_channels / abi::GDN_CONV_CHAIN_BLOCK as usize;
+    let rows = check::product(OP, "weight", "row items 2·H_v·⌈n_t/2⌉", &[2, gdn.n_heads, gdn.n_tokens.div_ceil(abi::GDN_LAYER_STEP_COLS)])?;
+    check::sum(OP, "weight", "work items 2·H_v·⌈n_t/2⌉ + C/128", &[rows, tiles])
 }
 
 /// [seq-batch] Whether the default split gives a step of `n_seqs` sequences of `n_tokens` tokens
@@ -318,10 +355,10 @@ impl GdnLayerStep {
                 check::disjoint(OP, a, ta, b, tb)?;
             }
         }
-        let batch = if n_s > 1 { StepShape::batch_split(n_s, gdn_shape.n_tokens) } else { abi::LayerStepBatchParams::default() };
+        let batch = StepShape::split(n_s, gdn_shape.n_tokens, items_per_seq(&chain_shape, &gdn_shape)?);
         let shape = StepShape { chain: chain_shape, products, gdn: gdn_shape, batch };
         shape.items()?;
-        if shape.batched() {
+        if shape.scheduled() {
             Self::check_batch(&shape, gdn, mem)?;
         }
 
@@ -330,7 +367,7 @@ impl GdnLayerStep {
         if shape.gdn.n_heads == 0 || shape.gdn.n_key_heads == 0 {
             return Err(Error::Invalid { op: OP, what: "no value heads or no key heads".into() });
         }
-        if shape.batched() {
+        if shape.scheduled() {
             if let Some((seq, head, item)) = self.proved(&shape, || self.batch_readiness_gap(&shape)) {
                 return Err(Error::Invalid {
                     op: OP,
@@ -342,13 +379,13 @@ impl GdnLayerStep {
             }
             return Ok(shape);
         }
-        if let Some((head, item)) = self.kernel_readiness_gap(&shape) {
+        if let Some((seq, head, item)) = self.kernel_readiness_gap(&shape) {
             let items = self.step_items(&shape);
             return Err(Error::Invalid {
                 op: OP,
                 what: format!(
-                    "value head {head}'s column groups read bytes that first-phase item {item} ({}) writes, and the kernel's \
-                     readiness waits (abi::LayerStepItems::item_read_by) do not include it",
+                    "sequence {seq}'s value head {head}'s column groups read bytes that first-phase item {item} ({}) writes, and \
+                     the kernel's readiness waits (abi::LayerStepItems::item_read_by) do not include it",
                     items
                         .first_phase_item(item, checked_before_the_proof)
                         .map_or_else(|| "past the last item".into(), |k| format!("{k:?}"))
@@ -369,26 +406,33 @@ impl GdnLayerStep {
             chain_key_heads: self.chain.n_k_heads as u32,
             n_chain_tiles: (shape.chain.n_channels / abi::GDN_CONV_CHAIN_BLOCK as usize) as u32,
             n_tokens: shape.chain.n_tokens as u32,
+            // n_s ≤ GDN_LAYER_STEP_MAX_SEQS (checked).
+            n_seqs: shape.gdn.n_seqs as u32,
         }
     }
 
     /// The bytes first-phase item `item` writes — the kernel docs' "Whose block writes what":
-    /// conv tile k its 128 channels of `conv_out` (every token) and of every snapshot row, and
-    /// the q or k head inside it (D = 128 = the tile width); a row item the (row, column)
-    /// elements of its product's two outputs (alpha and gate, or beta_raw and beta) for the
-    /// columns of its pair below n_t. A view whose sub-box overflows counts whole.
+    /// conv tile k of sequence s its 128 channels of the sequence's `conv_out` (every token) and
+    /// of its every snapshot row, and the q or k head inside it (D = 128 = the tile width); a
+    /// row item the (row, column) elements of its product's two outputs (alpha and gate, or
+    /// beta_raw and beta) for the columns of its pair below n_t, of its sequence's columns. A
+    /// view whose sub-box overflows counts whole.
     fn item_writes(&self, shape: &StepShape, item: abi::LayerStepItem) -> ByteSet {
         let gate = &self.gate;
         let n_t = shape.chain.n_tokens;
         match item {
-            abi::LayerStepItem::Tile(k) => self.tile_writes(shape, k as usize, 0),
-            abi::LayerStepItem::Row { pair, row, product } => {
+            abi::LayerStepItem::Tile { seq, tile } => self.tile_writes(shape, tile as usize, seq as usize),
+            abi::LayerStepItem::Row { seq, pair, row, product } => {
                 let mut bytes = ByteSet::new();
                 let (row, first_col) = (row as usize, pair as usize * abi::GDN_LAYER_STEP_COLS);
                 let cols = abi::GDN_LAYER_STEP_COLS.min(n_t.saturating_sub(first_col));
                 let outputs = if product == 0 { [&gate.pair.first.dst, &gate.gate] } else { [&gate.pair.second.dst, &gate.beta] };
                 for t in outputs {
-                    bytes.union_with(&sub_box(t, [row, first_col, 0, 0], [1, cols, 1, 1]));
+                    bytes.union_with(&sub_box(
+                        t,
+                        [row, (seq as usize).saturating_mul(n_t).saturating_add(first_col), 0, 0],
+                        [1, cols, 1, 1],
+                    ));
                 }
                 bytes
             }
@@ -524,9 +568,9 @@ impl GdnLayerStep {
     /// on memory contents), and takes
     /// ≈ 1.3 ms at 9B, n_t = 16 (≈ 6 µs for the rest of `check`, which runs before every
     /// launch), so proved steps are remembered (at most [`PROVED_STEPS`], then forgotten).
-    fn kernel_readiness_gap(&self, shape: &StepShape) -> Option<(u32, u32)> {
+    fn kernel_readiness_gap(&self, shape: &StepShape) -> Option<(u32, u32, u32)> {
         let items = self.step_items(shape);
-        self.proved(shape, || self.readiness_gap(shape, &|head, lane| items.item_read_by(head, lane, checked_before_the_proof)))
+        self.proved(shape, || self.readiness_gap(shape, &|seq, head, lane| items.item_read_by(seq, head, lane, checked_before_the_proof)))
     }
 
     /// Runs a readiness proof once per distinct step: `prove` (None: no gap) unless this step —
@@ -582,13 +626,14 @@ impl GdnLayerStep {
         gap
     }
 
-    /// The readiness proof: the first (value head, first-phase item) where the item writes a
-    /// byte the head's column groups read ([`Self::item_writes`], [`Self::head_reads`]) and
-    /// `waits` — lane → awaited item of the head's waiting warp, the kernel's
-    /// `abi::LayerStepItems::item_read_by` — names it in no lane; None when the waits cover every
-    /// writer. The kernel's phase 2 reads nothing else that phase 1 writes (the disjointness
+    /// The readiness proof: the first (sequence, value head, first-phase item) where the item
+    /// writes a byte the sequence's head's column groups read ([`Self::item_writes`],
+    /// [`Self::head_reads`]) and `waits` — (sequence, head, lane) → awaited item of the head's
+    /// waiting warp, the kernel's `abi::LayerStepItems::item_read_by` — names it in no lane; None
+    /// when the waits cover every writer. Every item of every sequence is a candidate writer of
+    /// every read. The kernel's phase 2 reads nothing else that phase 1 writes (the disjointness
     /// above: `out`, the states and the ssm cache meet no phase-1 output).
-    fn readiness_gap(&self, shape: &StepShape, waits: &dyn Fn(u32, u32) -> Option<u32>) -> Option<(u32, u32)> {
+    fn readiness_gap(&self, shape: &StepShape, waits: &dyn Fn(u32, u32, u32) -> Option<u32>) -> Option<(u32, u32, u32)> {
         let items = self.step_items(shape);
         // Every written run with its item, sorted by (buffer, start).
         let mut writes: Vec<(BufferId, usize, usize, u32)> = Vec::new();
@@ -598,15 +643,17 @@ impl GdnLayerStep {
         }
         writes.sort_unstable();
         let longest = writes.iter().map(|w| w.2 - w.1).max().unwrap_or(0);
-        for head in 0..items.n_heads {
-            // One warp's lanes wait, one item each (`wait_items`).
-            let awaited: Vec<u32> = (0..32).filter_map(|lane| waits(head, lane)).collect();
-            for (buffer, read) in self.head_reads(shape, head as usize, 0).runs() {
-                // Runs that may reach `read`: from the first that starts `longest` before it.
-                let from = writes.partition_point(|w| (w.0, w.1) < (buffer, read.start.saturating_sub(longest)));
-                for w in writes[from..].iter().take_while(|w| w.0 == buffer && w.1 < read.end) {
-                    if w.2 > read.start && !awaited.contains(&w.3) {
-                        return Some((head, w.3));
+        for seq in 0..items.n_seqs {
+            for head in 0..items.n_heads {
+                // One warp's lanes wait, one item each (`wait_items`).
+                let awaited: Vec<u32> = (0..32).filter_map(|lane| waits(seq, head, lane)).collect();
+                for (buffer, read) in self.head_reads(shape, head as usize, seq as usize).runs() {
+                    // Runs that may reach `read`: from the first that starts `longest` before it.
+                    let from = writes.partition_point(|w| (w.0, w.1) < (buffer, read.start.saturating_sub(longest)));
+                    for w in writes[from..].iter().take_while(|w| w.0 == buffer && w.1 < read.end) {
+                        if w.2 > read.start && !awaited.contains(&w.3) {
+                            return Some((seq, head, w.3));
+                        }
                     }
                 }
             }
@@ -794,7 +841,7 @@ impl Op for GdnLayerStep {
     fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {
         let shape = self.check(mem)?;
         let (kind, d_conv, n_t) = (shape.products.kind, shape.chain.d_conv, shape.chain.n_tokens);
-        let (entry, shared) = if shape.batched() {
+        let (entry, shared) = if shape.scheduled() {
             (
                 abi::gdn_layer_step_batch_entry(kind, d_conv),
                 abi::gdn_layer_step_batch_shared_bytes(d_conv, n_t, shape.batch.groups_per_warp),
@@ -988,10 +1035,11 @@ mod tests {
         }
     }
 
-    /// [seq-batch] Steps of several sequences: the fused graph (one batched GDN_LAYER_STEP) equals
-    /// the unfused chain on the CPU, every output and both caches — sequences reading their own
-    /// cells (some at a rollback depth), two sequences sharing a source row nobody writes, both
-    /// layouts, every weight kind, n_t 1–16, n_s 2–5, small chunks (several chunks a launch).
+    /// [seq-batch] Steps of several sequences: the fused graph (one GDN_LAYER_STEP over every
+    /// sequence) equals the unfused chain on the CPU, every output and both caches — sequences
+    /// reading their own cells (some at a rollback depth), two sequences sharing a source row
+    /// nobody writes, both layouts, every weight kind, n_t 1–16, n_s 2–5, small chunks (several
+    /// chunks a launch); both launches (each sequence's own items, the batched schedule).
     #[test]
     fn several_sequences_fuse_into_one_batched_step_equal_to_the_unfused_chain() {
         // Cells 0 … 5; the sequences write cells kv_head + s. (src cell, rollback depth) per
@@ -1016,6 +1064,7 @@ mod tests {
             ),
             (GdnShape { d_conv: 5, ..SMALL }, own(9, 4, 4), DType::BF16, Precision::Default, LayerLayout::Ggml),
         ];
+        let mut launches = [0usize; 2];
         for (i, (shape, step, weights, precision, layout)) in cases.into_iter().enumerate() {
             let spec = spec(shape, step, weights, precision, layout);
             let r = sweep::off_on_cpu(&spec, 40 + i as u64, &mut ExactMufu).unwrap();
@@ -1025,8 +1074,10 @@ mod tests {
             let (_, on, _) = sweep::compile_off_on(&b, Options::ALL).unwrap();
             let step_op = on.iter().find_map(|n| n.get::<GdnLayerStep>()).expect("a layer step");
             let shape = step_op.check(&b.mem).unwrap();
-            assert!(shape.batched() && shape.gdn.n_seqs == step.n_seqs(), "case {i}");
+            assert!(shape.gdn.n_seqs == step.n_seqs() && shape.batch.n_seqs as usize == step.n_seqs(), "case {i}");
+            launches[usize::from(shape.scheduled())] += 1;
         }
+        assert!(launches.iter().all(|&n| n > 0), "{launches:?}");
     }
 
     /// [seq-batch] Both kinds of mat-vec item (4-head items and one-row items), on batched steps of
@@ -1043,8 +1094,9 @@ mod tests {
         let mut kinds_seen = [0usize; 2];
         for (shape, n_t, n_s) in [(SMALL, 1, 2), (SMALL, 3, 3), (odd_heads, 5, 5), (odd_heads, 1, 7), (SMALL, 16, 4)] {
             let (b, op) = built(&spec(shape, own(n_t, n_s), DType::F32, Precision::Default, LayerLayout::Ggml));
-            let checked = op.check(&b.mem).unwrap();
-            assert!(checked.batched());
+            let mut checked = op.check(&b.mem).unwrap();
+            // The batched entries' schedule, whichever launch the defaults give this step.
+            checked.batch = StepShape::batch_split(n_s, n_t);
             for (one_row_items, chunk_seqs) in [(0, 1), (0, 2), (1, 1), (1, 2), (1, n_s as u32)] {
                 let mut step = checked;
                 step.batch.one_row_items = one_row_items;
@@ -1205,13 +1257,23 @@ mod tests {
     }
 
     /// The kernel's own waits for `op` (what `check` proves them with).
-    fn kernel_waits(op: &GdnLayerStep, shape: &StepShape) -> impl Fn(u32, u32) -> Option<u32> {
+    fn kernel_waits(op: &GdnLayerStep, shape: &StepShape) -> impl Fn(u32, u32, u32) -> Option<u32> {
         let items = op.step_items(shape);
-        move |head, lane| items.item_read_by(head, lane, checked_before_the_proof)
+        move |seq, head, lane| items.item_read_by(seq, head, lane, checked_before_the_proof)
+    }
+
+    /// `op` checked, run as every sequence's own items on the single-sequence entries whatever
+    /// the defaults or the knob choose for its n_s (the flags fit: asserted).
+    fn own_items_shape(op: &GdnLayerStep, mem: &dyn Memory) -> StepShape {
+        let mut shape = op.check(mem).unwrap();
+        shape.batch = abi::LayerStepBatchParams { n_seqs: shape.gdn.n_seqs as u32, ..Default::default() };
+        assert!(shape.items().is_ok(), "{shape:?}");
+        shape
     }
 
     /// Layer steps of every preset and a few small shapes (H_k < H_v, one key head, several),
-    /// n_t 1 … 16 with 1 + R = n_t and R = 0, both layouts.
+    /// n_t 1 … 16 with 1 + R = n_t and R = 0, both layouts; and [seq-batch] steps of 2 to 5
+    /// sequences (own cells, some at a rollback depth; two sharing a source row).
     fn steps_to_prove() -> Vec<(Built, GdnLayerStep)> {
         let small_many_keys = GdnShape { n_embd: 64, n_k_heads: 2, n_v_heads: 6, head_dim: 128, d_conv: 3, eps: 1e-6 };
         let mut out = Vec::new();
@@ -1228,16 +1290,31 @@ mod tests {
                 }
             }
         }
+        let seqs = |n_t: usize, r: usize, n_s: usize| {
+            let more: Vec<(usize, usize)> = (1..n_s).map(|s| (s, s % (r + 1))).collect();
+            Step { cells: 6, ..Step::new(n_t, r) }.with_sequences(&more).unwrap()
+        };
+        let shared = Step { cells: 6, kv_head: 1, src_cell: 1, ..Step::new(3, 2) }.with_sequences(&[(5, 1), (5, 1)]).unwrap();
+        for (shape, step, layout) in [
+            (SMALL, seqs(1, 0, 2), LayerLayout::Ggml),
+            (SMALL, seqs(4, 3, 3), LayerLayout::PrAliasing),
+            (SMALL, shared, LayerLayout::Ggml),
+            (small_many_keys, seqs(5, 2, 5), LayerLayout::Ggml),
+            (SMALL, seqs(16, 15, 4), LayerLayout::PrAliasing),
+            (GdnShape::QWEN35_9B, seqs(4, 3, 4), LayerLayout::Ggml),
+        ] {
+            out.push(built(&spec(shape, step, DType::F32, Precision::Default, layout)));
+        }
         out
     }
 
     #[test]
     fn the_readiness_waits_cover_every_writer_of_what_phase_two_reads() {
         for (b, op) in steps_to_prove() {
-            let shape = op.check(&b.mem).unwrap();
+            let shape = own_items_shape(&op, &b.mem);
             assert_eq!(op.readiness_gap(&shape, &kernel_waits(&op, &shape)), None, "{shape:?}");
             // Not vacuous: with no waits at all, every head has an unawaited writer.
-            assert!(op.readiness_gap(&shape, &|_, _| None).is_some(), "{shape:?}");
+            assert!(op.readiness_gap(&shape, &|_, _, _| None).is_some(), "{shape:?}");
         }
     }
 
@@ -1247,36 +1324,47 @@ mod tests {
     /// head also waits for).
     #[test]
     fn the_readiness_proof_catches_planted_waits() {
-        type Plant = fn(&abi::LayerStepItems, u32, u32) -> Option<u32>;
-        fn kernel(i: &abi::LayerStepItems, h: u32, l: u32) -> Option<u32> {
-            i.item_read_by(h, l, checked_before_the_proof)
+        type Plant = fn(&abi::LayerStepItems, u32, u32, u32) -> Option<u32>;
+        fn kernel(i: &abi::LayerStepItems, s: u32, h: u32, l: u32) -> Option<u32> {
+            i.item_read_by(s, h, l, checked_before_the_proof)
         }
-        let plants: [(&str, Plant); 8] = [
-            ("the last row lane dropped", |i, h, l| if l + 1 == i.waited_row_items() { None } else { kernel(i, h, l) }),
-            ("the q tile dropped", |i, h, l| if l == i.waited_row_items() { None } else { kernel(i, h, l) }),
-            ("the k tile dropped", |i, h, l| if l == i.waited_row_items() + 1 { None } else { kernel(i, h, l) }),
-            ("the v tile dropped", |i, h, l| if l == i.waited_row_items() + 2 { None } else { kernel(i, h, l) }),
-            ("the key head by division", |i, h, l| match l.checked_sub(i.waited_row_items()) {
+        let plants: [(&str, Plant); 11] = [
+            ("the last row lane dropped", |i, s, h, l| if l + 1 == i.waited_row_items() { None } else { kernel(i, s, h, l) }),
+            ("the q tile dropped", |i, s, h, l| if l == i.waited_row_items() { None } else { kernel(i, s, h, l) }),
+            ("the k tile dropped", |i, s, h, l| if l == i.waited_row_items() + 1 { None } else { kernel(i, s, h, l) }),
+            ("the v tile dropped", |i, s, h, l| if l == i.waited_row_items() + 2 { None } else { kernel(i, s, h, l) }),
+            ("the key head by division", |i, s, h, l| match l.checked_sub(i.waited_row_items()) {
                 Some(0) => Some(h / (i.n_heads / i.n_key_heads)),
                 Some(1) => Some(i.chain_key_heads + h / (i.n_heads / i.n_key_heads)),
-                _ => kernel(i, h, l),
+                _ => kernel(i, s, h, l),
+            }),
+            ("the neighbour head's row items", |i, s, h, l| {
+                if l < i.waited_row_items() { kernel(i, s, (h + 1) % i.n_heads, l) } else { kernel(i, s, h, l) }
             }),
             (
-                "the neighbour head's row items",
-                |i, h, l| if l < i.waited_row_items() { kernel(i, (h + 1) % i.n_heads, l) } else { kernel(i, h, l) },
+                "every column pair's rows from pair 0",
+                |i, s, h, l| if l < i.waited_row_items() { kernel(i, s, h, l % 2) } else { kernel(i, s, h, l) },
             ),
             (
-                "every column pair's rows from pair 0",
-                |i, h, l| if l < i.waited_row_items() { kernel(i, h, l % 2) } else { kernel(i, h, l) },
+                "the tiles counted from 1",
+                |i, s, h, l| if l < i.waited_row_items() { kernel(i, s, h, l).map(|x| x - 1) } else { kernel(i, s, h, l) },
             ),
-            ("the tiles counted from 1", |i, h, l| if l < i.waited_row_items() { kernel(i, h, l).map(|x| x - 1) } else { kernel(i, h, l) }),
+            // [seq-batch] Plants only a step of several sequences can show.
+            ("sequence 0's items for every sequence", |i, _, h, l| kernel(i, 0, h, l)),
+            (
+                "the sequence's tiles of sequence 0",
+                |i, s, h, l| if l < i.waited_row_items() { kernel(i, s, h, l) } else { kernel(i, 0, h, l) },
+            ),
+            ("the row items counted per sequence without the tiles of the others", |i, s, h, l| {
+                if l < i.waited_row_items() { kernel(i, s, h, l).map(|x| x - (i.n_seqs - 1) * i.n_chain_tiles) } else { kernel(i, s, h, l) }
+            }),
         ];
         let steps = steps_to_prove();
         for (name, plant) in plants {
             let caught = steps.iter().filter(|(b, op)| {
-                let shape = op.check(&b.mem).unwrap();
+                let shape = own_items_shape(op, &b.mem);
                 let items = op.step_items(&shape);
-                op.readiness_gap(&shape, &|h, l| plant(&items, h, l)).is_some()
+                op.readiness_gap(&shape, &|s, h, l| plant(&items, s, h, l)).is_some()
             });
             assert!(caught.count() > 0, "the readiness proof missed the plant: {name}");
         }
@@ -1302,7 +1390,7 @@ mod tests {
     #[test]
     fn every_first_phase_output_byte_has_exactly_one_writing_item() {
         for (b, op) in steps_to_prove() {
-            let shape = op.check(&b.mem).unwrap();
+            let shape = own_items_shape(&op, &b.mem);
             let items = op.step_items(&shape);
             let (mut union, mut total) = (ByteSet::new(), 0usize);
             for item in 0..items.first_phase_items() {
@@ -1313,7 +1401,7 @@ mod tests {
             }
             // Disjoint: no byte counted twice; complete: exactly the parts' first-phase outputs.
             assert_eq!(union.len(), total, "{shape:?}");
-            assert_eq!(union, first_phase_outputs(&op, &shape, 1), "{shape:?}");
+            assert_eq!(union, first_phase_outputs(&op, &shape, shape.gdn.n_seqs), "{shape:?}");
         }
     }
 
@@ -1323,7 +1411,7 @@ mod tests {
         // give names the head and the item.
         let (b, op) = base();
         let shape = op.check(&b.mem).unwrap();
-        let gap = op.readiness_gap(&shape, &|h, l| if l == 0 { None } else { kernel_waits(&op, &shape)(h, l) });
-        assert_eq!(gap, Some((0, shape.chain.n_channels as u32 / 128)));
+        let gap = op.readiness_gap(&shape, &|s, h, l| if l == 0 { None } else { kernel_waits(&op, &shape)(s, h, l) });
+        assert_eq!(gap, Some((0, 0, shape.chain.n_channels as u32 / 128)));
     }
 }

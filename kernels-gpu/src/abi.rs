@@ -1165,8 +1165,13 @@ pub const GDN_LAYER_STEP_WARPS: u32 = GDN_LAYER_STEP_BLOCK / 32;
 /// [layer-step] GDN_LAYER_STEP's work items: which first-phase item is which, and which of them
 /// a value head's column groups wait for before they read their token inputs. The kernel runs
 /// and waits by exactly these functions (`gdn_layer_step.rs`), and the host proves the waits
-/// from byte ranges before every launch (`host/ops/gdn_layer_step.rs`, `readiness_gap`): every
-/// item that writes a byte a column group reads is among the items its head waits for.
+/// from byte ranges once per step (`host/ops/gdn_layer_step.rs`, `readiness_gap`): every item
+/// that writes a byte a column group reads is among the items its head waits for.
+///
+/// [seq-batch] Several sequences run as every sequence's own items in one launch: the conv tiles
+/// of every sequence (sequence-major), then the row items of every sequence (sequence-major),
+/// each item its own flag; a sequence's items are the single-sequence step's items over its
+/// own tokens, columns and cache rows, and its column groups wait for its own items only.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LayerStepItems {
     /// H_v: value heads (rows of each product).
@@ -1177,24 +1182,28 @@ pub struct LayerStepItems {
     /// 2·H_k + h (the host links it to `n_key_heads`; the two are read where the unfused
     /// kernels read them).
     pub chain_key_heads: u32,
-    /// C / 128: conv-chain tiles, items 0 … C/128 − 1.
+    /// C / 128: conv-chain tiles of one sequence.
     pub n_chain_tiles: u32,
-    /// n_t: the products' columns (row items take [`GDN_LAYER_STEP_COLS`] each).
+    /// n_t: the products' columns per sequence (row items take [`GDN_LAYER_STEP_COLS`] each).
     pub n_tokens: u32,
+    /// n_s: sequences, each with its own items ([seq-batch]; 1 for one sequence).
+    pub n_seqs: u32,
 }
 
 /// [layer-step] One first-phase item of GDN_LAYER_STEP ([`LayerStepItems::first_phase_item`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LayerStepItem {
-    /// Conv-chain tile `k`: channels 128·k … 128·k + 127 of every token (GDN_CONV_CHAIN's block k).
-    Tile(u32),
+    /// Conv-chain tile `tile` of sequence `seq`: channels 128·tile … 128·tile + 127 of every
+    /// token of the sequence (GDN_CONV_CHAIN's block (tile, seq)).
+    Tile { seq: u32, tile: u32 },
     /// Mat-vec row item: row `row` of product `product` (0: alpha with the gate epilogue, 1:
-    /// beta_raw with SIGMOID) for columns 2·`pair` and 2·`pair` + 1 (those < n_t).
-    Row { pair: u32, row: u32, product: u32 },
+    /// beta_raw with SIGMOID) for sequence `seq`'s token columns 2·`pair` and 2·`pair` + 1
+    /// (those < n_t; product columns seq·n_t + …).
+    Row { seq: u32, pair: u32, row: u32, product: u32 },
 }
 
 impl LayerStepItems {
-    /// The items of a launch with parameters `p`.
+    /// The items of a launch with parameters `p` (its sequences: `p.batch.n_seqs`).
     #[inline(always)]
     pub const fn of(p: &GdnLayerStepParams) -> LayerStepItems {
         LayerStepItems {
@@ -1203,6 +1212,7 @@ impl LayerStepItems {
             chain_key_heads: p.chain.n_k_heads,
             n_chain_tiles: p.n_chain_tiles,
             n_tokens: p.n_tokens,
+            n_seqs: p.batch.n_seqs,
         }
     }
 
@@ -1211,61 +1221,83 @@ impl LayerStepItems {
         2 * self.n_heads
     }
 
+    /// Row items of one sequence: 2·H_v·⌈n_t/2⌉.
+    pub const fn row_items_per_seq(&self) -> u32 {
+        self.row_items_per_pair() * self.n_tokens.div_ceil(GDN_LAYER_STEP_COLS as u32)
+    }
+
     /// Lanes of a waiting warp that name a row item: 2·⌈n_t/2⌉ (each column pair's two
     /// products of the head's row).
     pub const fn waited_row_items(&self) -> u32 {
         2 * self.n_tokens.div_ceil(GDN_LAYER_STEP_COLS as u32)
     }
 
-    /// First-phase items: the conv tiles, then 2·H_v·⌈n_t/2⌉ row items (the host checks the sum
-    /// fits u32 and [`GRID_SYNC_FLAGS`]).
-    pub const fn first_phase_items(&self) -> u32 {
-        self.n_chain_tiles + self.row_items_per_pair() * self.n_tokens.div_ceil(GDN_LAYER_STEP_COLS as u32)
+    /// Conv-tile items: n_s·C/128, items 0 … n_s·C/128 − 1 (sequence-major).
+    pub const fn tile_items(&self) -> u32 {
+        self.n_seqs * self.n_chain_tiles
     }
 
-    /// Row item `row_item` (= item − C/128) as (column pair, rem): row rem / 2 of product
-    /// rem mod 2; `broken` when there are no value heads (the kernel traps; the host refuses
-    /// such a step before).
+    /// First-phase items: the conv tiles, then n_s·2·H_v·⌈n_t/2⌉ row items (the host checks
+    /// the sum fits u32 and [`GRID_SYNC_FLAGS`]).
+    pub const fn first_phase_items(&self) -> u32 {
+        self.tile_items() + self.n_seqs * self.row_items_per_seq()
+    }
+
+    /// Tile item `item` (< [`Self::tile_items`]) as (sequence, tile); `broken` when there are no
+    /// tiles (the kernel traps; no tile item exists then).
     #[inline(always)]
-    pub fn row_item(&self, row_item: u32, broken: fn() -> !) -> (u32, u32) {
-        let row_items = self.row_items_per_pair();
+    pub fn tile_item(&self, item: u32, broken: fn() -> !) -> (u32, u32) {
         // `checked_*` keeps core's divide-by-zero panic path out of the PTX.
-        let (Some(pair), Some(rem)) = (row_item.checked_div(row_items), row_item.checked_rem(row_items)) else { broken() };
-        (pair, rem)
+        let (Some(seq), Some(tile)) = (item.checked_div(self.n_chain_tiles), item.checked_rem(self.n_chain_tiles)) else { broken() };
+        (seq, tile)
+    }
+
+    /// Row item `row_item` (= item − [`Self::tile_items`]) as (sequence, column pair, rem): row
+    /// rem / 2 of product rem mod 2; `broken` when there are no value heads (the kernel traps;
+    /// the host refuses such a step before).
+    #[inline(always)]
+    pub fn row_item(&self, row_item: u32, broken: fn() -> !) -> (u32, u32, u32) {
+        let (per_seq, row_items) = (self.row_items_per_seq(), self.row_items_per_pair());
+        let (Some(seq), Some(in_seq)) = (row_item.checked_div(per_seq), row_item.checked_rem(per_seq)) else { broken() };
+        let (Some(pair), Some(rem)) = (in_seq.checked_div(row_items), in_seq.checked_rem(row_items)) else { broken() };
+        (seq, pair, rem)
     }
 
     /// First-phase item `item`, None past the last one (`broken` as for [`Self::row_item`]).
     pub fn first_phase_item(&self, item: u32, broken: fn() -> !) -> Option<LayerStepItem> {
-        if item < self.n_chain_tiles {
-            return Some(LayerStepItem::Tile(item));
+        if item < self.tile_items() {
+            let (seq, tile) = self.tile_item(item, broken);
+            return Some(LayerStepItem::Tile { seq, tile });
         }
         if item >= self.first_phase_items() {
             return None;
         }
-        let (pair, rem) = self.row_item(item - self.n_chain_tiles, broken);
-        Some(LayerStepItem::Row { pair, row: rem / 2, product: rem % 2 })
+        let (seq, pair, rem) = self.row_item(item - self.tile_items(), broken);
+        Some(LayerStepItem::Row { seq, pair, row: rem / 2, product: rem % 2 })
     }
 
-    /// The first-phase item lane `lane` of value head `head`'s waiting warp waits for: lanes
-    /// 0 … 2·⌈n_t/2⌉ − 1 the row items of row `head` (column pair lane / 2, product lane mod 2),
-    /// the next three the conv tiles of its q, k and v heads; the other lanes none. `broken`
-    /// when there are no key heads (the kernel traps; the host refuses such a step before).
+    /// The first-phase item lane `lane` of sequence `seq`'s value head `head`'s waiting warp
+    /// waits for: lanes 0 … 2·⌈n_t/2⌉ − 1 the sequence's row items of row `head` (column pair
+    /// lane / 2, product lane mod 2), the next three the sequence's conv tiles of its q, k and v
+    /// heads; the other lanes none. `broken` when there are no key heads (the kernel traps; the
+    /// host refuses such a step before).
     #[inline(always)]
-    pub fn item_read_by(&self, head: u32, lane: u32, broken: fn() -> !) -> Option<u32> {
+    pub fn item_read_by(&self, seq: u32, head: u32, lane: u32, broken: fn() -> !) -> Option<u32> {
         let row_items = self.row_items_per_pair();
         let n_rows = self.waited_row_items();
         let (h_k, tiles) = (self.chain_key_heads, self.n_chain_tiles);
         if lane < n_rows {
-            return Some(tiles + (lane / 2) * row_items + 2 * head + lane % 2);
+            return Some(self.tile_items() + seq * self.row_items_per_seq() + (lane / 2) * row_items + 2 * head + lane % 2);
         }
         // GATED_DELTA_NET's key head of value head `head` (`HeadViews::at`).
         let Some(key_head) = head.checked_rem(self.n_key_heads) else { broken() };
         // D = 128 = the tile width: q head kh is tile kh, k head kh tile H_k + kh, v head h tile
         // 2·H_k + h (channels q | k | v of conv_out).
+        let first = seq * tiles;
         match lane - n_rows {
-            0 => Some(key_head),
-            1 => Some(h_k + key_head),
-            2 => Some(2 * h_k + head),
+            0 => Some(first + key_head),
+            1 => Some(first + h_k + key_head),
+            2 => Some(first + 2 * h_k + head),
             _ => None,
         }
     }
@@ -1483,8 +1515,9 @@ pub const fn batch_scratch_bytes(d_conv: usize, n_tokens: usize) -> u32 {
 }
 
 param_struct! {
-    /// [seq-batch] How a batched GDN_LAYER_STEP splits its work (zero for the single-sequence entries,
-    /// which ignore it). The sequences run in chunks of `chunk_seqs`; see [`LayerStepSchedule`].
+    /// [seq-batch] How a batched GDN_LAYER_STEP splits its work. The sequences run in chunks of
+    /// `chunk_seqs`; see [`LayerStepSchedule`]. The single-sequence entries read only `n_seqs`
+    /// (each sequence's own items, [`LayerStepItems`]; every other field zero).
     #[repr(C)]
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
     pub struct LayerStepBatchParams {
@@ -1916,7 +1949,9 @@ param_struct! {
         pub n_chain_tiles: u32,
         /// n_t (1 ..= [`GDN_LAYER_STEP_MAX_TOKENS`]) per sequence.
         pub n_tokens: u32,
-        /// [seq-batch] The batched entries' schedule (zero for the single-sequence entries).
+        /// [seq-batch] The batched entries' schedule; the single-sequence entries read only its
+        /// `n_seqs` (the sequences whose own items they run, [`LayerStepItems`]; the other
+        /// fields zero).
         pub batch: LayerStepBatchParams,
     }
 }

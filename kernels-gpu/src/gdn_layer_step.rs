@@ -176,17 +176,18 @@ unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepP
     let (block, grid) = (block_idx_x(), grid_dim_x());
     let tid = thread_idx_x();
     let (warp, lane) = (tid / 32, tid % 32);
-    // Phase 2's work: H_v·32 column groups, one per warp, from the grid's last block down
-    // (block G − 1 − b's warp w runs groups 4·b + w, 4·b + w + 4·G, …), so that the blocks
-    // running first-phase items (0, 1, …) run groups only when the grid has too few blocks.
-    let gdn_items = p.n_heads * GDN_LAYER_STEP_GROUPS_PER_HEAD;
+    let items = LayerStepItems::of(p);
+    // Phase 2's work: n_s·H_v·32 column groups (sequence-major), one per warp, from the grid's
+    // last block down (block G − 1 − b's warp w runs groups 4·b + w, 4·b + w + 4·G, …), so that
+    // the blocks running first-phase items (0, 1, …) run groups only when the grid has too few
+    // blocks.
+    let seq_groups = p.n_heads * GDN_LAYER_STEP_GROUPS_PER_HEAD;
+    let gdn_items = items.n_seqs * seq_groups;
     let (first_group, warps) = ((grid - 1 - block) * GDN_LAYER_STEP_WARPS + warp, grid * GDN_LAYER_STEP_WARPS);
-    let group_at = |item: u32| GroupAt {
-        head: item / GDN_LAYER_STEP_GROUPS_PER_HEAD,
-        seq: 0,
-        group: item % GDN_LAYER_STEP_GROUPS_PER_HEAD,
-        warp,
-        lane,
+    let group_at = |item: u32| {
+        // A group exists only with H_v ≥ 1; a violated contract aborts the launch.
+        let (Some(seq), Some(in_seq)) = (item.checked_div(seq_groups), item.checked_rem(seq_groups)) else { trap() };
+        GroupAt { head: in_seq / GDN_LAYER_STEP_GROUPS_PER_HEAD, seq, group: in_seq % GDN_LAYER_STEP_GROUPS_PER_HEAD, warp, lane }
     };
     let (source_rows, source_rows_stride) = (p.gdn.source_rows as usize as *const i32, p.gdn.source_rows_stride as usize);
     let state = p.sync_state as usize as *mut u64;
@@ -201,35 +202,40 @@ unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepP
         unsafe { prefetch_group_state(&p.gdn.gdn, source_rows, source_rows_stride, group_at(first_group)) };
     }
     // ---- Phase 1: the conv-chain tiles, then the mat-vec rows; each item published. ----
-    // [speed] Tiles first: when the items outnumber the grid (n_t > 8), the second round runs
-    // row items, not the tiles every head waits for. Row items: (column group, row, product),
-    // the product fastest.
-    let (tiles, items) = (p.n_chain_tiles, LayerStepItems::of(p).first_phase_items());
+    // [speed] Tiles first: when the items outnumber the grid (n_t > 8, or [seq-batch] several
+    // sequences), the second round runs row items, not the tiles every head waits for. Row
+    // items: (sequence, column pair, row, product), the product fastest.
+    let (tiles, first_phase) = (items.tile_items(), items.first_phase_items());
     // Two loops, tiles then rows (items b, b + G, … in increasing order either way), so that
     // neither kind's loop-invariant addresses stay live through the other's.
     let mut item = block;
     while item < tiles {
-        // SAFETY: tile < C / 128 (host); all 128 threads call it; the shared memory is the
-        // chain's layout for (D_CONV, n_t).
-        unsafe { gdn_conv_chain_tile::<D_CONV>(&p.chain, item as usize, 0) };
+        // C/128 ≥ 1 here (a tile item exists).
+        let (seq, tile) = items.tile_item(item, trap);
+        // SAFETY: tile < C / 128 and seq < n_s (host); all 128 threads call it; the shared
+        // memory is the chain's layout for (D_CONV, n_t).
+        unsafe { gdn_conv_chain_tile::<D_CONV>(&p.chain, tile as usize, seq as usize) };
         // SAFETY: `item` is block-uniform, so every thread is here, after its last write of the
         // item; item < GRID_SYNC_FLAGS (host), published once (items are b, b + G, …). The
         // block barrier inside also ends the item's shared-memory accesses.
         unsafe { publish_item(state, item, target) };
         item += grid;
     }
-    while item < items {
+    while item < first_phase {
         // H_v ≥ 1 here (a row item exists); a violated contract aborts the launch.
-        let (pair, rem) = LayerStepItems::of(p).row_item(item - tiles, trap);
-        // SAFETY: row rem / 2 < H_v of product rem mod 2, first column 2·pair < n_t (host:
-        // both products valid for n_t columns); all 128 threads call it.
+        let (seq, pair, rem) = items.row_item(item - tiles, trap);
+        // Sequence seq's token columns of the products: seq·n_t … seq·n_t + n_t − 1.
+        let seq_col = seq as usize * p.n_tokens as usize;
+        // SAFETY: row rem / 2 < H_v of product rem mod 2, first column seq·n_t + 2·pair <
+        // (seq + 1)·n_t ≤ n_t·n_s (host: both products valid for n_t·n_s columns); all 128
+        // threads call it.
         unsafe {
             pair_gate_row_halves::<A>(
                 &p.gate,
                 rem % 2,
                 (rem / 2) as usize,
-                pair as usize * GDN_LAYER_STEP_COLS,
-                p.n_tokens as usize,
+                seq_col + pair as usize * GDN_LAYER_STEP_COLS,
+                seq_col + p.n_tokens as usize,
                 p.pair_block,
                 shared::base(),
             )
@@ -245,20 +251,27 @@ unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepP
     let mut item = first_group;
     while item < gdn_items {
         let at = group_at(item);
+        // [speed] [seq-batch] This warp's next group's initial state asked of L2 now (hints
+        // only): with more groups than warps, its loads then meet L2 too.
+        if item + warps < gdn_items {
+            // SAFETY: a column group of the validated grid (host); hints only.
+            unsafe { prefetch_group_state(&p.gdn.gdn, source_rows, source_rows_stride, group_at(item + warps)) };
+        }
         // The host proved these waits cover every writer of the group's reads (LayerStepItems).
-        let read = LayerStepItems::of(p).item_read_by(at.head, lane, trap);
-        // SAFETY: head < H_v, sequence 0 of the one the host validated, group < D/4, every lane
+        let read = items.item_read_by(at.seq, at.head, lane, trap);
+        // SAFETY: head < H_v, seq < n_s of the ones the host validated, group < D/4, every lane
         // of the warp here (the loop is warp-uniform); once `wait_items` returned, every token
         // input of the group was written by its items (module docs, "Readiness") and is
         // visible, and nothing writes them in phase 2 (host: disjoint from `out` and the
         // states); each group is this warp's alone.
         unsafe {
             run_group_at(&p.gdn.gdn, source_rows, source_rows_stride, at, shared::base(), || {
-                // SAFETY: every thread of the block: the loop is block-uniform (H_v·32 groups,
-                // a multiple of 4: the block's four warps run the same number of groups, each
-                // round four groups of one head, so `read` is the same in every warp); each
-                // item < the first-phase items (row rem < 2·H_v, tiles < C/128: host links),
-                // published by its block, and this block published and arrived above.
+                // SAFETY: every thread of the block: the loop is block-uniform (n_s·H_v·32
+                // groups, a multiple of 4: the block's four warps run the same number of groups,
+                // each round four groups of one sequence's head, so `read` is the same in every
+                // warp); each item < the first-phase items (row rem < 2·H_v, tiles < C/128:
+                // host links), published by its block, and this block published and arrived
+                // above.
                 wait_items(state, read, target)
             })
         };
