@@ -95,10 +95,18 @@ bg memcheck-from-cache compute-sanitizer --tool memcheck --error-exitcode 9 bund
 bg racecheck-from-cache compute-sanitizer --tool racecheck --error-exitcode 9 bundle/tests/gpu_ops GATED_DELTA_NET_FROM_CACHE
 bg memcheck-n16 compute-sanitizer --tool memcheck --error-exitcode 9 bundle/tests/gpu_ops "n_t=4,R=3,M=17,read=1,write=1,n_s=16"
 RGDN_SWEEP_FORWARDS=0 RGDN_SWEEP_STRIDE=50 bg memcheck-sweep compute-sanitizer --tool memcheck --error-exitcode 9 bundle/tests/gpu_sweep
-# [seq-batch] The mat-vec item kind the default split leaves to few shapes (one-row items: n_s·n_t
-# ≤ 4), forced on every batched step: the batch-invariance cases and every 4th sweep case.
-RGDN_BATCH_ONE_ROW=1 bg ops-one-row bundle/tests/gpu_ops GDN_LAYER_STEP_BATCH_INVARIANT
-RGDN_BATCH_ONE_ROW=1 RGDN_SWEEP_FORWARDS=0 RGDN_SWEEP_STRIDE=4 bg sweep-one-row bundle/tests/gpu_sweep
+# [seq-batch] The launches the defaults leave to some shapes, each forced: the batch-invariance
+# cases and every 4th sweep case. The batched schedule at every n_s (RGDN_BATCH_SEQ_ITEMS=0: the
+# defaults give n_s ≤ 4 every sequence's own items), with one-row mat-vec items too (the
+# defaults: n_s·n_t ≤ 4); every sequence's own items wherever the flags allow
+# (RGDN_BATCH_SEQ_ITEMS=1: n_s up to 64 in the sweep's small shapes), the sweep on a grid of 7
+# blocks (several item rounds, blocks with items and column groups, several groups a warp).
+RGDN_BATCH_SEQ_ITEMS=0 bg ops-schedule bundle/tests/gpu_ops GDN_LAYER_STEP_BATCH_INVARIANT
+RGDN_BATCH_SEQ_ITEMS=0 RGDN_SWEEP_FORWARDS=0 RGDN_SWEEP_STRIDE=4 bg sweep-schedule bundle/tests/gpu_sweep
+RGDN_BATCH_SEQ_ITEMS=0 RGDN_BATCH_ONE_ROW=1 bg ops-one-row bundle/tests/gpu_ops GDN_LAYER_STEP_BATCH_INVARIANT
+RGDN_BATCH_SEQ_ITEMS=0 RGDN_BATCH_ONE_ROW=1 RGDN_SWEEP_FORWARDS=0 RGDN_SWEEP_STRIDE=4 bg sweep-one-row bundle/tests/gpu_sweep
+RGDN_BATCH_SEQ_ITEMS=1 bg ops-seq-items bundle/tests/gpu_ops GDN_LAYER_STEP_BATCH_INVARIANT
+RGDN_BATCH_SEQ_ITEMS=1 RGDN_LAYER_STEP_MAX_GRID=7 RGDN_SWEEP_FORWARDS=0 RGDN_SWEEP_STRIDE=4 bg sweep-seq-items bundle/tests/gpu_sweep
 # The plants: each must fail.
 for d in plant-*/; do
   n=${d#plant-}; n=${n%/}
@@ -121,13 +129,13 @@ echo "all runs ended ($(at))" >> "$s"
 {
   cat "$o/exits.txt"
   for f in "$o"/gpu_ops-*.log; do echo "$(basename "$f"): $(grep -E '^GPU suite' "$f" | tail -1)"; grep -E '^  FAIL' "$f" | head -5; done
-  for f in "$o"/gpu_sweep-*.log "$o"/sweep-one-row.log "$o"/plant-*-sweep.log; do echo "$(basename "$f"): $(grep -E '^SWEEP' "$f" | cut -c1-70)"; grep FAIL "$f" | head -3 | cut -c1-200; done
+  for f in "$o"/gpu_sweep-*.log "$o"/sweep-*.log "$o"/plant-*-sweep.log; do echo "$(basename "$f"): $(grep -E '^SWEEP' "$f" | cut -c1-70)"; grep FAIL "$f" | head -3 | cut -c1-200; done
   grep -E '^FORWARD' "$o/forwards.log" | cut -c1-150
   grep -E '^REPLAY EPISODES|^  FAIL' "$o/gpu_replay.log" | cut -c1-300
   for f in "$o"/plant-*-replay.log; do [ -f "$f" ] && echo "$(basename "$f"): $(grep -E '^REPLAY EPISODES' "$f" | cut -c1-90)"; done
   grep -E 'FAIL|test result' "$o/kind-plant-engine.log" 2>/dev/null | head -5
   tail -n 5 "$o/candle.log" 2>/dev/null
-  for f in "$o"/ops-one-row.log "$o"/plant-*-ops.log; do echo "$(basename "$f"): $(grep -E '^GPU suite' "$f" | tail -1)"; done
+  for f in "$o"/ops-*.log "$o"/plant-*-ops.log; do echo "$(basename "$f"): $(grep -E '^GPU suite' "$f" | tail -1)"; done
   for f in "$o"/*check-*.log; do echo "$(basename "$f"): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|SYNCCHECK SUMMARY|^GPU suite|^SWEEP' "$f" | cut -c1-80 | tr '\n' ' ')"; done
   sed -n '/per layer step/,/^$/p' "$o"/bench*.txt
 } >> "$s" 2>/dev/null

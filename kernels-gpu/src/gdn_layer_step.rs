@@ -4,8 +4,9 @@
 //! gate path ([`mmvf`](crate::mmvf), MUL_MAT_VEC_PAIR_GATE: SIGMOID; ADD, SOFTPLUS, MUL) and
 //! GATED_DELTA_NET reading its state from the ssm-cache row and writing its state slots into
 //! the cache rows ([`gated_delta_net`](crate::gated_delta_net), GATED_DELTA_NET_FROM_CACHE).
-//! Scope: one sequence, n_t 1–16, d_conv 3–5, D = 128, F32 / BF16 / F16 weights (both F16
-//! precisions); the host refuses everything else.
+//! Scope: one sequence — or [seq-batch] a few, each with its own items ("Several sequences"
+//! below) —, n_t 1–16, d_conv 3–5, D = 128, F32 / BF16 / F16 weights (both F16 precisions); the
+//! host refuses everything else.
 //!
 //! # Design: two phases, per-item readiness flags, persistent blocks
 //!
@@ -126,14 +127,26 @@
 //!   state slots) disjoint from everything phase 1 reads or writes; the `.nc` loads (weights,
 //!   `cur`, dt_bias, ssm_a, the index buffers) are of bytes no thread writes during the launch.
 //!
-//! # Several sequences (the batched entries, `gdn_layer_step_batch_*`)
-//! n_s ≥ 2 sequences run as one persistent launch over a schedule of items ([`LayerStepSchedule`]:
-//! the sequences in chunks, each chunk's conv items (one channel tile of `tile_seqs` sequences,
-//! side by side, each sequence its own source and snapshot rows) and mat-vec items (4 heads × 2
-//! products × 4 of the n_t·n_s token columns, or at the smallest steps the single-sequence
-//! step's row items: one row of one product × 2 columns) before its second-phase items (4 warps
-//! × 4·GP columns of one (sequence, head)); one readiness counter per chunk). A second-phase item takes its initial state from a `cp.async` copy into shared
-//! memory, issued one item ahead, and its token inputs likewise once the block has acquired the
+//! # Several sequences
+//! **Each sequence's own items** (these entries, [seq-batch] small batches: the host's
+//! `StepShape::split`): the launch runs every sequence's single-sequence items — the conv tiles of
+//! every sequence, then the row items of every sequence (sequence s's row items over its token
+//! columns s·n_t … s·n_t + n_t − 1 of the products), each with its own flag
+//! ([`LayerStepItems`]: n_s·(C/128 + 2·H_v·⌈n_t/2⌉) ≤ `GRID_SYNC_FLAGS`) — and then n_s·H_v·32
+//! column groups, sequence-major, each waiting for its own sequence's items only. Every item and
+//! group is the single-sequence body on the sequence's own tokens, columns and cache rows, so a
+//! sequence's bits are the ones it gets alone, and the host proves the waits per sequence
+//! (every item of every sequence a candidate writer of every read). A warp with several groups
+//! asks L2 for its next group's state before it runs the current one.
+//!
+//! **The batched entries** (`gdn_layer_step_batch_*`, larger batches): n_s ≥ 2 sequences run as
+//! one persistent launch over a schedule of items ([`LayerStepSchedule`]: the sequences in
+//! chunks, each chunk's conv items (one channel tile of `tile_seqs` sequences, side by side, each
+//! sequence its own source and snapshot rows) and mat-vec items (4 heads × 2 products × 4 of the
+//! n_t·n_s token columns, or at the smallest steps the single-sequence step's row items: one row
+//! of one product × 2 columns) before its second-phase items (4 warps × 4·GP columns of one
+//! (sequence, head)); one readiness counter per chunk). A second-phase item takes its initial
+//! state from a `cp.async` copy into shared memory, issued one item ahead, and its token inputs likewise once the block has acquired the
 //! chunk; see [`gdn_layer_step_batch`] ("Buffers") and `docs/batching.md`. Every column's
 //! operations are GATED_DELTA_NET_FROM_CACHE's, so a sequence's bits do not depend on the batch.
 //!
