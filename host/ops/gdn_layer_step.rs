@@ -28,9 +28,24 @@ use std::sync::Mutex;
 
 const OP: &str = "GDN_LAYER_STEP";
 
-/// [seq-batch] (speed) Most sequences a step runs as every sequence's own items on the
-/// single-sequence entries ([`StepShape::split`]); above, the batched entries' schedule.
+/// [seq-batch] (speed) Most sequences a step runs on the single-sequence entries at every n_t
+/// ([`seq_items_pay`]).
 pub const SEQ_ITEMS_MAX_SEQS: usize = 4;
+/// [seq-batch] (speed) Most sequences a step of one token each runs on the single-sequence entries
+/// ([`seq_items_pay`]).
+pub const SEQ_ITEMS_MAX_SEQS_ONE_TOKEN: usize = 8;
+
+/// [seq-batch] Whether a step of `n_seqs` ≥ 2 sequences of `n_tokens` tokens runs faster on the
+/// single-sequence entries than on the batched ones (when its items fit the flags,
+/// [`StepShape::split`]): up to [`SEQ_ITEMS_MAX_SEQS`] sequences, and up to
+/// [`SEQ_ITEMS_MAX_SEQS_ONE_TOKEN`] at n_t = 1. Measured on the H200, same call
+/// (`results/2026-12-03-h200-seq-items/`, kernel µs per layer step): n_s = 2, T = 1 / 4 / 8 7.42 /
+/// 12.06 / 18.13 against 11.65 / 16.70 / 22.58 on the batched entries; n_s = 4, T = 1 / 4 10.38 /
+/// 18.85 against 15.07 / 23.26 (T = 8 level); n_s = 8, T = 1 18.02 against 19.97, but T = 4
+/// 40.05 against 35.18; n_s = 16, T = 1 34.35 against 31.14.
+pub fn seq_items_pay(n_seqs: usize, n_tokens: usize) -> bool {
+    n_seqs <= SEQ_ITEMS_MAX_SEQS || (n_tokens == 1 && n_seqs <= SEQ_ITEMS_MAX_SEQS_ONE_TOKEN)
+}
 /// [seq-batch] (speed) Most token columns n_s·n_t a batched step runs with one-row mat-vec items
 /// ([`StepShape::batch_split`]).
 pub const ONE_ROW_ITEMS_MAX_COLUMNS: usize = 4;
@@ -95,26 +110,25 @@ impl StepShape {
         self.batch.chunk_seqs > 0
     }
 
-    /// [seq-batch] How a step of `n_seqs` sequences of `n_tokens` tokens, each sequence with
-    /// `items_per_seq` first-phase items of its own (C/128 + 2·H_v·⌈n_t/2⌉), runs: one sequence,
-    /// and up to [`SEQ_ITEMS_MAX_SEQS`] sequences whose items fit the readiness state's
-    /// [`abi::GRID_SYNC_FLAGS`] flags, on the single-sequence entries — every sequence's own
-    /// items, each with its own flag, and its column groups waiting for its own items only
-    /// (`abi::LayerStepItems`; the batch's parameters carry only n_s) —; more on the batched
-    /// entries' schedule ([`StepShape::batch_split`]). Measured on the H200
-    /// (`results/2026-12-03-h200-seq-items/`). `RGDN_BATCH_SEQ_ITEMS` = 0 / 1 turns the
-    /// sequences' own items off / on wherever the flags allow ([test] knob, read once per
-    /// process; no bit depends on it).
-    pub fn split(n_seqs: usize, n_tokens: usize, items_per_seq: usize) -> abi::LayerStepBatchParams {
+    /// [seq-batch] How a step of `n_seqs` sequences of `n_tokens` tokens runs, where
+    /// `own_items` is its first-phase item count on the single-sequence entries (n_s·C/128 +
+    /// 2·H_v·⌈n_t·n_s/2⌉): one sequence, and a small batch whose items fit the readiness state's
+    /// [`abi::GRID_SYNC_FLAGS`] flags ([`seq_items_pay`]), on the single-sequence entries — the
+    /// single-sequence items over every sequence, each with its own flag, and each sequence's
+    /// column groups waiting for its own items only (`abi::LayerStepItems`; the batch's
+    /// parameters carry only n_s) —; more on the batched entries' schedule
+    /// ([`StepShape::batch_split`]). `RGDN_BATCH_SEQ_ITEMS` = 0 / 1 turns the single-sequence
+    /// entries off / on at n_s ≥ 2 wherever the flags allow ([test] knob, read once per process;
+    /// no bit depends on it).
+    pub fn split(n_seqs: usize, n_tokens: usize, own_items: usize) -> abi::LayerStepBatchParams {
         static KNOB: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
         let knob = *KNOB.get_or_init(|| match std::env::var("RGDN_BATCH_SEQ_ITEMS").ok().as_deref().map(str::trim) {
             Some("0") => Some(false),
             Some("1") => Some(true),
             _ => None,
         });
-        let fits = n_seqs.checked_mul(items_per_seq).is_some_and(|n| n <= abi::GRID_SYNC_FLAGS);
-        let own_items = n_seqs <= 1 || (fits && knob.unwrap_or(n_seqs <= SEQ_ITEMS_MAX_SEQS));
-        if own_items {
+        let fits = own_items <= abi::GRID_SYNC_FLAGS;
+        if n_seqs <= 1 || (fits && knob.unwrap_or(seq_items_pay(n_seqs, n_tokens))) {
             // n_s ≤ GDN_LAYER_STEP_MAX_SEQS (checked before): fits u32.
             abi::LayerStepBatchParams { n_seqs: n_seqs as u32, ..abi::LayerStepBatchParams::default() }
         } else {
@@ -194,14 +208,13 @@ impl StepShape {
             return self.batch_items();
         }
         let (h_v, n_s) = (self.gdn.n_heads, self.gdn.n_seqs);
-        let per_seq = items_per_seq(&self.chain, &self.gdn)?;
-        let first = check::product(OP, "weight", "work items n_s·(2·H_v·⌈n_t/2⌉ + C/128)", &[n_s, per_seq])?;
+        let first = own_items(&self.chain, &self.gdn)?;
         let second = check::product(OP, "v", "work items n_s·H_v·32", &[n_s, h_v, abi::GDN_LAYER_STEP_GROUPS_PER_HEAD as usize])?;
         if first > abi::GRID_SYNC_FLAGS {
             return Err(Error::Unsupported {
                 op: OP,
                 what: format!(
-                    "{first} first-phase work items (n_s·(2·H_v·⌈n_t/2⌉ + C/128); the readiness state has {} flags)",
+                    "{first} first-phase work items (n_s·C/128 + 2·H_v·⌈n_t·n_s/2⌉; the readiness state has {} flags)",
                     abi::GRID_SYNC_FLAGS
                 ),
             });
@@ -241,12 +254,14 @@ impl StepShape {
     }
 }
 
-/// First-phase items of one sequence on the single-sequence entries: 2·H_v·⌈n_t/2⌉ row items +
-/// C/128 conv tiles (`abi::LayerStepItems`), checked.
-fn items_per_seq(chain: &ChainShape, gdn: &GdnShape) -> Result<usize> {
-    let tiles = chain.n_channels / abi::GDN_CONV_CHAIN_BLOCK as usize;
-    let rows = check::product(OP, "weight", "row items 2·H_v·⌈n_t/2⌉", &[2, gdn.n_heads, gdn.n_tokens.div_ceil(abi::GDN_LAYER_STEP_COLS)])?;
-    check::sum(OP, "weight", "work items 2·H_v·⌈n_t/2⌉ + C/128", &[rows, tiles])
+/// First-phase items of the single-sequence entries over every sequence: n_s·C/128 conv tiles
+/// + 2·H_v·⌈n_t·n_s/2⌉ row items (`abi::LayerStepItems`), checked.
+fn own_items(chain: &ChainShape, gdn: &GdnShape) -> Result<usize> {
+    let tiles =
+        check::product(OP, "conv_weight", "conv tiles n_s·C/128", &[gdn.n_seqs, chain.n_channels / abi::GDN_CONV_CHAIN_BLOCK as usize])?;
+    let columns = check::product(OP, "weight", "token columns n_t·n_s", &[gdn.n_tokens, gdn.n_seqs])?;
+    let rows = check::product(OP, "weight", "row items 2·H_v·⌈n_t·n_s/2⌉", &[2, gdn.n_heads, columns.div_ceil(abi::GDN_LAYER_STEP_COLS)])?;
+    check::sum(OP, "weight", "work items n_s·C/128 + 2·H_v·⌈n_t·n_s/2⌉", &[rows, tiles])
 }
 
 /// [seq-batch] Whether the default split gives a step of `n_seqs` sequences of `n_tokens` tokens
@@ -355,7 +370,7 @@ impl GdnLayerStep {
                 check::disjoint(OP, a, ta, b, tb)?;
             }
         }
-        let batch = StepShape::split(n_s, gdn_shape.n_tokens, items_per_seq(&chain_shape, &gdn_shape)?);
+        let batch = StepShape::split(n_s, gdn_shape.n_tokens, own_items(&chain_shape, &gdn_shape)?);
         let shape = StepShape { chain: chain_shape, products, gdn: gdn_shape, batch };
         shape.items()?;
         if shape.scheduled() {
@@ -415,24 +430,21 @@ impl GdnLayerStep {
     /// conv tile k of sequence s its 128 channels of the sequence's `conv_out` (every token) and
     /// of its every snapshot row, and the q or k head inside it (D = 128 = the tile width); a
     /// row item the (row, column) elements of its product's two outputs (alpha and gate, or
-    /// beta_raw and beta) for the columns of its pair below n_t, of its sequence's columns. A
-    /// view whose sub-box overflows counts whole.
+    /// beta_raw and beta) for the columns of its pair below n_t·n_s. A view whose sub-box
+    /// overflows counts whole.
     fn item_writes(&self, shape: &StepShape, item: abi::LayerStepItem) -> ByteSet {
         let gate = &self.gate;
-        let n_t = shape.chain.n_tokens;
+        // The products' columns, n_t of each sequence (checked: the products' own columns).
+        let columns = shape.products.ncols;
         match item {
             abi::LayerStepItem::Tile { seq, tile } => self.tile_writes(shape, tile as usize, seq as usize),
-            abi::LayerStepItem::Row { seq, pair, row, product } => {
+            abi::LayerStepItem::Row { pair, row, product } => {
                 let mut bytes = ByteSet::new();
                 let (row, first_col) = (row as usize, pair as usize * abi::GDN_LAYER_STEP_COLS);
-                let cols = abi::GDN_LAYER_STEP_COLS.min(n_t.saturating_sub(first_col));
+                let cols = abi::GDN_LAYER_STEP_COLS.min(columns.saturating_sub(first_col));
                 let outputs = if product == 0 { [&gate.pair.first.dst, &gate.gate] } else { [&gate.pair.second.dst, &gate.beta] };
                 for t in outputs {
-                    bytes.union_with(&sub_box(
-                        t,
-                        [row, (seq as usize).saturating_mul(n_t).saturating_add(first_col), 0, 0],
-                        [1, cols, 1, 1],
-                    ));
+                    bytes.union_with(&sub_box(t, [row, first_col, 0, 0], [1, cols, 1, 1]));
                 }
                 bytes
             }
@@ -1328,37 +1340,47 @@ mod tests {
         fn kernel(i: &abi::LayerStepItems, s: u32, h: u32, l: u32) -> Option<u32> {
             i.item_read_by(s, h, l, checked_before_the_proof)
         }
-        let plants: [(&str, Plant); 11] = [
-            ("the last row lane dropped", |i, s, h, l| if l + 1 == i.waited_row_items() { None } else { kernel(i, s, h, l) }),
-            ("the q tile dropped", |i, s, h, l| if l == i.waited_row_items() { None } else { kernel(i, s, h, l) }),
-            ("the k tile dropped", |i, s, h, l| if l == i.waited_row_items() + 1 { None } else { kernel(i, s, h, l) }),
-            ("the v tile dropped", |i, s, h, l| if l == i.waited_row_items() + 2 { None } else { kernel(i, s, h, l) }),
-            ("the key head by division", |i, s, h, l| match l.checked_sub(i.waited_row_items()) {
-                Some(0) => Some(h / (i.n_heads / i.n_key_heads)),
-                Some(1) => Some(i.chain_key_heads + h / (i.n_heads / i.n_key_heads)),
-                _ => kernel(i, s, h, l),
-            }),
-            ("the neighbour head's row items", |i, s, h, l| {
-                if l < i.waited_row_items() { kernel(i, s, (h + 1) % i.n_heads, l) } else { kernel(i, s, h, l) }
-            }),
-            (
-                "every column pair's rows from pair 0",
-                |i, s, h, l| if l < i.waited_row_items() { kernel(i, s, h, l % 2) } else { kernel(i, s, h, l) },
-            ),
-            (
-                "the tiles counted from 1",
-                |i, s, h, l| if l < i.waited_row_items() { kernel(i, s, h, l).map(|x| x - 1) } else { kernel(i, s, h, l) },
-            ),
-            // [seq-batch] Plants only a step of several sequences can show.
-            ("sequence 0's items for every sequence", |i, _, h, l| kernel(i, 0, h, l)),
-            (
-                "the sequence's tiles of sequence 0",
-                |i, s, h, l| if l < i.waited_row_items() { kernel(i, s, h, l) } else { kernel(i, 0, h, l) },
-            ),
-            ("the row items counted per sequence without the tiles of the others", |i, s, h, l| {
-                if l < i.waited_row_items() { kernel(i, s, h, l).map(|x| x - (i.n_seqs - 1) * i.n_chain_tiles) } else { kernel(i, s, h, l) }
-            }),
-        ];
+        let plants: [(&str, Plant); 12] =
+            [
+                ("the last row lane dropped", |i, s, h, l| if l + 1 == i.waited_row_items(s) { None } else { kernel(i, s, h, l) }),
+                ("the q tile dropped", |i, s, h, l| if l == i.waited_row_items(s) { None } else { kernel(i, s, h, l) }),
+                ("the k tile dropped", |i, s, h, l| if l == i.waited_row_items(s) + 1 { None } else { kernel(i, s, h, l) }),
+                ("the v tile dropped", |i, s, h, l| if l == i.waited_row_items(s) + 2 { None } else { kernel(i, s, h, l) }),
+                ("the key head by division", |i, s, h, l| match l.checked_sub(i.waited_row_items(s)) {
+                    Some(0) => Some(h / (i.n_heads / i.n_key_heads)),
+                    Some(1) => Some(i.chain_key_heads + h / (i.n_heads / i.n_key_heads)),
+                    _ => kernel(i, s, h, l),
+                }),
+                ("the neighbour head's row items", |i, s, h, l| {
+                    if l < i.waited_row_items(s) { kernel(i, s, (h + 1) % i.n_heads, l) } else { kernel(i, s, h, l) }
+                }),
+                ("every column pair's rows from pair 0", |i, s, h, l| {
+                    if l < i.waited_row_items(s) { kernel(i, s, h, l % 2) } else { kernel(i, s, h, l) }
+                }),
+                ("the tiles counted from 1", |i, s, h, l| {
+                    if l < i.waited_row_items(s) { kernel(i, s, h, l).map(|x| x - 1) } else { kernel(i, s, h, l) }
+                }),
+                // [seq-batch] Plants only a step of several sequences can show.
+                ("sequence 0's items for every sequence", |i, _, h, l| kernel(i, 0, h, l)),
+                (
+                    "the sequence's tiles of sequence 0",
+                    |i, s, h, l| if l < i.waited_row_items(s) { kernel(i, s, h, l) } else { kernel(i, 0, h, l) },
+                ),
+                ("the row items counted per sequence without the tiles of the others", |i, s, h, l| {
+                    if l < i.waited_row_items(s) {
+                        kernel(i, s, h, l).map(|x| x - (i.n_seqs - 1) * i.n_chain_tiles)
+                    } else {
+                        kernel(i, s, h, l)
+                    }
+                }),
+                ("a sequence's column pairs from s·⌈n_t/2⌉ (pairs of one sequence each)", |i, s, h, l| {
+                    if l < i.waited_row_items(s) {
+                        Some(i.tile_items() + (s * i.n_tokens.div_ceil(2) + l / 2) * i.row_items_per_pair() + 2 * h + l % 2)
+                    } else {
+                        kernel(i, s, h, l)
+                    }
+                }),
+            ];
         let steps = steps_to_prove();
         for (name, plant) in plants {
             let caught = steps.iter().filter(|(b, op)| {

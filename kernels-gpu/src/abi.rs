@@ -1136,6 +1136,7 @@ pub const GDN_LAYER_STEP_MAX_TOKENS: usize = 16;
 const _: () = assert!(GDN_LAYER_STEP_MAX_TOKENS <= GDN_CONV_CHAIN_MAX_TOKENS, "the layer step runs the conv chain's tiles");
 // Phase 2 of GDN_LAYER_STEP waits with one warp, a lane per item it reads: 2·⌈n_t/2⌉ row items
 // and three conv tiles (`LayerStepItems::item_read_by`).
+// [seq-batch] Sequence s's columns s·n_t … span ⌈n_t/2⌉ pairs too (s·n_t is even whenever n_t is).
 const _: () = assert!(2 * GDN_LAYER_STEP_MAX_TOKENS.div_ceil(GDN_LAYER_STEP_COLS) + 3 <= 32);
 /// GDN_LAYER_STEP: columns one mat-vec row item computes (the n_t columns split into
 /// ⌈n_t / 2⌉ items per row; a column ≥ n_t repeats column n_t − 1 and is dropped), so that one
@@ -1169,9 +1170,10 @@ pub const GDN_LAYER_STEP_WARPS: u32 = GDN_LAYER_STEP_BLOCK / 32;
 /// that writes a byte a column group reads is among the items its head waits for.
 ///
 /// [seq-batch] Several sequences run as every sequence's own items in one launch: the conv tiles
-/// of every sequence (sequence-major), then the row items of every sequence (sequence-major),
-/// each item its own flag; a sequence's items are the single-sequence step's items over its
-/// own tokens, columns and cache rows, and its column groups wait for its own items only.
+/// of every sequence (sequence-major), then the row items over the n_t·n_s token columns
+/// (sequence-major, so a pair holds two columns of one sequence, or at an odd n_t the last of
+/// one and the first of the next), each item its own flag; a sequence's column groups wait for
+/// its own tiles and the row items of its own columns only.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LayerStepItems {
     /// H_v: value heads (rows of each product).
@@ -1197,9 +1199,9 @@ pub enum LayerStepItem {
     /// token of the sequence (GDN_CONV_CHAIN's block (tile, seq)).
     Tile { seq: u32, tile: u32 },
     /// Mat-vec row item: row `row` of product `product` (0: alpha with the gate epilogue, 1:
-    /// beta_raw with SIGMOID) for sequence `seq`'s token columns 2·`pair` and 2·`pair` + 1
-    /// (those < n_t; product columns seq·n_t + …).
-    Row { seq: u32, pair: u32, row: u32, product: u32 },
+    /// beta_raw with SIGMOID) for token columns 2·`pair` and 2·`pair` + 1 (those < n_t·n_s;
+    /// column c is token c mod n_t of sequence c / n_t).
+    Row { pair: u32, row: u32, product: u32 },
 }
 
 impl LayerStepItems {
@@ -1221,15 +1223,24 @@ impl LayerStepItems {
         2 * self.n_heads
     }
 
-    /// Row items of one sequence: 2·H_v·⌈n_t/2⌉.
-    pub const fn row_items_per_seq(&self) -> u32 {
-        self.row_items_per_pair() * self.n_tokens.div_ceil(GDN_LAYER_STEP_COLS as u32)
+    /// Column pairs of the launch: ⌈n_t·n_s/2⌉.
+    pub const fn column_pairs(&self) -> u32 {
+        (self.n_seqs * self.n_tokens).div_ceil(GDN_LAYER_STEP_COLS as u32)
     }
 
-    /// Lanes of a waiting warp that name a row item: 2·⌈n_t/2⌉ (each column pair's two
-    /// products of the head's row).
-    pub const fn waited_row_items(&self) -> u32 {
-        2 * self.n_tokens.div_ceil(GDN_LAYER_STEP_COLS as u32)
+    /// The column pairs holding sequence `seq`'s columns seq·n_t … seq·n_t + n_t − 1: (first,
+    /// count); the count is ⌈n_t/2⌉ (an odd first column only at an odd n_t).
+    pub const fn seq_pairs(&self, seq: u32) -> (u32, u32) {
+        let first_col = seq * self.n_tokens;
+        let first = first_col / GDN_LAYER_STEP_COLS as u32;
+        let last = (first_col + self.n_tokens.saturating_sub(1)) / GDN_LAYER_STEP_COLS as u32;
+        (first, last + 1 - first)
+    }
+
+    /// Lanes of sequence `seq`'s waiting warp that name a row item: two per column pair of the
+    /// sequence (the pair's two products of the head's row), 2·⌈n_t/2⌉.
+    pub const fn waited_row_items(&self, seq: u32) -> u32 {
+        2 * self.seq_pairs(seq).1
     }
 
     /// Conv-tile items: n_s·C/128, items 0 … n_s·C/128 − 1 (sequence-major).
@@ -1237,10 +1248,10 @@ impl LayerStepItems {
         self.n_seqs * self.n_chain_tiles
     }
 
-    /// First-phase items: the conv tiles, then n_s·2·H_v·⌈n_t/2⌉ row items (the host checks
+    /// First-phase items: the conv tiles, then 2·H_v·⌈n_t·n_s/2⌉ row items (the host checks
     /// the sum fits u32 and [`GRID_SYNC_FLAGS`]).
     pub const fn first_phase_items(&self) -> u32 {
-        self.tile_items() + self.n_seqs * self.row_items_per_seq()
+        self.tile_items() + self.row_items_per_pair() * self.column_pairs()
     }
 
     /// Tile item `item` (< [`Self::tile_items`]) as (sequence, tile); `broken` when there are no
@@ -1252,15 +1263,15 @@ impl LayerStepItems {
         (seq, tile)
     }
 
-    /// Row item `row_item` (= item − [`Self::tile_items`]) as (sequence, column pair, rem): row
-    /// rem / 2 of product rem mod 2; `broken` when there are no value heads (the kernel traps;
-    /// the host refuses such a step before).
+    /// Row item `row_item` (= item − [`Self::tile_items`]) as (column pair, rem): row rem / 2 of
+    /// product rem mod 2; `broken` when there are no value heads (the kernel traps; the host
+    /// refuses such a step before).
     #[inline(always)]
-    pub fn row_item(&self, row_item: u32, broken: fn() -> !) -> (u32, u32, u32) {
-        let (per_seq, row_items) = (self.row_items_per_seq(), self.row_items_per_pair());
-        let (Some(seq), Some(in_seq)) = (row_item.checked_div(per_seq), row_item.checked_rem(per_seq)) else { broken() };
-        let (Some(pair), Some(rem)) = (in_seq.checked_div(row_items), in_seq.checked_rem(row_items)) else { broken() };
-        (seq, pair, rem)
+    pub fn row_item(&self, row_item: u32, broken: fn() -> !) -> (u32, u32) {
+        let row_items = self.row_items_per_pair();
+        // `checked_*` keeps core's divide-by-zero panic path out of the PTX.
+        let (Some(pair), Some(rem)) = (row_item.checked_div(row_items), row_item.checked_rem(row_items)) else { broken() };
+        (pair, rem)
     }
 
     /// First-phase item `item`, None past the last one (`broken` as for [`Self::row_item`]).
@@ -1272,22 +1283,23 @@ impl LayerStepItems {
         if item >= self.first_phase_items() {
             return None;
         }
-        let (seq, pair, rem) = self.row_item(item - self.tile_items(), broken);
-        Some(LayerStepItem::Row { seq, pair, row: rem / 2, product: rem % 2 })
+        let (pair, rem) = self.row_item(item - self.tile_items(), broken);
+        Some(LayerStepItem::Row { pair, row: rem / 2, product: rem % 2 })
     }
 
     /// The first-phase item lane `lane` of sequence `seq`'s value head `head`'s waiting warp
-    /// waits for: lanes 0 … 2·⌈n_t/2⌉ − 1 the sequence's row items of row `head` (column pair
-    /// lane / 2, product lane mod 2), the next three the sequence's conv tiles of its q, k and v
-    /// heads; the other lanes none. `broken` when there are no key heads (the kernel traps; the
-    /// host refuses such a step before).
+    /// waits for: lanes 0 … [`Self::waited_row_items`]`(seq)` − 1 the row items of row `head`
+    /// over the sequence's column pairs (its pair lane / 2, product lane mod 2), the next three
+    /// the sequence's conv tiles of its q, k and v heads; the other lanes none. `broken` when
+    /// there are no key heads (the kernel traps; the host refuses such a step before).
     #[inline(always)]
     pub fn item_read_by(&self, seq: u32, head: u32, lane: u32, broken: fn() -> !) -> Option<u32> {
         let row_items = self.row_items_per_pair();
-        let n_rows = self.waited_row_items();
+        let (first_pair, n_pairs) = self.seq_pairs(seq);
+        let n_rows = 2 * n_pairs;
         let (h_k, tiles) = (self.chain_key_heads, self.n_chain_tiles);
         if lane < n_rows {
-            return Some(self.tile_items() + seq * self.row_items_per_seq() + (lane / 2) * row_items + 2 * head + lane % 2);
+            return Some(self.tile_items() + (first_pair + lane / 2) * row_items + 2 * head + lane % 2);
         }
         // GATED_DELTA_NET's key head of value head `head` (`HeadViews::at`).
         let Some(key_head) = head.checked_rem(self.n_key_heads) else { broken() };

@@ -129,15 +129,17 @@
 //!
 //! # Several sequences
 //! **Each sequence's own items** (these entries, [seq-batch] small batches: the host's
-//! `StepShape::split`): the launch runs every sequence's single-sequence items — the conv tiles of
-//! every sequence, then the row items of every sequence (sequence s's row items over its token
-//! columns s·n_t … s·n_t + n_t − 1 of the products), each with its own flag
-//! ([`LayerStepItems`]: n_s·(C/128 + 2·H_v·⌈n_t/2⌉) ≤ `GRID_SYNC_FLAGS`) — and then n_s·H_v·32
-//! column groups, sequence-major, each waiting for its own sequence's items only. Every item and
-//! group is the single-sequence body on the sequence's own tokens, columns and cache rows, so a
-//! sequence's bits are the ones it gets alone, and the host proves the waits per sequence
-//! (every item of every sequence a candidate writer of every read). A warp with several groups
-//! asks L2 for its next group's state before it runs the current one.
+//! `StepShape::split`): the launch runs the single-sequence items over every sequence — the conv
+//! tiles of every sequence, then the row items over the n_t·n_s token columns in pairs (a pair
+//! holds two columns of one sequence, or at an odd n_t the last of one and the first of the
+//! next: each column's operations are its own whichever column shares its item), each with its
+//! own flag ([`LayerStepItems`]: n_s·C/128 + 2·H_v·⌈n_t·n_s/2⌉ ≤ `GRID_SYNC_FLAGS`) — and then
+//! n_s·H_v·32 column groups, sequence-major, each waiting for its own sequence's tiles and the
+//! row items of its own columns only. Every item and group is the single-sequence body on the
+//! sequence's own tokens, columns and cache rows, so a sequence's bits are the ones it gets
+//! alone, and the host proves the waits per sequence (every item a candidate writer of every
+//! read). A warp with several groups asks L2 for its next group's state before it runs the
+//! current one.
 //!
 //! **The batched entries** (`gdn_layer_step_batch_*`, larger batches): n_s ≥ 2 sequences run as
 //! one persistent launch over a schedule of items ([`LayerStepSchedule`]: the sequences in
@@ -217,7 +219,9 @@ unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepP
     // ---- Phase 1: the conv-chain tiles, then the mat-vec rows; each item published. ----
     // [speed] Tiles first: when the items outnumber the grid (n_t > 8, or [seq-batch] several
     // sequences), the second round runs row items, not the tiles every head waits for. Row
-    // items: (sequence, column pair, row, product), the product fastest.
+    // items: (column pair, row, product), the product fastest, over the n_t·n_s columns
+    // ([seq-batch] sequence-major: at an odd n_t a pair may hold two sequences' columns, so
+    // n_t = 1 needs half the row items of one pair per sequence).
     let (tiles, first_phase) = (items.tile_items(), items.first_phase_items());
     // Two loops, tiles then rows (items b, b + G, … in increasing order either way), so that
     // neither kind's loop-invariant addresses stay live through the other's.
@@ -234,21 +238,20 @@ unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepP
         unsafe { publish_item(state, item, target) };
         item += grid;
     }
+    // The products' columns: n_t of each sequence.
+    let columns = items.n_seqs as usize * p.n_tokens as usize;
     while item < first_phase {
         // H_v ≥ 1 here (a row item exists); a violated contract aborts the launch.
-        let (seq, pair, rem) = items.row_item(item - tiles, trap);
-        // Sequence seq's token columns of the products: seq·n_t … seq·n_t + n_t − 1.
-        let seq_col = seq as usize * p.n_tokens as usize;
-        // SAFETY: row rem / 2 < H_v of product rem mod 2, first column seq·n_t + 2·pair <
-        // (seq + 1)·n_t ≤ n_t·n_s (host: both products valid for n_t·n_s columns); all 128
-        // threads call it.
+        let (pair, rem) = items.row_item(item - tiles, trap);
+        // SAFETY: row rem / 2 < H_v of product rem mod 2, first column 2·pair < n_t·n_s (host:
+        // both products valid for n_t·n_s columns); all 128 threads call it.
         unsafe {
             pair_gate_row_halves::<A>(
                 &p.gate,
                 rem % 2,
                 (rem / 2) as usize,
-                seq_col + pair as usize * GDN_LAYER_STEP_COLS,
-                seq_col + p.n_tokens as usize,
+                pair as usize * GDN_LAYER_STEP_COLS,
+                columns,
                 p.pair_block,
                 shared::base(),
             )
