@@ -31,21 +31,25 @@ const OP: &str = "GDN_LAYER_STEP";
 /// [seq-batch] (speed) Most sequences a step runs on the single-sequence entries at every n_t
 /// ([`seq_items_pay`]).
 pub const SEQ_ITEMS_MAX_SEQS: usize = 4;
-/// [seq-batch] (speed) Most sequences a step of one token each runs on the single-sequence entries
-/// ([`seq_items_pay`]).
-pub const SEQ_ITEMS_MAX_SEQS_ONE_TOKEN: usize = 8;
+/// [seq-batch] (speed) Most sequences a step of at most [`SEQ_ITEMS_SHORT_TOKENS`] tokens runs on
+/// the single-sequence entries ([`seq_items_pay`]).
+pub const SEQ_ITEMS_MAX_SEQS_SHORT: usize = 8;
+/// [seq-batch] (speed) The tokens of a short step ([`SEQ_ITEMS_MAX_SEQS_SHORT`]).
+pub const SEQ_ITEMS_SHORT_TOKENS: usize = 2;
 
 /// [seq-batch] Whether a step of `n_seqs` ≥ 2 sequences of `n_tokens` tokens runs faster on the
 /// single-sequence entries than on the batched ones (when its items fit the flags,
 /// [`StepShape::split`]): up to [`SEQ_ITEMS_MAX_SEQS`] sequences, and up to
-/// [`SEQ_ITEMS_MAX_SEQS_ONE_TOKEN`] at n_t = 1. Measured on the H200, same call
-/// (`results/2026-12-03-h200-seq-items/`, kernel µs per layer step): n_s = 2, T = 1 / 4 / 8 7.42 /
-/// 12.06 / 18.13 against 11.65 / 16.70 / 22.58 on the batched entries; n_s = 4, T = 1 / 4 10.38 /
-/// 18.85 against 15.07 / 23.26 (T = 8 level); n_s = 8, T = 1 18.02 against 19.97, but T = 4
-/// 40.05 against 35.18; n_s = 16, T = 1 34.35 against 31.14.
+/// [`SEQ_ITEMS_MAX_SEQS_SHORT`] at n_t ≤ [`SEQ_ITEMS_SHORT_TOKENS`]. Measured on the H200, µs per
+/// layer step, same call (`results/2026-12-03-h200-seq-items/`): n_s = 2, T = 1 / 4 / 8 7.21 /
+/// 12.06 / 18.21 against 11.94 / 16.96 / 22.51 on the batched entries, n_s = 4, T = 1 / 4 10.57 /
+/// 19.11 against 15.06 / 22.90 (T = 8 level); n_s = 5, T = 1 / 2 12.33 / 15.19 against 16.74 /
+/// 19.82, n_s = 8 17.90 / 22.60 against 19.60 / 23.86, but n_s = 8, T = 4 40.25 against 34.70, and
+/// n_s = 16, T = 1 34.43 against 31.00.
 pub fn seq_items_pay(n_seqs: usize, n_tokens: usize) -> bool {
-    n_seqs <= SEQ_ITEMS_MAX_SEQS || (n_tokens == 1 && n_seqs <= SEQ_ITEMS_MAX_SEQS_ONE_TOKEN)
+    n_seqs <= SEQ_ITEMS_MAX_SEQS || (n_tokens <= SEQ_ITEMS_SHORT_TOKENS && n_seqs <= SEQ_ITEMS_MAX_SEQS_SHORT)
 }
+
 /// [seq-batch] (speed) Most token columns n_s·n_t a batched step runs with one-row mat-vec items
 /// ([`StepShape::batch_split`]).
 pub const ONE_ROW_ITEMS_MAX_COLUMNS: usize = 4;
@@ -1090,6 +1094,34 @@ mod tests {
             launches[usize::from(shape.scheduled())] += 1;
         }
         assert!(launches.iter().all(|&n| n > 0), "{launches:?}");
+    }
+
+    /// [seq-batch] The launch each batch size and token count gets by default at 9B (C/128 = 64,
+    /// H_v = 32): the single-sequence entries where they were measured faster and their items fit
+    /// the 2048 flags, the batched schedule elsewhere; one sequence always the single-sequence
+    /// entries. (The knob `RGDN_BATCH_SEQ_ITEMS` is not set in the test run.)
+    #[test]
+    fn small_batches_run_on_the_single_sequence_entries_where_measured_faster() {
+        let own = |n_s: usize, n_t: usize| 64 * n_s + 2 * 32 * (n_s * n_t).div_ceil(2);
+        let runs_own = |n_s: usize, n_t: usize| StepShape::split(n_s, n_t, own(n_s, n_t)).chunk_seqs == 0;
+        for (n_s, n_t, expected) in [
+            (1, 16, true),
+            (2, 1, true),
+            (2, 16, true),
+            (4, 8, true),
+            // 4·64 + 64·32 = 2304 items: more than the flags.
+            (4, 16, false),
+            (5, 2, true),
+            (8, 1, true),
+            (8, 2, true),
+            (5, 3, false),
+            (8, 4, false),
+            (16, 1, false),
+            (64, 4, false),
+        ] {
+            assert_eq!(runs_own(n_s, n_t), expected, "n_s = {n_s}, n_t = {n_t}");
+            assert_eq!(StepShape::split(n_s, n_t, own(n_s, n_t)).n_seqs as usize, n_s);
+        }
     }
 
     /// [seq-batch] Both kinds of mat-vec item (4-head items and one-row items), on batched steps of

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# [seq-batch] One device call for the small-batch launch (several sequences on the single-sequence
+# entries, `StepShape::split`): same-call benches of the arms, then the whole GPU evidence of the
+# bundle's commit (scripts/device-batch-final.sh, with its bench unless BENCH=0). Arms: `new`
+# and `sched` are the bundle's own rgdn with RGDN_BATCH_SEQ_ITEMS=1 / 0 (the single-sequence
+# entries forced wherever the flags allow / the batched schedule at every n_s); any other arm is
+# arm-NAME.txz (scripts/arm-bundle.sh). Each ARMS_k="arms|seqs|modes|rounds" line is one
+# scripts/device-batch-arms.sh run. Everything comes back as seq-items.tgz beside summary.txt.
+#   run(command="ARMS_1='new prev|2,4|decode,3:2|1' bash scripts/device-seq-items.sh", carry=["bundle.txz", "arm-prev.txz"])
+set -uo pipefail
+cd "$(dirname "$0")/.."
+t0=$(date +%s)
+out=${OUT:-bundle/out}
+[ -d bundle ] || tar xJf bundle.txz
+# The plants wait until the arms ran (device-batch-arms.sh runs any plant bundle it finds).
+mkdir -p later
+for p in plant-*.txz; do [ -f "$p" ] && { n=${p#plant-}; xz -dc "$p" | gzip -1 > "later/bundle-plant-${n%.txz}.tgz"; }; done
+for a in new:1 sched:0; do
+  n=${a%:*}; mkdir -p "arm/$n/bundle" && cp bundle/rgdn "arm/$n/bundle/"
+  echo "$(cat bundle/COMMIT) RGDN_BATCH_SEQ_ITEMS=${a#*:}" > "arm/$n/bundle/COMMIT"
+  echo "RGDN_BATCH_SEQ_ITEMS=${a#*:}" > "arm/$n/bundle/ENV"
+done
+mkdir -p "$out/seq-items"
+for k in 1 2 3 4; do
+  v=ARMS_$k; [ -n "${!v:-}" ] || continue
+  IFS='|' read -r arms seqs modes rounds <<< "${!v}"
+  OUT="$out/seq-items/$k" ARMS="$arms" SEQS="$seqs" MODES="$modes" ROUNDS="$rounds" BENCH_EXTRA="--layers 8" \
+    timeout "${ARMS_TIMEOUT:-120}" bash scripts/device-batch-arms.sh > /dev/null 2>&1
+  echo "arms $k ($arms | $seqs | $modes | $rounds): exit $? ($(($(date +%s) - t0)) s)" >> "$out/seq-items/log.txt"
+done
+mv later/bundle-plant-*.tgz . 2>/dev/null
+left=$((${BUDGET:-570} - ($(date +%s) - t0)))
+echo "final: deadline $((left - 15)) s (its bench, then the correctness runs)" >> "$out/seq-items/log.txt"
+OUT="$out/seq-items" DEADLINE=$((left - 15)) RGDN_REPLAY_9B=0 bash scripts/device-batch-final.sh all > "$out/seq-items/final-out.txt" 2>&1
+echo "final: exit $? ($(($(date +%s) - t0)) s)" >> "$out/seq-items/log.txt"
+{
+  cat "$out/seq-items/log.txt"
+  for k in 1 2 3 4; do [ -f "$out/seq-items/$k/summary.txt" ] && grep -E "µs|exit|arm " "$out/seq-items/$k/summary.txt"; done
+  cat "$out/seq-items/summary.txt"
+} > "$out/summary.txt"
+tar czf "$out/seq-items.tgz" -C "$out" seq-items
+rm -rf "$out/seq-items"
+cat "$out/summary.txt"
