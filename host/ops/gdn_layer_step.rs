@@ -28,10 +28,6 @@ use std::sync::Mutex;
 
 const OP: &str = "GDN_LAYER_STEP";
 
-/// [seq-batch] (speed) Column groups a warp runs as one recurrence when several sequences run on
-/// the single-sequence entries ([`StepShape::split`]; `RGDN_BATCH_SEQ_GROUPS` = 1 / 2 overrides
-/// it for measurements).
-pub const SEQ_ITEMS_GROUPS_PER_WARP: u32 = 2;
 /// [seq-batch] (speed) Most sequences a step runs on the single-sequence entries at every n_t
 /// ([`seq_items_pay`]).
 pub const SEQ_ITEMS_MAX_SEQS: usize = 4;
@@ -135,16 +131,10 @@ impl StepShape {
             Some("1") => Some(true),
             _ => None,
         });
-        static GROUPS: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
-        let groups = *GROUPS
-            .get_or_init(|| std::env::var("RGDN_BATCH_SEQ_GROUPS").ok().and_then(|v| v.trim().parse().ok()).filter(|g| [1, 2].contains(g)));
         let fits = own_items <= abi::GRID_SYNC_FLAGS;
         if n_seqs <= 1 || (fits && knob.unwrap_or(seq_items_pay(n_seqs, n_tokens))) {
-            // One sequence: one group a warp (its H_v·32 groups fit the grid's warps); several:
-            // two ([`SEQ_ITEMS_GROUPS_PER_WARP`]).
-            let groups_per_warp = if n_seqs <= 1 { 1 } else { groups.unwrap_or(SEQ_ITEMS_GROUPS_PER_WARP) };
             // n_s ≤ GDN_LAYER_STEP_MAX_SEQS (checked before): fits u32.
-            abi::LayerStepBatchParams { n_seqs: n_seqs as u32, groups_per_warp, ..abi::LayerStepBatchParams::default() }
+            abi::LayerStepBatchParams { n_seqs: n_seqs as u32, ..abi::LayerStepBatchParams::default() }
         } else {
             StepShape::batch_split(n_seqs, n_tokens)
         }

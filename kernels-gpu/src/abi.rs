@@ -1510,10 +1510,6 @@ pub const fn batch_second_stage_offset(d_conv: usize, n_tokens: usize, groups_pe
 pub const fn batch_token_stage_bytes(n_tokens: usize) -> u32 {
     n_tokens as u32 * (LAYER_STEP_STAGE_QK_BYTES + GDN_LAYER_STEP_WARPS * layer_step_stage_warp_token_bytes(BATCH_MAX_GROUPS_PER_WARP))
 }
-// [seq-batch] The single-sequence entries' two-group column items stage their tokens in this
-// layout at the start of the dynamic shared memory, which a row item's area bounds from below
-// (`gdn_layer_step_shared_bytes`).
-const _: () = assert!(batch_token_stage_bytes(GDN_LAYER_STEP_MAX_TOKENS) <= MUL_MAT_VEC_SHARED_BYTES + GDN_LAYER_STEP_ROW_STAGE_BYTES);
 
 /// [seq-batch] Where the shared scratch area starts, counted from the end of the parameters' copy:
 /// after the two state buffers.
@@ -1533,8 +1529,7 @@ pub const fn batch_scratch_bytes(d_conv: usize, n_tokens: usize) -> u32 {
 param_struct! {
     /// [seq-batch] How a batched GDN_LAYER_STEP splits its work. The sequences run in chunks of
     /// `chunk_seqs`; see [`LayerStepSchedule`]. The single-sequence entries read only `n_seqs`
-    /// (each sequence's own items, [`LayerStepItems`]) and `groups_per_warp` (2: two column
-    /// groups a warp; every other field zero).
+    /// (each sequence's own items, [`LayerStepItems`]; every other field zero).
     #[repr(C)]
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
     pub struct LayerStepBatchParams {
@@ -1967,8 +1962,8 @@ param_struct! {
         /// n_t (1 ..= [`GDN_LAYER_STEP_MAX_TOKENS`]) per sequence.
         pub n_tokens: u32,
         /// [seq-batch] The batched entries' schedule; the single-sequence entries read only its
-        /// `n_seqs` (the sequences whose own items they run, [`LayerStepItems`]) and
-        /// `groups_per_warp` (2: two column groups a warp as one recurrence; else one).
+        /// `n_seqs` (the sequences whose own items they run, [`LayerStepItems`]; the other
+        /// fields zero).
         pub batch: LayerStepBatchParams,
     }
 }

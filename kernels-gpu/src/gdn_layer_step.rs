@@ -173,7 +173,7 @@ use crate::device::thread::{block_idx_x, grid_dim_x, sync_threads, thread_idx_x}
 use crate::device::trap;
 use crate::gated_delta_net::{
     BatchGroups, GroupAt, WarpGroups, cache_source_row, issue_batch_state_copies, issue_batch_token_copies, prefetch_group_state, run_batch_groups,
-    run_group_at, run_group_pair_at,
+    run_group_at,
 };
 use crate::gdn_conv_chain::{gdn_conv_chain_tile, gdn_conv_chain_tiles_side_by_side, tile_source_row};
 use crate::mmvf::{Accumulation, Bf16, F16F32, F16Half, F32, pair_gate_row_halves, pair_gate_tile};
@@ -197,10 +197,7 @@ unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepP
     // the blocks running first-phase items (0, 1, …) run groups only when the grid has too few
     // blocks.
     let seq_groups = p.n_heads * GDN_LAYER_STEP_GROUPS_PER_HEAD;
-    // [seq-batch] Two groups a warp (one eight-column recurrence) when the host asks for it.
-    let pairs = p.batch.groups_per_warp == 2;
-    let per_warp = if pairs { 2 } else { 1 };
-    let warp_items = items.n_seqs * seq_groups / per_warp;
+    let gdn_items = items.n_seqs * seq_groups;
     let (first_group, warps) = ((grid - 1 - block) * GDN_LAYER_STEP_WARPS + warp, grid * GDN_LAYER_STEP_WARPS);
     let group_at = |item: u32| {
         // A group exists only with H_v ≥ 1; a violated contract aborts the launch.
@@ -215,13 +212,9 @@ unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepP
     let target = if warp == 0 { unsafe { grid_target(state, grid) } } else { 0 };
     // [speed] Ask L2 for this warp's first column group's initial state now: phase 1 does not
     // touch the ssm cache, so the lines arrive while it runs (hints only).
-    if first_group < warp_items {
-        let mut g = 0;
-        while g < per_warp {
-            // SAFETY: a column group of the validated grid (host); hints only.
-            unsafe { prefetch_group_state(&p.gdn.gdn, source_rows, source_rows_stride, group_at(first_group * per_warp + g)) };
-            g += 1;
-        }
+    if first_group < gdn_items {
+        // SAFETY: a column group of the validated grid (host); hints only.
+        unsafe { prefetch_group_state(&p.gdn.gdn, source_rows, source_rows_stride, group_at(first_group)) };
     }
     // ---- Phase 1: the conv-chain tiles, then the mat-vec rows; each item published. ----
     // [speed] Tiles first: when the items outnumber the grid (n_t > 8, or [seq-batch] several
@@ -269,20 +262,16 @@ unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepP
     }
     // SAFETY: every thread of the block, once, after its last publication.
     unsafe { arrive(state) };
-    // ---- Phase 2: GATED_DELTA_NET's column groups, one warp each (or [seq-batch] two, as one
-    // eight-column recurrence: `pairs`), each waiting only for the items it reads. ----
+    // ---- Phase 2: GATED_DELTA_NET's column groups, one warp each, each waiting only for the
+    // items it reads. ----
     let mut item = first_group;
-    while item < warp_items {
-        let at = group_at(item * per_warp);
-        // [speed] [seq-batch] This warp's next groups' initial state asked of L2 now (hints
-        // only): with more groups than warps, their loads then meet L2 too.
-        if item + warps < warp_items {
-            let mut g = 0;
-            while g < per_warp {
-                // SAFETY: a column group of the validated grid (host); hints only.
-                unsafe { prefetch_group_state(&p.gdn.gdn, source_rows, source_rows_stride, group_at((item + warps) * per_warp + g)) };
-                g += 1;
-            }
+    while item < gdn_items {
+        let at = group_at(item);
+        // [speed] [seq-batch] This warp's next group's initial state asked of L2 now (hints
+        // only): with more groups than warps, its loads then meet L2 too.
+        if item + warps < gdn_items {
+            // SAFETY: a column group of the validated grid (host); hints only.
+            unsafe { prefetch_group_state(&p.gdn.gdn, source_rows, source_rows_stride, group_at(item + warps)) };
         }
         // The host proved these waits cover every writer of the group's reads (LayerStepItems).
         let read = items.item_read_by(at.seq, at.head, lane, trap);
@@ -291,21 +280,17 @@ unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepP
         // input of the group was written by its items (module docs, "Readiness") and is
         // visible, and nothing writes them in phase 2 (host: disjoint from `out` and the
         // states); each group is this warp's alone.
-        // SAFETY: every thread of the block: the loop is block-uniform (n_s·H_v·32 / `per_warp`
-        // warp items, a multiple of 4: the block's four warps run the same number, each round
-        // 4·`per_warp` groups of one sequence's head — 32 groups a head —, so `read` is the same
-        // in every warp); each item < the first-phase items (row rem < 2·H_v, tiles < C/128:
-        // host links), published by its block, and this block published and arrived above.
-        let ready = || unsafe { wait_items(state, read, target) };
-        if pairs {
-            // SAFETY: as for one group below, for groups at.group (even) and at.group + 1; the
-            // stage holds the pair layout for n_t tokens (abi asserts it fits the entry's
-            // shared memory at every n_t).
-            unsafe { run_group_pair_at(&p.gdn.gdn, source_rows, source_rows_stride, at, shared::base(), ready) };
-        } else {
-            // SAFETY: see above.
-            unsafe { run_group_at(&p.gdn.gdn, source_rows, source_rows_stride, at, shared::base(), ready) };
-        }
+        unsafe {
+            run_group_at(&p.gdn.gdn, source_rows, source_rows_stride, at, shared::base(), || {
+                // SAFETY: every thread of the block: the loop is block-uniform (n_s·H_v·32
+                // groups, a multiple of 4: the block's four warps run the same number of groups,
+                // each round four groups of one sequence's head, so `read` is the same in every
+                // warp); each item < the first-phase items (row rem < 2·H_v, tiles < C/128:
+                // host links), published by its block, and this block published and arrived
+                // above.
+                wait_items(state, read, target)
+            })
+        };
         item += warps;
     }
     if block == 0 {
