@@ -64,12 +64,13 @@ pub const ONE_SEQ_CONV_ITEMS_MAX_TOKENS: usize = 4;
 /// The three fused ops of one GDN layer step, as one launch.
 ///
 /// Valid when each part is valid on its own (its own errors, as that op reports them) and:
-/// - **scope**: 1 ..= [`abi::GDN_LAYER_STEP_MAX_SEQS`] = 256 sequences (one: the
-///   single-sequence entries; more: the batched ones, "Several sequences" in the kernel docs),
-///   n_t ≤ [`abi::GDN_LAYER_STEP_MAX_TOKENS`] = 16 tokens each (the conv chain's token limit),
-///   D = 128 for the conv chain's heads (GATED_DELTA_NET's), d_conv 3–5 (the chain's); with
-///   several sequences also ssm-cache rows at 16-byte aligned addresses (the batched second
-///   phase copies each item's state in 16-byte pieces) — else [`Error::Unsupported`];
+/// - **scope**: 1 ..= [`abi::GDN_LAYER_STEP_MAX_SEQS`] = 256 sequences (one, and small batches:
+///   the single-sequence entries; more: the batched ones — [`StepShape::split`], "Several
+///   sequences" in the kernel docs), n_t ≤ [`abi::GDN_LAYER_STEP_MAX_TOKENS`] = 16 tokens each
+///   (the conv chain's token limit), D = 128 for the conv chain's heads (GATED_DELTA_NET's),
+///   d_conv 3–5 (the chain's); on the batched entries also ssm-cache rows at 16-byte aligned
+///   addresses (their second phase copies each item's state in 16-byte pieces) — else
+///   [`Error::Unsupported`];
 /// - **links** (the values the kernel passes from its first phase to its second): the GDN's q
 ///   and k are the chain's `q_norm` and `k_norm`; its v is the v channels of the chain's
 ///   `conv_out` (channels 2·H_k·D … 2·H_k·D + H_v·D as [D, H_v, n_t, n_s]); its g and β are
@@ -84,12 +85,12 @@ pub const ONE_SEQ_CONV_ITEMS_MAX_TOKENS: usize = 4;
 ///   [`Error::Aliasing`]. (Each part's own overlaps — conv_out on qkv, a snapshot row on the
 ///   source row, a state slot on the row read — stay admitted as each part admits them.)
 /// - **readiness** (the kernel's second phase reads a head's token inputs once the first-phase
-///   items it waits for — one sequence: `abi::LayerStepItems::item_read_by`; several: every
-///   first-phase item of its chunk, `abi::LayerStepSchedule` — are published): every item that
-///   writes a byte those reads touch is among them, proved on this step's bytes
-///   (`readiness_gap`, `batch_readiness_gap`: each item's writes as the kernel docs'
-///   ownership says, each head's reads as GATED_DELTA_NET's views say) — else
-///   [`Error::Invalid`] naming the head and the item.
+///   items it waits for — on the single-sequence entries `abi::LayerStepItems::item_read_by`
+///   for the head's sequence; on the batched ones every first-phase item of its chunk,
+///   `abi::LayerStepSchedule` — are published): every item that writes a byte those reads touch
+///   is among them, proved on this step's bytes (`readiness_gap`, `batch_readiness_gap`: each
+///   item's writes as the kernel docs' ownership says, each head's reads as GATED_DELTA_NET's
+///   views say) — else [`Error::Invalid`] naming the sequence, the head and the item.
 #[derive(Clone, Debug)]
 pub struct GdnLayerStep {
     pub chain: GdnConvChain,
