@@ -1100,9 +1100,14 @@ mod tests {
     /// [seq-batch] The launch each batch size and token count gets by default at 9B (C/128 = 64,
     /// H_v = 32): the single-sequence entries where they were measured faster and their items fit
     /// the 2048 flags, the batched schedule elsewhere; one sequence always the single-sequence
-    /// entries. (The knob `RGDN_BATCH_SEQ_ITEMS` is not set in the test run.)
+    /// entries. (The defaults only: a process with the knob `RGDN_BATCH_SEQ_ITEMS` set says so
+    /// and checks nothing.)
     #[test]
     fn small_batches_run_on_the_single_sequence_entries_where_measured_faster() {
+        if std::env::var_os("RGDN_BATCH_SEQ_ITEMS").is_some() {
+            eprintln!("RGDN_BATCH_SEQ_ITEMS is set: the defaults are not what this process runs; not checked");
+            return;
+        }
         let own = |n_s: usize, n_t: usize| 64 * n_s + 2 * 32 * (n_s * n_t).div_ceil(2);
         let runs_own = |n_s: usize, n_t: usize| StepShape::split(n_s, n_t, own(n_s, n_t)).chunk_seqs == 0;
         for (n_s, n_t, expected) in [
