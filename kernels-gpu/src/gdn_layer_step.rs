@@ -148,9 +148,10 @@
 //! n_t·n_s token columns, or at the smallest steps the single-sequence step's row items: one row
 //! of one product × 2 columns) before its second-phase items (4 warps × 4·GP columns of one
 //! (sequence, head)); one readiness counter per chunk). A second-phase item takes its initial
-//! state from a `cp.async` copy into shared memory, issued one item ahead, and its token inputs likewise once the block has acquired the
-//! chunk; see [`gdn_layer_step_batch`] ("Buffers") and `docs/batching.md`. Every column's
-//! operations are GATED_DELTA_NET_FROM_CACHE's, so a sequence's bits do not depend on the batch.
+//! state from a `cp.async` copy into shared memory, issued one item ahead, and its token inputs
+//! likewise once the block has acquired the chunk; see [`gdn_layer_step_batch`] ("Buffers") and
+//! `docs/batching.md`. Every column's operations are GATED_DELTA_NET_FROM_CACHE's, so a
+//! sequence's bits do not depend on the batch.
 //!
 //! # Bits
 //! Every float operation is one of the unfused kernels' `#[inline(always)]` bodies on the same
