@@ -127,11 +127,7 @@ impl StepShape {
     /// no bit depends on it).
     pub fn split(n_seqs: usize, n_tokens: usize, own_items: usize) -> abi::LayerStepBatchParams {
         static KNOB: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
-        let knob = *KNOB.get_or_init(|| match std::env::var("RGDN_BATCH_SEQ_ITEMS").ok().as_deref().map(str::trim) {
-            Some("0") => Some(false),
-            Some("1") => Some(true),
-            _ => None,
-        });
+        let knob = *KNOB.get_or_init(|| knob("RGDN_BATCH_SEQ_ITEMS", 0, 1).map(|k| k == 1));
         let fits = own_items <= abi::GRID_SYNC_FLAGS;
         if n_seqs <= 1 || (fits && knob.unwrap_or(seq_items_pay(n_seqs, n_tokens))) {
             // n_s ≤ GDN_LAYER_STEP_MAX_SEQS (checked before): fits u32.
@@ -179,9 +175,6 @@ impl StepShape {
     /// `RGDN_BATCH_ONE_ROW` (0 or 1) ([test] knobs, read once per process; no bit depends on
     /// them).
     pub fn batch_split(n_seqs: usize, n_tokens: usize) -> abi::LayerStepBatchParams {
-        let knob = |name: &str, lo: u32, hi: u32| -> Option<u32> {
-            std::env::var(name).ok().and_then(|v| v.trim().parse::<u32>().ok()).filter(|k| (lo..=hi).contains(k))
-        };
         static KNOBS: std::sync::OnceLock<[Option<u32>; 4]> = std::sync::OnceLock::new();
         let [chunk, tile, groups, one_row] = *KNOBS.get_or_init(|| {
             [
@@ -821,6 +814,12 @@ fn checked_before_the_proof() -> ! {
     unreachable!("GDN_LAYER_STEP: value and key heads ≥ 1 are checked before the readiness proof")
 }
 
+/// [test] A measurement knob: the environment variable `name` as a number in `lo ..= hi` (spaces
+/// around it allowed), None when unset or out of range. Callers read it once per process.
+fn knob(name: &str, lo: u32, hi: u32) -> Option<u32> {
+    std::env::var(name).ok().and_then(|v| v.trim().parse::<u32>().ok()).filter(|k| (lo..=hi).contains(k))
+}
+
 /// [test] The most blocks a GDN_LAYER_STEP grid takes: every co-resident block, or at most k
 /// when the knob `RGDN_LAYER_STEP_MAX_GRID=k` (k ≥ 1, read once per process) says so. A small
 /// grid runs the paths a large one takes only at full size: several item rounds, blocks that run
@@ -829,7 +828,7 @@ fn checked_before_the_proof() -> ! {
 /// on the grid: the items and groups are the same, only which block runs them changes.
 fn max_grid() -> u32 {
     static KNOB: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
-    let cap = KNOB.get_or_init(|| std::env::var("RGDN_LAYER_STEP_MAX_GRID").ok().and_then(|v| v.trim().parse().ok()).filter(|k| *k >= 1));
+    let cap = KNOB.get_or_init(|| knob("RGDN_LAYER_STEP_MAX_GRID", 1, u32::MAX));
     cap.unwrap_or(u32::MAX)
 }
 
