@@ -99,13 +99,15 @@ RGDN_SWEEP_FORWARDS=0 RGDN_SWEEP_STRIDE=50 bg memcheck-sweep compute-sanitizer -
 # cases and every 4th sweep case. The batched schedule at every n_s (RGDN_BATCH_SEQ_ITEMS=0: the
 # defaults give n_s ≤ 4 every sequence's own items), with one-row mat-vec items too (the
 # defaults: n_s·n_t ≤ 4); every sequence's own items wherever the flags allow
-# (RGDN_BATCH_SEQ_ITEMS=1: n_s up to 64 in the sweep's small shapes), the sweep on a grid of 7
-# blocks (several item rounds, blocks with items and column groups, several groups a warp).
+# (RGDN_BATCH_SEQ_ITEMS=1: n_s up to 64 in the sweep's small shapes), the invariance cases with
+# one column group a warp (RGDN_BATCH_SEQ_GROUPS=1; the defaults: two from n_s = 2 on), the sweep
+# on a grid of 7 blocks (several item rounds, blocks with items and column groups, several
+# groups a warp).
 RGDN_BATCH_SEQ_ITEMS=0 bg ops-schedule bundle/tests/gpu_ops GDN_LAYER_STEP_BATCH_INVARIANT
 RGDN_BATCH_SEQ_ITEMS=0 RGDN_SWEEP_FORWARDS=0 RGDN_SWEEP_STRIDE=4 bg sweep-schedule bundle/tests/gpu_sweep
 RGDN_BATCH_SEQ_ITEMS=0 RGDN_BATCH_ONE_ROW=1 bg ops-one-row bundle/tests/gpu_ops GDN_LAYER_STEP_BATCH_INVARIANT
 RGDN_BATCH_SEQ_ITEMS=0 RGDN_BATCH_ONE_ROW=1 RGDN_SWEEP_FORWARDS=0 RGDN_SWEEP_STRIDE=4 bg sweep-one-row bundle/tests/gpu_sweep
-RGDN_BATCH_SEQ_ITEMS=1 bg ops-seq-items bundle/tests/gpu_ops GDN_LAYER_STEP_BATCH_INVARIANT
+RGDN_BATCH_SEQ_ITEMS=1 RGDN_BATCH_SEQ_GROUPS=1 bg ops-seq-items bundle/tests/gpu_ops GDN_LAYER_STEP_BATCH_INVARIANT
 RGDN_BATCH_SEQ_ITEMS=1 RGDN_LAYER_STEP_MAX_GRID=7 RGDN_SWEEP_FORWARDS=0 RGDN_SWEEP_STRIDE=4 bg sweep-seq-items bundle/tests/gpu_sweep
 # The plants: each must fail.
 for d in plant-*/; do

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # [seq-batch] One device call for the small-batch launch (several sequences on the single-sequence
 # entries, `StepShape::split`): same-call benches of the arms, then the whole GPU evidence of the
-# bundle's commit (scripts/device-batch-final.sh, with its bench unless BENCH=0). Arms: `new`
-# and `sched` are the bundle's own rgdn with RGDN_BATCH_SEQ_ITEMS=1 / 0 (the single-sequence
-# entries forced wherever the flags allow / the batched schedule at every n_s); any other arm is
-# arm-NAME.txz (scripts/arm-bundle.sh). Each ARMS_k="arms|seqs|modes|rounds" line is one
+# bundle's commit (scripts/device-batch-final.sh, with its bench unless BENCH=0). Arms: `new`,
+# `sched` and `one` are the bundle's own rgdn with RGDN_BATCH_SEQ_ITEMS=1 / 0 (the
+# single-sequence entries forced wherever the flags allow / the batched schedule at every n_s) /
+# 1 with RGDN_BATCH_SEQ_GROUPS=1 (one column group a warp); `c4` chunks of 16 sequences (four
+# chunks at n_s = 64); any other arm is arm-NAME.txz
+# (scripts/arm-bundle.sh). Each ARMS_k="arms|seqs|modes|rounds" line is one
 # scripts/device-batch-arms.sh run. Everything comes back as seq-items.tgz beside summary.txt.
 #   run(command="ARMS_1='new prev|2,4|decode,3:2|1' bash scripts/device-seq-items.sh", carry=["bundle.txz", "arm-prev.txz"])
 set -uo pipefail
@@ -15,10 +17,11 @@ out=${OUT:-bundle/out}
 # The plants wait until the arms ran (device-batch-arms.sh runs any plant bundle it finds).
 mkdir -p later
 for p in plant-*.txz; do [ -f "$p" ] && { n=${p#plant-}; xz -dc "$p" | gzip -1 > "later/bundle-plant-${n%.txz}.tgz"; }; done
-for a in new:1 sched:0; do
-  n=${a%:*}; mkdir -p "arm/$n/bundle" && cp bundle/rgdn "arm/$n/bundle/"
-  echo "$(cat bundle/COMMIT) RGDN_BATCH_SEQ_ITEMS=${a#*:}" > "arm/$n/bundle/COMMIT"
-  echo "RGDN_BATCH_SEQ_ITEMS=${a#*:}" > "arm/$n/bundle/ENV"
+for a in new:RGDN_BATCH_SEQ_ITEMS=1 sched:RGDN_BATCH_SEQ_ITEMS=0 one:RGDN_BATCH_SEQ_ITEMS=1,RGDN_BATCH_SEQ_GROUPS=1 c4:RGDN_BATCH_CHUNK=16; do
+  n=${a%%:*}; vars=$(echo "${a#*:}" | tr , ' ')
+  mkdir -p "arm/$n/bundle" && cp bundle/rgdn "arm/$n/bundle/"
+  echo "$(cat bundle/COMMIT) $vars" > "arm/$n/bundle/COMMIT"
+  echo "$vars" > "arm/$n/bundle/ENV"
 done
 mkdir -p "$out/seq-items"
 for k in 1 2 3 4; do

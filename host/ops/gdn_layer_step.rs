@@ -28,6 +28,10 @@ use std::sync::Mutex;
 
 const OP: &str = "GDN_LAYER_STEP";
 
+/// [seq-batch] (speed) Column groups a warp runs as one recurrence when several sequences run on
+/// the single-sequence entries ([`StepShape::split`]; `RGDN_BATCH_SEQ_GROUPS` = 1 / 2 overrides
+/// it for measurements).
+pub const SEQ_ITEMS_GROUPS_PER_WARP: u32 = 2;
 /// [seq-batch] (speed) Most sequences a step runs on the single-sequence entries at every n_t
 /// ([`seq_items_pay`]).
 pub const SEQ_ITEMS_MAX_SEQS: usize = 4;
@@ -127,11 +131,16 @@ impl StepShape {
     /// no bit depends on it).
     pub fn split(n_seqs: usize, n_tokens: usize, own_items: usize) -> abi::LayerStepBatchParams {
         static KNOB: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+        static GROUPS: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+        let groups = *GROUPS.get_or_init(|| knob("RGDN_BATCH_SEQ_GROUPS", 1, 2));
         let knob = *KNOB.get_or_init(|| knob("RGDN_BATCH_SEQ_ITEMS", 0, 1).map(|k| k == 1));
         let fits = own_items <= abi::GRID_SYNC_FLAGS;
         if n_seqs <= 1 || (fits && knob.unwrap_or(seq_items_pay(n_seqs, n_tokens))) {
+            // One sequence: one group a warp (its H_v·32 groups fit the grid's warps); several:
+            // two ([`SEQ_ITEMS_GROUPS_PER_WARP`]).
+            let groups_per_warp = if n_seqs <= 1 { 1 } else { groups.unwrap_or(SEQ_ITEMS_GROUPS_PER_WARP) };
             // n_s ≤ GDN_LAYER_STEP_MAX_SEQS (checked before): fits u32.
-            abi::LayerStepBatchParams { n_seqs: n_seqs as u32, ..abi::LayerStepBatchParams::default() }
+            abi::LayerStepBatchParams { n_seqs: n_seqs as u32, groups_per_warp, ..abi::LayerStepBatchParams::default() }
         } else {
             StepShape::batch_split(n_seqs, n_tokens)
         }
@@ -863,7 +872,14 @@ impl Op for GdnLayerStep {
                 abi::gdn_layer_step_batch_shared_bytes(d_conv, n_t, shape.batch.groups_per_warp),
             )
         } else {
-            (abi::gdn_layer_step_entry(kind, d_conv), abi::gdn_layer_step_shared_bytes(d_conv, n_t))
+            // [seq-batch] Two column groups a warp: the `gdn_layer_step_seqs_*` entries (the same
+            // body and shared memory; the single-sequence entries keep one group a warp).
+            let entry = if shape.batch.groups_per_warp == 2 {
+                abi::gdn_layer_step_seqs_entry(kind, d_conv)
+            } else {
+                abi::gdn_layer_step_entry(kind, d_conv)
+            };
+            (entry, abi::gdn_layer_step_shared_bytes(d_conv, n_t))
         };
         let entry = entry.expect("checked: the kind and d_conv have an entry");
         let (first, second) = shape.items()?;
@@ -997,11 +1013,15 @@ mod tests {
         let ptx = crate::kernels::PTX;
         for kind in 0..4 {
             for d_conv in abi::GDN_CONV_CHAIN_WIDTHS {
-                let entry = abi::gdn_layer_step_entry(kind, d_conv).unwrap();
-                let start = ptx.find(&format!(".entry {entry}(")).unwrap_or_else(|| panic!("{entry} missing"));
-                let header = &ptx[start..start + ptx[start..].find('{').unwrap()];
-                let blocks = if d_conv == 5 { 2 } else { 3 };
-                assert!(header.contains(".maxntid 128, 1, 1") && header.contains(&format!(".minnctapersm {blocks}")), "{entry}: {header}");
+                for entry in [abi::gdn_layer_step_entry(kind, d_conv).unwrap(), abi::gdn_layer_step_seqs_entry(kind, d_conv).unwrap()] {
+                    let start = ptx.find(&format!(".entry {entry}(")).unwrap_or_else(|| panic!("{entry} missing"));
+                    let header = &ptx[start..start + ptx[start..].find('{').unwrap()];
+                    let blocks = if d_conv == 5 { 2 } else { 3 };
+                    assert!(
+                        header.contains(".maxntid 128, 1, 1") && header.contains(&format!(".minnctapersm {blocks}")),
+                        "{entry}: {header}"
+                    );
+                }
             }
         }
         assert!(abi::PTX_LAUNCH_BOUNDS.contains(&("gdn_layer_step_", abi::GDN_LAYER_STEP_BLOCK, 3)));

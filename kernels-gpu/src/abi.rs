@@ -181,6 +181,42 @@ macro_rules! entry_name {
     (gdn_layer_step_batch, f16_f32acc, 5) => {
         "gdn_layer_step_batch_f16_f32acc_d5"
     };
+    (gdn_layer_step_seqs, f32, 3) => {
+        "gdn_layer_step_seqs_f32_d3"
+    };
+    (gdn_layer_step_seqs, f32, 4) => {
+        "gdn_layer_step_seqs_f32_d4"
+    };
+    (gdn_layer_step_seqs, f32, 5) => {
+        "gdn_layer_step_seqs_f32_d5"
+    };
+    (gdn_layer_step_seqs, bf16, 3) => {
+        "gdn_layer_step_seqs_bf16_d3"
+    };
+    (gdn_layer_step_seqs, bf16, 4) => {
+        "gdn_layer_step_seqs_bf16_d4"
+    };
+    (gdn_layer_step_seqs, bf16, 5) => {
+        "gdn_layer_step_seqs_bf16_d5"
+    };
+    (gdn_layer_step_seqs, f16, 3) => {
+        "gdn_layer_step_seqs_f16_d3"
+    };
+    (gdn_layer_step_seqs, f16, 4) => {
+        "gdn_layer_step_seqs_f16_d4"
+    };
+    (gdn_layer_step_seqs, f16, 5) => {
+        "gdn_layer_step_seqs_f16_d5"
+    };
+    (gdn_layer_step_seqs, f16_f32acc, 3) => {
+        "gdn_layer_step_seqs_f16_f32acc_d3"
+    };
+    (gdn_layer_step_seqs, f16_f32acc, 4) => {
+        "gdn_layer_step_seqs_f16_f32acc_d4"
+    };
+    (gdn_layer_step_seqs, f16_f32acc, 5) => {
+        "gdn_layer_step_seqs_f16_f32acc_d5"
+    };
     (gated_delta_net_replay) => {
         "gated_delta_net_replay_f32_d128"
     };
@@ -988,6 +1024,10 @@ pub const PTX_LAUNCH_BOUNDS: &[(&str, u32, u32)] = &[
     (entry_name!(gdn_layer_step, bf16, 5), GDN_LAYER_STEP_BLOCK, 2),
     (entry_name!(gdn_layer_step, f16, 5), GDN_LAYER_STEP_BLOCK, 2),
     (entry_name!(gdn_layer_step, f16_f32acc, 5), GDN_LAYER_STEP_BLOCK, 2),
+    (entry_name!(gdn_layer_step_seqs, f32, 5), GDN_LAYER_STEP_BLOCK, 2),
+    (entry_name!(gdn_layer_step_seqs, bf16, 5), GDN_LAYER_STEP_BLOCK, 2),
+    (entry_name!(gdn_layer_step_seqs, f16, 5), GDN_LAYER_STEP_BLOCK, 2),
+    (entry_name!(gdn_layer_step_seqs, f16_f32acc, 5), GDN_LAYER_STEP_BLOCK, 2),
     ("gdn_layer_step_", GDN_LAYER_STEP_BLOCK, 3),
 ];
 
@@ -1335,6 +1375,28 @@ pub const fn gdn_layer_step_entry(kind: u32, d_conv: usize) -> Option<&'static s
     })
 }
 
+/// [seq-batch] The GDN_LAYER_STEP entry of a small batch on the single-sequence items with two
+/// column groups a warp (`gdn_layer_step_seqs_*`) for a [`mul_mat_vec_kind`] of the alpha/beta
+/// weights and `d_conv`.
+pub const fn gdn_layer_step_seqs_entry(kind: u32, d_conv: usize) -> Option<&'static str> {
+    use mul_mat_vec_kind::*;
+    Some(match (kind, d_conv) {
+        (F32, 3) => entry_name!(gdn_layer_step_seqs, f32, 3),
+        (F32, 4) => entry_name!(gdn_layer_step_seqs, f32, 4),
+        (F32, 5) => entry_name!(gdn_layer_step_seqs, f32, 5),
+        (BF16, 3) => entry_name!(gdn_layer_step_seqs, bf16, 3),
+        (BF16, 4) => entry_name!(gdn_layer_step_seqs, bf16, 4),
+        (BF16, 5) => entry_name!(gdn_layer_step_seqs, bf16, 5),
+        (F16_HALF, 3) => entry_name!(gdn_layer_step_seqs, f16, 3),
+        (F16_HALF, 4) => entry_name!(gdn_layer_step_seqs, f16, 4),
+        (F16_HALF, 5) => entry_name!(gdn_layer_step_seqs, f16, 5),
+        (F16_F32, 3) => entry_name!(gdn_layer_step_seqs, f16_f32acc, 3),
+        (F16_F32, 4) => entry_name!(gdn_layer_step_seqs, f16_f32acc, 4),
+        (F16_F32, 5) => entry_name!(gdn_layer_step_seqs, f16_f32acc, 5),
+        _ => return None,
+    })
+}
+
 /// [seq-batch] The batched GDN_LAYER_STEP entry (n_s ≥ 2 sequences) for a [`mul_mat_vec_kind`] of
 /// the alpha/beta weights and `d_conv`.
 pub const fn gdn_layer_step_batch_entry(kind: u32, d_conv: usize) -> Option<&'static str> {
@@ -1510,6 +1572,10 @@ pub const fn batch_second_stage_offset(d_conv: usize, n_tokens: usize, groups_pe
 pub const fn batch_token_stage_bytes(n_tokens: usize) -> u32 {
     n_tokens as u32 * (LAYER_STEP_STAGE_QK_BYTES + GDN_LAYER_STEP_WARPS * layer_step_stage_warp_token_bytes(BATCH_MAX_GROUPS_PER_WARP))
 }
+// [seq-batch] The single-sequence entries' two-group column items stage their tokens in this
+// layout at the start of the dynamic shared memory, which a row item's area bounds from below
+// (`gdn_layer_step_shared_bytes`).
+const _: () = assert!(batch_token_stage_bytes(GDN_LAYER_STEP_MAX_TOKENS) <= MUL_MAT_VEC_SHARED_BYTES + GDN_LAYER_STEP_ROW_STAGE_BYTES);
 
 /// [seq-batch] Where the shared scratch area starts, counted from the end of the parameters' copy:
 /// after the two state buffers.
@@ -1529,7 +1595,8 @@ pub const fn batch_scratch_bytes(d_conv: usize, n_tokens: usize) -> u32 {
 param_struct! {
     /// [seq-batch] How a batched GDN_LAYER_STEP splits its work. The sequences run in chunks of
     /// `chunk_seqs`; see [`LayerStepSchedule`]. The single-sequence entries read only `n_seqs`
-    /// (each sequence's own items, [`LayerStepItems`]; every other field zero).
+    /// (each sequence's own items, [`LayerStepItems`]) and `groups_per_warp` (2: two column
+    /// groups a warp; every other field zero).
     #[repr(C)]
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
     pub struct LayerStepBatchParams {
@@ -1962,8 +2029,8 @@ param_struct! {
         /// n_t (1 ..= [`GDN_LAYER_STEP_MAX_TOKENS`]) per sequence.
         pub n_tokens: u32,
         /// [seq-batch] The batched entries' schedule; the single-sequence entries read only its
-        /// `n_seqs` (the sequences whose own items they run, [`LayerStepItems`]; the other
-        /// fields zero).
+        /// `n_seqs` (the sequences whose own items they run, [`LayerStepItems`]) and
+        /// `groups_per_warp` (2: two column groups a warp as one recurrence; else one).
         pub batch: LayerStepBatchParams,
     }
 }
@@ -2025,6 +2092,18 @@ const LISTED_ENTRIES: &[EntrySig] = &[
     EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step_batch, f16_f32acc, 3)),
     EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step_batch, f16_f32acc, 4)),
     EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step_batch, f16_f32acc, 5)),
+    EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step_seqs, f32, 3)),
+    EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step_seqs, f32, 4)),
+    EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step_seqs, f32, 5)),
+    EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step_seqs, bf16, 3)),
+    EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step_seqs, bf16, 4)),
+    EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step_seqs, bf16, 5)),
+    EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step_seqs, f16, 3)),
+    EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step_seqs, f16, 4)),
+    EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step_seqs, f16, 5)),
+    EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step_seqs, f16_f32acc, 3)),
+    EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step_seqs, f16_f32acc, 4)),
+    EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step_seqs, f16_f32acc, 5)),
     EntrySig::of::<MathProbeParams>(MATH_PROBE_ENTRY),
     EntrySig::of::<CountMismatchesParams>(COUNT_MISMATCHES_ENTRY),
     EntrySig::of::<MufuEvalParams>(MUFU_EVAL_ENTRY),

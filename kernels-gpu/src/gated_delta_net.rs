@@ -829,6 +829,71 @@ pub(crate) unsafe fn run_group_at(
     unsafe { group_recurrence::<GROUP_COLUMNS, { 2 * GROUP_COLUMNS }>(WarpGroups::ONE, &h, s, col0, stage, at.warp, at.lane, 0) };
 }
 
+/// [seq-batch] Groups `at.group` and `at.group` + 1 as one eight-column recurrence, as
+/// [`run_group_at`] runs one group (the batched step's two-group recurrence, [`run_batch_groups`],
+/// with the initial state loaded from the cache into registers): the two groups' latencies
+/// overlap, each column's operations unchanged. The token inputs are staged in the batched
+/// step's layout for n_t tokens ([`abi::batch_token_stage_bytes`]).
+///
+/// # Safety
+/// As [`run_group_at`] for both groups (at.group even, < D/4 − 1), with `stage` the shared
+/// address of [`abi::batch_token_stage_bytes`]`(n_t)` bytes under the same rule.
+#[inline(always)]
+pub(crate) unsafe fn run_group_pair_at(
+    p: &abi::GatedDeltaNetParams,
+    source_rows: *const i32,
+    source_rows_stride: usize,
+    at: GroupAt,
+    stage: u32,
+    inputs_ready: impl FnOnce(),
+) {
+    let layout = WarpGroups::batch(2, p.n_tokens);
+    // SAFETY: forwarded from the caller.
+    unsafe { run_groups_at::<{ 2 * GROUP_COLUMNS }, { 4 * GROUP_COLUMNS }>(p, source_rows, source_rows_stride, at, layout, stage, inputs_ready) }
+}
+
+/// The body of [`run_group_at`] (C = 4 columns from `at.group`) and [`run_group_pair_at`] (C = 8).
+///
+/// # Safety
+/// As those, with `layout` the stage layout of `C / 4` groups a warp that `stage` holds.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn run_groups_at<const C: usize, const V: usize>(
+    p: &abi::GatedDeltaNetParams,
+    source_rows: *const i32,
+    source_rows_stride: usize,
+    at: GroupAt,
+    layout: WarpGroups,
+    stage: u32,
+    inputs_ready: impl FnOnce(),
+) {
+    let col0 = at.group as usize * GROUP_COLUMNS;
+    let lane = at.lane as usize;
+    // SAFETY: forwarded from the caller (head, seq inside the validated grid).
+    let h = unsafe { HeadViews::at(p, at.head, at.seq) };
+    let (head, seq) = (at.head as usize, at.seq as usize);
+    if h.n_tokens == 0 {
+        return;
+    }
+    // SAFETY: seq < n_s (caller); the row lies in the cache view, the index is never written.
+    let row = unsafe { HeadViews::source_row(source_rows, source_rows_stride, seq) };
+    let mut s = [[0.0f32; ROWS_PER_LANE]; C];
+    let mut j = 0;
+    while j < C {
+        // SAFETY: this lane's elements (i, col0 + j, head) of the row, read before this lane's
+        // first store, and no other thread writes them (module docs).
+        s[j] = unsafe { load_lane_coherent(h.state_in.add(row * h.in_seq + (col0 + j) * h.in_col + head * h.in_head), lane) };
+        j += 1;
+    }
+    // [speed] The state loads above are in flight while the caller waits.
+    inputs_ready();
+    // SAFETY: all four warps of the block are here together with groups of one head (caller),
+    // after `inputs_ready`: the inputs are visible, the staging area free.
+    unsafe { stage_tokens(layout, h.token_source(lane, col0), h.n_tokens, at.warp, stage) };
+    // SAFETY: staged above for this warp's C / 4 groups; the whole warp is here.
+    unsafe { group_recurrence::<C, V>(layout, &h, s, col0, stage, at.warp, at.lane, 0) };
+}
+
 /// [seq-batch] Where one second-phase item of the batched layer step works: value head `head` of
 /// sequence `seq`, groups `first_group …` (4·GP of them, GP = `groups.groups`: warp w runs
 /// groups first_group + w·GP + g, g < GP, consecutive columns), with the item's initial state

@@ -139,7 +139,9 @@
 //! sequence's own tokens, columns and cache rows, so a sequence's bits are the ones it gets
 //! alone, and the host proves the waits per sequence (every item a candidate writer of every
 //! read). A warp with several groups asks L2 for its next group's state before it runs the
-//! current one.
+//! current one. The `gdn_layer_step_seqs_*` entries (the same body, `PAIRS`) run two groups a
+//! warp as one eight-column recurrence (the batched step's), halving the second phase's
+//! rounds; the single-sequence entries' code is left as it was (one group a warp).
 //!
 //! **The batched entries** (`gdn_layer_step_batch_*`, larger batches): n_s ≥ 2 sequences run as
 //! one persistent launch over a schedule of items ([`LayerStepSchedule`]: the sequences in
@@ -174,7 +176,7 @@ use crate::device::thread::{block_idx_x, grid_dim_x, sync_threads, thread_idx_x}
 use crate::device::trap;
 use crate::gated_delta_net::{
     BatchGroups, GroupAt, WarpGroups, cache_source_row, issue_batch_state_copies, issue_batch_token_copies, prefetch_group_state, run_batch_groups,
-    run_group_at,
+    run_group_at, run_group_pair_at,
 };
 use crate::gdn_conv_chain::{gdn_conv_chain_tile, gdn_conv_chain_tiles_side_by_side, tile_source_row};
 use crate::mmvf::{Accumulation, Bf16, F16F32, F16Half, F32, pair_gate_row_halves, pair_gate_tile};
@@ -188,7 +190,7 @@ use core::ptr::addr_of_mut;
 /// items are at most `GRID_SYNC_FLAGS`, 2·⌈n_t/2⌉ + 3 ≤ 32, and the first-phase items plus
 /// gridDim.x and H_v·32 plus 4·gridDim.x fit in u32.
 #[inline(always)]
-unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepParams) {
+unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize, const PAIRS: bool>(p: &GdnLayerStepParams) {
     let (block, grid) = (block_idx_x(), grid_dim_x());
     let tid = thread_idx_x();
     let (warp, lane) = (tid / 32, tid % 32);
@@ -198,7 +200,11 @@ unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepP
     // the blocks running first-phase items (0, 1, …) run groups only when the grid has too few
     // blocks.
     let seq_groups = p.n_heads * GDN_LAYER_STEP_GROUPS_PER_HEAD;
-    let gdn_items = items.n_seqs * seq_groups;
+    // [seq-batch] Two groups a warp (one eight-column recurrence): the `gdn_layer_step_seqs_*`
+    // entries (several sequences); one in the single-sequence entries, whose code this leaves
+    // as it was.
+    let per_warp = if PAIRS { 2 } else { 1 };
+    let warp_items = items.n_seqs * seq_groups / per_warp;
     let (first_group, warps) = ((grid - 1 - block) * GDN_LAYER_STEP_WARPS + warp, grid * GDN_LAYER_STEP_WARPS);
     let group_at = |item: u32| {
         // A group exists only with H_v ≥ 1; a violated contract aborts the launch.
@@ -213,9 +219,17 @@ unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepP
     let target = if warp == 0 { unsafe { grid_target(state, grid) } } else { 0 };
     // [speed] Ask L2 for this warp's first column group's initial state now: phase 1 does not
     // touch the ssm cache, so the lines arrive while it runs (hints only).
-    if first_group < gdn_items {
+    // The L2 prefetch of warp item `w`'s groups' initial states (hints only).
+    let prefetch = |w: u32| {
         // SAFETY: a column group of the validated grid (host); hints only.
-        unsafe { prefetch_group_state(&p.gdn.gdn, source_rows, source_rows_stride, group_at(first_group)) };
+        unsafe { prefetch_group_state(&p.gdn.gdn, source_rows, source_rows_stride, group_at(w * per_warp)) };
+        if PAIRS {
+            // SAFETY: as above, the pair's second group.
+            unsafe { prefetch_group_state(&p.gdn.gdn, source_rows, source_rows_stride, group_at(w * per_warp + 1)) };
+        }
+    };
+    if first_group < warp_items {
+        prefetch(first_group);
     }
     // ---- Phase 1: the conv-chain tiles, then the mat-vec rows; each item published. ----
     // [speed] Tiles first: when the items outnumber the grid (n_t > 8, or [seq-batch] several
@@ -263,16 +277,15 @@ unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepP
     }
     // SAFETY: every thread of the block, once, after its last publication.
     unsafe { arrive(state) };
-    // ---- Phase 2: GATED_DELTA_NET's column groups, one warp each, each waiting only for the
-    // items it reads. ----
+    // ---- Phase 2: GATED_DELTA_NET's column groups, one warp each (or [seq-batch] two, as one
+    // eight-column recurrence: `pairs`), each waiting only for the items it reads. ----
     let mut item = first_group;
-    while item < gdn_items {
-        let at = group_at(item);
-        // [speed] [seq-batch] This warp's next group's initial state asked of L2 now (hints
-        // only): with more groups than warps, its loads then meet L2 too.
-        if item + warps < gdn_items {
-            // SAFETY: a column group of the validated grid (host); hints only.
-            unsafe { prefetch_group_state(&p.gdn.gdn, source_rows, source_rows_stride, group_at(item + warps)) };
+    while item < warp_items {
+        let at = group_at(item * per_warp);
+        // [speed] [seq-batch] This warp's next groups' initial state asked of L2 now (hints
+        // only): with more groups than warps, their loads then meet L2 too.
+        if item + warps < warp_items {
+            prefetch(item + warps);
         }
         // The host proved these waits cover every writer of the group's reads (LayerStepItems).
         let read = items.item_read_by(at.seq, at.head, lane, trap);
@@ -281,17 +294,21 @@ unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize>(p: &GdnLayerStepP
         // input of the group was written by its items (module docs, "Readiness") and is
         // visible, and nothing writes them in phase 2 (host: disjoint from `out` and the
         // states); each group is this warp's alone.
-        unsafe {
-            run_group_at(&p.gdn.gdn, source_rows, source_rows_stride, at, shared::base(), || {
-                // SAFETY: every thread of the block: the loop is block-uniform (n_s·H_v·32
-                // groups, a multiple of 4: the block's four warps run the same number of groups,
-                // each round four groups of one sequence's head, so `read` is the same in every
-                // warp); each item < the first-phase items (row rem < 2·H_v, tiles < C/128:
-                // host links), published by its block, and this block published and arrived
-                // above.
-                wait_items(state, read, target)
-            })
-        };
+        // SAFETY: every thread of the block: the loop is block-uniform (n_s·H_v·32 / `per_warp`
+        // warp items, a multiple of 4: the block's four warps run the same number, each round
+        // 4·`per_warp` groups of one sequence's head — 32 groups a head —, so `read` is the same
+        // in every warp); each item < the first-phase items (row rem < 2·H_v, tiles < C/128:
+        // host links), published by its block, and this block published and arrived above.
+        let ready = || unsafe { wait_items(state, read, target) };
+        if PAIRS {
+            // SAFETY: as for one group below, for groups at.group (even) and at.group + 1; the
+            // stage holds the pair layout for n_t tokens (abi asserts it fits the entry's
+            // shared memory at every n_t).
+            unsafe { run_group_pair_at(&p.gdn.gdn, source_rows, source_rows_stride, at, shared::base(), ready) };
+        } else {
+            // SAFETY: see above.
+            unsafe { run_group_at(&p.gdn.gdn, source_rows, source_rows_stride, at, shared::base(), ready) };
+        }
         item += warps;
     }
     if block == 0 {
@@ -623,9 +640,40 @@ macro_rules! gdn_layer_step_entries {
         #[unsafe(export_name = crate::abi::entry_name!(gdn_layer_step, $kind, $d))]
         pub unsafe extern "ptx-kernel" fn $name(p: GdnLayerStepParams) {
             // SAFETY: forwarded from the launch contract above.
-            unsafe { gdn_layer_step::<$acc, $d>(&p) }
+            unsafe { gdn_layer_step::<$acc, $d, false>(&p) }
         }
     )*};
+}
+
+macro_rules! gdn_layer_step_seqs_entries {
+    ($($name:ident = $acc:ty, $kind:tt, $d:tt;)*) => {$(
+        /// [seq-batch] Entry point of a small batch on the single-sequence items, two column
+        /// groups a warp; see the module docs ("Several sequences").
+        ///
+        /// # Safety
+        /// See the module docs: the host validates every part, link and overlap, and launches a
+        /// co-resident (cooperative) grid.
+        #[unsafe(export_name = crate::abi::entry_name!(gdn_layer_step_seqs, $kind, $d))]
+        pub unsafe extern "ptx-kernel" fn $name(p: GdnLayerStepParams) {
+            // SAFETY: forwarded from the launch contract above.
+            unsafe { gdn_layer_step::<$acc, $d, true>(&p) }
+        }
+    )*};
+}
+
+gdn_layer_step_seqs_entries! {
+    gdn_layer_step_seqs_f32_d3 = F32, f32, 3;
+    gdn_layer_step_seqs_f32_d4 = F32, f32, 4;
+    gdn_layer_step_seqs_f32_d5 = F32, f32, 5;
+    gdn_layer_step_seqs_bf16_d3 = Bf16, bf16, 3;
+    gdn_layer_step_seqs_bf16_d4 = Bf16, bf16, 4;
+    gdn_layer_step_seqs_bf16_d5 = Bf16, bf16, 5;
+    gdn_layer_step_seqs_f16_d3 = F16Half, f16, 3;
+    gdn_layer_step_seqs_f16_d4 = F16Half, f16, 4;
+    gdn_layer_step_seqs_f16_d5 = F16Half, f16, 5;
+    gdn_layer_step_seqs_f16_f32acc_d3 = F16F32, f16_f32acc, 3;
+    gdn_layer_step_seqs_f16_f32acc_d4 = F16F32, f16_f32acc, 4;
+    gdn_layer_step_seqs_f16_f32acc_d5 = F16F32, f16_f32acc, 5;
 }
 
 gdn_layer_step_entries! {
