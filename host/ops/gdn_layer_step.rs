@@ -40,19 +40,34 @@ pub const SEQ_ITEMS_MAX_SEQS: usize = 4;
 pub const SEQ_ITEMS_MAX_SEQS_SHORT: usize = 8;
 /// [seq-batch] (speed) The tokens of a short step ([`SEQ_ITEMS_MAX_SEQS_SHORT`]).
 pub const SEQ_ITEMS_SHORT_TOKENS: usize = 2;
+/// [seq-batch] (speed) Most sequences a one-token step runs on the single-sequence entries
+/// ([`seq_items_pay`]).
+pub const SEQ_ITEMS_MAX_SEQS_DECODE: usize = 16;
 
 /// [seq-batch] Whether a step of `n_seqs` ≥ 2 sequences of `n_tokens` tokens runs faster on the
-/// single-sequence entries than on the batched ones (when its items fit the flags,
-/// [`StepShape::split`]): up to [`SEQ_ITEMS_MAX_SEQS`] sequences, and up to
-/// [`SEQ_ITEMS_MAX_SEQS_SHORT`] at n_t ≤ [`SEQ_ITEMS_SHORT_TOKENS`]. Measured on the H200, µs per
-/// layer step, same call (`results/2026-12-03-h200-seq-items/`): n_s = 2, T = 1 / 4 / 8 7.21 /
-/// 12.06 / 18.21 against 11.94 / 16.96 / 22.51 on the batched entries, n_s = 4, T = 1 / 4 10.57 /
-/// 19.11 against 15.06 / 22.90 (T = 8 level); n_s = 5, T = 1 / 2 12.33 / 15.19 against 16.74 /
-/// 19.82, n_s = 8 17.90 / 22.60 against 19.60 / 23.86, but n_s = 8, T = 4 40.25 against 34.70, and
-/// n_s = 16, T = 1 34.43 against 31.00.
+/// single-sequence entries (two column groups a warp, [`SEQ_ITEMS_GROUPS_PER_WARP`]) than on the
+/// batched ones (when its items fit the flags, [`StepShape::split`]): up to
+/// [`SEQ_ITEMS_MAX_SEQS`] sequences, up to [`SEQ_ITEMS_MAX_SEQS_SHORT`] at n_t ≤
+/// [`SEQ_ITEMS_SHORT_TOKENS`], and up to [`SEQ_ITEMS_MAX_SEQS_DECODE`] at n_t = 1. Measured on the
+/// H200, µs per layer step, same call (`results/2026-12-03-h200-seq-pairs/`): n_s = 8, T = 1 /
+/// 2 / 4 14.58 / 20.02 / 37.34 against 19.78 / 24.42 / 34.37 on the batched entries, n_s = 16,
+/// T = 1 / 2 27.21 / 45.38 against 30.98 / 42.58; with one group a warp n_s = 2 and 4 took
+/// 0.4–1.0 µs more at T = 1 / 2 / 4 and n_s = 8 2.5–3.4 µs more.
 pub fn seq_items_pay(n_seqs: usize, n_tokens: usize) -> bool {
-    n_seqs <= SEQ_ITEMS_MAX_SEQS || (n_tokens <= SEQ_ITEMS_SHORT_TOKENS && n_seqs <= SEQ_ITEMS_MAX_SEQS_SHORT)
+    n_seqs <= SEQ_ITEMS_MAX_SEQS
+        || (n_tokens <= SEQ_ITEMS_SHORT_TOKENS && n_seqs <= SEQ_ITEMS_MAX_SEQS_SHORT)
+        || (n_tokens <= 1 && n_seqs <= SEQ_ITEMS_MAX_SEQS_DECODE)
 }
+
+/// [seq-batch] (speed) Fewest sequences a batched step splits into four chunks rather than two,
+/// at n_t ≥ [`FOUR_CHUNKS_MIN_TOKENS`] ([`StepShape::batch_split`]): the second phase starts
+/// sooner. Same calls on the H200: n_s = 64, T = 4 / 8 227.55 / 398.73 µs against 229.71 / 407.46
+/// with two (`results/2026-12-03-h200-seq-pairs/`), T = 4 227.15 / 226.62 against 231.15 in
+/// session 14 (`results/2026-12-03-h200-conv-items/`); but T = 1 105.22 against 100.04, and
+/// n_s = 16 slower at T = 1.
+pub const FOUR_CHUNKS_MIN_SEQS: usize = 64;
+/// [seq-batch] (speed) Fewest tokens for four chunks ([`FOUR_CHUNKS_MIN_SEQS`]).
+pub const FOUR_CHUNKS_MIN_TOKENS: usize = 4;
 
 /// [seq-batch] (speed) Most token columns n_s·n_t a batched step runs with one-row mat-vec items
 /// ([`StepShape::batch_split`]).
@@ -162,7 +177,8 @@ impl StepShape {
 
     /// [seq-batch] The work split of a batched step over `n_seqs` sequences: two chunks of ⌈n_s / 2⌉
     /// sequences, at least 2 (so the first chunk's second phase overlaps the second chunk's
-    /// first), conv items of up to 4 sequences (one at small n_s, below), two column groups per
+    /// first), four from [`FOUR_CHUNKS_MIN_SEQS`] sequences of [`FOUR_CHUNKS_MIN_TOKENS`] tokens on,
+    /// conv items of up to 4 sequences (one at small n_s, below), two column groups per
     /// warp — one eight-column recurrence — from 4 sequences on (one below: the suite's n_s = 2 and 3 keep the
     /// one-group body covered). Measured on the H200 with the schedule walk of baad1ea
     /// (`results/2026-12-02-h200-walk/2-knobs.txt`): at n_s = 16, T = 4 chunks of 8 took 68.94 µs
@@ -194,7 +210,8 @@ impl StepShape {
             ]
         });
         let n = n_seqs as u32;
-        let chunk_seqs = chunk.unwrap_or(n.div_ceil(2).max(2)).clamp(1, n.max(1));
+        let chunks = if n_seqs >= FOUR_CHUNKS_MIN_SEQS && n_tokens >= FOUR_CHUNKS_MIN_TOKENS { 4 } else { 2 };
+        let chunk_seqs = chunk.unwrap_or(n.div_ceil(chunks).max(2)).clamp(1, n.max(1));
         // At least ⌈n / BATCH_MAX_CHUNKS⌉ sequences a chunk: one counter each.
         let chunk_seqs = chunk_seqs.max(n.div_ceil(abi::BATCH_MAX_CHUNKS as u32));
         abi::LayerStepBatchParams {
@@ -1141,11 +1158,32 @@ mod tests {
             (8, 2, true),
             (5, 3, false),
             (8, 4, false),
-            (16, 1, false),
+            (16, 1, true),
+            (12, 1, true),
+            (16, 2, false),
+            (17, 1, false),
             (64, 4, false),
         ] {
             assert_eq!(runs_own(n_s, n_t), expected, "n_s = {n_s}, n_t = {n_t}");
-            assert_eq!(StepShape::split(n_s, n_t, own(n_s, n_t)).n_seqs as usize, n_s);
+            let split = StepShape::split(n_s, n_t, own(n_s, n_t));
+            assert_eq!(split.n_seqs as usize, n_s);
+            // Several sequences on the single-sequence entries: two groups a warp.
+            if expected && n_s >= 2 && std::env::var_os("RGDN_BATCH_SEQ_GROUPS").is_none() {
+                assert_eq!(split.groups_per_warp, SEQ_ITEMS_GROUPS_PER_WARP, "n_s = {n_s}, n_t = {n_t}");
+            }
+        }
+    }
+
+    /// [seq-batch] Batched steps split into two chunks, four from 64 sequences of 4 tokens on (the
+    /// measured rule, [`FOUR_CHUNKS_MIN_SEQS`]).
+    #[test]
+    fn batched_steps_take_four_chunks_only_where_measured_faster() {
+        if std::env::var_os("RGDN_BATCH_CHUNK").is_some() {
+            eprintln!("RGDN_BATCH_CHUNK is set: the defaults are not what this process runs; not checked");
+            return;
+        }
+        for (n_s, n_t, chunk_seqs) in [(16, 4, 8), (32, 8, 16), (64, 1, 32), (64, 2, 32), (64, 4, 16), (64, 16, 16), (256, 4, 64), (65, 4, 17)] {
+            assert_eq!(StepShape::batch_split(n_s, n_t).chunk_seqs, chunk_seqs, "n_s = {n_s}, n_t = {n_t}");
         }
     }
 
