@@ -32,31 +32,22 @@ const OP: &str = "GDN_LAYER_STEP";
 /// the single-sequence entries ([`StepShape::split`]; `RGDN_BATCH_SEQ_GROUPS` = 1 / 2 overrides
 /// it for measurements).
 pub const SEQ_ITEMS_GROUPS_PER_WARP: u32 = 2;
-/// [seq-batch] (speed) Most sequences a step runs on the single-sequence entries at every n_t
-/// ([`seq_items_pay`]).
-pub const SEQ_ITEMS_MAX_SEQS: usize = 4;
-/// [seq-batch] (speed) Most sequences a step of at most [`SEQ_ITEMS_SHORT_TOKENS`] tokens runs on
-/// the single-sequence entries ([`seq_items_pay`]).
-pub const SEQ_ITEMS_MAX_SEQS_SHORT: usize = 8;
-/// [seq-batch] (speed) The tokens of a short step ([`SEQ_ITEMS_MAX_SEQS_SHORT`]).
-pub const SEQ_ITEMS_SHORT_TOKENS: usize = 2;
-/// [seq-batch] (speed) Most sequences a one-token step runs on the single-sequence entries
-/// ([`seq_items_pay`]).
-pub const SEQ_ITEMS_MAX_SEQS_DECODE: usize = 16;
+/// [seq-batch] (speed) Which steps of several sequences run on the single-sequence entries
+/// ([`seq_items_pay`]): (most sequences, most tokens) pairs, a step taking them when some pair
+/// bounds both its n_s and its n_t.
+pub const SEQ_ITEMS_SHAPES: [(usize, usize); 3] = [(4, usize::MAX), (8, 4), (16, 2)];
 
 /// [seq-batch] Whether a step of `n_seqs` ≥ 2 sequences of `n_tokens` tokens runs faster on the
-/// single-sequence entries (two column groups a warp, [`SEQ_ITEMS_GROUPS_PER_WARP`]) than on the
-/// batched ones (when its items fit the flags, [`StepShape::split`]): up to
-/// [`SEQ_ITEMS_MAX_SEQS`] sequences, up to [`SEQ_ITEMS_MAX_SEQS_SHORT`] at n_t ≤
-/// [`SEQ_ITEMS_SHORT_TOKENS`], and up to [`SEQ_ITEMS_MAX_SEQS_DECODE`] at n_t = 1. Measured on the
-/// H200, µs per layer step, same call (`results/2026-12-03-h200-seq-pairs/`): n_s = 8, T = 1 /
-/// 2 / 4 14.58 / 20.02 / 37.34 against 19.78 / 24.42 / 34.37 on the batched entries, n_s = 16,
-/// T = 1 / 2 27.21 / 45.38 against 30.98 / 42.58; with one group a warp n_s = 2 and 4 took
-/// 0.4–1.0 µs more at T = 1 / 2 / 4 and n_s = 8 2.5–3.4 µs more.
+/// single-sequence entries (two column groups a warp, [`SEQ_ITEMS_GROUPS_PER_WARP`], four blocks
+/// a multiprocessor) than on the batched ones (when its items fit the flags,
+/// [`StepShape::split`]): up to 4 sequences at every n_t, 8 up to 4 tokens, 16 up to 2
+/// ([`SEQ_ITEMS_SHAPES`]). Measured on the H200, µs per layer step, same calls
+/// (`results/2026-12-03-h200-seq-pairs/`): n_s = 8, T = 2 / 4 18.79 / 33.66 against 23.93 /
+/// 35.02 on the batched entries, n_s = 16, T = 2 41.92 against 43.29, T = 1 24.34 against
+/// 30.98 (another arm run); n_s = 16, T = 4 does not fit the flags. With three blocks a
+/// multiprocessor the rule was narrower (n_s = 8, T = 4 37.34 against 34.37).
 pub fn seq_items_pay(n_seqs: usize, n_tokens: usize) -> bool {
-    n_seqs <= SEQ_ITEMS_MAX_SEQS
-        || (n_tokens <= SEQ_ITEMS_SHORT_TOKENS && n_seqs <= SEQ_ITEMS_MAX_SEQS_SHORT)
-        || (n_tokens <= 1 && n_seqs <= SEQ_ITEMS_MAX_SEQS_DECODE)
+    SEQ_ITEMS_SHAPES.iter().any(|&(seqs, tokens)| n_seqs <= seqs && n_tokens <= tokens)
 }
 
 /// [seq-batch] (speed) Fewest sequences a batched step splits into four chunks rather than two,
@@ -1033,7 +1024,8 @@ mod tests {
                 for entry in [abi::gdn_layer_step_entry(kind, d_conv).unwrap(), abi::gdn_layer_step_seqs_entry(kind, d_conv).unwrap()] {
                     let start = ptx.find(&format!(".entry {entry}(")).unwrap_or_else(|| panic!("{entry} missing"));
                     let header = &ptx[start..start + ptx[start..].find('{').unwrap()];
-                    let blocks = if d_conv == 5 { 2 } else { 3 };
+                    let seqs = entry.starts_with("gdn_layer_step_seqs_");
+                    let blocks = if d_conv == 5 { 2 } else if seqs { 4 } else { 3 };
                     assert!(
                         header.contains(".maxntid 128, 1, 1") && header.contains(&format!(".minnctapersm {blocks}")),
                         "{entry}: {header}"
@@ -1042,6 +1034,7 @@ mod tests {
             }
         }
         assert!(abi::PTX_LAUNCH_BOUNDS.contains(&("gdn_layer_step_", abi::GDN_LAYER_STEP_BLOCK, 3)));
+        assert!(abi::PTX_LAUNCH_BOUNDS.contains(&("gdn_layer_step_seqs_", abi::GDN_LAYER_STEP_BLOCK, 4)));
     }
 
     /// The fused graph (one GDN_LAYER_STEP, plus a fresh cell's SCALEs) equals the unfused
@@ -1156,11 +1149,15 @@ mod tests {
             (5, 2, true),
             (8, 1, true),
             (8, 2, true),
-            (5, 3, false),
-            (8, 4, false),
+            (5, 3, true),
+            (8, 4, true),
+            (8, 5, false),
+            (9, 3, false),
             (16, 1, true),
             (12, 1, true),
-            (16, 2, false),
+            // 16·64 + 64·16 = 2048 items: every flag.
+            (16, 2, true),
+            (16, 3, false),
             (17, 1, false),
             (64, 4, false),
         ] {
