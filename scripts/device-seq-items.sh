@@ -30,6 +30,9 @@ for k in 1 2 3 4; do
   OUT="$out/seq-items/$k" ARMS="$arms" SEQS="$seqs" MODES="$modes" ROUNDS="$rounds" BENCH_EXTRA="--layers 8" \
     timeout "${ARMS_TIMEOUT:-120}" bash scripts/device-batch-arms.sh > /dev/null 2>&1
   echo "arms $k ($arms | $seqs | $modes | $rounds): exit $? ($(($(date +%s) - t0)) s)" >> "$out/seq-items/log.txt"
+  # A run cut by ARMS_TIMEOUT leaves its bench running (its own `timeout` outlives the killed
+  # script): session 17's n_s = 256 arm ran on beside the next bench and disturbed it.
+  pkill -KILL -f 'arm/.*/bundle/rgdn' 2>/dev/null && echo "arms $k: a bench left running, killed" >> "$out/seq-items/log.txt"
 done
 mv later/bundle-plant-*.tgz . 2>/dev/null
 left=$((${BUDGET:-570} - ($(date +%s) - t0)))
