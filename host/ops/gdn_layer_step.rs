@@ -1025,7 +1025,13 @@ mod tests {
                     let start = ptx.find(&format!(".entry {entry}(")).unwrap_or_else(|| panic!("{entry} missing"));
                     let header = &ptx[start..start + ptx[start..].find('{').unwrap()];
                     let seqs = entry.starts_with("gdn_layer_step_seqs_");
-                    let blocks = if d_conv == 5 { 2 } else if seqs { 4 } else { 3 };
+                    let blocks = if d_conv == 5 {
+                        2
+                    } else if seqs {
+                        4
+                    } else {
+                        3
+                    };
                     assert!(
                         header.contains(".maxntid 128, 1, 1") && header.contains(&format!(".minnctapersm {blocks}")),
                         "{entry}: {header}"
@@ -1179,7 +1185,9 @@ mod tests {
             eprintln!("RGDN_BATCH_CHUNK is set: the defaults are not what this process runs; not checked");
             return;
         }
-        for (n_s, n_t, chunk_seqs) in [(16, 4, 8), (32, 8, 16), (64, 1, 32), (64, 2, 32), (64, 4, 16), (64, 16, 16), (256, 4, 64), (65, 4, 17)] {
+        for (n_s, n_t, chunk_seqs) in
+            [(16, 4, 8), (32, 8, 16), (64, 1, 32), (64, 2, 32), (64, 4, 16), (64, 16, 16), (256, 4, 64), (65, 4, 17)]
+        {
             assert_eq!(StepShape::batch_split(n_s, n_t).chunk_seqs, chunk_seqs, "n_s = {n_s}, n_t = {n_t}");
         }
     }
