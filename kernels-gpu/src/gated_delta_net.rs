@@ -802,31 +802,8 @@ pub(crate) unsafe fn run_group_at(
     stage: u32,
     inputs_ready: impl FnOnce(),
 ) {
-    let col0 = at.group as usize * GROUP_COLUMNS;
-    let lane = at.lane as usize;
-    // SAFETY: forwarded from the caller (head, seq inside the validated grid).
-    let h = unsafe { HeadViews::at(p, at.head, at.seq) };
-    let (head, seq) = (at.head as usize, at.seq as usize);
-    if h.n_tokens == 0 {
-        return;
-    }
-    // SAFETY: seq < n_s (caller); the row lies in the cache view, the index is never written.
-    let row = unsafe { HeadViews::source_row(source_rows, source_rows_stride, seq) };
-    let mut s = [[0.0f32; ROWS_PER_LANE]; GROUP_COLUMNS];
-    let mut j = 0;
-    while j < GROUP_COLUMNS {
-        // SAFETY: this lane's elements (i, col0 + j, head) of the row, read before this lane's
-        // first store, and no other thread writes them (module docs).
-        s[j] = unsafe { load_lane_coherent(h.state_in.add(row * h.in_seq + (col0 + j) * h.in_col + head * h.in_head), lane) };
-        j += 1;
-    }
-    // [speed] The state loads above are in flight while the caller waits.
-    inputs_ready();
-    // SAFETY: all four warps of the block are here together with groups of one head (caller),
-    // after `inputs_ready`: the inputs are visible, the staging area free.
-    unsafe { stage_tokens(WarpGroups::ONE, h.token_source(lane, col0), h.n_tokens, at.warp, stage) };
-    // SAFETY: staged above for this warp's one group; the whole warp is here.
-    unsafe { group_recurrence::<GROUP_COLUMNS, { 2 * GROUP_COLUMNS }>(WarpGroups::ONE, &h, s, col0, stage, at.warp, at.lane, 0) };
+    // SAFETY: forwarded from the caller (one group: the single-sequence step's stage layout).
+    unsafe { run_groups_at::<GROUP_COLUMNS, { 2 * GROUP_COLUMNS }>(p, source_rows, source_rows_stride, at, WarpGroups::ONE, stage, inputs_ready) }
 }
 
 /// [seq-batch] Groups `at.group` and `at.group` + 1 as one eight-column recurrence, as
