@@ -630,38 +630,26 @@ gdn_layer_step_batch_entries! {
     gdn_layer_step_batch_f16_f32acc_d5 = F16F32, f16_f32acc, 5;
 }
 
+/// The single-sequence step's entries (`PAIRS` = false: one column group a warp) and [seq-batch]
+/// the `seqs` entries of a small batch on the single-sequence items (true: two column groups a
+/// warp, module docs "Several sequences"): the same body.
 macro_rules! gdn_layer_step_entries {
-    ($($name:ident = $acc:ty, $kind:tt, $d:tt;)*) => {$(
+    ($prefix:ident, $pairs:literal; $($name:ident = $acc:ty, $kind:tt, $d:tt;)*) => {$(
         /// Entry point; see the module docs.
         ///
         /// # Safety
         /// See the module docs: the host validates every part, link and overlap, and launches a
         /// co-resident (cooperative) grid.
-        #[unsafe(export_name = crate::abi::entry_name!(gdn_layer_step, $kind, $d))]
+        #[unsafe(export_name = crate::abi::entry_name!($prefix, $kind, $d))]
         pub unsafe extern "ptx-kernel" fn $name(p: GdnLayerStepParams) {
             // SAFETY: forwarded from the launch contract above.
-            unsafe { gdn_layer_step::<$acc, $d, false>(&p) }
+            unsafe { gdn_layer_step::<$acc, $d, $pairs>(&p) }
         }
     )*};
 }
 
-macro_rules! gdn_layer_step_seqs_entries {
-    ($($name:ident = $acc:ty, $kind:tt, $d:tt;)*) => {$(
-        /// [seq-batch] Entry point of a small batch on the single-sequence items, two column
-        /// groups a warp; see the module docs ("Several sequences").
-        ///
-        /// # Safety
-        /// See the module docs: the host validates every part, link and overlap, and launches a
-        /// co-resident (cooperative) grid.
-        #[unsafe(export_name = crate::abi::entry_name!(gdn_layer_step_seqs, $kind, $d))]
-        pub unsafe extern "ptx-kernel" fn $name(p: GdnLayerStepParams) {
-            // SAFETY: forwarded from the launch contract above.
-            unsafe { gdn_layer_step::<$acc, $d, true>(&p) }
-        }
-    )*};
-}
-
-gdn_layer_step_seqs_entries! {
+gdn_layer_step_entries! {
+    gdn_layer_step_seqs, true;
     gdn_layer_step_seqs_f32_d3 = F32, f32, 3;
     gdn_layer_step_seqs_f32_d4 = F32, f32, 4;
     gdn_layer_step_seqs_f32_d5 = F32, f32, 5;
@@ -677,6 +665,7 @@ gdn_layer_step_seqs_entries! {
 }
 
 gdn_layer_step_entries! {
+    gdn_layer_step, false;
     gdn_layer_step_f32_d3 = F32, f32, 3;
     gdn_layer_step_f32_d4 = F32, f32, 4;
     gdn_layer_step_f32_d5 = F32, f32, 5;
