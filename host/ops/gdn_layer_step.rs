@@ -1134,7 +1134,7 @@ mod tests {
 
     /// [seq-batch] The launch each batch size and token count gets by default at 9B (C/128 = 64,
     /// H_v = 32): the single-sequence entries where they were measured faster and their items fit
-    /// the 2048 flags, the batched schedule elsewhere; one sequence always the single-sequence
+    /// the 4096 flags, the batched schedule elsewhere; one sequence always the single-sequence
     /// entries. (The defaults only: a process with the knob `RGDN_BATCH_SEQ_ITEMS` set says so
     /// and checks nothing.)
     #[test]
@@ -1150,8 +1150,9 @@ mod tests {
             (2, 1, true),
             (2, 16, true),
             (4, 8, true),
-            // 4·64 + 64·32 = 2304 items: more than the flags.
-            (4, 16, false),
+            // 4·64 + 64·32 = 2304 items: within the 4096 flags since session 18 (2048 before).
+            (4, 15, true),
+            (4, 16, true),
             (5, 2, true),
             (8, 1, true),
             (8, 2, true),
@@ -1161,7 +1162,7 @@ mod tests {
             (9, 3, false),
             (16, 1, true),
             (12, 1, true),
-            // 16·64 + 64·16 = 2048 items: every flag.
+            // 16·64 + 64·16 = 2048 items (every flag of the 2048 before session 18).
             (16, 2, true),
             (16, 3, false),
             (17, 1, false),

@@ -1197,7 +1197,7 @@ pub const GDN_LAYER_STEP_GROUP_COLUMNS: u32 = 4;
 pub const GRID_SYNC_LINE: usize = 128;
 /// Work-item flags of the readiness state: GDN_LAYER_STEP's first-phase items
 /// (2·H_v·⌈n_t/2⌉ + C/128) must not exceed it (the host refuses more).
-pub const GRID_SYNC_FLAGS: usize = 2048;
+pub const GRID_SYNC_FLAGS: usize = 4096;
 /// Bytes of the readiness state (`device/grid.rs`): `done`, `arrived`, then
 /// [`GRID_SYNC_FLAGS`] flags, then [seq-batch] [`BATCH_MAX_CHUNKS`] chunk counters, one u64 per
 /// [`GRID_SYNC_LINE`].
