@@ -7,7 +7,8 @@
 # 1 with RGDN_BATCH_SEQ_GROUPS=1 (one column group a warp); `c4` / `c2` chunks of 16 / 128
 # sequences (four chunks at n_s = 64, two at 256); `def` the defaults; any other arm is arm-NAME.txz
 # (scripts/arm-bundle.sh). Each ARMS_k="arms|seqs|modes|rounds" line is one
-# scripts/device-batch-arms.sh run. Everything comes back as seq-items.tgz beside summary.txt.
+# scripts/device-batch-arms.sh run; EXTRA_k adds bench arguments to it (e.g. "--replay half").
+# Everything comes back as seq-items.tgz beside summary.txt.
 #   run(command="ARMS_1='new prev|2,4|decode,3:2|1' bash scripts/device-seq-items.sh", carry=["bundle.txz", "arm-prev.txz"])
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -27,7 +28,8 @@ mkdir -p "$out/seq-items"
 for k in 1 2 3 4; do
   v=ARMS_$k; [ -n "${!v:-}" ] || continue
   IFS='|' read -r arms seqs modes rounds <<< "${!v}"
-  OUT="$out/seq-items/$k" ARMS="$arms" SEQS="$seqs" MODES="$modes" ROUNDS="$rounds" BENCH_EXTRA="--layers 8" \
+  e=EXTRA_$k
+  OUT="$out/seq-items/$k" ARMS="$arms" SEQS="$seqs" MODES="$modes" ROUNDS="$rounds" BENCH_EXTRA="--layers 8 ${!e:-}" \
     timeout "${ARMS_TIMEOUT:-120}" bash scripts/device-batch-arms.sh > /dev/null 2>&1
   echo "arms $k ($arms | $seqs | $modes | $rounds): exit $? ($(($(date +%s) - t0)) s)" >> "$out/seq-items/log.txt"
   # A run cut by ARMS_TIMEOUT leaves its bench running (its own `timeout` outlives the killed

@@ -53,6 +53,7 @@ fn gdn_conv_chain_outputs_do_not_panic_on_a_row_near_2_pow_62() {
         head_dim: 32,
         n_k_heads: 1,
         eps: 1e-6,
+        commit: None,
     };
     let outs = op.outputs();
     // The unrepresentable row's view saturates: it reaches the end of the address space.

@@ -584,6 +584,7 @@ mod fused {
             head_dim: 32,
             n_k_heads: h_k,
             eps: 1e-6,
+            commit: None,
         }
     }
 

@@ -269,3 +269,121 @@ fn the_parameter_struct_has_no_padding() {
     assert_eq!(offset_of!(P, offsets), 248);
     assert!(size_of::<P>() <= rgdn::gpu::PARAM_BLOCK_BYTES);
 }
+
+/// [replay] The window commit in front of the chain (`ConvCommit`): the fused op equals the
+/// unfused commit (GET_ROWS of the committed rows, CONCAT with the log, CPY_SNAPSHOTS of the
+/// T_log + 1 windows, GET_ROWS of each sequence's window over its row) followed by the chain
+/// from those rows and the log CPY of the inputs — the whole cache, conv_out, the norms and the
+/// log — at n_s 1–3, T_log and n_t 1–16, every accepted count 0 … T_log; and its index rules
+/// refuse a window row of another sequence, one past the table, and a source row that is not
+/// the row the sequence commits.
+#[test]
+fn the_window_commit_equals_its_unfused_ops_and_refuses_foreign_rows() {
+    use rgdn::ops::{ConcatDim0, ConvCommit, Cpy, CpySnapshots, GetRows};
+    let mut cases = 0;
+    for (n_s, log_t, n_t, d_conv) in [(1, 1, 1, 4), (1, 4, 4, 4), (2, 3, 5, 3), (3, 16, 16, 4), (2, 8, 2, 5), (3, 4, 4, 4)] {
+        for shift in 0..=log_t {
+            let mut b = Builder::new(rgdn::suite::cases::seed_of(&format!("commit {n_s} {log_t} {n_t} {d_conv} {shift}")));
+            let c = 256;
+            let state_len = d_conv - 1;
+            let (d, h_k) = (32, 2);
+            let rand = rgdn::inputs::Values::Uniform(1.0);
+            // Cells 2..2+n_s commit; rows 0, 1 and the ones after are other cells.
+            let conv_cache = b.tensor_padded(DType::F32, [state_len * c, 2 * n_s + 4, 1, 1], [0; 4], rand);
+            let kv_head = 2;
+            let source_row = b.mem.alloc_indices(&(0..n_s).map(|s| (kv_head + s) as i32).collect::<Vec<_>>());
+            let accepted: Vec<usize> = (0..n_s).map(|s| (shift + s) % (log_t + 1)).collect();
+            let window_rows =
+                b.mem.alloc_indices(&accepted.iter().enumerate().map(|(s, &a)| ((log_t - a) * n_s + s) as i32).collect::<Vec<_>>());
+            let log_qkv = b.tensor_padded(DType::F32, [c, log_t, n_s, 1], [0; 4], rand);
+            let qkv = b.tensor_padded(DType::F32, [c, n_t, n_s, 1], [0; 4], rand);
+            let weight = b.tensor_padded(DType::F32, [d_conv, c, 1, 1], [0; 4], rand);
+            let out = |b: &mut Builder, ne| b.output(ne);
+            let (conv_out, q_norm, k_norm, log_out) = (
+                out(&mut b, [c, n_t, n_s, 1]),
+                out(&mut b, [d, h_k, n_t, n_s]),
+                out(&mut b, [d, h_k, n_t, n_s]),
+                out(&mut b, [c, n_t, n_s, 1]),
+            );
+            let commit = ConvCommit { log_qkv, window_rows, row: kv_head, log_out: Some(log_out) };
+            let fused = GdnConvChain {
+                conv_cache,
+                source_row,
+                qkv,
+                weight,
+                snapshots: vec![],
+                conv_out,
+                q_norm,
+                k_norm,
+                head_dim: d,
+                n_k_heads: h_k,
+                eps: 1e-6,
+                commit: Some(commit),
+            };
+            // Unfused: the commit's four ops, then the chain's (the fused op with one snapshot row
+            // written to a spare row, compared only where the fused op writes).
+            let commit_states = out(&mut b, [state_len * c, n_s, 1, 1]);
+            let commit_input = out(&mut b, [state_len + log_t, c, n_s, 1]);
+            let windows = out(&mut b, [state_len * c, (log_t + 1) * n_s, 1, 1]);
+            let own_rows = conv_cache.view([state_len * c, n_s, 1, 1], conv_cache.layout.nb, kv_head * conv_cache.layout.nb[1]);
+            let committed = commit_states.reshape([state_len, c, n_s, 1]).unwrap();
+            let unfused: Vec<Box<dyn Op>> = vec![
+                Box::new(GetRows { src: conv_cache, rows: source_row, dst: commit_states }),
+                Box::new(ConcatDim0 { a: committed, b: log_qkv.transpose(), dst: commit_input }),
+                Box::new(CpySnapshots {
+                    conv_input: commit_input,
+                    cache: windows,
+                    d_conv,
+                    first_row: 0,
+                    group_stride: n_s,
+                    n_slots: log_t + 1,
+                }),
+                Box::new(GetRows { src: windows, rows: window_rows, dst: own_rows }),
+                Box::new(Cpy { src: qkv, dst: log_out }),
+                Box::new(GdnConvChain { commit: None, snapshots: vec![SnapshotWrite { row: kv_head + n_s, offset: 0 }], ..fused.clone() }),
+            ];
+            let (f, u) = (run(&b.mem, &[Box::new(fused.clone())]), run(&b.mem, &unfused));
+            let spare = conv_cache.view([state_len * c, n_s, 1, 1], conv_cache.layout.nb, (kv_head + n_s) * conv_cache.layout.nb[1]);
+            for (name, t) in [("conv_out", conv_out), ("q_norm", q_norm), ("k_norm", k_norm), ("log_out", log_out), ("own rows", own_rows)]
+            {
+                assert!(bits(&f, &t) == bits(&u, &t), "n_s {n_s}, T_log {log_t}, n_t {n_t}, a {accepted:?}: {name} differs");
+            }
+            // Every other cache row is untouched by the fused op (the spare row is the unfused
+            // side's only extra write).
+            let whole = |m: &HostMemory| bits(m, &conv_cache);
+            let (fw, uw, before) = (whole(&f), whole(&u), whole(&b.mem));
+            let row_len = state_len * c;
+            for row in 0..2 * n_s + 4 {
+                let r = row * row_len..(row + 1) * row_len;
+                if (kv_head..kv_head + n_s).contains(&row) {
+                    continue;
+                }
+                assert_eq!(fw[r.clone()], before[r.clone()], "row {row} written by the fused op");
+                if row < kv_head + n_s || row >= kv_head + 2 * n_s {
+                    assert_eq!(uw[r.clone()], before[r], "row {row}");
+                }
+            }
+            let _ = spare;
+            cases += 1;
+
+            if n_s >= 2 && shift == 0 {
+                // Another sequence's window row, a row past the table, a foreign source row.
+                let mut mem = b.mem.clone();
+                let wrong = (log_t * n_s + 1) as i32; // sequence 1's window(0), given to sequence 0
+                mem.write_u32(&window_rows, [0, 0, 0, 0], wrong as u32);
+                assert!(matches!(fused.validate(&mem), Err(Error::Aliasing { a: "window_rows", .. })), "{:?}", fused.validate(&mem));
+                mem.write_u32(&window_rows, [0, 0, 0, 0], ((log_t + 1) * n_s) as u32);
+                assert!(matches!(fused.validate(&mem), Err(Error::IndexOutOfRange { arg: "window_rows", .. })));
+                let mut mem = b.mem.clone();
+                mem.write_u32(&source_row, [1, 0, 0, 0], kv_head as u32);
+                assert!(matches!(fused.validate(&mem), Err(Error::Aliasing { a: "source_row", b: "commit.row", .. })));
+                assert!(fused.check_indices(&mem).is_err());
+                // A snapshot row beside a commit is out of scope.
+                let mut both = fused.clone();
+                both.snapshots = vec![SnapshotWrite { row: kv_head + n_s, offset: 0 }];
+                assert!(matches!(both.validate(&b.mem), Err(Error::Unsupported { .. })));
+            }
+        }
+    }
+    assert_eq!(cases, 2 + 5 + 4 + 17 + 9 + 5);
+}

@@ -568,7 +568,20 @@ fn build_gdn_conv_chain(g: &mut Gen) -> Box<dyn Op> {
     let q_norm = norm(g);
     let k_norm = if g.one_in(32) { q_norm } else { norm(g) };
     let eps = [1e-6, 0.0, f32::NAN, -1.0, f32::INFINITY][(g.below(32) as usize).saturating_sub(27).min(4)];
-    Box::new(GdnConvChain { conv_cache, source_row, qkv, weight, snapshots, conv_out, q_norm, k_norm, head_dim, n_k_heads, eps })
+    Box::new(GdnConvChain {
+        conv_cache,
+        source_row,
+        qkv,
+        weight,
+        snapshots,
+        conv_out,
+        q_norm,
+        k_norm,
+        head_dim,
+        n_k_heads,
+        eps,
+        commit: None,
+    })
 }
 
 /// Byte offsets of every element of a small view.

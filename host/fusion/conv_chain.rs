@@ -17,7 +17,7 @@ use super::{Fusion, Graph, Refusal, users, writer_of};
 use crate::graph::layer::{LayerSpec, Rollback, window};
 use crate::graph::{Bound, ByteSet};
 use crate::layer::LayerTensors;
-use crate::ops::{ConcatDim0, Cpy, GdnConvChain, GetRows, L2Norm, SnapshotWrite, SsmConv};
+use crate::ops::{ConcatDim0, ConvCommit, Cpy, CpySnapshots, GdnConvChain, GetRows, L2Norm, SnapshotWrite, SsmConv};
 use crate::tensor::{DType, Tensor};
 
 /// Scope limits of the fused conv chain.
@@ -36,15 +36,18 @@ pub const FUSION: Fusion = Fusion {
     default: true,
 };
 
-/// \[replay\] Not in a replay layer: its first CONCAT is the window commit's, read by
-/// CPY_SNAPSHOTS and no SSM_CONV (the matcher refuses it by name, `ConcatUsers`); so does the
-/// layer step, which needs this fusion.
+/// \[replay\] In a replay layer too: there the chain takes the window commit in front of it
+/// (GET_ROWS of the committed rows, CONCAT with the log, CPY_SNAPSHOTS of the windows, GET_ROWS
+/// of each sequence's window over its row) and the log copy of its inputs, and writes no
+/// snapshot row ([`ConvCommit`]); each sequence reads its own row (the replay spec's rule).
 fn fires_on(spec: &LayerSpec) -> bool {
     let (s, step) = (&spec.shape, &spec.step);
-    spec.rollback == Rollback::Snapshots
-        && !step.reads_another_sequences_row(step.slots())
+    let rows_ok = match spec.rollback {
+        Rollback::Snapshots => !step.reads_another_sequences_row(step.slots()) && step.slots() <= MAX_SNAPSHOT_ROWS,
+        Rollback::Replay { .. } => true,
+    };
+    rows_ok
         && step.n_tokens <= MAX_TOKENS
-        && step.slots() <= MAX_SNAPSHOT_ROWS
         && D_CONV.contains(&s.d_conv)
         && HEAD_DIMS.contains(&s.head_dim)
         && s.try_channels().is_ok_and(|c| c.is_multiple_of(CHANNEL_BLOCK))
@@ -64,9 +67,14 @@ fn dense(t: &Tensor) -> bool {
 pub fn find(graph: &Graph, layer: usize) -> Result<Candidate, Refusal> {
     let nodes = graph.nodes;
     use Refusal::*;
-    let c = (0..nodes.len())
-        .find(|&i| nodes[i].layer == Some(layer) && nodes[i].get::<ConcatDim0>().is_some())
-        .ok_or(NoPattern("no CONCAT in the layer"))?;
+    let concats: Vec<usize> =
+        (0..nodes.len()).filter(|&i| nodes[i].layer == Some(layer) && nodes[i].get::<ConcatDim0>().is_some()).collect();
+    // The CONCAT an SSM_CONV reads (a replay layer's first is the window commit's); else the first.
+    let reads_conv = |&i: &usize| {
+        let dst = nodes[i].get::<ConcatDim0>().expect("a CONCAT").dst;
+        users(graph, i, &bytes(&dst)).iter().any(|&x| nodes[x].get::<SsmConv>().is_some_and(|conv| conv.conv_input == dst))
+    };
+    let c = concats.iter().copied().find(|i| reads_conv(i)).or(concats.first().copied()).ok_or(NoPattern("no CONCAT in the layer"))?;
     let concat = nodes[c].get::<ConcatDim0>().expect("found");
     let g = writer_of(graph, c, &concat.a).ok_or(NoPattern("nothing writes the CONCAT's first source"))?;
     let gather = nodes[g].get::<GetRows>().ok_or(NoPattern("the CONCAT's first source is not a GET_ROWS output"))?;
@@ -88,6 +96,15 @@ pub fn find(graph: &Graph, layer: usize) -> Result<Candidate, Refusal> {
     if cache.ne()[0] != state_len.saturating_mul(channels) || !dense(&cache.view([cache.ne()[0], 1, 1, 1], cache.layout.nb, 0)) {
         return Err(Layout("the conv cache rows are not contiguous (d_conv−1)·C floats"));
     }
+
+    // [replay] The window commit: the last writer of the cache before the gather is a GET_ROWS
+    // of the layer (the commit's copy of each sequence's window over its row).
+    let commit = match writer_of(graph, g, &cache) {
+        Some(w) if nodes[w].layer == Some(layer) && nodes[w].get::<GetRows>().is_some() => {
+            Some(find_commit(graph, layer, w, &cache, gather)?)
+        }
+        _ => None,
+    };
 
     // Users of the GET_ROWS output: exactly the CONCAT.
     let g_users = users(graph, g, &bytes(&gather.dst));
@@ -164,7 +181,7 @@ pub fn find(graph: &Graph, layer: usize) -> Result<Candidate, Refusal> {
     if n_tokens > MAX_TOKENS {
         return Err(TooManyTokens { n_tokens });
     }
-    if snapshots.is_empty() || snapshots.len() > MAX_SNAPSHOT_ROWS {
+    if (snapshots.is_empty() && commit.is_none()) || snapshots.len() > MAX_SNAPSHOT_ROWS || (commit.is_some() && !snapshots.is_empty()) {
         return Err(SnapshotRows { rows: snapshots.len() });
     }
     if !D_CONV.contains(&d_conv) {
@@ -204,16 +221,108 @@ pub fn find(graph: &Graph, layer: usize) -> Result<Candidate, Refusal> {
         head_dim,
         n_k_heads,
         eps: q.eps,
+        commit: None,
     };
+    let mut op = op;
+    let mut pattern_extra: Vec<usize> = Vec::new();
+    let mut edges_extra: Vec<(usize, usize)> = Vec::new();
+    let mut eliminated_extra: Vec<usize> = Vec::new();
+    if let Some(m) = &commit {
+        // The log copy of the step's inputs, if the layer has one: a CPY of the whole qkv view.
+        let log_copy = (c + 1..conv_at).find(|&x| nodes[x].layer == Some(layer) && nodes[x].get::<Cpy>().is_some_and(|cpy| cpy.src == qkv));
+        let log_out = log_copy.map(|x| nodes[x].get::<Cpy>().expect("found").dst);
+        op.commit = Some(ConvCommit { log_qkv: m.log_qkv, window_rows: m.window_rows, row: m.row, log_out });
+        pattern_extra.extend([m.gather, m.concat, m.windows, m.back]);
+        pattern_extra.extend(log_copy);
+        edges_extra.extend([(m.gather, m.concat), (m.concat, m.windows), (m.windows, m.back), (m.back, g)]);
+        eliminated_extra.extend([m.gather, m.concat, m.windows]);
+    }
     // The overlaps the kernel supports: the SiLU output on qkv element for element, and the
     // snapshot rows on the cache (read at the source row).
     let mut overlaps: Vec<(Tensor, Tensor)> = op.snapshots.iter().map(|s| (cache, op.cache_rows(s.row, n_seqs))).collect();
+    if let Some(m) = &commit {
+        // [replay] The commit rows on the cache: each float read, then written, by one thread.
+        overlaps.push((cache, op.cache_rows(m.row, n_seqs)));
+    }
     if conv_out.same_elements(&qkv) {
         overlaps.push((qkv, conv_out));
     }
     let mut edges = vec![(g, c), (c, conv_at), (conv_at, q_at), (conv_at, k_at)];
     edges.extend(copies.iter().map(|&x| (c, x)));
-    let mut pattern: Vec<usize> = [g, c, conv_at, q_at, k_at].into_iter().chain(copies.iter().copied()).collect();
+    edges.extend(edges_extra);
+    let mut pattern: Vec<usize> = [g, c, conv_at, q_at, k_at].into_iter().chain(copies.iter().copied()).chain(pattern_extra).collect();
     pattern.sort_unstable();
-    Ok(Candidate { nodes: pattern, at: c, fused: Box::new(op), edges, eliminated: vec![g, c], eliminated_values: vec![], overlaps })
+    let mut eliminated = vec![g, c];
+    eliminated.extend(eliminated_extra);
+    eliminated.sort_unstable();
+    Ok(Candidate { nodes: pattern, at: c, fused: Box::new(op), edges, eliminated, eliminated_values: vec![], overlaps })
+}
+
+/// \[replay\] The window commit's four nodes, found from the GET_ROWS `back` that writes each
+/// sequence's window over its row.
+struct CommitMatch {
+    gather: usize,
+    concat: usize,
+    windows: usize,
+    back: usize,
+    log_qkv: Tensor,
+    window_rows: Tensor,
+    row: usize,
+}
+
+/// \[replay\] Matches the window commit ending at GET_ROWS `back`: `back` copies rows of a
+/// window table (through `window_rows`) over rows `row … row + n_s − 1` of the conv cache; the
+/// table is written by one CPY_SNAPSHOTS of T_log + 1 slots, group stride n_s, first row 0 (row
+/// j·n_s + s ← window(T_log − j)) from a CONCAT of [GET_ROWS of the cache through the chain's own
+/// source index ; the transposed log of T_log tokens]. Anything else is refused by name.
+fn find_commit(graph: &Graph, layer: usize, back: usize, cache: &Tensor, chain_gather: &GetRows) -> Result<CommitMatch, Refusal> {
+    use Refusal::*;
+    let nodes = graph.nodes;
+    let n_seqs = chain_gather.rows.layout.n_elements();
+    let copy_back = nodes[back].get::<GetRows>().expect("a GET_ROWS");
+    let row_bytes = cache.layout.nb[1];
+    let rel = copy_back.dst.layout.offset.wrapping_sub(cache.layout.offset);
+    let row = rel.checked_div(row_bytes).unwrap_or(usize::MAX);
+    if copy_back.dst.buffer != cache.buffer
+        || copy_back.dst.layout.offset < cache.layout.offset
+        || row_bytes == 0
+        || rel % row_bytes != 0
+        || LayerTensors::try_cache_rows("conv_cache", cache, row, n_seqs).ok() != Some(copy_back.dst)
+        || copy_back.rows.layout.n_elements() != n_seqs
+    {
+        return Err(NoPattern("the GET_ROWS before the conv chain does not write one whole conv row per sequence"));
+    }
+    let in_layer = |i: Option<usize>| i.filter(|&i| nodes[i].layer == Some(layer));
+    let windows =
+        in_layer(writer_of(graph, back, &copy_back.src)).ok_or(NoPattern("nothing in the layer writes the commit's window table"))?;
+    let snap = nodes[windows].get::<CpySnapshots>().ok_or(NoPattern("the commit's window table is not a CPY_SNAPSHOTS output"))?;
+    let concat_at =
+        in_layer(writer_of(graph, windows, &snap.conv_input)).ok_or(NoPattern("nothing in the layer writes the windows' input"))?;
+    let concat = nodes[concat_at].get::<ConcatDim0>().ok_or(NoPattern("the windows' input is not a CONCAT output"))?;
+    let gather =
+        in_layer(writer_of(graph, concat_at, &concat.a)).ok_or(NoPattern("nothing in the layer writes the commit's CONCAT source"))?;
+    let first = nodes[gather].get::<GetRows>().ok_or(NoPattern("the commit's CONCAT source is not a GET_ROWS output"))?;
+    let log_qkv = concat.b.transpose();
+    let [channels, log_tokens, log_seqs, _] = log_qkv.ne();
+    let state_len = concat.a.ne()[0];
+    if snap.conv_input != concat.dst
+        || snap.cache != copy_back.src
+        || snap.first_row != 0
+        || snap.group_stride != n_seqs
+        || snap.n_slots != log_tokens + 1
+        || snap.d_conv != state_len + 1
+        || concat.dst.ne() != [state_len + log_tokens, channels, n_seqs, 1]
+    {
+        return Err(Layout("the commit's CPY_SNAPSHOTS is not the T_log + 1 windows of its CONCAT, row j·n_s + s"));
+    }
+    if first.src != *cache
+        || first.rows != chain_gather.rows
+        || first.dst.reshape([state_len, channels, n_seqs, 1]) != Some(concat.a)
+        || log_seqs != n_seqs
+        || !log_qkv.layout.is_contiguous()
+        || log_qkv.dtype() != DType::F32
+    {
+        return Err(Layout("the commit does not gather the chain's own source rows, or its log is not a contiguous F32 [C, T_log, n_s]"));
+    }
+    Ok(CommitMatch { gather, concat: concat_at, windows, back, log_qkv, window_rows: copy_back.rows, row })
 }

@@ -32,7 +32,9 @@ pub const FUSION: Fusion = Fusion {
 
 /// Where the three parts fire, and D = 128 (GATED_DELTA_NET's).
 fn fires_on(spec: &LayerSpec) -> bool {
-    (super::conv_chain::FUSION.fires_on)(spec)
+    // [replay] Not on a replay layer: its conv chain commits a window (GDN_CONV_CHAIN's alone).
+    spec.rollback == crate::graph::layer::Rollback::Snapshots
+        && (super::conv_chain::FUSION.fires_on)(spec)
         && (super::gate_pair::FUSION.fires_on)(spec)
         && (super::state_read::FUSION.fires_on)(spec)
         && spec.shape.head_dim == abi::GDN_HEAD_DIM
@@ -59,6 +61,9 @@ pub fn find(graph: &Graph, layer: usize) -> Result<Candidate, Refusal> {
         only::<GatedDeltaNetFromCache>(graph, layer, "no GATED_DELTA_NET_FROM_CACHE in the layer (the `state_read` fusion did not fire)")?;
     if !(c < n && g < n) {
         return Err(NoPattern("GATED_DELTA_NET_FROM_CACHE does not come after the conv chain and the products"));
+    }
+    if chain.commit.is_some() {
+        return Err(NoPattern("the conv chain commits a replay window (the layer step runs ggml's chain)"));
     }
     if chain.head_dim != abi::GDN_HEAD_DIM {
         return Err(HeadDim { head_dim: chain.head_dim });

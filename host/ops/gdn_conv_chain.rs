@@ -49,6 +49,9 @@ pub struct SnapshotWrite {
 /// same block); one that *another* sequence writes is refused ([`Error::Aliasing`]): the
 /// sequences' blocks run at the same time, while the unfused GET_ROWS reads every source row
 /// before any CPY writes.
+///
+/// \[replay\] With `commit` ([`ConvCommit`]) the window commit of a replay step runs first, in
+/// the same launch: then there is no snapshot row.
 #[derive(Clone, Debug)]
 pub struct GdnConvChain {
     pub conv_cache: Tensor,
@@ -62,6 +65,31 @@ pub struct GdnConvChain {
     pub head_dim: usize,
     pub n_k_heads: usize,
     pub eps: f32,
+    /// \[replay\] The window commit in front of the chain, or none (ggml's chain).
+    pub commit: Option<ConvCommit>,
+}
+
+/// \[replay\] The window commit of a replay step (docs/rollback.md "Replay: one step"), fused in
+/// front of the conv chain. Sequence s accepted a = T_log − j of its logged step's T_log tokens,
+/// j from its window row `window_rows[s]` = j·n_s + s (the row of window(a) in the unfused
+/// graph's table of the T_log + 1 windows, row j·n_s + s ← window(T_log − j)). Its incoming
+/// window is window(a) of [its committed window ; its logged inputs 0 … a − 1] (bit moves),
+/// written over row `row + s` — the row it reads (`source_row[s]` = `row + s`, checked with the
+/// index values) — before the chain reads it. Unfused: GET_ROWS of the committed rows, CONCAT
+/// with the log, CPY_SNAPSHOTS of the T_log + 1 windows, GET_ROWS of window row s over row
+/// `row + s`; then the chain from those rows.
+/// - `log_qkv`: F32 ne [C, T_log, n_s, 1], channels contiguous, 1 ≤ T_log ≤ 16: the logged step's
+///   conv inputs (disjoint from the cache and from every output);
+/// - `window_rows`: I32 ne [n_s, 1, 1, 1] in an index buffer;
+/// - `row`: sequence 0's committed row (sequence s commits to and reads `row + s`);
+/// - `log_out`: where the step's own conv inputs (`qkv`) are logged, F32 ne [C, n_t, n_s, 1],
+///   channels contiguous, disjoint from everything else; or none.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ConvCommit {
+    pub log_qkv: Tensor,
+    pub window_rows: Tensor,
+    pub row: usize,
+    pub log_out: Option<Tensor>,
 }
 
 /// The sizes a valid [`GdnConvChain`] runs with.
@@ -130,8 +158,14 @@ impl GdnConvChain {
         check::shape(OP, "source_row", &self.source_row, [n_seqs, 1, 1, 1])?;
 
         let n_rows = self.snapshots.len();
-        if n_rows == 0 {
+        if n_rows == 0 && self.commit.is_none() {
             return Err(Error::Invalid { op: OP, what: "no conv-state row to write (at least the live row)".into() });
+        }
+        if n_rows > 0 && self.commit.is_some() {
+            return Err(Error::Unsupported {
+                op: OP,
+                what: format!("{n_rows} snapshot rows with a window commit (a replay step writes none)"),
+            });
         }
         if n_rows > abi::GDN_CONV_CHAIN_MAX_ROWS {
             return Err(Error::Unsupported {
@@ -203,6 +237,9 @@ impl GdnConvChain {
         check::disjoint(OP, "conv_cache", &self.conv_cache, "qkv", &self.qkv)?;
         check::disjoint(OP, "conv_cache", &self.conv_cache, "weight", &self.weight)?;
 
+        if let Some(commit) = &self.commit {
+            self.check_commit(commit, n_channels, n_tokens, n_seqs, n_cache_rows, mem)?;
+        }
         check::fits_u32(OP, "conv-cache rows", n_cache_rows)?;
         check::fits_u32(OP, "channel blocks", n_channels / block)?;
         // [hostile] the kernel takes H_k as u32 and C / 128 blocks as grid x (≤ 2^31 − 1).
@@ -211,6 +248,107 @@ impl GdnConvChain {
             return Err(Error::Unsupported { op: OP, what: format!("C = {n_channels} channels (grid x holds at most 2^31 − 1 blocks)") });
         }
         Ok(ChainShape { d_conv, n_channels, n_tokens, n_seqs, n_cache_rows })
+    }
+
+    /// \[replay\] The commit's views (`check` has validated the chain's).
+    fn check_commit(&self, commit: &ConvCommit, c: usize, n_t: usize, n_s: usize, n_cache_rows: usize, mem: &dyn Memory) -> Result<()> {
+        check::tensor(OP, "log_qkv", &commit.log_qkv, DType::F32, mem)?;
+        let log_tokens = commit.log_qkv.ne()[1];
+        check::shape(OP, "log_qkv", &commit.log_qkv, [c, log_tokens, n_s, 1])?;
+        check::rows_contiguous(OP, "log_qkv", &commit.log_qkv)?;
+        if log_tokens == 0 || log_tokens > abi::GDN_CONV_CHAIN_MAX_TOKENS {
+            return Err(Error::Unsupported {
+                op: OP,
+                what: format!("a log of {log_tokens} tokens (1 ..= {})", abi::GDN_CONV_CHAIN_MAX_TOKENS),
+            });
+        }
+        check::tensor(OP, "window_rows", &commit.window_rows, DType::I32, mem)?;
+        check::shape(OP, "window_rows", &commit.window_rows, [n_s, 1, 1, 1])?;
+        if commit.row.checked_add(n_s - 1).is_none_or(|last| last >= n_cache_rows) {
+            return Err(Error::IndexOutOfRange {
+                op: OP,
+                arg: "commit.row",
+                position: 0,
+                index: i64::try_from(commit.row.saturating_add(n_s - 1)).unwrap_or(i64::MAX),
+                rows: n_cache_rows,
+            });
+        }
+        // The log the step reads: off the cache and every output (the launch writes those while
+        // other blocks read it).
+        check::disjoint(OP, "log_qkv", &commit.log_qkv, "conv_cache", &self.conv_cache)?;
+        for (arg, t) in [("conv_out", &self.conv_out), ("q_norm", &self.q_norm), ("k_norm", &self.k_norm)] {
+            check::disjoint(OP, "log_qkv", &commit.log_qkv, arg, t)?;
+        }
+        if let Some(log_out) = &commit.log_out {
+            check::output(OP, "log_out", log_out, DType::F32, mem)?;
+            check::shape(OP, "log_out", log_out, [c, n_t, n_s, 1])?;
+            check::rows_contiguous(OP, "log_out", log_out)?;
+            check::distinct_elements(OP, "log_out", log_out)?;
+            for (arg, t) in [
+                ("qkv", &self.qkv),
+                ("log_qkv", &commit.log_qkv),
+                ("conv_cache", &self.conv_cache),
+                ("weight", &self.weight),
+                ("conv_out", &self.conv_out),
+                ("q_norm", &self.q_norm),
+                ("k_norm", &self.k_norm),
+                ("source_row", &self.source_row),
+                ("window_rows", &commit.window_rows),
+            ] {
+                check::disjoint(OP, "log_out", log_out, arg, t)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// \[replay\] The commit's index rules on the values: sequence s reads the row it commits
+    /// (`source_row[s]` = `row + s`, so no sequence reads or writes another's), and its window
+    /// row is j·n_s + s with j ≤ T_log (its own window in the unfused graph's table). Returns
+    /// each sequence's accepted count a = T_log − j.
+    pub(crate) fn check_commit_rows(&self, commit: &ConvCommit, source_rows: &[usize], mem: &dyn Memory) -> Result<Vec<usize>> {
+        let n_s = self.n_seqs();
+        let log_tokens = commit.log_qkv.ne()[1];
+        for (s, &row) in source_rows.iter().enumerate() {
+            if commit.row.checked_add(s) != Some(row) {
+                return Err(Error::Aliasing {
+                    op: OP,
+                    a: "source_row",
+                    b: "commit.row",
+                    why: "a sequence must read the conv row its window commit writes (row + s)",
+                });
+            }
+        }
+        let values = mem.index_values(&commit.window_rows).ok_or_else(|| Error::Invalid {
+            op: OP,
+            what: format!(
+                "`window_rows` (buffer {}) is not an index buffer: its value must be known to the host",
+                commit.window_rows.buffer.0
+            ),
+        })?;
+        if values.len() != n_s {
+            return Err(Error::Invalid { op: OP, what: format!("{} window rows for {n_s} sequences", values.len()) });
+        }
+        let table_rows = (log_tokens + 1).saturating_mul(n_s);
+        let mut accepted = Vec::with_capacity(n_s);
+        for (s, &index) in values.iter().enumerate() {
+            let row = usize::try_from(index).ok().filter(|&r| r < table_rows).ok_or(Error::IndexOutOfRange {
+                op: OP,
+                arg: "window_rows",
+                position: s,
+                index: index as i64,
+                rows: table_rows,
+            })?;
+            if row % n_s != s {
+                return Err(Error::Aliasing {
+                    op: OP,
+                    a: "window_rows",
+                    b: "conv_cache",
+                    why: "a sequence's window row is another sequence's window (row j·n_s + s is sequence s's)",
+                });
+            }
+            accepted.push(log_tokens - row / n_s);
+        }
+        Ok(accepted)
     }
 
     /// The rules that depend on the index values, as the full validation states them: every
@@ -236,7 +374,11 @@ impl GdnConvChain {
                 return Err(source_row_written_by_another());
             }
         }
-        Ok(values.into_iter().map(|v| v as usize).collect())
+        let rows: Vec<usize> = values.into_iter().map(|v| v as usize).collect();
+        if let Some(commit) = &self.commit {
+            self.check_commit_rows(commit, &rows, mem)?;
+        }
+        Ok(rows)
     }
 
     /// The kernel's parameter block for a validated op.
@@ -348,7 +490,9 @@ pub(crate) struct ChainTable {
 
 impl ChainIndexRules {
     pub fn new(op: &GdnConvChain) -> ChainIndexRules {
-        Self::table(op).map_or_else(|| ChainIndexRules::PerCall(Box::new(op.clone())), ChainIndexRules::Table)
+        // [replay] A commit's rules (two indices) run per call.
+        let table = if op.commit.is_some() { None } else { Self::table(op) };
+        table.map_or_else(|| ChainIndexRules::PerCall(Box::new(op.clone())), ChainIndexRules::Table)
     }
 
     fn table(op: &GdnConvChain) -> Option<ChainTable> {
@@ -421,6 +565,11 @@ impl IndexRules for ChainIndexRules {
 // multiple of 8), alignment 8; it is exactly the type the `gdn_conv_chain_f32_d*` entries take.
 unsafe impl KernelParams for abi::GdnConvChainParams {}
 
+// SAFETY: `#[repr(C)]`, `Copy`: the 312-byte GdnConvChainParams, then eight u64 and two u32 —
+// 384 bytes, every field at its natural alignment with no gap and no tail padding (`param_struct!`
+// asserts the sum), alignment 8; exactly the type the `gdn_conv_chain_commit_f32_d*` entries take.
+unsafe impl KernelParams for abi::GdnConvChainCommitParams {}
+
 impl Op for GdnConvChain {
     fn name(&self) -> &'static str {
         OP
@@ -442,12 +591,34 @@ impl Op for GdnConvChain {
 
     fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {
         let shape = self.check(mem)?;
-        let entry = abi::gdn_conv_chain_entry(shape.d_conv).expect("checked: d_conv has an entry");
         let params = self.params(&shape, mem);
         let blocks = (shape.n_channels / abi::GDN_CONV_CHAIN_BLOCK as usize) as u32;
         let dims = LaunchDims::new((blocks, shape.n_seqs as u32, 1), (abi::GDN_CONV_CHAIN_BLOCK, 1, 1))
             .with_shared_bytes(abi::gdn_conv_chain_shared_bytes(shape.d_conv, shape.n_tokens));
-        let args = [KernelArg::Params(ParamBlock::of(&params)?)];
+        let (entry, args) = match &self.commit {
+            None => (abi::gdn_conv_chain_entry(shape.d_conv), [KernelArg::Params(ParamBlock::of(&params)?)]),
+            Some(commit) => {
+                let [window_rows_seq, ..] = check::elem_strides(&commit.window_rows);
+                let [_, log_token, log_seq, _] = check::elem_strides(&commit.log_qkv);
+                let [_, log_out_token, log_out_seq, _] = commit.log_out.map_or([0; 4], |t| check::elem_strides(&t));
+                let with_commit = abi::GdnConvChainCommitParams {
+                    chain: params,
+                    window_rows: mem.device_ptr(&commit.window_rows),
+                    log_qkv: mem.device_ptr(&commit.log_qkv),
+                    log_out: commit.log_out.map_or(0, |t| mem.device_ptr(&t)),
+                    window_rows_seq,
+                    log_token,
+                    log_seq,
+                    log_out_token,
+                    log_out_seq,
+                    // Validated: 1 ..= 16.
+                    log_tokens: commit.log_qkv.ne()[1] as u32,
+                    has_log_out: u32::from(commit.log_out.is_some()),
+                };
+                (abi::gdn_conv_chain_commit_entry(shape.d_conv), [KernelArg::Params(ParamBlock::of(&with_commit)?)])
+            }
+        };
+        let entry = entry.expect("checked: d_conv has an entry");
         // SAFETY: `check` proved that every sequence's source index (whose device copy holds the
         // host-known value) and every snapshot row of every sequence lie in the cache, the rows
         // are distinct, no sequence reads a row another sequence writes, offsets ≤ n_t,
@@ -456,6 +627,10 @@ impl Op for GdnConvChain {
         // except conv_out = qkv element for element (each thread reads before it writes) and the
         // cache rows the kernel reads before its barrier; the shared memory is what the kernel
         // lays out for (d_conv, n_t); and the single parameter is the entry's parameter struct.
+        // [replay] With a commit: every window row is j·n_s + s (j ≤ T_log), every sequence reads
+        // the row it commits (so no other sequence's), each commit float read then written by
+        // one thread, the logs cover C channels × their tokens × n_s and are off every other view
+        // the launch writes.
         unsafe { gpu.prepare(entry, dims, &args) }
     }
 
@@ -479,6 +654,23 @@ impl Op for GdnConvChain {
             n_k_heads: self.n_k_heads,
             eps: self.eps,
         };
+        if let Some(commit) = &self.commit {
+            // The commit, then the log of this step's inputs (read before conv_out, which may be
+            // qkv, is written), then the chain from the committed rows.
+            let accepted = self.check_commit_rows(commit, &source_rows, mem)?;
+            crate::reference::gdn_conv_chain::commit_windows(&self.conv_cache, &commit.log_qkv, &source_rows, &accepted, mem);
+            if let Some(log_out) = commit.log_out {
+                let [c, n_t, n_s, _] = self.qkv.ne();
+                for s in 0..n_s {
+                    for t in 0..n_t {
+                        for ch in 0..c {
+                            let bits = mem.read_u32(&self.qkv, [ch, t, s, 0]);
+                            mem.write_u32(&log_out, [ch, t, s, 0], bits);
+                        }
+                    }
+                }
+            }
+        }
         let snapshots: Vec<(usize, usize)> = self.snapshots.iter().map(|s| (s.row, s.offset)).collect();
         crate::reference::gdn_conv_chain::gdn_conv_chain(&views, &source_rows, &snapshots, mem, mufu);
         Ok(())
@@ -486,13 +678,21 @@ impl Op for GdnConvChain {
 
     fn inputs(&self) -> Vec<Tensor> {
         // The cache is read at a row known only through the index: the whole cache.
-        vec![self.conv_cache, self.source_row, self.qkv, self.weight]
+        let mut inputs = vec![self.conv_cache, self.source_row, self.qkv, self.weight];
+        if let Some(commit) = &self.commit {
+            inputs.extend([commit.log_qkv, commit.window_rows]);
+        }
+        inputs
     }
 
     fn outputs(&self) -> Vec<Tensor> {
         let mut out = vec![self.conv_out, self.q_norm, self.k_norm];
         let n_seqs = self.n_seqs();
         out.extend(self.snapshots.iter().map(|s| self.cache_rows(s.row, n_seqs)));
+        if let Some(commit) = &self.commit {
+            out.push(self.cache_rows(commit.row, n_seqs));
+            out.extend(commit.log_out);
+        }
         out
     }
 

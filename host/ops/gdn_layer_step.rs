@@ -319,6 +319,10 @@ impl GdnLayerStep {
                 what: format!("head_dim = {} (GATED_DELTA_NET's D = {})", chain.head_dim, abi::GDN_HEAD_DIM),
             });
         }
+        // [replay] The layer step's items are ggml's chain: a window commit is GDN_CONV_CHAIN's alone.
+        if chain.commit.is_some() {
+            return Err(Error::Unsupported { op: OP, what: "a conv chain with a window commit (GDN_CONV_CHAIN runs it)".into() });
+        }
         // Each part on its own.
         let chain_shape = chain.check(mem)?;
         let products = gate.check(mem)?;

@@ -48,7 +48,7 @@ pub use gated_delta_net_replay_verify::GatedDeltaNetReplayVerify;
 // [fused] the fused ops (their structs are the fusion pass's contract)
 pub mod gdn_conv_chain;
 pub mod mmvf_pair;
-pub use gdn_conv_chain::{GdnConvChain, SnapshotWrite};
+pub use gdn_conv_chain::{ConvCommit, GdnConvChain, SnapshotWrite};
 pub use mmvf_pair::MulMatVecPair;
 // [pair-gate]
 pub use mmvf_pair::MulMatVecPairGate;

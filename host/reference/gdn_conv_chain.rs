@@ -98,3 +98,27 @@ pub fn gdn_conv_chain(op: &ChainViews, source_rows: &[usize], snapshots: &[(usiz
         }
     }
 }
+
+/// \[replay\] The window commit in front of the chain (`ops::ConvCommit`): for each sequence s,
+/// row `rows[s]` of the conv cache ← window(a_s) of [that row's window ; the logged inputs
+/// 0 … a_s − 1 of `log_qkv` ([C, T_log, n_s])]: channel c's slot j takes column a_s + j of the
+/// concatenation, as bits. Rows of different sequences are distinct (the op's rule).
+pub fn commit_windows(conv_cache: &Tensor, log_qkv: &Tensor, rows: &[usize], accepted: &[usize], mem: &mut HostMemory) {
+    let n_channels = log_qkv.ne()[0];
+    let state_len = conv_cache.ne()[0] / n_channels.max(1);
+    for (s, (&row, &a)) in rows.iter().zip(accepted).enumerate() {
+        for c in 0..n_channels {
+            let column = |i: usize, mem: &HostMemory| {
+                if i < state_len {
+                    mem.read_u32(conv_cache, [c * state_len + i, row, 0, 0])
+                } else {
+                    mem.read_u32(log_qkv, [c, i - state_len, s, 0])
+                }
+            };
+            let window: Vec<u32> = (0..state_len).map(|j| column(a + j, mem)).collect();
+            for (j, bits) in window.into_iter().enumerate() {
+                mem.write_u32(conv_cache, [c * state_len + j, row, 0, 0], bits);
+            }
+        }
+    }
+}

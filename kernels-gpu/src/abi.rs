@@ -109,6 +109,15 @@ macro_rules! entry_name {
     (gdn_conv_chain, 5) => {
         "gdn_conv_chain_f32_d5"
     };
+    (gdn_conv_chain_commit, 3) => {
+        "gdn_conv_chain_commit_f32_d3"
+    };
+    (gdn_conv_chain_commit, 4) => {
+        "gdn_conv_chain_commit_f32_d4"
+    };
+    (gdn_conv_chain_commit, 5) => {
+        "gdn_conv_chain_commit_f32_d5"
+    };
     (gdn_layer_step, f32, 3) => {
         "gdn_layer_step_f32_d3"
     };
@@ -913,6 +922,17 @@ pub const fn gdn_conv_chain_entry(d_conv: usize) -> Option<&'static str> {
     })
 }
 
+/// \[replay\] The GDN_CONV_CHAIN entry with the window commit in front
+/// ([`GdnConvChainCommitParams`]) for `d_conv` taps.
+pub const fn gdn_conv_chain_commit_entry(d_conv: usize) -> Option<&'static str> {
+    Some(match d_conv {
+        3 => entry_name!(gdn_conv_chain_commit, 3),
+        4 => entry_name!(gdn_conv_chain_commit, 4),
+        5 => entry_name!(gdn_conv_chain_commit, 5),
+        _ => return None,
+    })
+}
+
 /// GDN_CONV_CHAIN: floats per channel of the block's `conv_input` tile in shared memory:
 /// d_conv − 1 + n_t columns, rounded up to an odd count (conflict-free banks when each thread
 /// walks its own channel).
@@ -977,6 +997,36 @@ param_struct! {
         pub n_seqs: u32,
         pub rows: [u32; GDN_CONV_CHAIN_MAX_ROWS],
         pub offsets: [u32; GDN_CONV_CHAIN_MAX_ROWS],
+    }
+}
+
+param_struct! {
+    /// \[replay\] GDN_CONV_CHAIN with the window commit in front (`gdn_conv_chain_commit_f32_d*`,
+    /// docs/rollback.md): the chain's own parameters (`n_rows` 0: a replay step writes no
+    /// snapshot row), then the commit's. Sequence s's accepted count is
+    /// a = `log_tokens` − (w − s) / n_s, w = `window_rows[s·window_rows_seq]` (the unfused
+    /// graph's row of window(a) in its table of T_log + 1 windows, validated by the host to be
+    /// j·n_s + s with j ≤ T_log); its incoming window is window(a) of [the committed window in
+    /// row `source_row[s]` ; its logged inputs 0 … a − 1], written back over that row before the
+    /// chain reads it. `log_qkv` (c, t, s) at `c + t·log_token + s·log_seq` (T_log tokens); with
+    /// `has_log_out` the step's own inputs (qkv) are copied to `log_out` (c, t, s) at
+    /// `c + t·log_out_token + s·log_out_seq`. 384 bytes, no padding.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    pub struct GdnConvChainCommitParams {
+        pub chain: GdnConvChainParams,
+        pub window_rows: u64,
+        pub log_qkv: u64,
+        pub log_out: u64,
+        pub window_rows_seq: u64,
+        pub log_token: u64,
+        pub log_seq: u64,
+        pub log_out_token: u64,
+        pub log_out_seq: u64,
+        /// T_log, 1 ..= [`GDN_CONV_CHAIN_MAX_TOKENS`]: tokens of the logged step.
+        pub log_tokens: u32,
+        /// 1: copy qkv to `log_out`; 0: no log.
+        pub has_log_out: u32,
     }
 }
 
@@ -2073,6 +2123,9 @@ const LISTED_ENTRIES: &[EntrySig] = &[
     EntrySig::of::<GdnConvChainParams>(entry_name!(gdn_conv_chain, 3)),
     EntrySig::of::<GdnConvChainParams>(entry_name!(gdn_conv_chain, 4)),
     EntrySig::of::<GdnConvChainParams>(entry_name!(gdn_conv_chain, 5)),
+    EntrySig::of::<GdnConvChainCommitParams>(entry_name!(gdn_conv_chain_commit, 3)),
+    EntrySig::of::<GdnConvChainCommitParams>(entry_name!(gdn_conv_chain_commit, 4)),
+    EntrySig::of::<GdnConvChainCommitParams>(entry_name!(gdn_conv_chain_commit, 5)),
     EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step, f32, 3)),
     EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step, f32, 4)),
     EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step, f32, 5)),

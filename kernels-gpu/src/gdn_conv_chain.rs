@@ -48,7 +48,8 @@
 //! subnormals survive). The arithmetic is the unfused kernels' own `#[inline(always)]` bodies.
 
 use crate::abi::{
-    GDN_CONV_CHAIN_BLOCK, GDN_CONV_CHAIN_MAX_ROWS, GDN_CONV_CHAIN_MAX_TOKENS, GdnConvChainParams, div_or_zero, gdn_conv_chain_tile_stride, rem_or_zero,
+    GDN_CONV_CHAIN_BLOCK, GDN_CONV_CHAIN_MAX_ROWS, GDN_CONV_CHAIN_MAX_TOKENS, GdnConvChainCommitParams, GdnConvChainParams, div_or_zero,
+    gdn_conv_chain_tile_stride, rem_or_zero,
 };
 use crate::device::shared;
 use crate::device::thread::{block_idx_x, block_idx_y, sync_threads, thread_idx_x};
@@ -455,6 +456,180 @@ unsafe fn tile_compute<const D_CONV: usize>(
     }
 }
 
+/// Phases 1 (the shared-memory part) to 4 of tile `tile` of sequence `seq`, from this thread's
+/// tokens `x`, its channel weights and `store_old`, which stores the calling thread's part of the
+/// tile's old-state columns (before the barrier that completes the tile), in the shared memory
+/// at `tile_base`.
+///
+/// # Safety
+/// As [`tile_compute`], with `x` this thread's n_t tokens (+0 past n_t); `store_old` writes only
+/// the tile's old-state columns, every one of them by one thread of the block.
+///
+/// \[replay\] The commit entries' copy of [`tile_compute`]'s phases (the same statements in the
+/// same order): one body for both changed the SASS of the layer-step entries that embed
+/// `tile_compute` (`scripts/same-sass.sh`), so the proven entries keep theirs.
+#[inline(always)]
+unsafe fn tile_compute_with<const D_CONV: usize>(
+    p: &GdnConvChainParams,
+    tile: usize,
+    seq: usize,
+    x: [f32; GDN_CONV_CHAIN_MAX_TOKENS],
+    w: &[f32; D_CONV],
+    tile_base: u32,
+    store_old: impl FnOnce(u32, u32, usize),
+) {
+    const { assert!(D_CONV >= 2 && D_CONV <= 5, "the state arrays hold up to 4 columns") };
+    let state_len = D_CONV - 1;
+    let n_t = p.n_tokens as usize;
+    let tid = thread_idx_x() as usize;
+    let c0 = tile * BLOCK;
+    let stride = gdn_conv_chain_tile_stride(D_CONV, n_t);
+    let tile = tile_base;
+    let staged = at(tile, BLOCK * stride);
+    let my_row = at(tile, tid * stride);
+    // SAFETY (all accesses below): shared accesses stay inside the tile (128·stride floats) and
+    // the staging area (n_t·128 floats) the launch allocated; the global ones are the callees'.
+
+    // ---- Phase 1 (end): CONCAT into the tile: the old-state columns (`store_old`: the tile,
+    // this thread's row, the stride); token t of this thread's channel → tile[tid][state_len + t]. ----
+    store_old(tile, my_row, stride);
+    let mut t = 0;
+    while t < GDN_CONV_CHAIN_MAX_TOKENS {
+        if t < n_t {
+            unsafe { shared::store_f32(at(my_row, state_len + t), x[t]) };
+        }
+        t += 1;
+    }
+    // SAFETY: every thread of the block reaches this barrier (no early exit above).
+    unsafe { sync_threads() };
+
+    // ---- Phase 2: the snapshot rows (first, so that the stores drain while the conv computes). ----
+    // SAFETY: the tile is complete (barrier above).
+    unsafe { tile_rows::<D_CONV>(p, c0, seq, tile, stride) };
+
+    // ---- Phase 3: SSM_CONV + SiLU of this thread's tile row. The row's columns come from
+    // registers (the old state from the tile, the tokens still held from phase 1). ----
+    let mut cols = [0.0f32; 4 + GDN_CONV_CHAIN_MAX_TOKENS];
+    let mut j = 0;
+    while j < state_len {
+        cols[j] = unsafe { shared::load_f32(at(my_row, j)) };
+        j += 1;
+    }
+    let mut t = 0;
+    while t < GDN_CONV_CHAIN_MAX_TOKENS {
+        cols[state_len + t] = x[t];
+        t += 1;
+    }
+    // SAFETY: channel c0 + tid < C, sequence seq < n_s; `staged` holds n_t·128 floats.
+    unsafe { tile_conv::<D_CONV>(p, c0 + tid, seq, &cols, w, staged) };
+
+    // ---- Phase 4: L2_NORM of the q/k heads of this block. ----
+    if !holds_qk(p, c0) {
+        return; // v channels only (block-uniform: the whole block leaves, no barrier follows).
+    }
+    // SAFETY: block-uniform condition above; every thread of a q/k block reaches the barrier,
+    // after which the staged outputs are complete.
+    unsafe {
+        sync_threads();
+        tile_norms(p, c0, n_t, staged, |r| (seq, r as usize));
+    }
+}
+
+/// \[replay\] The conv chain of tile `tile` of sequence `seq` with the window commit in front
+/// ([`GdnConvChainCommitParams`], docs/rollback.md): this thread's channel c of the committed
+/// window (row `source_row[seq]`, read per channel) and of the logged inputs gives window(a) —
+/// column a + j of [committed window ; logged inputs 0 … a − 1] for j < d_conv − 1, bit moves
+/// only — which goes back over the row (the commit), into the tile as the old state, and with
+/// `has_log_out` the step's tokens to the log; then the chain exactly as [`gdn_conv_chain_tile`]
+/// ([`tile_compute_with`]: the same barrier, rows, conv and norms). Each float of the committed row is
+/// read and written by one thread, the read first; the host refuses a committed row that another
+/// sequence reads or writes.
+///
+/// # Safety
+/// As [`gdn_conv_chain_tile`] for `p.chain` (with no snapshot row), and the host validated the
+/// commit: `window_rows[s]` = j·n_s + s with j ≤ T_log = `log_tokens` ≤ 16 for every sequence,
+/// the log views for C channels, T_log tokens and n_s sequences (`log_out`: n_t tokens), every
+/// sequence's source row its own (no other sequence's source row) and disjoint from the logs.
+#[inline(always)]
+pub(crate) unsafe fn gdn_conv_chain_commit_tile<const D_CONV: usize>(p: &GdnConvChainCommitParams, tile: usize, seq: usize) {
+    let chain = &p.chain;
+    let state_len = D_CONV - 1;
+    let n_t = chain.n_tokens as usize;
+    let tid = thread_idx_x() as usize;
+    let c0 = tile * BLOCK;
+    let channel = c0 + tid;
+    let stride = gdn_conv_chain_tile_stride(D_CONV, n_t);
+    // SAFETY (the whole body): forwarded to the caller (the views and indices above).
+    unsafe {
+        let w = tile_weights::<D_CONV>(chain, tile);
+        let src_row = tile_source_row(chain, seq);
+        // a = T_log − j, j the window's row group (validated: w = j·n_s + s, j ≤ T_log).
+        let window_row = *(p.window_rows as *const i32).add(seq * p.window_rows_seq as usize) as u32;
+        let accepted = p.log_tokens - div_or_zero(window_row - seq as u32, chain.n_seqs);
+        let qkv = (chain.qkv as *const f32).add(seq * chain.qkv_seq as usize + channel);
+        let mut x = [0.0f32; GDN_CONV_CHAIN_MAX_TOKENS];
+        let mut t = 0;
+        while t < GDN_CONV_CHAIN_MAX_TOKENS {
+            if t < n_t {
+                x[t] = *qkv.add(t * chain.qkv_token as usize);
+            }
+            t += 1;
+        }
+        let row = (chain.cache as *mut f32).add(src_row * chain.cache_row as usize + channel * state_len);
+        let mut old = [0.0f32; 4];
+        let mut k = 0;
+        while k < state_len {
+            old[k] = *row.add(k);
+            k += 1;
+        }
+        // window(a): column i = a + j of [old ; log], the log's column i − (d_conv − 1) < a.
+        let log = (p.log_qkv as *const f32).add(seq * p.log_seq as usize + channel);
+        let mut window = [0.0f32; 4];
+        let mut j = 0;
+        while j < state_len {
+            let i = accepted as usize + j;
+            if i >= state_len {
+                window[j] = *log.add((i - state_len) * p.log_token as usize);
+            } else {
+                // A literal index per candidate (a runtime index would put `old` in local memory).
+                let mut k = 0;
+                while k < state_len {
+                    if i == k {
+                        window[j] = old[k];
+                    }
+                    k += 1;
+                }
+            }
+            j += 1;
+        }
+        // The commit.
+        let mut k = 0;
+        while k < state_len {
+            *row.add(k) = window[k];
+            k += 1;
+        }
+        if p.has_log_out != 0 {
+            let log_out = (p.log_out as *mut f32).add(seq * p.log_out_seq as usize + channel);
+            let mut t = 0;
+            while t < GDN_CONV_CHAIN_MAX_TOKENS {
+                if t < n_t {
+                    *log_out.add(t * p.log_out_token as usize) = x[t];
+                }
+                t += 1;
+            }
+        }
+        // This channel's old-state columns of the tile: its own row.
+        let store_old = |_tile: u32, my_row: u32, _stride: usize| {
+            let mut k = 0;
+            while k < D_CONV - 1 {
+                shared::store_f32(at(my_row, k), window[k]);
+                k += 1;
+            }
+        };
+        tile_compute_with::<D_CONV>(chain, tile, seq, x, &w, shared::base(), store_old);
+    }
+}
+
 /// Phase 2: for every row i, window(`offsets[i]`) of the tile at `tile` goes to the block's slice
 /// of cache row `rows[i] + seq` (sequence `seq`'s cell of every rollback group).
 ///
@@ -616,4 +791,25 @@ gdn_conv_chain_entries! {
     gdn_conv_chain_f32_d3 = 3;
     gdn_conv_chain_f32_d4 = 4;
     gdn_conv_chain_f32_d5 = 5;
+}
+
+macro_rules! gdn_conv_chain_commit_entries {
+    ($($name:ident = $d:tt;)*) => {$(
+        /// \[replay\] Entry point with the window commit in front; see
+        /// [`gdn_conv_chain_commit_tile`].
+        ///
+        /// # Safety
+        /// See the module docs: the host validates every view, index and row before launching.
+        #[unsafe(export_name = crate::abi::entry_name!(gdn_conv_chain_commit, $d))]
+        pub unsafe extern "ptx-kernel" fn $name(p: GdnConvChainCommitParams) {
+            // SAFETY: forwarded from the launch contract above.
+            unsafe { gdn_conv_chain_commit_tile::<$d>(&p, block_idx_x() as usize, block_idx_y() as usize) }
+        }
+    )*};
+}
+
+gdn_conv_chain_commit_entries! {
+    gdn_conv_chain_commit_f32_d3 = 3;
+    gdn_conv_chain_commit_f32_d4 = 4;
+    gdn_conv_chain_commit_f32_d5 = 5;
 }

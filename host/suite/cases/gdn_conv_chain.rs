@@ -143,6 +143,7 @@ impl ChainSetup {
             head_dim: d,
             n_k_heads: h_k,
             eps: EPS,
+            commit: None,
         }
     }
 
