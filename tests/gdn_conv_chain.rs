@@ -273,8 +273,8 @@ fn the_parameter_struct_has_no_padding() {
 /// [replay] The window commit in front of the chain (`ConvCommit`): the fused op equals the
 /// unfused commit (GET_ROWS of the committed rows, CONCAT with the log, CPY_SNAPSHOTS of the
 /// T_log + 1 windows, GET_ROWS of each sequence's window over its row) followed by the chain
-/// from those rows and the log CPY of the inputs — the whole cache, conv_out, the norms and the
-/// log — at n_s 1–3, T_log and n_t 1–16, every accepted count 0 … T_log; and its index rules
+/// from those rows and the log CPYs of the inputs, the k heads and the v heads — the whole cache,
+/// conv_out, the norms and the logs — at n_s 1–3, T_log and n_t 1–16, every accepted count 0 … T_log; and its index rules
 /// refuse a window row of another sequence, one past the table, and a source row that is not
 /// the row the sequence commits.
 #[test]
@@ -305,7 +305,8 @@ fn the_window_commit_equals_its_unfused_ops_and_refuses_foreign_rows() {
                 out(&mut b, [d, h_k, n_t, n_s]),
                 out(&mut b, [c, n_t, n_s, 1]),
             );
-            let commit = ConvCommit { log_qkv, window_rows, row: kv_head, log_out: Some(log_out) };
+            let (log_k, log_v) = (out(&mut b, [d, h_k, n_t, n_s]), out(&mut b, [d, (c - 2 * h_k * d) / d, n_t, n_s]));
+            let commit = ConvCommit { log_qkv, window_rows, row: kv_head, log_out: Some(log_out), log_k: Some(log_k), log_v: Some(log_v) };
             let fused = GdnConvChain {
                 conv_cache,
                 source_row,
@@ -341,11 +342,20 @@ fn the_window_commit_equals_its_unfused_ops_and_refuses_foreign_rows() {
                 Box::new(GetRows { src: windows, rows: window_rows, dst: own_rows }),
                 Box::new(Cpy { src: qkv, dst: log_out }),
                 Box::new(GdnConvChain { commit: None, snapshots: vec![SnapshotWrite { row: kv_head + n_s, offset: 0 }], ..fused.clone() }),
+                Box::new(Cpy { src: k_norm, dst: log_k }),
+                Box::new(Cpy { src: fused.v_heads().expect("whole v heads"), dst: log_v }),
             ];
             let (f, u) = (run(&b.mem, &[Box::new(fused.clone())]), run(&b.mem, &unfused));
             let spare = conv_cache.view([state_len * c, n_s, 1, 1], conv_cache.layout.nb, (kv_head + n_s) * conv_cache.layout.nb[1]);
-            for (name, t) in [("conv_out", conv_out), ("q_norm", q_norm), ("k_norm", k_norm), ("log_out", log_out), ("own rows", own_rows)]
-            {
+            for (name, t) in [
+                ("conv_out", conv_out),
+                ("q_norm", q_norm),
+                ("k_norm", k_norm),
+                ("log_out", log_out),
+                ("log_k", log_k),
+                ("log_v", log_v),
+                ("own rows", own_rows),
+            ] {
                 assert!(bits(&f, &t) == bits(&u, &t), "n_s {n_s}, T_log {log_t}, n_t {n_t}, a {accepted:?}: {name} differs");
             }
             // Every other cache row is untouched by the fused op (the spare row is the unfused

@@ -231,9 +231,28 @@ pub fn find(graph: &Graph, layer: usize) -> Result<Candidate, Refusal> {
         // The log copy of the step's inputs, if the layer has one: a CPY of the whole qkv view.
         let log_copy = (c + 1..conv_at).find(|&x| nodes[x].layer == Some(layer) && nodes[x].get::<Cpy>().is_some_and(|cpy| cpy.src == qkv));
         let log_out = log_copy.map(|x| nodes[x].get::<Cpy>().expect("found").dst);
-        op.commit = Some(ConvCommit { log_qkv: m.log_qkv, window_rows: m.window_rows, row: m.row, log_out });
+        // The k and v logs, if the layer has them: a CPY of the whole k_norm, and one of the whole
+        // v heads of the SiLU output (the first of each after the chain).
+        let copy_of = |src: Option<Tensor>, after: usize| {
+            let src = src?;
+            (after + 1..nodes.len()).find(|&x| nodes[x].layer == Some(layer) && nodes[x].get::<Cpy>().is_some_and(|cpy| cpy.src == src))
+        };
+        let (k_copy, v_copy) = (copy_of(Some(k.dst), k_at), copy_of(op.v_heads(), conv_at));
+        let dst_of = |x: Option<usize>| x.map(|x| nodes[x].get::<Cpy>().expect("found").dst);
+        op.commit = Some(ConvCommit {
+            log_qkv: m.log_qkv,
+            window_rows: m.window_rows,
+            row: m.row,
+            log_out,
+            log_k: dst_of(k_copy),
+            log_v: dst_of(v_copy),
+        });
         pattern_extra.extend([m.gather, m.concat, m.windows, m.back]);
         pattern_extra.extend(log_copy);
+        pattern_extra.extend(k_copy);
+        pattern_extra.extend(v_copy);
+        edges_extra.extend(k_copy.map(|x| (k_at, x)));
+        edges_extra.extend(v_copy.map(|x| (conv_at, x)));
         edges_extra.extend([(m.gather, m.concat), (m.concat, m.windows), (m.windows, m.back), (m.back, g)]);
         eliminated_extra.extend([m.gather, m.concat, m.windows]);
     }
@@ -286,7 +305,7 @@ fn find_commit(graph: &Graph, layer: usize, back: usize, cache: &Tensor, chain_g
     if copy_back.dst.buffer != cache.buffer
         || copy_back.dst.layout.offset < cache.layout.offset
         || row_bytes == 0
-        || rel % row_bytes != 0
+        || !rel.is_multiple_of(row_bytes)
         || LayerTensors::try_cache_rows("conv_cache", cache, row, n_seqs).ok() != Some(copy_back.dst)
         || copy_back.rows.layout.n_elements() != n_seqs
     {

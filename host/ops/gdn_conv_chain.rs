@@ -83,13 +83,42 @@ pub struct GdnConvChain {
 /// - `window_rows`: I32 ne [n_s, 1, 1, 1] in an index buffer;
 /// - `row`: sequence 0's committed row (sequence s commits to and reads `row + s`);
 /// - `log_out`: where the step's own conv inputs (`qkv`) are logged, F32 ne [C, n_t, n_s, 1],
-///   channels contiguous, disjoint from everything else; or none.
+///   channels contiguous, disjoint from everything else; or none;
+/// - `log_k`, `log_v`: where the step's normalised k heads (`k_norm`'s values, ne
+///   [D, H_k, n_t, n_s]) and v heads (the SiLU outputs of channels 2·H_k·D … C, ne
+///   [D, H_v, n_t, n_s], H_v = (C − 2·H_k·D) / D) are logged, rows contiguous, disjoint from
+///   everything else; or none.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ConvCommit {
     pub log_qkv: Tensor,
     pub window_rows: Tensor,
     pub row: usize,
     pub log_out: Option<Tensor>,
+    pub log_k: Option<Tensor>,
+    pub log_v: Option<Tensor>,
+}
+
+impl ConvCommit {
+    /// The logs the launch writes, with their names.
+    fn logs(&self) -> impl Iterator<Item = (&'static str, Tensor)> {
+        [("log_out", self.log_out), ("log_k", self.log_k), ("log_v", self.log_v)].into_iter().filter_map(|(n, t)| t.map(|t| (n, t)))
+    }
+}
+
+impl GdnConvChain {
+    /// \[replay\] The v heads of `conv_out` (channels 2·H_k·D … C) as ne [D, H_v, n_t, n_s], or
+    /// none when the remaining channels are not whole heads of D.
+    pub fn v_heads(&self) -> Option<Tensor> {
+        let [c, n_t, n_s, _] = self.conv_out.ne();
+        let d = self.head_dim;
+        let qk = self.n_k_heads.checked_mul(2)?.checked_mul(d)?;
+        let rest = c.checked_sub(qk)?;
+        if d == 0 || rest == 0 || !rest.is_multiple_of(d) {
+            return None;
+        }
+        let nb = self.conv_out.layout.nb;
+        Some(self.conv_out.view([d, rest / d, n_t, n_s], [4, d.checked_mul(4)?, nb[1], nb[2]], qk.checked_mul(4)?))
+    }
 }
 
 /// The sizes a valid [`GdnConvChain`] runs with.
@@ -279,11 +308,23 @@ impl GdnConvChain {
         for (arg, t) in [("conv_out", &self.conv_out), ("q_norm", &self.q_norm), ("k_norm", &self.k_norm)] {
             check::disjoint(OP, "log_qkv", &commit.log_qkv, arg, t)?;
         }
-        if let Some(log_out) = &commit.log_out {
-            check::output(OP, "log_out", log_out, DType::F32, mem)?;
-            check::shape(OP, "log_out", log_out, [c, n_t, n_s, 1])?;
-            check::rows_contiguous(OP, "log_out", log_out)?;
-            check::distinct_elements(OP, "log_out", log_out)?;
+        let v_heads = self.v_heads().map(|v| v.ne());
+        let logs: Vec<(&'static str, Tensor)> = commit.logs().collect();
+        for (i, &(name, log)) in logs.iter().enumerate() {
+            let ne = match name {
+                "log_out" => [c, n_t, n_s, 1],
+                "log_k" => self.k_norm.ne(),
+                _ => v_heads
+                    .ok_or(Error::Invalid { op: OP, what: "a v log, but the channels past 2·H_k·D are not whole heads of D".into() })?,
+            };
+            check::output(OP, name, &log, DType::F32, mem)?;
+            check::shape(OP, name, &log, ne)?;
+            check::rows_contiguous(OP, name, &log)?;
+            check::distinct_elements(OP, name, &log)?;
+            for &(other, t) in &logs[i + 1..] {
+                check::disjoint(OP, name, &log, other, &t)?;
+            }
+            let log_out = &log;
             for (arg, t) in [
                 ("qkv", &self.qkv),
                 ("log_qkv", &commit.log_qkv),
@@ -295,7 +336,7 @@ impl GdnConvChain {
                 ("source_row", &self.source_row),
                 ("window_rows", &commit.window_rows),
             ] {
-                check::disjoint(OP, "log_out", log_out, arg, t)?;
+                check::disjoint(OP, name, log_out, arg, t)?;
             }
         }
         Ok(())
@@ -565,8 +606,8 @@ impl IndexRules for ChainIndexRules {
 // multiple of 8), alignment 8; it is exactly the type the `gdn_conv_chain_f32_d*` entries take.
 unsafe impl KernelParams for abi::GdnConvChainParams {}
 
-// SAFETY: `#[repr(C)]`, `Copy`: the 312-byte GdnConvChainParams, then eight u64 and two u32 —
-// 384 bytes, every field at its natural alignment with no gap and no tail padding (`param_struct!`
+// SAFETY: `#[repr(C)]`, `Copy`: the 312-byte GdnConvChainParams, then sixteen u64 and two u32 —
+// 448 bytes, every field at its natural alignment with no gap and no tail padding (`param_struct!`
 // asserts the sum), alignment 8; exactly the type the `gdn_conv_chain_commit_f32_d*` entries take.
 unsafe impl KernelParams for abi::GdnConvChainCommitParams {}
 
@@ -601,6 +642,8 @@ impl Op for GdnConvChain {
                 let [window_rows_seq, ..] = check::elem_strides(&commit.window_rows);
                 let [_, log_token, log_seq, _] = check::elem_strides(&commit.log_qkv);
                 let [_, log_out_token, log_out_seq, _] = commit.log_out.map_or([0; 4], |t| check::elem_strides(&t));
+                let [_, log_k_head, log_k_token, log_k_seq] = commit.log_k.map_or([0; 4], |t| check::elem_strides(&t));
+                let [_, log_v_head, log_v_token, log_v_seq] = commit.log_v.map_or([0; 4], |t| check::elem_strides(&t));
                 let with_commit = abi::GdnConvChainCommitParams {
                     chain: params,
                     window_rows: mem.device_ptr(&commit.window_rows),
@@ -611,9 +654,20 @@ impl Op for GdnConvChain {
                     log_seq,
                     log_out_token,
                     log_out_seq,
+                    log_k: commit.log_k.map_or(0, |t| mem.device_ptr(&t)),
+                    log_k_head,
+                    log_k_token,
+                    log_k_seq,
+                    log_v: commit.log_v.map_or(0, |t| mem.device_ptr(&t)),
+                    log_v_head,
+                    log_v_token,
+                    log_v_seq,
                     // Validated: 1 ..= 16.
                     log_tokens: commit.log_qkv.ne()[1] as u32,
-                    has_log_out: u32::from(commit.log_out.is_some()),
+                    logs: [(commit.log_out, abi::COMMIT_LOG_QKV), (commit.log_k, abi::COMMIT_LOG_K), (commit.log_v, abi::COMMIT_LOG_V)]
+                        .iter()
+                        .filter(|(t, _)| t.is_some())
+                        .fold(0, |bits, (_, bit)| bits | bit),
                 };
                 (abi::gdn_conv_chain_commit_entry(shape.d_conv), [KernelArg::Params(ParamBlock::of(&with_commit)?)])
             }
@@ -673,6 +727,14 @@ impl Op for GdnConvChain {
         }
         let snapshots: Vec<(usize, usize)> = self.snapshots.iter().map(|s| (s.row, s.offset)).collect();
         crate::reference::gdn_conv_chain::gdn_conv_chain(&views, &source_rows, &snapshots, mem, mufu);
+        // [replay] The k and v logs: copies of the values just written.
+        if let Some(commit) = &self.commit {
+            for (src, dst) in [(Some(self.k_norm), commit.log_k), (self.v_heads(), commit.log_v)] {
+                if let (Some(src), Some(dst)) = (src, dst) {
+                    crate::reference::cpy::cpy(&src, &dst, mem);
+                }
+            }
+        }
         Ok(())
     }
 
@@ -691,7 +753,7 @@ impl Op for GdnConvChain {
         out.extend(self.snapshots.iter().map(|s| self.cache_rows(s.row, n_seqs)));
         if let Some(commit) = &self.commit {
             out.push(self.cache_rows(commit.row, n_seqs));
-            out.extend(commit.log_out);
+            out.extend(commit.logs().map(|(_, t)| t));
         }
         out
     }

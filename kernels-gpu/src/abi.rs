@@ -922,6 +922,13 @@ pub const fn gdn_conv_chain_entry(d_conv: usize) -> Option<&'static str> {
     })
 }
 
+/// \[replay\] `GdnConvChainCommitParams::logs`: the step's conv inputs to `log_out`.
+pub const COMMIT_LOG_QKV: u32 = 1;
+/// \[replay\] … the normalised k heads to `log_k`.
+pub const COMMIT_LOG_K: u32 = 2;
+/// \[replay\] … the v heads (SiLU outputs) to `log_v`.
+pub const COMMIT_LOG_V: u32 = 4;
+
 /// \[replay\] The GDN_CONV_CHAIN entry with the window commit in front
 /// ([`GdnConvChainCommitParams`]) for `d_conv` taps.
 pub const fn gdn_conv_chain_commit_entry(d_conv: usize) -> Option<&'static str> {
@@ -1009,8 +1016,9 @@ param_struct! {
     /// j·n_s + s with j ≤ T_log); its incoming window is window(a) of [the committed window in
     /// row `source_row[s]` ; its logged inputs 0 … a − 1], written back over that row before the
     /// chain reads it. `log_qkv` (c, t, s) at `c + t·log_token + s·log_seq` (T_log tokens); with
-    /// `has_log_out` the step's own inputs (qkv) are copied to `log_out` (c, t, s) at
-    /// `c + t·log_out_token + s·log_out_seq`. 384 bytes, no padding.
+    /// [`COMMIT_LOG_QKV`] in `logs` the step's own inputs (qkv) are copied to `log_out` (c, t, s) at
+    /// `c + t·log_out_token + s·log_out_seq`; the k heads and v heads likewise to `log_k` /
+    /// `log_v` (`logs` says which). 448 bytes, no padding.
     #[repr(C)]
     #[derive(Clone, Copy, Debug, PartialEq)]
     pub struct GdnConvChainCommitParams {
@@ -1023,10 +1031,22 @@ param_struct! {
         pub log_seq: u64,
         pub log_out_token: u64,
         pub log_out_seq: u64,
+        /// The normalised k heads' log (i, h, t, s) at `i + h·log_k_head + t·log_k_token +
+        /// s·log_k_seq`, as `k_norm` \[D, H_k, n_t, n_s\].
+        pub log_k: u64,
+        pub log_k_head: u64,
+        pub log_k_token: u64,
+        pub log_k_seq: u64,
+        /// The v heads' log (the SiLU outputs of channels 2·H_k·D …): (i, h, t, s) at
+        /// `i + h·log_v_head + t·log_v_token + s·log_v_seq`, \[D, H_v, n_t, n_s\].
+        pub log_v: u64,
+        pub log_v_head: u64,
+        pub log_v_token: u64,
+        pub log_v_seq: u64,
         /// T_log, 1 ..= [`GDN_CONV_CHAIN_MAX_TOKENS`]: tokens of the logged step.
         pub log_tokens: u32,
-        /// 1: copy qkv to `log_out`; 0: no log.
-        pub has_log_out: u32,
+        /// Which logs the launch writes: [`COMMIT_LOG_QKV`] | [`COMMIT_LOG_K`] | [`COMMIT_LOG_V`].
+        pub logs: u32,
     }
 }
 

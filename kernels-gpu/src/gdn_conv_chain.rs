@@ -48,8 +48,8 @@
 //! subnormals survive). The arithmetic is the unfused kernels' own `#[inline(always)]` bodies.
 
 use crate::abi::{
-    GDN_CONV_CHAIN_BLOCK, GDN_CONV_CHAIN_MAX_ROWS, GDN_CONV_CHAIN_MAX_TOKENS, GdnConvChainCommitParams, GdnConvChainParams, div_or_zero,
-    gdn_conv_chain_tile_stride, rem_or_zero,
+    COMMIT_LOG_K, COMMIT_LOG_QKV, COMMIT_LOG_V, GDN_CONV_CHAIN_BLOCK, GDN_CONV_CHAIN_MAX_ROWS, GDN_CONV_CHAIN_MAX_TOKENS, GdnConvChainCommitParams,
+    GdnConvChainParams, div_or_zero, gdn_conv_chain_tile_stride, rem_or_zero,
 };
 use crate::device::shared;
 use crate::device::thread::{block_idx_x, block_idx_y, sync_threads, thread_idx_x};
@@ -477,6 +477,8 @@ unsafe fn tile_compute_with<const D_CONV: usize>(
     w: &[f32; D_CONV],
     tile_base: u32,
     store_old: impl FnOnce(u32, u32, usize),
+    log_conv: impl FnOnce(u32),
+    log_norms: impl FnOnce(),
 ) {
     const { assert!(D_CONV >= 2 && D_CONV <= 5, "the state arrays hold up to 4 columns") };
     let state_len = D_CONV - 1;
@@ -522,26 +524,32 @@ unsafe fn tile_compute_with<const D_CONV: usize>(
     }
     // SAFETY: channel c0 + tid < C, sequence seq < n_s; `staged` holds n_t·128 floats.
     unsafe { tile_conv::<D_CONV>(p, c0 + tid, seq, &cols, w, staged) };
+    // [replay] This thread's staged outputs (its own stores) to the v log.
+    log_conv(staged);
 
     // ---- Phase 4: L2_NORM of the q/k heads of this block. ----
     if !holds_qk(p, c0) {
         return; // v channels only (block-uniform: the whole block leaves, no barrier follows).
     }
-    // SAFETY: block-uniform condition above; every thread of a q/k block reaches the barrier,
-    // after which the staged outputs are complete.
+    // SAFETY: block-uniform condition above; every thread of a q/k block reaches the barriers,
+    // after which the staged outputs (then the block's norms) are complete and visible.
     unsafe {
         sync_threads();
         tile_norms(p, c0, n_t, staged, |r| (seq, r as usize));
+        sync_threads();
     }
+    // [replay] The block's k heads (written by its warps before the barrier) to the k log.
+    log_norms();
 }
 
 /// \[replay\] The conv chain of tile `tile` of sequence `seq` with the window commit in front
 /// ([`GdnConvChainCommitParams`], docs/rollback.md): this thread's channel c of the committed
 /// window (row `source_row[seq]`, read per channel) and of the logged inputs gives window(a) —
 /// column a + j of [committed window ; logged inputs 0 … a − 1] for j < d_conv − 1, bit moves
-/// only — which goes back over the row (the commit), into the tile as the old state, and with
-/// `has_log_out` the step's tokens to the log; then the chain exactly as [`gdn_conv_chain_tile`]
-/// ([`tile_compute_with`]: the same barrier, rows, conv and norms). Each float of the committed row is
+/// only — which goes back over the row (the commit), into the tile as the old state, and (as
+/// `logs` says) the step's tokens to the log; then the chain exactly as [`gdn_conv_chain_tile`]
+/// ([`tile_compute_with`]: the same barrier, rows, conv and norms), after which its v channels'
+/// outputs and its k heads' norms are copied to their logs (bit moves). Each float of the committed row is
 /// read and written by one thread, the read first; the host refuses a committed row that another
 /// sequence reads or writes.
 ///
@@ -608,7 +616,7 @@ pub(crate) unsafe fn gdn_conv_chain_commit_tile<const D_CONV: usize>(p: &GdnConv
             *row.add(k) = window[k];
             k += 1;
         }
-        if p.has_log_out != 0 {
+        if p.logs & COMMIT_LOG_QKV != 0 {
             let log_out = (p.log_out as *mut f32).add(seq * p.log_out_seq as usize + channel);
             let mut t = 0;
             while t < GDN_CONV_CHAIN_MAX_TOKENS {
@@ -626,7 +634,39 @@ pub(crate) unsafe fn gdn_conv_chain_commit_tile<const D_CONV: usize>(p: &GdnConv
                 k += 1;
             }
         };
-        tile_compute_with::<D_CONV>(chain, tile, seq, x, &w, shared::base(), store_old);
+        // The v log: channel c ≥ 2·H_k·D is element (c − 2·H_k·D) % D of v head (c − 2·H_k·D) / D.
+        let (d, qk) = (chain.head_dim as usize, 2 * chain.n_k_heads as usize * chain.head_dim as usize);
+        let log_conv = |staged: u32| {
+            if p.logs & COMMIT_LOG_V != 0 && channel >= qk {
+                let (h, i) = (div_or_zero((channel - qk) as u32, d as u32) as usize, rem_or_zero((channel - qk) as u32, d as u32) as usize);
+                let dst = (p.log_v as *mut f32).add(i + h * p.log_v_head as usize + seq * p.log_v_seq as usize);
+                let mut t = 0;
+                while t < GDN_CONV_CHAIN_MAX_TOKENS {
+                    if t < n_t {
+                        *dst.add(t * p.log_v_token as usize) = shared::load_f32(at(staged, t * BLOCK + tid));
+                    }
+                    t += 1;
+                }
+            }
+        };
+        // The k log: channel H_k·D ≤ c < 2·H_k·D is element (c − H_k·D) % D of k head
+        // (c − H_k·D) / D, read back from k_norm (this block's warps wrote it before the barrier).
+        let log_norms = || {
+            let k0 = qk / 2;
+            if p.logs & COMMIT_LOG_K != 0 && channel >= k0 && channel < qk {
+                let (h, i) = (div_or_zero((channel - k0) as u32, d as u32) as usize, rem_or_zero((channel - k0) as u32, d as u32) as usize);
+                let src = (chain.k_norm as *const f32).add(i + h * chain.k_head as usize + seq * chain.k_seq as usize);
+                let dst = (p.log_k as *mut f32).add(i + h * p.log_k_head as usize + seq * p.log_k_seq as usize);
+                let mut t = 0;
+                while t < GDN_CONV_CHAIN_MAX_TOKENS {
+                    if t < n_t {
+                        *dst.add(t * p.log_k_token as usize) = *src.add(t * chain.k_token as usize);
+                    }
+                    t += 1;
+                }
+            }
+        };
+        tile_compute_with::<D_CONV>(chain, tile, seq, x, &w, shared::base(), store_old, log_conv, log_norms);
     }
 }
 

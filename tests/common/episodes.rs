@@ -13,7 +13,7 @@
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rgdn::fusion::sweep::{self, Planning};
-use rgdn::fusion::{Options, Outcome, REGISTRY, Refusal, Report, compile_for};
+use rgdn::fusion::{Options, Outcome, REGISTRY, Report, compile_for};
 use rgdn::gpu::Gpu;
 use rgdn::graph::Node;
 use rgdn::graph::exec;
@@ -439,8 +439,30 @@ pub fn check_replay_report(report: &Report) -> Check<()> {
     if !outcome("gate_pair")?.fused() {
         return Err("gate_pair did not fire".into());
     }
-    if !outcome("conv_chain")?.fused() {
-        return Err(format!("conv_chain: {} (expected it to fire with the window commit)", outcome("conv_chain")?));
+    // The commit (GET_ROWS, CONCAT, CPY_SNAPSHOTS, GET_ROWS), the verify's chain (GET_ROWS,
+    // CONCAT, SSM_CONV, two L2_NORMs) and the log copies of the inputs, k and v → one
+    // GDN_CONV_CHAIN.
+    match outcome("conv_chain")? {
+        Outcome::Fused(w)
+            if w.fused_op == "GDN_CONV_CHAIN" && {
+                let mut ops = w.replaced_ops.clone();
+                ops.sort_unstable();
+                ops == [
+                    "CONCAT",
+                    "CONCAT",
+                    "CPY",
+                    "CPY",
+                    "CPY",
+                    "CPY_SNAPSHOTS",
+                    "GET_ROWS",
+                    "GET_ROWS",
+                    "GET_ROWS",
+                    "L2_NORM",
+                    "L2_NORM",
+                    "SSM_CONV",
+                ]
+            } => {}
+        o => return Err(format!("conv_chain: {o} (expected it to fuse the commit, the chain and three log copies)")),
     }
     if outcome("layer_step")?.fused() {
         return Err("layer_step fired on a replay layer".into());
