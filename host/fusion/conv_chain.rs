@@ -142,19 +142,8 @@ pub fn find(graph: &Graph, layer: usize) -> Result<Candidate, Refusal> {
         {
             return Err(CopyNotWindow { node: x });
         }
-        let row_bytes = cache.layout.nb[1];
-        let rel = cpy.dst.layout.offset.wrapping_sub(cache.layout.offset);
-        let row = rel.checked_div(row_bytes).unwrap_or(usize::MAX);
         // One whole row per sequence: rows row … row + n_s − 1.
-        if cpy.dst.buffer != cache.buffer
-            || cpy.dst.layout.offset < cache.layout.offset
-            || row_bytes == 0
-            || rel % row_bytes != 0
-            || row >= cache.ne()[1]
-            || LayerTensors::try_cache_rows("conv_cache", &cache, row, n_seqs).ok() != Some(cpy.dst)
-        {
-            return Err(CopyNotCacheRow { node: x });
-        }
+        let row = whole_rows(&cache, &cpy.dst, n_seqs).ok_or(CopyNotCacheRow { node: x })?;
         if snapshots.iter().any(|s| s.row.abs_diff(row) < n_seqs) {
             return Err(RowWrittenTwice { row });
         }
@@ -277,6 +266,19 @@ pub fn find(graph: &Graph, layer: usize) -> Result<Candidate, Refusal> {
     Ok(Candidate { nodes: pattern, at: c, fused: Box::new(op), edges, eliminated, eliminated_values: vec![], overlaps })
 }
 
+/// The first of `n_seqs` consecutive whole rows of `cache` that `view` is exactly (one per
+/// sequence: rows row … row + n_s − 1), or none.
+fn whole_rows(cache: &Tensor, view: &Tensor, n_seqs: usize) -> Option<usize> {
+    let row_bytes = cache.layout.nb[1];
+    let rel = view.layout.offset.checked_sub(cache.layout.offset)?;
+    let row = rel.checked_div(row_bytes)?;
+    (view.buffer == cache.buffer
+        && rel.is_multiple_of(row_bytes)
+        && row < cache.ne()[1]
+        && LayerTensors::try_cache_rows("conv_cache", cache, row, n_seqs).ok() == Some(*view))
+    .then_some(row)
+}
+
 /// \[replay\] The window commit's four nodes, found from the GET_ROWS `back` that writes each
 /// sequence's window over its row.
 struct CommitMatch {
@@ -299,18 +301,10 @@ fn find_commit(graph: &Graph, layer: usize, back: usize, cache: &Tensor, chain_g
     let nodes = graph.nodes;
     let n_seqs = chain_gather.rows.layout.n_elements();
     let copy_back = nodes[back].get::<GetRows>().expect("a GET_ROWS");
-    let row_bytes = cache.layout.nb[1];
-    let rel = copy_back.dst.layout.offset.wrapping_sub(cache.layout.offset);
-    let row = rel.checked_div(row_bytes).unwrap_or(usize::MAX);
-    if copy_back.dst.buffer != cache.buffer
-        || copy_back.dst.layout.offset < cache.layout.offset
-        || row_bytes == 0
-        || !rel.is_multiple_of(row_bytes)
-        || LayerTensors::try_cache_rows("conv_cache", cache, row, n_seqs).ok() != Some(copy_back.dst)
-        || copy_back.rows.layout.n_elements() != n_seqs
-    {
+    let row = whole_rows(cache, &copy_back.dst, n_seqs);
+    let Some(row) = row.filter(|_| copy_back.rows.layout.n_elements() == n_seqs) else {
         return Err(NoPattern("the GET_ROWS before the conv chain does not write one whole conv row per sequence"));
-    }
+    };
     let in_layer = |i: Option<usize>| i.filter(|&i| nodes[i].layer == Some(layer));
     let windows =
         in_layer(writer_of(graph, back, &copy_back.src)).ok_or(NoPattern("nothing in the layer writes the commit's window table"))?;
@@ -344,4 +338,51 @@ fn find_commit(graph: &Graph, layer: usize, back: usize, cache: &Tensor, chain_g
         return Err(Layout("the commit does not gather the chain's own source rows, or its log is not a contiguous F32 [C, T_log, n_s]"));
     }
     Ok(CommitMatch { gather, concat: concat_at, windows, back, log_qkv, window_rows: copy_back.rows, row })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fusion::{sweep, try_fusion};
+    use crate::graph::Node;
+    use crate::graph::layer::{Outputs, StackSpec};
+    use crate::layer::{GdnShape, Step};
+
+    const SMALL: GdnShape = GdnShape { n_embd: 64, n_k_heads: 1, n_v_heads: 2, head_dim: 128, d_conv: 4, eps: 1e-6 };
+
+    /// A one-layer replay graph (two sequences of `n_t` tokens, own cells), unfused, and what the
+    /// caller observes.
+    fn replay_layer(n_t: usize) -> (Vec<Node>, crate::graph::ByteSet) {
+        let step = Step { cells: 2, ..Step::new(n_t, 0) }.with_sequences(&[(1, 0)]).unwrap();
+        let layer = LayerSpec { rollback: Rollback::Replay { log_set: 0 }, ..LayerSpec::new(SMALL, step) };
+        let spec = StackSpec { layers: vec![layer], outputs: Outputs::Products };
+        let b = sweep::build(&spec, 5, sweep::Planning::FusionAware).unwrap();
+        (b.replay_nodes(1).unwrap(), b.live_out())
+    }
+
+    /// \[replay\] On a replay layer the chain takes the commit's four nodes and the three log
+    /// copies; a commit whose window table is not the T + 1 windows of row j·n_s + s is refused by
+    /// name (the legality check cannot see window offsets: the matcher must).
+    #[test]
+    fn the_commit_and_the_logs_join_the_chain_and_a_foreign_window_table_is_refused() {
+        let (nodes, live_out) = replay_layer(4);
+        let (c, _) = try_fusion(&nodes, &live_out, &FUSION, 0).unwrap();
+        let op = c.fused.as_ref().downcast_ref::<GdnConvChain>().expect("a GDN_CONV_CHAIN");
+        let commit = op.commit.expect("a window commit");
+        assert!(commit.log_out.is_some() && commit.log_k.is_some() && commit.log_v.is_some(), "{commit:?}");
+        assert!(op.snapshots.is_empty());
+        assert_eq!(c.nodes.iter().filter(|&&i| nodes[i].get::<Cpy>().is_some()).count(), 3);
+        let snap_at = nodes.iter().position(|n| n.get::<CpySnapshots>().is_some()).unwrap();
+        let snap = nodes[snap_at].get::<CpySnapshots>().unwrap().clone();
+        for wrong in [
+            CpySnapshots { n_slots: snap.n_slots - 1, ..snap.clone() },
+            CpySnapshots { first_row: 1, n_slots: snap.n_slots - 1, ..snap.clone() },
+            CpySnapshots { group_stride: 1, ..snap.clone() },
+        ] {
+            let mut other = nodes.clone();
+            other[snap_at] = Node::new(Box::new(wrong.clone()), Some(0));
+            let got = try_fusion(&other, &live_out, &FUSION, 0).map(|_| ());
+            assert!(matches!(got, Err(Refusal::Layout(_))), "{wrong:?}: {got:?}");
+        }
+    }
 }
