@@ -431,6 +431,12 @@ pub trait ReplayArm {
 /// fire (a replay layer is out of its scope); `replay_verify` fuses the replay with the
 /// verify's GATED_DELTA_NET_FROM_CACHE (no scratch slot written).
 pub fn check_replay_report(report: &Report) -> Check<()> {
+    check_replay_report_of(report, Options::ALL)
+}
+
+/// [`check_replay_report`] for `options`: with [`Options::ON`] (the defaults a user gets) the
+/// same, but `replay_verify` (opt-in) leaves the replay and the verify apart.
+pub fn check_replay_report_of(report: &Report, options: Options) -> Check<()> {
     let layer = report.layers.first().ok_or("no layer in the report")?;
     let outcome = |name: &str| layer.outcome(name).ok_or(format!("no outcome for {name}"));
     if !outcome("state_read")?.fused() {
@@ -466,6 +472,12 @@ pub fn check_replay_report(report: &Report) -> Check<()> {
     }
     if outcome("layer_step")?.fused() {
         return Err("layer_step fired on a replay layer".into());
+    }
+    if !options.allows("replay_verify") {
+        return match outcome("replay_verify")? {
+            Outcome::Fused(_) => Err("replay_verify fired though the options leave it out".into()),
+            _ => Ok(()),
+        };
     }
     // [replay] The replay and the verify's GATED_DELTA_NET_FROM_CACHE → one
     // GATED_DELTA_NET_REPLAY_VERIFY, its scratch slot (and nothing else) left unwritten.
@@ -540,12 +552,17 @@ impl ReplayGraph {
         let mut nodes = [Vec::new(), Vec::new()];
         for (set, (n, report)) in compiled.into_iter().enumerate() {
             if options != Options::OFF {
-                check_replay_report(&report).map_err(|e| format!("n_s {n_s}, T {n_t}, log set {set}: {e}\n{report}"))?;
+                check_replay_report_of(&report, options).map_err(|e| format!("n_s {n_s}, T {n_t}, log set {set}: {e}\n{report}"))?;
             }
             nodes[set] = n;
         }
-        let name = if options == Options::OFF { "replay graph unfused" } else { "replay graph fused" };
-        let fused = (options != Options::OFF).then_some("GATED_DELTA_NET_REPLAY_VERIFY");
+        // The defaults (`Options::ON`: what a user gets) leave `replay_verify` out; the GPU then
+        // checks the commit chain's one launch instead.
+        let (name, fused) = match options {
+            Options::OFF => ("replay graph unfused", None),
+            Options::ON => ("replay graph fused (defaults)", Some("GDN_CONV_CHAIN")),
+            _ => ("replay graph fused", Some("GATED_DELTA_NET_REPLAY_VERIFY")),
+        };
         let mut g = ReplayGraph { name, built, nodes, mem: GraphMemory::new(exec, host)?, fused, n_s, plant: GraphPlant::None };
         for (name, bytes) in weights {
             g.set(name, bytes)?;
@@ -809,6 +826,8 @@ pub fn graph_episode(setup: &Setup, plant: GraphPlant, unfused: bool) -> Check<T
         if unfused {
             others.push(Box::new(ReplayGraph::new(exec, shape, dims, Options::OFF, weights, start)?));
         }
+        // The library's defaults, as a user builds a replay layer without `Options::ALL`.
+        others.push(Box::new(ReplayGraph::new(exec, shape, dims, Options::ON, weights, start)?));
         Ok(Arms { primary: Box::new(fused), others })
     })
 }
