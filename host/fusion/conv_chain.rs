@@ -345,19 +345,10 @@ mod tests {
     use super::*;
     use crate::fusion::{sweep, try_fusion};
     use crate::graph::Node;
-    use crate::graph::layer::{Outputs, StackSpec};
-    use crate::layer::{GdnShape, Step};
 
-    const SMALL: GdnShape = GdnShape { n_embd: 64, n_k_heads: 1, n_v_heads: 2, head_dim: 128, d_conv: 4, eps: 1e-6 };
-
-    /// A one-layer replay graph (two sequences of `n_t` tokens, own cells), unfused, and what the
-    /// caller observes.
+    /// A one-layer replay graph, unfused, and what the caller observes.
     fn replay_layer(n_t: usize) -> (Vec<Node>, crate::graph::ByteSet) {
-        let step = Step { cells: 2, ..Step::new(n_t, 0) }.with_sequences(&[(1, 0)]).unwrap();
-        let layer = LayerSpec { rollback: Rollback::Replay { log_set: 0 }, ..LayerSpec::new(SMALL, step) };
-        let spec = StackSpec { layers: vec![layer], outputs: Outputs::Products };
-        let b = sweep::build(&spec, 5, sweep::Planning::FusionAware).unwrap();
-        (b.replay_nodes(1).unwrap(), b.live_out())
+        sweep::small_replay_layer(n_t)
     }
 
     /// \[replay\] On a replay layer the chain takes the commit's four nodes and the three log

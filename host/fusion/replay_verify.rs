@@ -95,14 +95,11 @@ mod tests {
     /// A one-layer replay graph (two sequences of `n_t` tokens, own cells) after the fusions
     /// before this one, and what the caller observes.
     fn replay_layer(n_t: usize) -> (Vec<Node>, crate::graph::ByteSet) {
-        let step = Step { cells: 2, ..Step::new(n_t, 0) }.with_sequences(&[(1, 0)]).unwrap();
-        let layer = LayerSpec { rollback: Rollback::Replay { log_set: 0 }, ..LayerSpec::new(SMALL, step) };
-        let spec = StackSpec { layers: vec![layer], outputs: Outputs::Products };
-        let b = sweep::build(&spec, 5, sweep::Planning::FusionAware).unwrap();
+        let (nodes, live_out) = sweep::small_replay_layer(n_t);
         let options = Options::only(&["conv_chain", "pair", "gate_pair", "state_read", "layer_step"]).unwrap();
-        let (nodes, report) = fuse(b.replay_nodes(1).unwrap(), &b.live_out(), options);
+        let (nodes, report) = fuse(nodes, &live_out, options);
         assert_eq!(report.fired("state_read"), 1, "{report}");
-        (nodes, b.live_out())
+        (nodes, live_out)
     }
 
     fn at<T: Op + 'static>(nodes: &[Node]) -> usize {

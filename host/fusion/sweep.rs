@@ -416,3 +416,16 @@ pub fn forward(gpu: &Gpu, shape: GdnShape, layers: usize, n_t: usize, r: usize, 
 pub fn forward_seqs(gpu: &Gpu, shape: GdnShape, layers: usize, n_t: usize, r: usize, n_s: usize, seed: u64) -> Result<OffOn> {
     off_on_gpu(gpu, &forward_spec_seqs(shape, layers, n_t, r, n_s), seed)
 }
+
+/// \[replay\] For the matchers' unit tests: a one-layer replay graph (a small 9B-like shape, two
+/// sequences of `n_t` tokens in their own cells), the nodes of log set 1 unfused, and what the
+/// caller observes.
+#[cfg(test)]
+pub(crate) fn small_replay_layer(n_t: usize) -> (Vec<crate::graph::Node>, ByteSet) {
+    const SMALL: GdnShape = GdnShape { n_embd: 64, n_k_heads: 1, n_v_heads: 2, head_dim: 128, d_conv: 4, eps: 1e-6 };
+    let step = Step { cells: 2, ..Step::new(n_t, 0) }.with_sequences(&[(1, 0)]).expect("two sequences");
+    let layer = LayerSpec { rollback: layer::Rollback::Replay { log_set: 0 }, ..LayerSpec::new(SMALL, step) };
+    let spec = StackSpec { layers: vec![layer], outputs: Outputs::Products };
+    let b = build(&spec, 5, Planning::FusionAware).expect("a replay layer");
+    (b.replay_nodes(1).expect("nodes"), b.live_out())
+}
