@@ -714,15 +714,7 @@ impl Op for GdnConvChain {
             let accepted = self.check_commit_rows(commit, &source_rows, mem)?;
             crate::reference::gdn_conv_chain::commit_windows(&self.conv_cache, &commit.log_qkv, &source_rows, &accepted, mem);
             if let Some(log_out) = commit.log_out {
-                let [c, n_t, n_s, _] = self.qkv.ne();
-                for s in 0..n_s {
-                    for t in 0..n_t {
-                        for ch in 0..c {
-                            let bits = mem.read_u32(&self.qkv, [ch, t, s, 0]);
-                            mem.write_u32(&log_out, [ch, t, s, 0], bits);
-                        }
-                    }
-                }
+                crate::reference::cpy::cpy(&self.qkv, &log_out, mem);
             }
         }
         let snapshots: Vec<(usize, usize)> = self.snapshots.iter().map(|s| (s.row, s.offset)).collect();
