@@ -109,6 +109,11 @@ RGDN_BATCH_SEQ_ITEMS=0 RGDN_BATCH_ONE_ROW=1 bg ops-one-row bundle/tests/gpu_ops 
 RGDN_BATCH_SEQ_ITEMS=0 RGDN_BATCH_ONE_ROW=1 RGDN_SWEEP_FORWARDS=0 RGDN_SWEEP_STRIDE=4 bg sweep-one-row bundle/tests/gpu_sweep
 RGDN_BATCH_SEQ_ITEMS=1 RGDN_BATCH_SEQ_GROUPS=1 bg ops-seq-items bundle/tests/gpu_ops GDN_LAYER_STEP_BATCH_INVARIANT
 RGDN_BATCH_SEQ_ITEMS=1 RGDN_LAYER_STEP_MAX_GRID=7 RGDN_SWEEP_FORWARDS=0 RGDN_SWEEP_STRIDE=4 bg sweep-seq-items bundle/tests/gpu_sweep
+# [speed] The tiled MUL_MAT_VEC_PAIR(_GATE) entries forced on every pair and pair-gate case (the
+# defaults tile from PAIR_TILES_MIN_COLS columns on; the suite's cases have up to 16), and the
+# replay episodes with them never (RGDN_PAIR_TILES=0).
+RGDN_PAIR_TILES=1 bg ops-pair-tiles bundle/tests/gpu_ops MUL_MAT_VEC_PAIR
+RGDN_PAIR_TILES=0 bg replay-pair-rows bundle/tests/gpu_replay
 # The plants: each must fail.
 for d in plant-*/; do
   n=${d#plant-}; n=${n%/}

@@ -5,7 +5,8 @@
 # `sched` and `one` are the bundle's own rgdn with RGDN_BATCH_SEQ_ITEMS=1 / 0 (the
 # single-sequence entries forced wherever the flags allow / the batched schedule at every n_s) /
 # 1 with RGDN_BATCH_SEQ_GROUPS=1 (one column group a warp); `c4` / `c2` chunks of 16 / 128
-# sequences (four chunks at n_s = 64, two at 256); `def` the defaults; any other arm is arm-NAME.txz
+# sequences (four chunks at n_s = 64, two at 256); `rows` / `tiles` the products never / always as
+# tiles (RGDN_PAIR_TILES=0 / 1); `def` the defaults; any other arm is arm-NAME.txz
 # (scripts/arm-bundle.sh). Each ARMS_k="arms|seqs|modes|rounds" line is one
 # scripts/device-batch-arms.sh run; EXTRA_k adds bench arguments to it (e.g. "--replay half").
 # Everything comes back as seq-items.tgz beside summary.txt.
@@ -18,7 +19,7 @@ out=${OUT:-bundle/out}
 # The plants wait until the arms ran (device-batch-arms.sh runs any plant bundle it finds).
 mkdir -p later
 for p in plant-*.txz; do [ -f "$p" ] && { n=${p#plant-}; xz -dc "$p" | gzip -1 > "later/bundle-plant-${n%.txz}.tgz"; }; done
-for a in new:RGDN_BATCH_SEQ_ITEMS=1 sched:RGDN_BATCH_SEQ_ITEMS=0 one:RGDN_BATCH_SEQ_ITEMS=1,RGDN_BATCH_SEQ_GROUPS=1 c4:RGDN_BATCH_CHUNK=16 c2:RGDN_BATCH_CHUNK=128 def:; do
+for a in new:RGDN_BATCH_SEQ_ITEMS=1 sched:RGDN_BATCH_SEQ_ITEMS=0 one:RGDN_BATCH_SEQ_ITEMS=1,RGDN_BATCH_SEQ_GROUPS=1 c4:RGDN_BATCH_CHUNK=16 c2:RGDN_BATCH_CHUNK=128 rows:RGDN_PAIR_TILES=0 tiles:RGDN_PAIR_TILES=1 def:; do
   n=${a%%:*}; vars=$(echo "${a#*:}" | tr , ' ')
   mkdir -p "arm/$n/bundle" && cp bundle/rgdn "arm/$n/bundle/"
   echo "$(cat bundle/COMMIT) $vars" > "arm/$n/bundle/COMMIT"

@@ -466,7 +466,10 @@ impl Gpu {
         check_dims(entry, &dims)?;
         let co_resident = match kind {
             LaunchKind::Cooperative => self.co_resident_of(&func, entry, block_threads(&dims), dims.shared_bytes)?,
-            LaunchKind::Plain | LaunchKind::Copy => 0,
+            LaunchKind::Plain | LaunchKind::Copy => {
+                self.raise_shared_limit(&func, entry, dims.shared_bytes)?;
+                0
+            }
         };
         Ok(PreparedLaunch { work: Work::Kernel { func, args: args.to_vec(), co_resident }, entry, dims, kind, gpu: self.key() })
     }
@@ -536,11 +539,9 @@ impl Gpu {
         self.co_resident_of(&func, entry, block_threads, shared_bytes)
     }
 
-    fn co_resident_of(&self, func: &CudaFunction, entry: &'static str, block_threads: u32, shared_bytes: u32) -> Result<u32> {
-        let key = (entry, block_threads, shared_bytes);
-        if let Some(&n) = self.co_resident.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
-            return Ok(n);
-        }
+    /// Raises `entry`'s dynamic shared-memory limit to `shared_bytes` when that is above the
+    /// default 48 KiB (a launch asking for more fails with CUDA_ERROR_INVALID_VALUE otherwise).
+    fn raise_shared_limit(&self, func: &CudaFunction, entry: &'static str, shared_bytes: u32) -> Result<()> {
         if shared_bytes > DEFAULT_SHARED_BYTES {
             // The limit is the function's, not the shape's: lowering it for this shape would make
             // a cached larger shape's launch fail (CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE).
@@ -552,6 +553,15 @@ impl Gpu {
                 limits.insert(entry, shared_bytes);
             }
         }
+        Ok(())
+    }
+
+    fn co_resident_of(&self, func: &CudaFunction, entry: &'static str, block_threads: u32, shared_bytes: u32) -> Result<u32> {
+        let key = (entry, block_threads, shared_bytes);
+        if let Some(&n) = self.co_resident.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+            return Ok(n);
+        }
+        self.raise_shared_limit(func, entry, shared_bytes)?;
         let per_sm = func.occupancy_max_active_blocks_per_multiprocessor(block_threads, shared_bytes as usize, None)?;
         let sms = self.ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
         let n = per_sm.saturating_mul(u32::try_from(sms).unwrap_or(0));

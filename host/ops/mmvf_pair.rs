@@ -16,7 +16,7 @@
 use super::mmvf::MatVecShape;
 use super::{MulMatVec, Op, check};
 use crate::error::{Error, Result};
-use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock, PreparedLaunch};
+use crate::gpu::{Gpu, KernelArg, KernelParams, LaunchDims, ParamBlock, PreparedLaunch};
 use crate::kernels::abi;
 use crate::memory::{DeviceMemory, HostMemory, Memory};
 use crate::reference::math::Mufu;
@@ -144,6 +144,51 @@ impl MulMatVecPair {
     }
 }
 
+/// \[speed\] Columns from which MUL_MAT_VEC_PAIR(_GATE) runs as tiles
+/// (`abi::MulMatVecPairTilesParams`: each block 4 heads of both products × 4 columns, its columns
+/// read once for 8 weight rows) instead of one block per row and column group, which re-reads
+/// every column for every row. `RGDN_PAIR_TILES` = 0 / 1 forces either for measurements.
+pub const PAIR_TILES_MIN_COLS: usize = 32;
+
+/// Whether a pair of `ncols` columns runs as tiles (the default rule, or the knob).
+pub fn pair_tiles(ncols: usize) -> bool {
+    match std::env::var("RGDN_PAIR_TILES").ok().as_deref() {
+        Some("0") => false,
+        Some("1") => true,
+        _ => ncols >= PAIR_TILES_MIN_COLS,
+    }
+}
+
+/// The tiled launch of a validated pair (`params` with its epilogue set): grid (⌈rows/4⌉,
+/// ⌈ncols/4⌉), 128 threads, the item's shared memory.
+fn tiles_launch(gpu: &Gpu, shape: &MatVecShape, params: abi::MulMatVecPairGateParams) -> Result<PreparedLaunch> {
+    let entry = abi::mul_mat_vec_pair_tiles_entry(shape.kind).expect("checked: the kind has an entry");
+    let tiles = abi::MulMatVecPairTilesParams {
+        gate: params,
+        pair_block: shape.block_size,
+        // Validated: rows ≤ 2^31 (grid x of the unfused entries), ncols ≤ MUL_MAT_VEC_PAIR_MAX_COLS.
+        n_rows: shape.rows as u32,
+        n_cols: shape.ncols as u32,
+        _pad: 0,
+    };
+    let (heads, cols) = (abi::BATCH_ROW_HEADS as usize, abi::BATCH_ROW_COLS as usize);
+    let dims = LaunchDims::new((shape.rows.div_ceil(heads) as u32, shape.ncols.div_ceil(cols) as u32, 1), (abi::PAIR_TILES_BLOCK, 1, 1))
+        .with_shared_bytes(abi::PAIR_TILES_SHARED_BYTES);
+    let args = [KernelArg::Params(ParamBlock::of(&tiles)?)];
+    // SAFETY: the caller's `check` proved the pair (and, with the gate epilogue, its views)
+    // valid for `rows` rows and `ncols` columns — everything `mmvf::pair_gate_tile` relies on
+    // as GDN_LAYER_STEP's mat-vec items do (the same validation); the grid covers them in tiles
+    // of 4 heads × 4 columns (the entry clips the last ones), the block is 128 threads with the
+    // item's reduction buffer and rings as dynamic shared memory, and `pair_block` is ggml's
+    // block size for E (≤ 256).
+    unsafe { gpu.prepare(entry, dims, &args) }
+}
+
+// SAFETY: `#[repr(C)]`, `Copy`: the 144-byte MulMatVecPairGateParams and four u32 — 160 bytes,
+// no padding (`param_struct!` asserts it), alignment 8; the `mul_mat_vec_pair_tiles_*` entries'
+// parameter struct.
+unsafe impl KernelParams for abi::MulMatVecPairTilesParams {}
+
 impl Op for MulMatVecPair {
     fn name(&self) -> &'static str {
         OP
@@ -159,6 +204,9 @@ impl Op for MulMatVecPair {
         let entry = abi::mul_mat_vec_pair_entry(shape.kind, per_block).expect("checked: kind and ncols have an entry");
         let params =
             abi::MulMatVecPairGateParams { pair: self.params(mem, &shape), epilogue: abi::PAIR_EPILOGUE_NONE, ..Default::default() };
+        if pair_tiles(shape.ncols) {
+            return tiles_launch(gpu, &shape, params);
+        }
         let groups = (shape.ncols / per_block) as u32;
         let dims =
             LaunchDims::new((shape.rows as u32, 2, groups), (shape.block_size, 1, 1)).with_shared_bytes(abi::MUL_MAT_VEC_SHARED_BYTES);
@@ -320,6 +368,9 @@ impl Op for MulMatVecPairGate {
         let per_block = super::mmvf::pair_cols_per_block(shape.ncols);
         let entry = abi::mul_mat_vec_pair_gate_entry(shape.kind, per_block).expect("checked: kind and ncols have an entry");
         let params = self.params(mem, &shape);
+        if pair_tiles(shape.ncols) {
+            return tiles_launch(gpu, &shape, params);
+        }
         let groups = (shape.ncols / per_block) as u32;
         let dims =
             LaunchDims::new((shape.rows as u32, 2, groups), (shape.block_size, 1, 1)).with_shared_bytes(abi::MUL_MAT_VEC_SHARED_BYTES);
@@ -555,5 +606,29 @@ mod tests {
         let mut p = pair(&mut mem, DType::F16, 63, 4, 1);
         p.first.precision = Precision::Default;
         assert!(matches!(p.validate(&mem), Err(Error::Unsupported { op: OP, .. })));
+    }
+}
+
+#[cfg(test)]
+mod tile_rule_tests {
+    use super::*;
+
+    /// \[speed\] The products run as tiles from [`PAIR_TILES_MIN_COLS`] columns on (the defaults
+    /// only: a process with `RGDN_PAIR_TILES` set says so and checks nothing).
+    #[test]
+    fn pairs_run_as_tiles_from_the_column_threshold_on() {
+        if std::env::var_os("RGDN_PAIR_TILES").is_some() {
+            eprintln!("RGDN_PAIR_TILES is set: the defaults are not what this process runs; not checked");
+            return;
+        }
+        for (ncols, tiles) in
+            [(1, false), (16, false), (PAIR_TILES_MIN_COLS - 1, false), (PAIR_TILES_MIN_COLS, true), (256, true), (4096, true)]
+        {
+            assert_eq!(pair_tiles(ncols), tiles, "{ncols} columns");
+        }
+        // Every kind has a tiles entry.
+        for kind in 0..4 {
+            assert!(abi::mul_mat_vec_pair_tiles_entry(kind).is_some());
+        }
     }
 }

@@ -1183,6 +1183,46 @@ pub struct MulMatVecPairGateParams {
     pub _pad: u32,
 }
 
+param_struct! {
+    /// \[speed\] MUL_MAT_VEC_PAIR(_GATE) over many columns as tiles
+    /// (`mul_mat_vec_pair_tiles_*`): block (x, y) of [`PAIR_TILES_BLOCK`] threads computes heads
+    /// `x·BATCH_ROW_HEADS …` of both products for columns `y·BATCH_ROW_COLS …` with GDN_LAYER_STEP's
+    /// mat-vec item body (`mmvf::pair_gate_tile`: each element exactly as a pair block of
+    /// `pair_block` threads computes it), so a block reads its columns once for 8 weight rows
+    /// instead of once per row. 160 bytes, no padding.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct MulMatVecPairTilesParams {
+        pub gate: MulMatVecPairGateParams,
+        /// ggml's mul_mat_vec_f block size for E (32 … 256): the thread count whose partial sums
+        /// and reduction each element reproduces.
+        pub pair_block: u32,
+        /// Rows of each product (H_v).
+        pub n_rows: u32,
+        /// Input columns.
+        pub n_cols: u32,
+        /// Zero (no padding bytes).
+        pub _pad: u32,
+    }
+}
+
+/// \[speed\] Threads of a `mul_mat_vec_pair_tiles_*` block (GDN_LAYER_STEP's block).
+pub const PAIR_TILES_BLOCK: u32 = 128;
+/// \[speed\] Dynamic shared memory of a `mul_mat_vec_pair_tiles_*` block: the item's reduction
+/// buffer, then its operand rings.
+pub const PAIR_TILES_SHARED_BYTES: u32 = BATCH_ROW_REDUCE_BYTES + BATCH_ROW_RING_BYTES;
+
+/// \[speed\] The tiled MUL_MAT_VEC_PAIR(_GATE) entry for a [`mul_mat_vec_kind`].
+pub const fn mul_mat_vec_pair_tiles_entry(kind: u32) -> Option<&'static str> {
+    Some(match kind {
+        mul_mat_vec_kind::F32 => "mul_mat_vec_pair_tiles_f32",
+        mul_mat_vec_kind::BF16 => "mul_mat_vec_pair_tiles_bf16",
+        mul_mat_vec_kind::F16_HALF => "mul_mat_vec_pair_tiles_f16",
+        mul_mat_vec_kind::F16_F32 => "mul_mat_vec_pair_tiles_f16_f32acc",
+        _ => return None,
+    })
+}
+
 /// [`MulMatVecPairGateParams::epilogue`]: the plain pair.
 pub const PAIR_EPILOGUE_NONE: u32 = 0;
 /// [`MulMatVecPairGateParams::epilogue`]: the gate path (SIGMOID of product 1; ADD, SOFTPLUS,
@@ -2143,6 +2183,10 @@ const LISTED_ENTRIES: &[EntrySig] = &[
     EntrySig::of::<GdnConvChainParams>(entry_name!(gdn_conv_chain, 3)),
     EntrySig::of::<GdnConvChainParams>(entry_name!(gdn_conv_chain, 4)),
     EntrySig::of::<GdnConvChainParams>(entry_name!(gdn_conv_chain, 5)),
+    EntrySig::of::<MulMatVecPairTilesParams>("mul_mat_vec_pair_tiles_f32"),
+    EntrySig::of::<MulMatVecPairTilesParams>("mul_mat_vec_pair_tiles_bf16"),
+    EntrySig::of::<MulMatVecPairTilesParams>("mul_mat_vec_pair_tiles_f16"),
+    EntrySig::of::<MulMatVecPairTilesParams>("mul_mat_vec_pair_tiles_f16_f32acc"),
     EntrySig::of::<GdnConvChainCommitParams>(entry_name!(gdn_conv_chain_commit, 3)),
     EntrySig::of::<GdnConvChainCommitParams>(entry_name!(gdn_conv_chain_commit, 4)),
     EntrySig::of::<GdnConvChainCommitParams>(entry_name!(gdn_conv_chain_commit, 5)),
