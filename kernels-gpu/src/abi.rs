@@ -1104,6 +1104,10 @@ pub const PTX_LAUNCH_BOUNDS: &[(&str, u32, u32)] = &[
     // 8.46 / 15.99 µs against 9.84 / 18.79 at three blocks.
     ("gdn_layer_step_seqs_", GDN_LAYER_STEP_BLOCK, 4),
     ("gdn_layer_step_", GDN_LAYER_STEP_BLOCK, 3),
+    // [replay] Six blocks of 128 threads per multiprocessor (≤ 80 registers; 85 without the
+    // bounds, no spills either way): the recurrence's token loop is latency-bound, and a
+    // pipelined variant with fewer resident warps was no faster (`results/2026-12-04-h200-tiles/`).
+    (GATED_DELTA_NET_REPLAY_VERIFY_ENTRY, 32 * GDN_WARPS, 6),
 ];
 
 /// The MUL_MAT_VEC_PAIR entry for a [`mul_mat_vec_kind`] and 1 ≤ `ncols` ≤ 8 input columns.
