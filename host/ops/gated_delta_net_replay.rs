@@ -2,6 +2,7 @@
 //! reference: [`crate::reference::replay::replay_states`] (the state half of exact replay),
 //! design: `docs/rollback.md` ("Through the registry").
 
+use super::index_rules::{IndexRules, IndexView, Values};
 use super::{Op, check};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, KernelArg, ParamBlock, PreparedLaunch};
@@ -144,18 +145,8 @@ impl GatedDeltaNetReplay {
     /// written by two sequences, and none that another sequence reads.
     fn indices(&self, op: &'static str, shape: &ReplayShape, mem: &dyn Memory) -> Result<Indices> {
         let values = |arg: &'static str, t: &Tensor, bound: usize| -> Result<Vec<usize>> {
-            let values = mem.index_values(t).ok_or_else(|| Error::Invalid {
-                op,
-                what: format!("`{arg}` (buffer {}) is not an index buffer: its values must be known to the host", t.buffer.0),
-            })?;
-            values
-                .iter()
-                .enumerate()
-                .map(|(position, &index)| match usize::try_from(index) {
-                    Ok(x) if x < bound => Ok(x),
-                    _ => Err(Error::IndexOutOfRange { op, arg, position, index: index as i64, rows: bound }),
-                })
-                .collect()
+            let values = mem.index_values(t).ok_or_else(|| not_an_index_buffer(op, arg, t))?;
+            values.iter().enumerate().map(|(position, &index)| in_range(op, arg, position, index, bound)).collect()
         };
         let source = values("source_rows", &self.source_rows, shape.n_rows)?;
         let dest = values("dest_rows", &self.dest_rows, shape.n_rows)?;
@@ -163,16 +154,11 @@ impl GatedDeltaNetReplay {
         let mut writer = std::collections::HashMap::with_capacity(dest.len());
         for (s, &row) in dest.iter().enumerate() {
             if writer.insert(row, s).is_some() {
-                return Err(Error::Aliasing { op, a: "dest_rows", b: "dest_rows", why: "two sequences write one cache row" });
+                return Err(two_writers(op));
             }
         }
         if source.iter().enumerate().any(|(s, row)| writer.get(row).is_some_and(|&w| w != s)) {
-            return Err(Error::Aliasing {
-                op,
-                a: "dest_rows",
-                b: "source_rows",
-                why: "a sequence writes a cache row another sequence reads",
-            });
+            return Err(reads_another_writers_row(op));
         }
         Ok(Indices { source, dest, accepted })
     }
@@ -215,6 +201,104 @@ impl GatedDeltaNetReplay {
     }
 }
 
+// The index rules' errors, one constructor each, so the per-call and the prepared rules cannot
+// word them differently (errors named as `op`'s: this op's, or GATED_DELTA_NET_REPLAY_VERIFY's).
+fn not_an_index_buffer(op: &'static str, arg: &'static str, t: &Tensor) -> Error {
+    Error::Invalid { op, what: format!("`{arg}` (buffer {}) is not an index buffer: its values must be known to the host", t.buffer.0) }
+}
+
+/// The range rule on one value: the value as a row (or count) below `bound`, else the error.
+#[inline]
+fn in_range(op: &'static str, arg: &'static str, position: usize, index: i32, bound: usize) -> Result<usize> {
+    match usize::try_from(index) {
+        Ok(x) if x < bound => Ok(x),
+        _ => Err(Error::IndexOutOfRange { op, arg, position, index: index as i64, rows: bound }),
+    }
+}
+
+fn two_writers(op: &'static str) -> Error {
+    Error::Aliasing { op, a: "dest_rows", b: "dest_rows", why: "two sequences write one cache row" }
+}
+
+fn reads_another_writers_row(op: &'static str) -> Error {
+    Error::Aliasing { op, a: "dest_rows", b: "source_rows", why: "a sequence writes a cache row another sequence reads" }
+}
+
+/// [host-cost] GATED_DELTA_NET_REPLAY's index rules prepared for a plan (and
+/// GATED_DELTA_NET_REPLAY_VERIFY's, named as that op): the three index views read in place
+/// ([`IndexView`]), each value against its bound, then the row rules over the destination rows
+/// sorted once per step — where the per-call rules copy the values out and hash every row. Views
+/// that are not plain I32 vectors (never a real step's) keep the per-call rules.
+#[derive(Clone, Debug)]
+pub(crate) enum ReplayIndexRules {
+    Views(Box<ReplayViews>),
+    PerCall { op: &'static str, replay: Box<GatedDeltaNetReplay> },
+}
+
+/// [`ReplayIndexRules`]' reading plan: the op the errors name, the three views, the bounds.
+#[derive(Clone, Debug)]
+pub(crate) struct ReplayViews {
+    op: &'static str,
+    source: IndexView,
+    dest: IndexView,
+    accepted: IndexView,
+    n_rows: usize,
+    n_tokens: usize,
+}
+
+impl ReplayIndexRules {
+    pub fn new(op: &'static str, replay: &GatedDeltaNetReplay) -> ReplayIndexRules {
+        match (IndexView::new(&replay.source_rows), IndexView::new(&replay.dest_rows), IndexView::new(&replay.accepted)) {
+            (Some(source), Some(dest), Some(accepted)) => ReplayIndexRules::Views(Box::new(ReplayViews {
+                op,
+                source,
+                dest,
+                accepted,
+                n_rows: replay.ssm_cache.ne()[1],
+                n_tokens: replay.k.ne()[2],
+            })),
+            _ => ReplayIndexRules::PerCall { op, replay: Box::new(replay.clone()) },
+        }
+    }
+}
+
+impl IndexRules for ReplayIndexRules {
+    fn check(&self, mem: &dyn Memory) -> Result<()> {
+        let (op, source, dest, accepted, n_rows, n_tokens) = match self {
+            ReplayIndexRules::Views(v) => (v.op, &v.source, &v.dest, &v.accepted, v.n_rows, v.n_tokens),
+            ReplayIndexRules::PerCall { op, replay } => return replay.check_indices_as(op, mem),
+        };
+        // `indices`' order: each view read and range-checked in turn, then the rows written.
+        let read = |arg: &'static str, view: &IndexView, bound: usize| -> Result<Values<'_>> {
+            let values = view.read(mem).ok_or_else(|| not_an_index_buffer(op, arg, &view.tensor))?;
+            values.try_for_each(|position, index| in_range(op, arg, position, index, bound).map(|_| ()))?;
+            Ok(values)
+        };
+        let source = read("source_rows", source, n_rows)?;
+        let dest = read("dest_rows", dest, n_rows)?;
+        read("accepted", accepted, n_tokens + 1)?;
+        // (row, writer), sorted by row: two writers of a row are neighbours.
+        let mut written = Vec::with_capacity(dest.len());
+        // In range (checked above): the casts are lossless.
+        dest.try_for_each(|s, row| {
+            written.push((row as usize, s));
+            Ok(())
+        })?;
+        written.sort_unstable();
+        if written.windows(2).any(|w| w[0].0 == w[1].0) {
+            return Err(two_writers(op));
+        }
+        let mut refused = false;
+        source.try_for_each(|s, row| {
+            if let Ok(i) = written.binary_search_by_key(&(row as usize), |w| w.0) {
+                refused |= written[i].1 != s;
+            }
+            Ok(())
+        })?;
+        if refused { Err(reads_another_writers_row(op)) } else { Ok(()) }
+    }
+}
+
 impl Op for GatedDeltaNetReplay {
     fn name(&self) -> &'static str {
         OP
@@ -228,6 +312,11 @@ impl Op for GatedDeltaNetReplay {
     /// validation states them.
     fn check_indices(&self, mem: &dyn Memory) -> Result<()> {
         self.check_indices_as(OP, mem)
+    }
+
+    /// The same rules prepared once ([`ReplayIndexRules`]: the views read in place, no hashing).
+    fn index_rules(&self) -> Box<dyn IndexRules> {
+        Box::new(ReplayIndexRules::new(OP, self))
     }
 
     fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {

@@ -5,7 +5,8 @@
 //! the pair. Design: `docs/rollback.md` ("Replay: one step").
 
 use super::gated_delta_net::{GdnShape, StateSource, Views, attention_scale, check_views, reference_views};
-use super::gated_delta_net_replay::ReplayShape;
+use super::gated_delta_net_replay::{ReplayIndexRules, ReplayShape};
+use super::index_rules::IndexRules;
 use super::{GatedDeltaNetFromCache, GatedDeltaNetReplay, Op, check};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock, PreparedLaunch};
@@ -156,6 +157,11 @@ impl Op for GatedDeltaNetReplayVerify {
     /// them.
     fn check_indices(&self, mem: &dyn Memory) -> Result<()> {
         self.replay.check_indices_as(OP, mem)
+    }
+
+    /// The same rules prepared once (the replay's, named as this op's).
+    fn index_rules(&self) -> Box<dyn IndexRules> {
+        Box::new(ReplayIndexRules::new(OP, &self.replay))
     }
 
     fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {
@@ -378,5 +384,90 @@ mod tests {
         // The pair only fuses when the verify reads through the replay's destination index.
         let other = GatedDeltaNetFromCache { source_rows: fused.replay.source_rows, ..verify };
         assert!(GatedDeltaNetReplayVerify::of_pair(&fused.replay, &other).is_none());
+    }
+
+    /// A memory that lends no index bytes: prepared rules then read the values through
+    /// `index_values`, with the same verdicts.
+    struct NoBytes<'a>(&'a HostMemory);
+
+    impl Memory for NoBytes<'_> {
+        fn buffer_len(&self, id: crate::tensor::BufferId) -> Option<usize> {
+            self.0.buffer_len(id)
+        }
+        fn is_index_buffer(&self, id: crate::tensor::BufferId) -> bool {
+            self.0.is_index_buffer(id)
+        }
+        fn index_values(&self, t: &Tensor) -> Option<Vec<i32>> {
+            self.0.index_values(t)
+        }
+    }
+
+    /// [host-cost] The prepared index rules (`ReplayIndexRules`, read in place or copied) give
+    /// the full validation's verdict, error for error, for GATED_DELTA_NET_REPLAY_VERIFY and the
+    /// plain GATED_DELTA_NET_REPLAY, on random index values: each of the three indices alone
+    /// perturbed (a value replaced by a random one in −1 … rows + 1, or by another sequence's
+    /// row or count), and all three random; every verdict occurs.
+    #[test]
+    fn prepared_index_rules_are_the_validations() {
+        let mut rng = StdRng::seed_from_u64(31);
+        let mut mem = HostMemory::new();
+        let (n_rows, t_log, n_s) = (8, 4, 3);
+        let (source, dest, accepted) = ([1, 3, 5], [0, 2, 4], [4, 0, 2]);
+        let (replay, _, fused) = pair(&mut mem, &mut rng, (n_rows, t_log, 2), &source, &dest, &accepted);
+        let ops: [&dyn Op; 2] = [&fused, &replay];
+        let debug = |r: Result<()>| r.map_err(|e| format!("{e:?}"));
+        let mut seen = std::collections::BTreeMap::<String, usize>::new();
+        let r = &fused.replay;
+        let write = |mem: &mut HostMemory, values: &[[i32; 3]; 3]| {
+            for (t, v) in [(&r.source_rows, &values[0]), (&r.dest_rows, &values[1]), (&r.accepted, &values[2])] {
+                for (w, x) in mem.bytes_mut(t.buffer)[t.layout.offset..].chunks_exact_mut(4).zip(v) {
+                    w.copy_from_slice(&x.to_le_bytes());
+                }
+            }
+        };
+        for op in ops {
+            write(&mut mem, &[source, dest, accepted]);
+            op.validate(&mem).unwrap();
+            let rules = op.index_rules();
+            for trial in 0..3000 {
+                let mut values = [source, dest, accepted];
+                let bound = |k: usize| if k == 2 { t_log as i32 + 1 } else { n_rows as i32 };
+                let pick = |rng: &mut StdRng, k: usize, values: &[[i32; 3]; 3]| match rng.random_range(0..3) {
+                    0 => rng.random_range(-1..=bound(k) + 1),
+                    1 => values[k][rng.random_range(0..n_s)],
+                    _ => values[(k + 1) % 2][rng.random_range(0..n_s)],
+                };
+                if trial % 4 == 3 {
+                    for k in 0..3 {
+                        for s in 0..n_s {
+                            values[k][s] = rng.random_range(-1..=bound(k));
+                        }
+                    }
+                } else {
+                    let k = trial % 3;
+                    for _ in 0..rng.random_range(1..=2) {
+                        let v = pick(&mut rng, k, &values);
+                        values[k][rng.random_range(0..n_s)] = v;
+                    }
+                }
+                write(&mut mem, &values);
+                let validated = op.validate(&mem);
+                let kind = match &validated {
+                    Ok(()) => "accepted".to_string(),
+                    Err(Error::IndexOutOfRange { arg, .. }) => format!("out of range: {arg}"),
+                    Err(Error::Aliasing { a, b, .. }) => format!("aliasing: {a} / {b}"),
+                    Err(e) => panic!("a verdict no index rule gives: {e}"),
+                };
+                *seen.entry(kind).or_default() += 1;
+                let full = debug(validated);
+                let ctx = format!("{}: {values:?}", op.name());
+                assert_eq!(full, debug(op.check_indices(&mem)), "{ctx}: check_indices");
+                assert_eq!(full, debug(rules.check(&mem)), "{ctx}: prepared rules, in place");
+                assert_eq!(full, debug(rules.check(&NoBytes(&mem))), "{ctx}: prepared rules, copied");
+            }
+        }
+        // Accepted, each index out of range, two writers of a row, a row another sequence writes.
+        assert_eq!(seen.len(), 6, "{seen:?}");
+        assert!(seen.values().all(|&n| n >= 20), "{seen:?}");
     }
 }

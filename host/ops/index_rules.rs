@@ -84,6 +84,14 @@ pub(crate) enum Values<'m> {
 }
 
 impl Values<'_> {
+    /// How many values there are.
+    pub fn len(&self) -> usize {
+        match self {
+            Values::InPlace { n, .. } => *n,
+            Values::Copied(values) => values.len(),
+        }
+    }
+
     /// Calls `f(position, value)` for every value in order until it returns `Err`.
     pub fn try_for_each(&self, mut f: impl FnMut(usize, i32) -> Result<()>) -> Result<()> {
         match self {
