@@ -438,9 +438,9 @@ mod tests {
                     _ => values[(k + 1) % 2][rng.random_range(0..n_s)],
                 };
                 if trial % 4 == 3 {
-                    for k in 0..3 {
-                        for s in 0..n_s {
-                            values[k][s] = rng.random_range(-1..=bound(k));
+                    for (k, row) in values.iter_mut().enumerate() {
+                        for v in row.iter_mut() {
+                            *v = rng.random_range(-1..=bound(k));
                         }
                     }
                 } else {
