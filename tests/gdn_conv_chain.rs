@@ -6,7 +6,7 @@
 //! same deterministic software MUFU (`ExactMufu`). Plus the op's typed refusals.
 
 use rgdn::Error;
-use rgdn::memory::HostMemory;
+use rgdn::memory::{HostMemory, Memory};
 use rgdn::ops::{GdnConvChain, Op, SnapshotWrite};
 use rgdn::reference::math::ExactMufu;
 use rgdn::suite::Builder;
@@ -270,6 +270,102 @@ fn the_parameter_struct_has_no_padding() {
     assert!(size_of::<P>() <= rgdn::gpu::PARAM_BLOCK_BYTES);
 }
 
+/// [replay] The conv cache's channels and the first row the commit cases' sequences commit
+/// (cells 2 … 2 + n_s; rows 0, 1 and the ones after are other cells).
+const COMMIT_CHANNELS: usize = 256;
+const COMMIT_ROW: usize = 2;
+
+/// [replay] A GDN_CONV_CHAIN with a window commit: n_s sequences, a log of `log_t` tokens, a
+/// verify of `n_t`, sequence s having accepted (shift + s) mod (log_t + 1) tokens (returned).
+fn commit_case(n_s: usize, log_t: usize, n_t: usize, d_conv: usize, shift: usize) -> (Builder, GdnConvChain, Vec<usize>) {
+    use rgdn::ops::ConvCommit;
+    let mut b = Builder::new(rgdn::suite::cases::seed_of(&format!("commit {n_s} {log_t} {n_t} {d_conv} {shift}")));
+    let (c, state_len, kv_head) = (COMMIT_CHANNELS, d_conv - 1, COMMIT_ROW);
+    let (d, h_k) = (32, 2);
+    let rand = rgdn::inputs::Values::Uniform(1.0);
+    let conv_cache = b.tensor_padded(DType::F32, [state_len * c, 2 * n_s + 4, 1, 1], [0; 4], rand);
+    let source_row = b.mem.alloc_indices(&(0..n_s).map(|s| (kv_head + s) as i32).collect::<Vec<_>>());
+    let accepted: Vec<usize> = (0..n_s).map(|s| (shift + s) % (log_t + 1)).collect();
+    let window_rows = b.mem.alloc_indices(&accepted.iter().enumerate().map(|(s, &a)| ((log_t - a) * n_s + s) as i32).collect::<Vec<_>>());
+    let log_qkv = b.tensor_padded(DType::F32, [c, log_t, n_s, 1], [0; 4], rand);
+    let qkv = b.tensor_padded(DType::F32, [c, n_t, n_s, 1], [0; 4], rand);
+    let weight = b.tensor_padded(DType::F32, [d_conv, c, 1, 1], [0; 4], rand);
+    let (conv_out, q_norm, k_norm, log_out) =
+        (b.output([c, n_t, n_s, 1]), b.output([d, h_k, n_t, n_s]), b.output([d, h_k, n_t, n_s]), b.output([c, n_t, n_s, 1]));
+    let (log_k, log_v) = (b.output([d, h_k, n_t, n_s]), b.output([d, (c - 2 * h_k * d) / d, n_t, n_s]));
+    let commit = ConvCommit { log_qkv, window_rows, row: kv_head, log_out: Some(log_out), log_k: Some(log_k), log_v: Some(log_v) };
+    let fused = GdnConvChain {
+        conv_cache,
+        source_row,
+        qkv,
+        weight,
+        snapshots: vec![],
+        conv_out,
+        q_norm,
+        k_norm,
+        head_dim: d,
+        n_k_heads: h_k,
+        eps: 1e-6,
+        commit: Some(commit),
+    };
+    (b, fused, accepted)
+}
+
+/// [replay] [host-cost] The commit's index rules prepared once (`Op::index_rules`, what a plan
+/// runs each step) give the full validation's verdict, error for error, on random source and
+/// window rows: each index alone perturbed (a value replaced by a random one around its range,
+/// or by another sequence's), and both random; every verdict occurs.
+#[test]
+fn the_commits_prepared_index_rules_are_its_validation() {
+    use rand::{Rng, SeedableRng};
+    let (n_s, log_t) = (3, 4);
+    let (mut b, fused, _) = commit_case(n_s, log_t, 2, 4, 1);
+    fused.validate(&b.mem).unwrap();
+    let rules = fused.index_rules();
+    let commit = fused.commit.expect("a commit");
+    let (source_row, window_rows) = (fused.source_row, commit.window_rows);
+    let valid = [b.mem.index_values(&source_row).unwrap(), b.mem.index_values(&window_rows).unwrap()];
+    let bounds = [2 * n_s as i32 + 4, ((log_t + 1) * n_s) as i32];
+    let mut rng = rand::rngs::StdRng::seed_from_u64(41);
+    let mut seen = std::collections::BTreeMap::<String, usize>::new();
+    let debug = |r: rgdn::Result<()>| r.map_err(|e| format!("{e:?}"));
+    for trial in 0..4000 {
+        let mut values = valid.clone();
+        if trial % 4 == 3 {
+            for (k, v) in values.iter_mut().enumerate() {
+                v.iter_mut().for_each(|x| *x = rng.random_range(-1..=bounds[k]));
+            }
+        } else {
+            let k = trial % 2;
+            let s = rng.random_range(0..n_s);
+            values[k][s] = match rng.random_range(0..3) {
+                0 => rng.random_range(-1..=bounds[k]),
+                1 => values[k][rng.random_range(0..n_s)],
+                _ => values[k][s] + n_s as i32 * rng.random_range(-1..=1),
+            };
+        }
+        for (t, v) in [(&source_row, &values[0]), (&window_rows, &values[1])] {
+            for (i, &x) in v.iter().enumerate() {
+                b.mem.write_u32(t, [i, 0, 0, 0], x as u32);
+            }
+        }
+        let validated = fused.validate(&b.mem);
+        let kind = match &validated {
+            Ok(()) => "accepted".to_string(),
+            Err(Error::IndexOutOfRange { arg, .. }) => format!("out of range: {arg}"),
+            Err(Error::Aliasing { a, b, .. }) => format!("aliasing: {a} / {b}"),
+            Err(e) => panic!("a verdict no index rule gives: {e}"),
+        };
+        *seen.entry(kind).or_default() += 1;
+        let full = debug(validated);
+        assert_eq!(full, debug(fused.check_indices(&b.mem)), "{values:?}: check_indices");
+        assert_eq!(full, debug(rules.check(&b.mem)), "{values:?}: prepared rules");
+    }
+    // Accepted, each index out of range, a foreign source row, another sequence's window row.
+    assert_eq!(seen.len(), 5, "{seen:?}");
+    assert!(seen.values().all(|&n| n >= 20), "{seen:?}");
+}
+
 /// [replay] The window commit in front of the chain (`ConvCommit`): the fused op equals the
 /// unfused commit (GET_ROWS of the committed rows, CONCAT with the log, CPY_SNAPSHOTS of the
 /// T_log + 1 windows, GET_ROWS of each sequence's window over its row) followed by the chain
@@ -279,48 +375,18 @@ fn the_parameter_struct_has_no_padding() {
 /// the row the sequence commits.
 #[test]
 fn the_window_commit_equals_its_unfused_ops_and_refuses_foreign_rows() {
-    use rgdn::ops::{ConcatDim0, ConvCommit, Cpy, CpySnapshots, GetRows};
+    use rgdn::ops::{ConcatDim0, Cpy, CpySnapshots, GetRows};
     let mut cases = 0;
     for (n_s, log_t, n_t, d_conv) in [(1, 1, 1, 4), (1, 4, 4, 4), (2, 3, 5, 3), (3, 16, 16, 4), (2, 8, 2, 5), (3, 4, 4, 4)] {
         for shift in 0..=log_t {
-            let mut b = Builder::new(rgdn::suite::cases::seed_of(&format!("commit {n_s} {log_t} {n_t} {d_conv} {shift}")));
-            let c = 256;
-            let state_len = d_conv - 1;
-            let (d, h_k) = (32, 2);
-            let rand = rgdn::inputs::Values::Uniform(1.0);
-            // Cells 2..2+n_s commit; rows 0, 1 and the ones after are other cells.
-            let conv_cache = b.tensor_padded(DType::F32, [state_len * c, 2 * n_s + 4, 1, 1], [0; 4], rand);
-            let kv_head = 2;
-            let source_row = b.mem.alloc_indices(&(0..n_s).map(|s| (kv_head + s) as i32).collect::<Vec<_>>());
-            let accepted: Vec<usize> = (0..n_s).map(|s| (shift + s) % (log_t + 1)).collect();
-            let window_rows =
-                b.mem.alloc_indices(&accepted.iter().enumerate().map(|(s, &a)| ((log_t - a) * n_s + s) as i32).collect::<Vec<_>>());
-            let log_qkv = b.tensor_padded(DType::F32, [c, log_t, n_s, 1], [0; 4], rand);
-            let qkv = b.tensor_padded(DType::F32, [c, n_t, n_s, 1], [0; 4], rand);
-            let weight = b.tensor_padded(DType::F32, [d_conv, c, 1, 1], [0; 4], rand);
+            let (mut b, fused, accepted) = commit_case(n_s, log_t, n_t, d_conv, shift);
+            let (c, state_len, kv_head) = (COMMIT_CHANNELS, d_conv - 1, COMMIT_ROW);
             let out = |b: &mut Builder, ne| b.output(ne);
-            let (conv_out, q_norm, k_norm, log_out) = (
-                out(&mut b, [c, n_t, n_s, 1]),
-                out(&mut b, [d, h_k, n_t, n_s]),
-                out(&mut b, [d, h_k, n_t, n_s]),
-                out(&mut b, [c, n_t, n_s, 1]),
-            );
-            let (log_k, log_v) = (out(&mut b, [d, h_k, n_t, n_s]), out(&mut b, [d, (c - 2 * h_k * d) / d, n_t, n_s]));
-            let commit = ConvCommit { log_qkv, window_rows, row: kv_head, log_out: Some(log_out), log_k: Some(log_k), log_v: Some(log_v) };
-            let fused = GdnConvChain {
-                conv_cache,
-                source_row,
-                qkv,
-                weight,
-                snapshots: vec![],
-                conv_out,
-                q_norm,
-                k_norm,
-                head_dim: d,
-                n_k_heads: h_k,
-                eps: 1e-6,
-                commit: Some(commit),
-            };
+            let (conv_cache, source_row, qkv, conv_out, q_norm, k_norm) =
+                (fused.conv_cache, fused.source_row, fused.qkv, fused.conv_out, fused.q_norm, fused.k_norm);
+            let commit = fused.commit.expect("a commit");
+            let (log_qkv, window_rows) = (commit.log_qkv, commit.window_rows);
+            let (log_out, log_k, log_v) = (commit.log_out.expect("log_out"), commit.log_k.expect("log_k"), commit.log_v.expect("log_v"));
             // Unfused: the commit's four ops, then the chain's (the fused op with one snapshot row
             // written to a spare row, compared only where the fused op writes).
             let commit_states = out(&mut b, [state_len * c, n_s, 1, 1]);

@@ -351,42 +351,17 @@ impl GdnConvChain {
         let log_tokens = commit.log_qkv.ne()[1];
         for (s, &row) in source_rows.iter().enumerate() {
             if commit.row.checked_add(s) != Some(row) {
-                return Err(Error::Aliasing {
-                    op: OP,
-                    a: "source_row",
-                    b: "commit.row",
-                    why: "a sequence must read the conv row its window commit writes (row + s)",
-                });
+                return Err(source_row_not_the_committed_row());
             }
         }
-        let values = mem.index_values(&commit.window_rows).ok_or_else(|| Error::Invalid {
-            op: OP,
-            what: format!(
-                "`window_rows` (buffer {}) is not an index buffer: its value must be known to the host",
-                commit.window_rows.buffer.0
-            ),
-        })?;
+        let values = mem.index_values(&commit.window_rows).ok_or_else(|| window_rows_not_an_index_buffer(&commit.window_rows))?;
         if values.len() != n_s {
             return Err(Error::Invalid { op: OP, what: format!("{} window rows for {n_s} sequences", values.len()) });
         }
         let table_rows = (log_tokens + 1).saturating_mul(n_s);
         let mut accepted = Vec::with_capacity(n_s);
         for (s, &index) in values.iter().enumerate() {
-            let row = usize::try_from(index).ok().filter(|&r| r < table_rows).ok_or(Error::IndexOutOfRange {
-                op: OP,
-                arg: "window_rows",
-                position: s,
-                index: index as i64,
-                rows: table_rows,
-            })?;
-            if row % n_s != s {
-                return Err(Error::Aliasing {
-                    op: OP,
-                    a: "window_rows",
-                    b: "conv_cache",
-                    why: "a sequence's window row is another sequence's window (row j·n_s + s is sequence s's)",
-                });
-            }
+            let row = window_row(s, index, table_rows, n_s)?;
             accepted.push(log_tokens - row / n_s);
         }
         Ok(accepted)
@@ -502,6 +477,45 @@ fn source_row_out_of_range(position: usize, index: i32, n_cache_rows: usize) -> 
     Error::IndexOutOfRange { op: OP, arg: "source_row", position, index: index as i64, rows: n_cache_rows }
 }
 
+// [replay] The commit's rules.
+fn source_row_not_the_committed_row() -> Error {
+    Error::Aliasing {
+        op: OP,
+        a: "source_row",
+        b: "commit.row",
+        why: "a sequence must read the conv row its window commit writes (row + s)",
+    }
+}
+
+fn window_rows_not_an_index_buffer(window_rows: &Tensor) -> Error {
+    Error::Invalid {
+        op: OP,
+        what: format!("`window_rows` (buffer {}) is not an index buffer: its value must be known to the host", window_rows.buffer.0),
+    }
+}
+
+/// Sequence `s`'s window row: `index` in range (< `table_rows`) and sequence s's (row j·n_s + s),
+/// else the error.
+#[inline]
+fn window_row(s: usize, index: i32, table_rows: usize, n_s: usize) -> Result<usize> {
+    let row = usize::try_from(index).ok().filter(|&r| r < table_rows).ok_or(Error::IndexOutOfRange {
+        op: OP,
+        arg: "window_rows",
+        position: s,
+        index: index as i64,
+        rows: table_rows,
+    })?;
+    if row % n_s != s {
+        return Err(Error::Aliasing {
+            op: OP,
+            a: "window_rows",
+            b: "conv_cache",
+            why: "a sequence's window row is another sequence's window (row j·n_s + s is sequence s's)",
+        });
+    }
+    Ok(row)
+}
+
 fn source_row_written_by_another() -> Error {
     Error::Aliasing {
         op: OP,
@@ -519,7 +533,25 @@ fn source_row_written_by_another() -> Error {
 #[derive(Clone, Debug)]
 pub(crate) enum ChainIndexRules {
     Table(ChainTable),
+    /// [replay] A replay layer's chain with its window commit.
+    Commit(Box<CommitTable>),
     PerCall(Box<GdnConvChain>),
+}
+
+/// [replay] [host-cost] The rules of a chain with a window commit, prepared: the source rows
+/// read in place against the rows the commit writes (row + s), the window rows against the
+/// table (in range, sequence s's own) — `check_source_rows` and `check_commit_rows` without
+/// copying the values out.
+#[derive(Clone, Debug)]
+pub(crate) struct CommitTable {
+    source: IndexView,
+    window: IndexView,
+    n_cache_rows: usize,
+    /// The commit's first row (`ConvCommit::row`).
+    row: usize,
+    /// Rows of the window table: (T_log + 1)·n_s.
+    table_rows: usize,
+    n_seqs: usize,
 }
 
 #[derive(Clone, Debug)]
@@ -531,9 +563,25 @@ pub(crate) struct ChainTable {
 
 impl ChainIndexRules {
     pub fn new(op: &GdnConvChain) -> ChainIndexRules {
-        // [replay] A commit's rules (two indices) run per call.
-        let table = if op.commit.is_some() { None } else { Self::table(op) };
-        table.map_or_else(|| ChainIndexRules::PerCall(Box::new(op.clone())), ChainIndexRules::Table)
+        let prepared = match op.commit {
+            None => Self::table(op).map(ChainIndexRules::Table),
+            Some(_) => Self::commit_table(op).map(|t| ChainIndexRules::Commit(Box::new(t))),
+        };
+        prepared.unwrap_or_else(|| ChainIndexRules::PerCall(Box::new(op.clone())))
+    }
+
+    /// [replay] The commit's table; `None` (per-call rules) for views no real step has: index
+    /// views that are not plain I32 vectors of n_s values (the per-call count rules, which
+    /// validation states first), or snapshot rows beside the commit (which validation refuses).
+    fn commit_table(op: &GdnConvChain) -> Option<CommitTable> {
+        let commit = op.commit.as_ref()?;
+        let n_seqs = op.n_seqs();
+        let (source, window) = (IndexView::new(&op.source_row)?, IndexView::new(&commit.window_rows)?);
+        if op.source_row.ne()[0] != n_seqs || commit.window_rows.ne()[0] != n_seqs || !op.snapshots.is_empty() {
+            return None;
+        }
+        let table_rows = (commit.log_qkv.ne()[1] + 1).saturating_mul(n_seqs);
+        Some(CommitTable { source, window, n_cache_rows: op.conv_cache.ne()[1], row: commit.row, table_rows, n_seqs })
     }
 
     fn table(op: &GdnConvChain) -> Option<ChainTable> {
@@ -592,10 +640,35 @@ impl ChainTable {
     }
 }
 
+impl CommitTable {
+    /// `check_source_rows`' rules in its order: every source row in range, each sequence's the
+    /// row its commit writes, then each window row in range and the sequence's own.
+    fn check(&self, mem: &dyn Memory) -> Result<()> {
+        let source = self.source.read(mem).ok_or_else(|| source_row_not_an_index_buffer(&self.source.tensor))?;
+        let n_cache_rows = self.n_cache_rows;
+        source.try_for_each(|position, index| match usize::try_from(index) {
+            Ok(row) if row < n_cache_rows => Ok(()),
+            _ => Err(source_row_out_of_range(position, index, n_cache_rows)),
+        })?;
+        let mut foreign = false;
+        // In range (checked above): the cast is lossless.
+        source.try_for_each(|s, index| {
+            foreign |= self.row.checked_add(s) != Some(index as usize);
+            Ok(())
+        })?;
+        if foreign {
+            return Err(source_row_not_the_committed_row());
+        }
+        let window = self.window.read(mem).ok_or_else(|| window_rows_not_an_index_buffer(&self.window.tensor))?;
+        window.try_for_each(|s, index| window_row(s, index, self.table_rows, self.n_seqs).map(|_| ()))
+    }
+}
+
 impl IndexRules for ChainIndexRules {
     fn check(&self, mem: &dyn Memory) -> Result<()> {
         match self {
             ChainIndexRules::Table(t) => t.check_values(&t.index.read(mem).ok_or_else(|| t.not_an_index_buffer())?),
+            ChainIndexRules::Commit(t) => t.check(mem),
             ChainIndexRules::PerCall(op) => op.check_source_rows(mem).map(|_| ()),
         }
     }
