@@ -314,7 +314,7 @@ impl Op for GatedDeltaNetReplay {
         self.check_indices_as(OP, mem)
     }
 
-    /// The same rules prepared once ([`ReplayIndexRules`]: the views read in place, no hashing).
+    /// The same rules prepared once (`ReplayIndexRules`: the views read in place, no hashing).
     fn index_rules(&self) -> Box<dyn IndexRules> {
         Box::new(ReplayIndexRules::new(OP, self))
     }
