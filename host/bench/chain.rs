@@ -152,15 +152,53 @@ impl ChainBuilder for ReplayVsSnapshot {
         if !fusion {
             return Ok(crate::engine::layer_step_with(t, &cfg.shape, &cfg.step, &cfg.init, self.snapshots, mem)?.ops);
         }
-        replay_layer(mem, cfg, self.accept.count(cfg.step.n_tokens))
+        replay_layer(mem, cfg, self.accept.count(cfg.step.n_tokens), crate::fusion::Options::ALL)
+    }
+}
+
+/// \[replay\] Two replay-mode layers (R = 0, every sequence having accepted `accept` of its logged
+/// step): the "off" arm with the `fusions` set (the defaults leave `replay_verify` out: the
+/// replay and the verify's recurrence as GATED_DELTA_NET_REPLAY + GATED_DELTA_NET_FROM_CACHE),
+/// the "on" arm with every fusion (GATED_DELTA_NET_REPLAY_VERIFY). Each arm builds its layer over
+/// tensors of its own, so nothing is compared between them (the GPU replay episodes compare the
+/// fused and unfused replay graphs).
+pub struct ReplayFusions {
+    pub fusions: crate::fusion::Options,
+    pub accept: ReplayAccept,
+}
+
+impl ChainBuilder for ReplayFusions {
+    fn fusion_available(&self) -> bool {
+        true
+    }
+
+    fn equivalent(&self) -> bool {
+        false
+    }
+
+    fn label(&self, fusion: bool) -> String {
+        let a = match self.accept {
+            ReplayAccept::Half => "T/2",
+            ReplayAccept::All => "T",
+        };
+        if fusion {
+            format!("replay layer (R = 0, a = {a}, every fusion)")
+        } else {
+            format!("replay layer (R = 0, a = {a}, {})", Fused(self.fusions).label(true))
+        }
+    }
+
+    fn layer_ops(&self, mem: &mut HostMemory, _t: &LayerTensors, cfg: &ChainConfig, fusion: bool) -> Result<Vec<Box<dyn Op>>> {
+        let options = if fusion { crate::fusion::Options::ALL } else { self.fusions };
+        replay_layer(mem, cfg, self.accept.count(cfg.step.n_tokens), options)
     }
 }
 
 /// \[replay\] The replay-mode layer of `cfg`'s T and sequences (R = 0, sequence s on cell s)
 /// over tensors of its own in `mem` — the layer's random caches, inputs and weights, a logged
 /// step in log set 1 (k, v and the conv inputs uniform, g < 0, β in [0, 1)), every sequence's
-/// count `accepted` — compiled with every fusion: it replays set 1 and logs into set 0.
-pub fn replay_layer(mem: &mut HostMemory, cfg: &ChainConfig, accepted: usize) -> Result<Vec<Box<dyn Op>>> {
+/// count `accepted` — compiled with `fusions`: it replays set 1 and logs into set 0.
+pub fn replay_layer(mem: &mut HostMemory, cfg: &ChainConfig, accepted: usize, fusions: crate::fusion::Options) -> Result<Vec<Box<dyn Op>>> {
     use crate::graph::layer::{LayerSpec, ReplayTensors, Rollback, replay_layer_ops};
     use crate::graph::{Bound, ByteSet, Node};
     use rand::Rng;
@@ -202,7 +240,7 @@ pub fn replay_layer(mem: &mut HostMemory, cfg: &ChainConfig, accepted: usize) ->
         l.g,
         l.beta,
     ];
-    let (nodes, _) = crate::fusion::compile_for(nodes, &ByteSet::of_all(&observed, Bound::Over), crate::fusion::Options::ALL, Some(mem));
+    let (nodes, _) = crate::fusion::compile_for(nodes, &ByteSet::of_all(&observed, Bound::Over), fusions, Some(mem));
     Ok(nodes.into_iter().map(|n| n.op).collect())
 }
 
@@ -382,6 +420,29 @@ mod tests {
             for op in built.off.iter().chain(&built.on) {
                 op.reference(&mut mem, &mut ExactMufu).unwrap();
             }
+        }
+    }
+
+    /// \[replay\] `--replay-arms fusions`: both arms replay layers, the defaults' without
+    /// `replay_verify` (GATED_DELTA_NET_REPLAY, then GATED_DELTA_NET_FROM_CACHE), every fusion's
+    /// with GATED_DELTA_NET_REPLAY_VERIFY; the rest of the step the same kernels.
+    #[test]
+    fn the_replay_fusion_arms_differ_only_in_replay_verify() {
+        use crate::reference::math::ExactMufu;
+        let b = ReplayFusions { fusions: crate::fusion::Options::ON, accept: ReplayAccept::Half };
+        assert!(!b.equivalent() && b.label(true).contains("every fusion") && b.label(false).contains("replay layer"));
+        let cfg = ChainConfig { step: crate::bench::seqs_step(4, 3, 2).unwrap(), ..cfg(4, 3) };
+        let built = ChainPair::new(&b, &cfg, 1).unwrap();
+        let names = |ops: &[Box<dyn Op>]| ops.iter().map(|o| o.name()).collect::<Vec<_>>();
+        let (off, on) = (names(&built.off), names(&built.on));
+        assert!(off.contains(&"GATED_DELTA_NET_REPLAY") && off.contains(&"GATED_DELTA_NET_FROM_CACHE"), "{off:?}");
+        assert!(!off.contains(&"GATED_DELTA_NET_REPLAY_VERIFY"), "{off:?}");
+        assert!(on.contains(&"GATED_DELTA_NET_REPLAY_VERIFY") && !on.contains(&"GATED_DELTA_NET_REPLAY"), "{on:?}");
+        let rest = |ops: &[&'static str]| ops.iter().copied().filter(|n| !n.starts_with("GATED_DELTA_NET")).collect::<Vec<&'static str>>();
+        assert_eq!(rest(&off), rest(&on));
+        let mut mem = built.mem.clone();
+        for op in built.off.iter().chain(&built.on) {
+            op.reference(&mut mem, &mut ExactMufu).unwrap();
         }
     }
 

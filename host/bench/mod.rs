@@ -115,6 +115,11 @@ pub struct BenchArgs {
     /// compute different steps: nothing is compared between them.
     #[arg(long)]
     pub replay: Option<String>,
+    /// \[replay\] With `--replay`: `snapshots` (the default) as above, or `fusions`: both arms
+    /// replay-mode layers, the "off" arm with the `--fusions` set (by default without
+    /// `replay_verify`), the "on" arm with every fusion — what `replay_verify` buys.
+    #[arg(long, default_value = "snapshots")]
+    pub replay_arms: String,
     /// Also write a CSV naming every kernel launch in order (mode, arm, op, kernel, columns,
     /// dtype): `scripts/ncu-kernels.sh` matches it with ncu's kernel IDs.
     #[arg(long)]
@@ -360,7 +365,14 @@ fn progress(total: u64, hidden: bool) -> indicatif::ProgressBar {
 pub fn run(args: &BenchArgs, out: &mut dyn std::io::Write) -> Result<Report> {
     let fusions = crate::fusion::Options::parse(&args.fusions)?;
     match &args.replay {
-        Some(accept) => run_with(args, &chain::ReplayVsSnapshot { snapshots: fusions, accept: chain::ReplayAccept::parse(accept)? }, out),
+        Some(accept) => {
+            let accept = chain::ReplayAccept::parse(accept)?;
+            match args.replay_arms.trim() {
+                "snapshots" => run_with(args, &chain::ReplayVsSnapshot { snapshots: fusions, accept }, out),
+                "fusions" => run_with(args, &chain::ReplayFusions { fusions, accept }, out),
+                other => Err(Error::Invalid { op: OP, what: format!("--replay-arms `{other}` (snapshots or fusions)") }),
+            }
+        }
         None => run_with(args, &chain::Fused(fusions), out),
     }
 }
@@ -749,6 +761,11 @@ mod tests {
         assert_eq!(parse(&["--replay", "half"]).replay.as_deref(), Some("half"));
         let e = run(&parse(&["--replay", "most"]), &mut Vec::new()).unwrap_err().to_string();
         assert!(e.contains("--replay most"), "{e}");
+        // The arms: snapshots by default, or the replay layer without and with every fusion.
+        assert_eq!(parse(&[]).replay_arms, "snapshots");
+        assert_eq!(parse(&["--replay", "half", "--replay-arms", "fusions"]).replay_arms, "fusions");
+        let e = run(&parse(&["--replay", "half", "--replay-arms", "both"]), &mut Vec::new()).unwrap_err().to_string();
+        assert!(e.contains("--replay-arms `both`"), "{e}");
     }
 
     #[test]
