@@ -15,7 +15,7 @@ use super::gdn_conv_chain::ChainShape;
 use super::gdn_conv_chain::{ChainIndexRules, ChainTable};
 use super::index_rules::IndexRules;
 use super::mmvf::MatVecShape;
-use super::{GatedDeltaNetFromCache, GdnConvChain, MulMatVecPairGate, Op, check};
+use super::{GatedDeltaNetFromCache, GdnConvChain, MulMatVecPairGate, Op, check, knob};
 use crate::bytes::{Bound, ByteSet};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, KernelArg, KernelParams, LaunchDims, ParamBlock, PreparedLaunch};
@@ -833,12 +833,6 @@ fn one_pass(chain: &ChainTable, gdn: &FromCacheTable, mem: &dyn Memory) -> Resul
 /// those before any call.
 fn checked_before_the_proof() -> ! {
     unreachable!("GDN_LAYER_STEP: value and key heads ≥ 1 are checked before the readiness proof")
-}
-
-/// [test] A measurement knob: the environment variable `name` as a number in `lo ..= hi` (spaces
-/// around it allowed), None when unset or out of range. Callers read it once per process.
-fn knob(name: &str, lo: u32, hi: u32) -> Option<u32> {
-    std::env::var(name).ok().and_then(|v| v.trim().parse::<u32>().ok()).filter(|k| (lo..=hi).contains(k))
 }
 
 /// [test] The most blocks a GDN_LAYER_STEP grid takes: every co-resident block, or at most k

@@ -14,7 +14,7 @@
 //! epilogue, the same entries with [`abi::PAIR_EPILOGUE_GATE`].
 
 use super::mmvf::MatVecShape;
-use super::{MulMatVec, Op, check};
+use super::{MulMatVec, Op, check, knob};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, KernelArg, KernelParams, LaunchDims, ParamBlock, PreparedLaunch};
 use crate::kernels::abi;
@@ -150,12 +150,13 @@ impl MulMatVecPair {
 /// every column for every row. `RGDN_PAIR_TILES` = 0 / 1 forces either for measurements.
 pub const PAIR_TILES_MIN_COLS: usize = 32;
 
-/// Whether a pair of `ncols` columns runs as tiles (the default rule, or the knob).
+/// Whether a pair of `ncols` columns runs as tiles: the default rule, or the measurement knob
+/// `RGDN_PAIR_TILES` = 0 / 1 (read once per process, as the other launch knobs).
 pub fn pair_tiles(ncols: usize) -> bool {
-    match std::env::var("RGDN_PAIR_TILES").ok().as_deref() {
-        Some("0") => false,
-        Some("1") => true,
-        _ => ncols >= PAIR_TILES_MIN_COLS,
+    static KNOB: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+    match *KNOB.get_or_init(|| knob("RGDN_PAIR_TILES", 0, 1)) {
+        Some(k) => k == 1,
+        None => ncols >= PAIR_TILES_MIN_COLS,
     }
 }
 

@@ -157,6 +157,12 @@ impl dyn Op {
     }
 }
 
+/// [test] A measurement knob: the environment variable `name` as a number in `lo ..= hi` (spaces
+/// around it allowed), None when unset or out of range. Callers read it once per process.
+pub(crate) fn knob(name: &str, lo: u32, hi: u32) -> Option<u32> {
+    std::env::var(name).ok().and_then(|v| v.trim().parse::<u32>().ok()).filter(|k| (lo..=hi).contains(k))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
