@@ -110,6 +110,15 @@ impl ReplayAccept {
             ReplayAccept::All => n_t,
         }
     }
+
+    /// The replay layer's label: "replay layer (R = 0, a = T/2, `what`)".
+    fn layer_label(self, what: &str) -> String {
+        let a = match self {
+            ReplayAccept::Half => "T/2",
+            ReplayAccept::All => "T",
+        };
+        format!("replay layer (R = 0, a = {a}, {what})")
+    }
 }
 
 /// \[replay\] Exact replay against ggml's snapshots (`docs/rollback.md`): the "off" arm is the
@@ -137,15 +146,7 @@ impl ChainBuilder for ReplayVsSnapshot {
     }
 
     fn label(&self, fusion: bool) -> String {
-        if fusion {
-            let a = match self.accept {
-                ReplayAccept::Half => "T/2",
-                ReplayAccept::All => "T",
-            };
-            format!("replay layer (R = 0, a = {a}, every fusion)")
-        } else {
-            format!("snapshot layer ({})", Fused(self.snapshots).label(true))
-        }
+        if fusion { self.accept.layer_label("every fusion") } else { format!("snapshot layer ({})", Fused(self.snapshots).label(true)) }
     }
 
     fn layer_ops(&self, mem: &mut HostMemory, t: &LayerTensors, cfg: &ChainConfig, fusion: bool) -> Result<Vec<Box<dyn Op>>> {
@@ -177,15 +178,7 @@ impl ChainBuilder for ReplayFusions {
     }
 
     fn label(&self, fusion: bool) -> String {
-        let a = match self.accept {
-            ReplayAccept::Half => "T/2",
-            ReplayAccept::All => "T",
-        };
-        if fusion {
-            format!("replay layer (R = 0, a = {a}, every fusion)")
-        } else {
-            format!("replay layer (R = 0, a = {a}, {})", Fused(self.fusions).label(true))
-        }
+        self.accept.layer_label(&if fusion { "every fusion".into() } else { Fused(self.fusions).label(true) })
     }
 
     fn layer_ops(&self, mem: &mut HostMemory, _t: &LayerTensors, cfg: &ChainConfig, fusion: bool) -> Result<Vec<Box<dyn Op>>> {
