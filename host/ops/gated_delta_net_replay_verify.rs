@@ -7,7 +7,7 @@
 use super::gated_delta_net::{GdnShape, StateSource, Views, attention_scale, check_views, reference_views};
 use super::gated_delta_net_replay::{ReplayIndexRules, ReplayShape};
 use super::index_rules::IndexRules;
-use super::{GatedDeltaNetFromCache, GatedDeltaNetReplay, Op, check, knob};
+use super::{GatedDeltaNetFromCache, GatedDeltaNetReplay, Op, check};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock, PreparedLaunch};
 use crate::kernels::abi;
@@ -20,7 +20,7 @@ const D: usize = abi::GDN_HEAD_DIM;
 
 // SAFETY: `abi::GatedDeltaNetReplayVerifyParams` is declared with `param_struct!` (`#[repr(C)]`,
 // no padding bytes: the 200-byte GatedDeltaNetReplayParams then the 264-byte
-// GatedDeltaNetParams, both alignment 8, then two u32: 472 bytes) and is the type the
+// GatedDeltaNetParams, both alignment 8: 464 bytes) and is the type the
 // GATED_DELTA_NET_REPLAY_VERIFY entry takes by value (the same abi.rs is compiled into both; its
 // row in `abi::ENTRIES` is checked against the PTX by `tests/ptx.rs`).
 unsafe impl crate::gpu::KernelParams for abi::GatedDeltaNetReplayVerifyParams {}
@@ -90,21 +90,6 @@ impl GatedDeltaNetReplayVerify {
                 });
             }
         }
-        // [speed] Each item's state is copied in 16-byte pieces (`cp.async`), and the items are
-        // counted in a u32.
-        let cache = &r.ssm_cache;
-        if !(mem.base_alignment(cache.buffer) >= 16 && cache.layout.offset.is_multiple_of(16) && cache.layout.nb[1].is_multiple_of(16)) {
-            return Err(Error::Unsupported {
-                op: OP,
-                what: "ssm-cache rows not 16-byte aligned (the kernel copies each state in 16-byte pieces)".into(),
-            });
-        }
-        if items(&verify).is_none() {
-            return Err(Error::Unsupported {
-                op: OP,
-                what: format!("H_v · n_s · D/32 = {} · {} · {} items (at most u32::MAX)", verify.n_heads, verify.n_seqs, D / 32),
-            });
-        }
         for (arg, x) in [("q", &self.q), ("k", &self.k), ("v", &self.v), ("g", &self.g), ("beta", &self.beta)] {
             check::disjoint(OP, "ssm_cache", &r.ssm_cache, arg, x)?;
         }
@@ -145,39 +130,16 @@ impl GatedDeltaNetReplayVerify {
         // No slot: `states` is the cache's row 0 and the kernel's slot pointer for (head, seq)
         // stays inside it (states_seq = 0); it is never dereferenced.
         (gdn.states_seq, gdn.states_slot, gdn.n_slots) = (0, 0, 0);
-        abi::GatedDeltaNetReplayVerifyParams {
-            replay: self.replay.params(replay, mem),
-            verify: gdn,
-            // Validated: H_v ≤ the item count, which fits u32 (`check`).
-            n_heads: verify.n_heads as u32,
-            n_items: items(verify).expect("checked: the items fit u32"),
-        }
+        abi::GatedDeltaNetReplayVerifyParams { replay: self.replay.params(replay, mem), verify: gdn }
     }
 }
 
-/// The launch's items — (head, sequence, 32 value columns) — H_v · n_s · D / 32, when that fits
-/// u32.
-fn items(verify: &GdnShape) -> Option<u32> {
-    let n = verify.n_heads.checked_mul(verify.n_seqs)?.checked_mul(D / abi::BATCH_GDN_BLOCK_COLUMNS as usize)?;
-    u32::try_from(n).ok()
-}
-
-/// [test] The most blocks a GATED_DELTA_NET_REPLAY_VERIFY grid takes: every co-resident block, or
-/// at most k when the knob `RGDN_REPLAY_VERIFY_MAX_GRID=k` (k ≥ 1, read once per process) says
-/// so. A small grid makes the suite's small shapes run several items a block (the next item's
-/// copies in flight while one computes), as the large ones do. No bit depends on the grid: the
-/// items are the same, only which block runs them changes.
-fn max_grid() -> u32 {
-    static KNOB: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
-    KNOB.get_or_init(|| knob("RGDN_REPLAY_VERIFY_MAX_GRID", 1, u32::MAX)).unwrap_or(u32::MAX)
-}
-
-/// The kernel's launch shape: `blocks` blocks of (32, 4, 1) — eight value columns a warp, 32 an
-/// item, the batched layer step's recurrence — each running items b, b + blocks, …, with the
-/// dynamic shared memory of two item buffers for the verify's T and the log's T_log tokens
-/// (both validated ≤ `REPLAY_VERIFY_MAX_TOKENS`).
-fn launch_dims((replay, verify): &(ReplayShape, GdnShape), blocks: u32) -> LaunchDims {
-    LaunchDims::new((blocks, 1, 1), (32, abi::GDN_WARPS, 1))
+/// The kernel's launch shape: grid (H_v, n_s, D / 32), block (32, 4, 1) — eight value columns a
+/// warp, 32 a block, the batched layer step's recurrence — with the dynamic shared memory its
+/// token stages take for the verify's T and the log's T_log tokens. The sizes were validated
+/// (H_v fits u32, n_s ≤ 65535, both token counts ≤ `REPLAY_VERIFY_MAX_TOKENS`).
+fn launch_dims((replay, verify): &(ReplayShape, GdnShape)) -> LaunchDims {
+    LaunchDims::new((verify.n_heads as u32, verify.n_seqs as u32, D as u32 / abi::BATCH_GDN_BLOCK_COLUMNS), (32, abi::GDN_WARPS, 1))
         .with_shared_bytes(abi::replay_verify_shared_bytes(verify.n_tokens, replay.n_tokens))
 }
 
@@ -205,18 +167,13 @@ impl Op for GatedDeltaNetReplayVerify {
     fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {
         let shapes = self.check(mem)?;
         let params = self.params(&shapes, mem);
-        // [speed] As many blocks as are resident at once (each runs its items with the next one's
-        // copies in flight), never more than there are items.
-        let shared = abi::replay_verify_shared_bytes(shapes.1.n_tokens, shapes.0.n_tokens);
-        let resident = gpu.co_resident_blocks(abi::GATED_DELTA_NET_REPLAY_VERIFY_ENTRY, 32 * abi::GDN_WARPS, shared)?;
-        let blocks = params.n_items.min(resident.max(1)).min(max_grid());
-        let dims = launch_dims(&shapes, blocks);
+        let dims = launch_dims(&shapes);
         let args = [KernelArg::Params(ParamBlock::of(&params)?)];
         // SAFETY: `check` proved the replay's launch contract (every log view inside its buffer
-        // for the heads < H_v, sequences < n_s and columns < D = 128 of the H_v · n_s · D/32
-        // items `n_items` counts (1 ≤ blocks ≤ n_items: the grid), key heads < H_k, T_log tokens;
-        // cache rows of D·D·H_v contiguous floats at 16-byte aligned addresses, rows cache_row
-        // elements apart, sharing no bytes, overlapping no log or index view; every source and destination row a row of
+        // for the heads < H_v, sequences < n_s and columns < D = 128 the grid (H_v, n_s, D/32) ×
+        // block (32, 4) reaches, key heads < H_k, T_log tokens;
+        // cache rows of D·D·H_v contiguous floats, rows cache_row elements apart, sharing no
+        // bytes, overlapping no log or index view; every source and destination row a row of
         // the cache, every count ≤ T_log, no row written by two sequences nor read by a
         // sequence other than its writer) and the verify's as GATED_DELTA_NET_FROM_CACHE's over
         // the destination rows (views inside their buffers for the same grid, T ≥ 1 tokens,
@@ -331,7 +288,7 @@ mod tests {
 
     #[test]
     fn params_have_no_padding() {
-        assert_eq!(std::mem::size_of::<abi::GatedDeltaNetReplayVerifyParams>(), 200 + 264 + 8);
+        assert_eq!(std::mem::size_of::<abi::GatedDeltaNetReplayVerifyParams>(), 200 + 264);
         assert_eq!(std::mem::align_of::<abi::GatedDeltaNetReplayVerifyParams>(), 8);
     }
 
@@ -410,17 +367,6 @@ mod tests {
         o.replay.k = big.view(o.replay.k.ne(), o.replay.k.layout.nb, 0);
         o.out = big.view(verify.out.ne(), verify.out.layout.nb, 0);
         assert!(matches!(o.validate(&mem), Err(Error::Aliasing { op: OP, a: "out", b: "log k", .. })), "{:?}", o.validate(&mem));
-        // [speed] A cache whose rows are not at 16-byte aligned addresses (the kernel copies each
-        // state in 16-byte pieces): offset by one float, or rows one float longer.
-        let (rows, row_len) = (o.replay.ssm_cache.ne()[1], o.replay.ssm_cache.ne()[0]);
-        let wide = mem.alloc_tensor(DType::F32, [(row_len + 1) * rows + 1, 1, 1, 1]);
-        for (nb1, offset) in [(4 * row_len, 4), (4 * (row_len + 1), 0)] {
-            let mut o = fused.clone();
-            let cache = wide.view([row_len, rows, 1, 1], [4, nb1, nb1 * rows, nb1 * rows], offset);
-            (o.replay.ssm_cache, o.out) = (cache, verify.out);
-            let r = o.validate(&mem);
-            assert!(matches!(&r, Err(Error::Unsupported { op: OP, what }) if what.contains("16-byte aligned")), "{r:?}");
-        }
         // Token counts the kernel's shared-memory stages have no room for, the log's and the verify's.
         let max = abi::REPLAY_VERIFY_MAX_TOKENS;
         let mut rng = StdRng::seed_from_u64(8);

@@ -850,10 +850,8 @@ param_struct! {
 /// GATED_DELTA_NET_REPLAY then GATED_DELTA_NET_FROM_CACHE reading the rows the replay wrote, in
 /// one launch (the `replay_verify` fusion): per column, the committed state read once, the
 /// replay's tokens, the commit, then the verify's tokens from the state in registers, no state
-/// slot. Items (head, sequence, 32 columns) — H_v · n_s · D / [`BATCH_GDN_BLOCK_COLUMNS`] of
-/// them — over a grid of (n, 1, 1) blocks of (32, [`GDN_WARPS`], 1), 1 ≤ n ≤ the item count:
-/// block b runs items b, b + n, … with the next item's copies in flight while the current one
-/// computes; [`BATCH_GDN_WARP_COLUMNS`] columns a warp, the batched layer step's recurrence;
+/// slot. Block (32, [`GDN_WARPS`], 1), grid (H_v, n_s, D / [`BATCH_GDN_BLOCK_COLUMNS`]):
+/// [`BATCH_GDN_WARP_COLUMNS`] columns a warp, the batched layer step's recurrence;
 /// [`replay_verify_shared_bytes`] of dynamic shared memory.
 pub const GATED_DELTA_NET_REPLAY_VERIFY_ENTRY: &str = entry_name!(gated_delta_net_replay_verify);
 /// \[seq-batch\] The batched GDN layout (GATED_DELTA_NET_REPLAY_VERIFY,
@@ -876,32 +874,14 @@ pub const REPLAY_VERIFY_MAX_TOKENS: usize = BATCH_GDN_MAX_TOKENS;
 pub const REPLAY_VERIFY_LOG_TOKEN_BYTES: u32 =
     GDN_HEAD_DIM as u32 * 4 + GDN_WARPS * layer_step_stage_warp_token_bytes(BATCH_MAX_GROUPS_PER_WARP);
 
-/// \[replay\] GATED_DELTA_NET_REPLAY_VERIFY: bytes of one item's state (32 columns of D floats,
-/// contiguous in a cache row): the block's state area, [`GDN_WARPS`] warp regions of 8 columns.
-pub const REPLAY_VERIFY_STATE_BYTES: u32 = BATCH_GDN_BLOCK_COLUMNS * GDN_HEAD_DIM as u32 * 4;
-/// \[replay\] One warp's region of the state area (its 8 columns).
-pub const REPLAY_VERIFY_WARP_STATE_BYTES: u32 = REPLAY_VERIFY_STATE_BYTES / GDN_WARPS;
-
-/// \[replay\] GATED_DELTA_NET_REPLAY_VERIFY: one item's token stage for a verify of `n_tokens`
-/// and a log of `log_tokens`: the verify's (the batched layer step's, [`batch_token_stage_bytes`]),
-/// then the log's ([`REPLAY_VERIFY_LOG_TOKEN_BYTES`] a token) — each part a multiple of 16 bytes.
-pub const fn replay_verify_stage_bytes(n_tokens: usize, log_tokens: usize) -> u32 {
+/// \[replay\] GATED_DELTA_NET_REPLAY_VERIFY's dynamic shared memory for a verify of `n_tokens`
+/// and a log of `log_tokens`: the verify's token stage (the batched layer step's,
+/// [`batch_token_stage_bytes`]) then the log's ([`REPLAY_VERIFY_LOG_TOKEN_BYTES`] a token).
+pub const fn replay_verify_shared_bytes(n_tokens: usize, log_tokens: usize) -> u32 {
     batch_token_stage_bytes(n_tokens) + log_tokens as u32 * REPLAY_VERIFY_LOG_TOKEN_BYTES
 }
-
-/// \[replay\] GATED_DELTA_NET_REPLAY_VERIFY's dynamic shared memory: the state area (each warp
-/// takes its columns into registers at the start of an item, then copies the next item's into
-/// its region), then two token stages (the current item's and the next one's).
-pub const fn replay_verify_shared_bytes(n_tokens: usize, log_tokens: usize) -> u32 {
-    REPLAY_VERIFY_STATE_BYTES + 2 * replay_verify_stage_bytes(n_tokens, log_tokens)
-}
-const _: () = assert!(
-    REPLAY_VERIFY_WARP_STATE_BYTES.is_multiple_of(16)
-        && batch_token_stage_bytes(1).is_multiple_of(16)
-        && REPLAY_VERIFY_LOG_TOKEN_BYTES.is_multiple_of(16)
-);
-// Above 48 KiB the launch raises the entry's limit (`Gpu::prepare`); sm_90 allows 227 KiB a block.
-const _: () = assert!(replay_verify_shared_bytes(REPLAY_VERIFY_MAX_TOKENS, REPLAY_VERIFY_MAX_TOKENS) <= 227 * 1024);
+// A plain launch gets 48 KiB of dynamic shared memory without asking.
+const _: () = assert!(replay_verify_shared_bytes(REPLAY_VERIFY_MAX_TOKENS, REPLAY_VERIFY_MAX_TOKENS) <= 48 * 1024);
 
 param_struct! {
     /// Parameters of [`GATED_DELTA_NET_REPLAY_VERIFY_ENTRY`], passed by value: the replay's
@@ -910,16 +890,12 @@ param_struct! {
     /// fields none is dereferenced: the initial state is the replay's, in registers; `states` is
     /// the cache's row 0 with `states_seq` = 0 (the slot pointer GATED_DELTA_NET's head views
     /// compute then stays inside that row), and no slot is written whatever `n_slots` says.
-    /// 472 bytes, no padding.
+    /// 464 bytes, no padding.
     #[repr(C)]
     #[derive(Clone, Copy, Debug, Default, PartialEq)]
     pub struct GatedDeltaNetReplayVerifyParams {
         pub replay: GatedDeltaNetReplayParams,
         pub verify: GatedDeltaNetParams,
-        /// H_v: value heads.
-        pub n_heads: u32,
-        /// Items: H_v · n_s · D / [`BATCH_GDN_BLOCK_COLUMNS`] (the host checked it fits).
-        pub n_items: u32,
     }
 }
 

@@ -980,7 +980,7 @@ pub(crate) unsafe fn run_batch_groups(p: &abi::GatedDeltaNetParams, at: BatchGro
 /// # Safety
 /// The copy is complete and visible to this thread; `k + C` ≤ the item's 16·GP columns.
 #[inline(always)]
-pub(crate) unsafe fn state_columns<const C: usize>(state: u32, k: usize, lane: u32) -> [[f32; ROWS_PER_LANE]; C] {
+unsafe fn state_columns<const C: usize>(state: u32, k: usize, lane: u32) -> [[f32; ROWS_PER_LANE]; C] {
     let mut s = [[0.0f32; ROWS_PER_LANE]; C];
     let mut j = 0;
     while j < C {
