@@ -4,7 +4,9 @@
 # bundle/rgdn and bundle/COMMIT (scripts/arm-bundle.sh builds one); the arms' benches run in
 # rounds, every arm once per round in ARMS order (default: the arm files sorted), each bench a
 # separate process (`rgdn bench --quick --seqs $SEQS --modes $MODES`, with the arm's bundle/ENV). NCU_ARM names the arm ncu
-# profiles (default: none) at NCU_SHAPES (n_s:mode …, default "64:mtp3"), always
+# profiles (default: none): each kernel of NCU_KERNELS (name regexes, default
+# gdn_layer_step_batch) at NCU_SHAPES (n_s:mode …, default "64:mtp3"), with NCU_EXTRA bench
+# arguments (e.g. "--replay half"), always
 # --clock-control none. BENCH_EXTRA adds bench arguments (e.g. "--replay half"). Every bundle-plant-NAME.tgz carried runs its GPU suite's layer-step
 # twins and every third sweep case, each of which must fail. Everything under $OUT/arms/ comes
 # back as arms.tgz beside summary.txt.
@@ -34,6 +36,7 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
   done
 done
 if [ -n "${NCU_ARM:-}" ]; then
+  for kernel in ${NCU_KERNELS:-gdn_layer_step_batch}; do
   for shape in ${NCU_SHAPES:-64:mtp3}; do
     n=${shape%%:*}; m=${shape#*:}
     # Each page from its own profiling run, both --clock-control none: ncu refuses the flag on a
@@ -41,14 +44,15 @@ if [ -n "${NCU_ARM:-}" ]; then
     bin="arm/$NCU_ARM/bundle/rgdn"
     timeout 200 ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
       --section WarpStateStats --section SchedulerStats --section InstructionStats --section LaunchStats \
-      --print-details all -k regex:gdn_layer_step_batch -s 2 -c 1 \
-      "$bin" bench --no-progress --quick --seqs "$n" --modes "$m" --layers 2 --rounds 1 > "$o/ncu-n$n-$m.txt" 2>&1
-    echo "ncu $NCU_ARM n_s=$n $m: exit $?" >> "$s"
+      --print-details all -k "regex:$kernel" -s 2 -c 1 \
+      "$bin" bench --no-progress --quick --seqs "$n" --modes "$m" --layers 2 --rounds 1 ${NCU_EXTRA:-} > "$o/ncu-$kernel-n$n-$m.txt" 2>&1
+    echo "ncu $NCU_ARM $kernel n_s=$n $m: exit $?" >> "$s"
     timeout 200 ncu --clock-control none --section SourceCounters --section WarpStateStats \
-      --page source --csv --print-source sass -k regex:gdn_layer_step_batch -s 2 -c 1 \
-      "$bin" bench --no-progress --quick --seqs "$n" --modes "$m" --layers 2 --rounds 1 2>&1 | gzip > "$o/ncu-n$n-$m-source.csv.gz"
-    echo "ncu source $NCU_ARM n_s=$n $m: exit ${PIPESTATUS[0]}" >> "$s"
-    grep -E "Duration|DRAM Throughput|L2 Hit|Achieved Occupancy|Registers Per|Issued Warp|No Eligible|Warp Cycles Per Issued" "$o/ncu-n$n-$m.txt" | head -12 >> "$s"
+      --page source --csv --print-source sass -k "regex:$kernel" -s 2 -c 1 \
+      "$bin" bench --no-progress --quick --seqs "$n" --modes "$m" --layers 2 --rounds 1 ${NCU_EXTRA:-} 2>&1 | gzip > "$o/ncu-$kernel-n$n-$m-source.csv.gz"
+    echo "ncu source $NCU_ARM $kernel n_s=$n $m: exit ${PIPESTATUS[0]}" >> "$s"
+    grep -E "Duration|DRAM Throughput|L2 Hit|Achieved Occupancy|Registers Per|Issued Warp|No Eligible|Warp Cycles Per Issued" "$o/ncu-$kernel-n$n-$m.txt" | head -12 >> "$s"
+  done
   done
 fi
 export RGDN_SKIP_PARITY=1

@@ -8,8 +8,10 @@
 # sequences (four chunks at n_s = 64, two at 256); `rows` / `tiles` the products never / always as
 # tiles (RGDN_PAIR_TILES=0 / 1); `def` the defaults; any other arm is arm-NAME.txz
 # (scripts/arm-bundle.sh). Each ARMS_k="arms|seqs|modes|rounds" line is one
-# scripts/device-batch-arms.sh run; EXTRA_k adds bench arguments to it (e.g. "--replay half").
-# Everything comes back as seq-items.tgz beside summary.txt.
+# scripts/device-batch-arms.sh run; EXTRA_k adds bench arguments to it (e.g. "--replay half");
+# NCU_k names the arm its ncu profiles (NCU_KERNELS, NCU_SHAPES, NCU_EXTRA: device-batch-arms.sh).
+# FINAL=0 leaves the evidence run out (measurements only). Everything comes back as
+# seq-items.tgz beside summary.txt.
 #   run(command="ARMS_1='new prev|2,4|decode,3:2|1' bash scripts/device-seq-items.sh", carry=["bundle.txz", "arm-prev.txz"])
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -30,7 +32,8 @@ for k in 1 2 3 4; do
   v=ARMS_$k; [ -n "${!v:-}" ] || continue
   IFS='|' read -r arms seqs modes rounds <<< "${!v}"
   e=EXTRA_$k
-  OUT="$out/seq-items/$k" ARMS="$arms" SEQS="$seqs" MODES="$modes" ROUNDS="$rounds" BENCH_EXTRA="--layers 8 ${!e:-}" \
+  n=NCU_$k
+  NCU_ARM="${!n:-}" OUT="$out/seq-items/$k" ARMS="$arms" SEQS="$seqs" MODES="$modes" ROUNDS="$rounds" BENCH_EXTRA="--layers 8 ${!e:-}" \
     timeout "${ARMS_TIMEOUT:-120}" bash scripts/device-batch-arms.sh > /dev/null 2>&1
   echo "arms $k ($arms | $seqs | $modes | $rounds): exit $? ($(($(date +%s) - t0)) s)" >> "$out/seq-items/log.txt"
   # A run cut by ARMS_TIMEOUT leaves its bench running (its own `timeout` outlives the killed
@@ -40,11 +43,15 @@ done
 mv later/bundle-plant-*.tgz . 2>/dev/null
 left=$((${BUDGET:-570} - ($(date +%s) - t0)))
 echo "final: deadline $((left - 15)) s (its bench, then the correctness runs)" >> "$out/seq-items/log.txt"
-OUT="$out/seq-items" DEADLINE=$((left - 15)) RGDN_REPLAY_9B=0 bash scripts/device-batch-final.sh all > "$out/seq-items/final-out.txt" 2>&1
-echo "final: exit $? ($(($(date +%s) - t0)) s)" >> "$out/seq-items/log.txt"
+if [ "${FINAL:-1}" = 1 ]; then
+  OUT="$out/seq-items" DEADLINE=$((left - 15)) RGDN_REPLAY_9B=0 bash scripts/device-batch-final.sh all > "$out/seq-items/final-out.txt" 2>&1
+  echo "final: exit $? ($(($(date +%s) - t0)) s)" >> "$out/seq-items/log.txt"
+else
+  echo "final: left out (FINAL=0)" >> "$out/seq-items/log.txt"
+fi
 {
   cat "$out/seq-items/log.txt"
-  for k in 1 2 3 4; do [ -f "$out/seq-items/$k/summary.txt" ] && grep -E "µs|exit|arm " "$out/seq-items/$k/summary.txt"; done
+  for k in 1 2 3 4; do [ -f "$out/seq-items/$k/summary.txt" ] && grep -E "µs|exit|arm |ncu|Duration|Throughput|Occupancy|Issued|Eligible|Registers" "$out/seq-items/$k/summary.txt"; done
   cat "$out/seq-items/summary.txt"
 } > "$out/summary.txt"
 tar czf "$out/seq-items.tgz" -C "$out" seq-items
