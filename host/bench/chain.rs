@@ -158,9 +158,9 @@ impl ChainBuilder for ReplayVsSnapshot {
 }
 
 /// \[replay\] Two replay-mode layers (R = 0, every sequence having accepted `accept` of its logged
-/// step): the "off" arm with the `fusions` set (the defaults leave `replay_verify` out: the
-/// replay and the verify's recurrence as GATED_DELTA_NET_REPLAY + GATED_DELTA_NET_FROM_CACHE),
-/// the "on" arm with every fusion (GATED_DELTA_NET_REPLAY_VERIFY). Each arm builds its layer over
+/// step): the "off" arm with the `fusions` set less `replay_verify` (the replay and the verify's
+/// recurrence as GATED_DELTA_NET_REPLAY + GATED_DELTA_NET_FROM_CACHE), the "on" arm with every
+/// fusion (GATED_DELTA_NET_REPLAY_VERIFY) — what `replay_verify` buys. Each arm builds its layer over
 /// tensors of its own, so nothing is compared between them (the GPU replay episodes compare the
 /// fused and unfused replay graphs).
 pub struct ReplayFusions {
@@ -178,12 +178,19 @@ impl ChainBuilder for ReplayFusions {
     }
 
     fn label(&self, fusion: bool) -> String {
-        self.accept.layer_label(&if fusion { "every fusion".into() } else { Fused(self.fusions).label(true) })
+        self.accept.layer_label(&if fusion { "every fusion".into() } else { Fused(self.unfused()).label(true) })
     }
 
     fn layer_ops(&self, mem: &mut HostMemory, _t: &LayerTensors, cfg: &ChainConfig, fusion: bool) -> Result<Vec<Box<dyn Op>>> {
-        let options = if fusion { crate::fusion::Options::ALL } else { self.fusions };
+        let options = if fusion { crate::fusion::Options::ALL } else { self.unfused() };
         replay_layer(mem, cfg, self.accept.count(cfg.step.n_tokens), options)
+    }
+}
+
+impl ReplayFusions {
+    /// The "off" arm's set: `fusions` less `replay_verify`.
+    fn unfused(&self) -> crate::fusion::Options {
+        self.fusions.without(crate::fusion::replay_verify::FUSION.name)
     }
 }
 

@@ -116,8 +116,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub replay: Option<String>,
     /// \[replay\] With `--replay`: `snapshots` (the default) as above, or `fusions`: both arms
-    /// replay-mode layers, the "off" arm with the `--fusions` set (by default without
-    /// `replay_verify`), the "on" arm with every fusion — what `replay_verify` buys.
+    /// replay-mode layers, the "off" arm with the `--fusions` set less `replay_verify`, the "on"
+    /// arm with every fusion — what `replay_verify` buys.
     #[arg(long, default_value = "snapshots")]
     pub replay_arms: String,
     /// Also write a CSV naming every kernel launch in order (mode, arm, op, kernel, columns,

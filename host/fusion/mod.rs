@@ -70,8 +70,8 @@ pub struct Fusion {
     /// CPU off/on tests hold it to.
     pub fires_on: fn(spec: &LayerSpec) -> bool,
     /// In [`Options::ON`], the default set: the fusions that measured faster than what they
-    /// replace on the H200 (the first five; `layer_step` since its second design, NOTES.md;
-    /// `replay_verify` is not measured yet).
+    /// replace on the H200 (all six; `layer_step` since its second design, NOTES.md;
+    /// `replay_verify` since results/2026-12-04-h200-ring/).
     pub default: bool,
 }
 
@@ -132,6 +132,14 @@ impl Options {
     /// True when `fusion` may fire.
     pub fn allows(&self, fusion: &str) -> bool {
         REGISTRY.iter().position(|f| f.name == fusion).is_some_and(|i| self.0 & (1 << i) != 0)
+    }
+
+    /// This set without `fusion` (the same set when `fusion` is not in it).
+    pub fn without(self, fusion: &str) -> Options {
+        match REGISTRY.iter().position(|f| f.name == fusion) {
+            Some(i) => Options(self.0 & !(1 << i)),
+            None => self,
+        }
     }
 
     /// The fusions allowed, in registry order.
@@ -574,6 +582,11 @@ mod tests {
         assert_eq!(Options::ON.names(), REGISTRY.iter().filter(|f| f.default).map(|f| f.name).collect::<Vec<_>>());
         assert!(Options::ON.allows("layer_step") && Options::ALL.allows("layer_step"));
         assert!(Options::OFF.names().is_empty());
+        // `without` takes one fusion out and leaves an unknown name's set as it was.
+        let no_rv = Options::ON.without("replay_verify");
+        assert!(!no_rv.allows("replay_verify") && no_rv.allows("layer_step"), "{:?}", no_rv.names());
+        assert_eq!(no_rv.names().len() + 1, Options::ON.names().len());
+        assert_eq!(Options::ON.without("nope"), Options::ON);
         let e = Options::only(&["conv_chain", "nope"]).unwrap_err().to_string();
         assert!(e.contains("nope") && e.contains("conv_chain"), "{e}");
     }

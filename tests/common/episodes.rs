@@ -434,8 +434,9 @@ pub fn check_replay_report(report: &Report) -> Check<()> {
     check_replay_report_of(report, Options::ALL)
 }
 
-/// [`check_replay_report`] for `options`: with [`Options::ON`] (the defaults a user gets) the
-/// same, but `replay_verify` (opt-in) leaves the replay and the verify apart.
+/// [`check_replay_report`] for `options`: a set without `replay_verify` leaves the replay and the
+/// verify apart (what [`Options::ON`], the defaults a user gets, did before `replay_verify`
+/// joined them).
 pub fn check_replay_report_of(report: &Report, options: Options) -> Check<()> {
     let layer = report.layers.first().ok_or("no layer in the report")?;
     let outcome = |name: &str| layer.outcome(name).ok_or(format!("no outcome for {name}"));
@@ -556,12 +557,13 @@ impl ReplayGraph {
             }
             nodes[set] = n;
         }
-        // The defaults (`Options::ON`: what a user gets) leave `replay_verify` out; the GPU then
-        // checks the commit chain's one launch instead.
+        // The launch the GPU checks for: the fused replay and verify, or in a set without
+        // `replay_verify` the commit chain's one launch.
+        let fused_op = if options.allows("replay_verify") { "GATED_DELTA_NET_REPLAY_VERIFY" } else { "GDN_CONV_CHAIN" };
         let (name, fused) = match options {
             Options::OFF => ("replay graph unfused", None),
-            Options::ON => ("replay graph fused (defaults)", Some("GDN_CONV_CHAIN")),
-            _ => ("replay graph fused", Some("GATED_DELTA_NET_REPLAY_VERIFY")),
+            o if !o.allows("replay_verify") => ("replay graph fused without replay_verify", Some(fused_op)),
+            _ => ("replay graph fused", Some(fused_op)),
         };
         let mut g = ReplayGraph { name, built, nodes, mem: GraphMemory::new(exec, host)?, fused, n_s, plant: GraphPlant::None };
         for (name, bytes) in weights {
@@ -826,8 +828,9 @@ pub fn graph_episode(setup: &Setup, plant: GraphPlant, unfused: bool) -> Check<T
         if unfused {
             others.push(Box::new(ReplayGraph::new(exec, shape, dims, Options::OFF, weights, start)?));
         }
-        // The library's defaults, as a user builds a replay layer without `Options::ALL`.
-        others.push(Box::new(ReplayGraph::new(exec, shape, dims, Options::ON, weights, start)?));
+        // The defaults (`Options::ON`) are `Options::ALL`'s fusions; beside them the set without
+        // `replay_verify` (the replay and the verify's recurrence as two launches).
+        others.push(Box::new(ReplayGraph::new(exec, shape, dims, Options::ON.without("replay_verify"), weights, start)?));
         Ok(Arms { primary: Box::new(fused), others })
     })
 }
