@@ -10,7 +10,7 @@ use rgdn::memory::{HostMemory, Memory};
 use rgdn::ops::{GdnConvChain, Op, SnapshotWrite};
 use rgdn::reference::math::ExactMufu;
 use rgdn::suite::Builder;
-use rgdn::suite::cases::gdn_conv_chain::ChainSetup;
+use rgdn::suite::cases::gdn_conv_chain::{ChainSetup, CommitSetup};
 use rgdn::tensor::{DType, Layout, Tensor};
 
 const ROLLBACKS: [usize; 5] = [0, 2, 3, 7, 15];
@@ -270,45 +270,17 @@ fn the_parameter_struct_has_no_padding() {
     assert!(size_of::<P>() <= rgdn::gpu::PARAM_BLOCK_BYTES);
 }
 
-/// [replay] The conv cache's channels and the first row the commit cases' sequences commit
-/// (cells 2 … 2 + n_s; rows 0, 1 and the ones after are other cells).
-const COMMIT_CHANNELS: usize = 256;
-const COMMIT_ROW: usize = 2;
+/// [replay] The suite's commit setup's channels and first committed row.
+const COMMIT_CHANNELS: usize = CommitSetup::CHANNELS;
+const COMMIT_ROW: usize = CommitSetup::ROW;
 
-/// [replay] A GDN_CONV_CHAIN with a window commit: n_s sequences, a log of `log_t` tokens, a
-/// verify of `n_t`, sequence s having accepted (shift + s) mod (log_t + 1) tokens (returned).
+/// [replay] A GDN_CONV_CHAIN with a window commit ([`CommitSetup`]), on a builder of its own,
+/// and each sequence's accepted count.
 fn commit_case(n_s: usize, log_t: usize, n_t: usize, d_conv: usize, shift: usize) -> (Builder, GdnConvChain, Vec<usize>) {
-    use rgdn::ops::ConvCommit;
+    let setup = CommitSetup { n_s, log_t, n_t, d_conv, shift };
     let mut b = Builder::new(rgdn::suite::cases::seed_of(&format!("commit {n_s} {log_t} {n_t} {d_conv} {shift}")));
-    let (c, state_len, kv_head) = (COMMIT_CHANNELS, d_conv - 1, COMMIT_ROW);
-    let (d, h_k) = (32, 2);
-    let rand = rgdn::inputs::Values::Uniform(1.0);
-    let conv_cache = b.tensor_padded(DType::F32, [state_len * c, 2 * n_s + 4, 1, 1], [0; 4], rand);
-    let source_row = b.mem.alloc_indices(&(0..n_s).map(|s| (kv_head + s) as i32).collect::<Vec<_>>());
-    let accepted: Vec<usize> = (0..n_s).map(|s| (shift + s) % (log_t + 1)).collect();
-    let window_rows = b.mem.alloc_indices(&accepted.iter().enumerate().map(|(s, &a)| ((log_t - a) * n_s + s) as i32).collect::<Vec<_>>());
-    let log_qkv = b.tensor_padded(DType::F32, [c, log_t, n_s, 1], [0; 4], rand);
-    let qkv = b.tensor_padded(DType::F32, [c, n_t, n_s, 1], [0; 4], rand);
-    let weight = b.tensor_padded(DType::F32, [d_conv, c, 1, 1], [0; 4], rand);
-    let (conv_out, q_norm, k_norm, log_out) =
-        (b.output([c, n_t, n_s, 1]), b.output([d, h_k, n_t, n_s]), b.output([d, h_k, n_t, n_s]), b.output([c, n_t, n_s, 1]));
-    let (log_k, log_v) = (b.output([d, h_k, n_t, n_s]), b.output([d, (c - 2 * h_k * d) / d, n_t, n_s]));
-    let commit = ConvCommit { log_qkv, window_rows, row: kv_head, log_out: Some(log_out), log_k: Some(log_k), log_v: Some(log_v) };
-    let fused = GdnConvChain {
-        conv_cache,
-        source_row,
-        qkv,
-        weight,
-        snapshots: vec![],
-        conv_out,
-        q_norm,
-        k_norm,
-        head_dim: d,
-        n_k_heads: h_k,
-        eps: 1e-6,
-        commit: Some(commit),
-    };
-    (b, fused, accepted)
+    let fused = setup.build(&mut b);
+    (b, fused, setup.accepted())
 }
 
 /// [replay] [host-cost] The commit's index rules prepared once (`Op::index_rules`, what a plan

@@ -1,7 +1,8 @@
 //! GDN_CONV_CHAIN cases: n_t 1 … 16, R ∈ {0, 2, 3, 7, 15} (R + 1 rows written by the clamped
 //! rule: slot j → row j·M + kv_head with window(max(0, n_t − j))), short drafts (n_t < 1 + R),
 //! the read row among the written rows and not, conv_out aliasing qkv and not, d_conv 3/4/5,
-//! head dims 32/64/128, Qwen3.5 9B/27B sizes, padded strides, special values; refusals.
+//! head dims 32/64/128, Qwen3.5 9B/27B sizes, padded strides, special values; refusals; \[replay\]
+//! the window commit in front ([`CommitSetup`]), n_t 1 … 16 over one to three sequences.
 //!
 //! Every match case has a twin in [`VS_UNFUSED`]: the fused op and the unfused chain it replaces
 //! (GET_ROWS, CONCAT, CPY or CPY_SNAPSHOTS, SSM_CONV+SiLU, L2_NORM ×2 — as
@@ -10,7 +11,7 @@
 //! (inputs, guard bytes, padding) but the unfused chain's own intermediates.
 
 use crate::Error;
-use crate::ops::{ConcatDim0, Cpy, CpySnapshots, GdnConvChain, GetRows, L2Norm, Op, SnapshotWrite, SsmConv};
+use crate::ops::{ConcatDim0, ConvCommit, Cpy, CpySnapshots, GdnConvChain, GetRows, L2Norm, Op, SnapshotWrite, SsmConv};
 use crate::suite::inputs::Values;
 use crate::suite::{Builder, Case, Equivalence, Expect, Scenario, Tolerance};
 use crate::tensor::{DType, Tensor};
@@ -204,6 +205,94 @@ impl ChainSetup {
     }
 }
 
+/// \[replay\] A GDN_CONV_CHAIN with a window commit in front (`ConvCommit`): n_s sequences on
+/// cells [`CommitSetup::ROW`] … of a [`CommitSetup::CHANNELS`]-channel cache of 2·n_s + 4 rows
+/// (H_k = 2, D = 32), a log of `log_t` tokens, a verify of `n_t`, sequence s having accepted
+/// (shift + s) mod (log_t + 1) of the logged tokens; every log written.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CommitSetup {
+    pub n_s: usize,
+    pub log_t: usize,
+    pub n_t: usize,
+    pub d_conv: usize,
+    pub shift: usize,
+}
+
+impl CommitSetup {
+    /// The conv cache's channels.
+    pub const CHANNELS: usize = 256;
+    /// The first row the sequences commit (rows 0, 1 and the ones after theirs are other cells).
+    pub const ROW: usize = 2;
+
+    /// Each sequence's accepted count.
+    pub fn accepted(&self) -> Vec<usize> {
+        (0..self.n_s).map(|s| (self.shift + s) % (self.log_t + 1)).collect()
+    }
+
+    pub fn name(&self) -> String {
+        let CommitSetup { n_s, log_t, n_t, d_conv, shift } = *self;
+        format!("{GROUP}(commit,n_s={n_s},T_log={log_t},n_t={n_t},d_conv={d_conv},shift={shift})")
+    }
+
+    /// The fused op on freshly built tensors.
+    pub fn build(&self, b: &mut Builder) -> GdnConvChain {
+        let CommitSetup { n_s, log_t, n_t, d_conv, .. } = *self;
+        let (c, state_len, kv_head) = (Self::CHANNELS, d_conv - 1, Self::ROW);
+        let (d, h_k) = (32, 2);
+        let rand = Values::Uniform(1.0);
+        let conv_cache = b.tensor_padded(DType::F32, [state_len * c, 2 * n_s + 4, 1, 1], [0; 4], rand);
+        let source_row = b.mem.alloc_indices(&(0..n_s).map(|s| (kv_head + s) as i32).collect::<Vec<_>>());
+        let window_rows =
+            b.mem.alloc_indices(&self.accepted().iter().enumerate().map(|(s, &a)| ((log_t - a) * n_s + s) as i32).collect::<Vec<_>>());
+        let log_qkv = b.tensor_padded(DType::F32, [c, log_t, n_s, 1], [0; 4], rand);
+        let qkv = b.tensor_padded(DType::F32, [c, n_t, n_s, 1], [0; 4], rand);
+        let weight = b.tensor_padded(DType::F32, [d_conv, c, 1, 1], [0; 4], rand);
+        let (conv_out, q_norm, k_norm, log_out) =
+            (b.output([c, n_t, n_s, 1]), b.output([d, h_k, n_t, n_s]), b.output([d, h_k, n_t, n_s]), b.output([c, n_t, n_s, 1]));
+        let (log_k, log_v) = (b.output([d, h_k, n_t, n_s]), b.output([d, (c - 2 * h_k * d) / d, n_t, n_s]));
+        let commit = ConvCommit { log_qkv, window_rows, row: kv_head, log_out: Some(log_out), log_k: Some(log_k), log_v: Some(log_v) };
+        GdnConvChain {
+            conv_cache,
+            source_row,
+            qkv,
+            weight,
+            snapshots: vec![],
+            conv_out,
+            q_norm,
+            k_norm,
+            head_dim: d,
+            n_k_heads: h_k,
+            eps: EPS,
+            commit: Some(commit),
+        }
+    }
+
+    /// The fused op against its reference (`tests/gdn_conv_chain.rs` holds the reference to the
+    /// unfused commit and chain, bit for bit).
+    fn match_case(self) -> Case {
+        Case::seeded(GROUP, self.name(), move |mut b| {
+            let op = self.build(&mut b);
+            Ok(b.finish(vec![Box::new(op)], EXACT_MATH_TOLERANCE, false))
+        })
+    }
+}
+
+/// \[replay\] The commit cases: n_t over 1 … 16 (every count of token slots the kernel unrolls,
+/// and their edges), d_conv 3 / 4 / 5, one to three sequences, accepted counts from 0 to T_log.
+fn commit_setups() -> Vec<CommitSetup> {
+    #[rustfmt::skip]
+    let table: [(usize, usize, usize, usize); 10] = [
+        (1, 1, 1, 4), (2, 3, 3, 3), (1, 4, 4, 4), (2, 4, 5, 4), (3, 8, 7, 5),
+        (2, 8, 8, 4), (2, 16, 9, 4), (3, 12, 12, 3), (3, 16, 16, 4), (2, 2, 15, 5),
+    ];
+    table
+        .iter()
+        .flat_map(|&(n_s, log_t, n_t, d_conv)| {
+            [0, log_t / 2 + 1].into_iter().map(move |shift| CommitSetup { n_s, log_t, n_t, d_conv, shift })
+        })
+        .collect()
+}
+
 /// A refusal: the setup's op, edited, must fail validation with an error `predicate` accepts.
 struct Refusal {
     name: &'static str,
@@ -356,5 +445,22 @@ pub fn cases() -> Vec<Case> {
     let mut cases: Vec<Case> = setups.iter().map(|s| s.match_case()).collect();
     cases.extend(refusals().into_iter().map(Refusal::case));
     cases.extend(setups.iter().map(|s| s.vs_unfused_case()));
+    cases.extend(commit_setups().into_iter().map(CommitSetup::match_case));
     cases
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// \[replay\] The commit cases build, validate and pass against their reference on the CPU,
+    /// and cover every count of token slots the commit entries unroll (4, 8, 16) with its edges.
+    #[test]
+    fn the_commit_cases_pass_on_the_cpu_and_cover_the_token_slots() {
+        let setups = commit_setups();
+        for n_t in [1, 4, 5, 8, 9, 16] {
+            assert!(setups.iter().any(|s| s.n_t == n_t), "no commit case with n_t = {n_t}");
+        }
+        crate::suite::assert_cpu_passes(setups.into_iter().map(CommitSetup::match_case).collect());
+    }
 }
