@@ -89,6 +89,9 @@ bg racecheck-replay compute-sanitizer --tool racecheck --error-exitcode 9 bundle
 # The filter above is a substring and runs them too; these logs are the fused op's alone.
 bg memcheck-replay-verify compute-sanitizer --tool memcheck --error-exitcode 9 bundle/tests/gpu_ops GATED_DELTA_NET_REPLAY_VERIFY
 bg racecheck-replay-verify compute-sanitizer --tool racecheck --error-exitcode 9 bundle/tests/gpu_ops GATED_DELTA_NET_REPLAY_VERIFY
+# [replay] The conv chain with the window commit (its suite cases: every token-slot count).
+bg memcheck-commit compute-sanitizer --tool memcheck --error-exitcode 9 bundle/tests/gpu_ops "CONV_CHAIN(COMMIT"
+bg racecheck-commit compute-sanitizer --tool racecheck --error-exitcode 9 bundle/tests/gpu_ops "CONV_CHAIN(COMMIT"
 # [seq-batch] GATED_DELTA_NET_FROM_CACHE's cases (its batched entry from n_s = 2 on: slots over the
 # rows read) under memcheck and racecheck, and the 9B n_s = 16 layer-step cases under memcheck.
 bg memcheck-from-cache compute-sanitizer --tool memcheck --error-exitcode 9 bundle/tests/gpu_ops GATED_DELTA_NET_FROM_CACHE
