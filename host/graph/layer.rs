@@ -466,6 +466,21 @@ fn chain_ops(t: &LayerTensors, replay: Option<&ReplayTensors>, spec: &LayerSpec)
     if spec.gdn_tail {
         t.conforms(shape, step)?;
     }
+    // [replay] The step's g and β are written straight into the log set it keeps: `gate` and
+    // `beta` ([H_v, n_t·n_s], contiguous) are the same bytes, in the same order, as the log's
+    // [1, H_v, n_t, n_s], so no copy logs them. The layer's own gate and beta stay unwritten.
+    let logged;
+    let t = match replay {
+        Some((_, _, log)) => {
+            logged = LayerTensors {
+                gate: reshape("log.g", &log.g, t.gate.ne())?,
+                beta: reshape("log.beta", &log.beta, t.beta.ne())?,
+                ..t.clone()
+            };
+            &logged
+        }
+        None => t,
+    };
     let (c, n_t, kc, hv) = (shape.try_channels()?, step.n_tokens, shape.d_conv, shape.n_v_heads);
     // n_s sequences of n_t tokens (equal split); sequence s writes cell kv_head + s, so each
     // slot's rows are n_s consecutive cache rows. n_t·n_s columns ≤ MAX_GRAPH_TOKENS (validated).
@@ -597,8 +612,9 @@ fn chain_ops(t: &LayerTensors, replay: Option<&ReplayTensors>, spec: &LayerSpec)
             states,
         }));
         if let Some((_, _, log)) = replay {
-            // 4. The rest of the log: k after L2_NORM, v after the conv and SiLU, g, β.
-            for (src, dst) in [(t.k_norm, log.k), (v, log.v), (g, log.g), (beta, log.beta)] {
+            // 4. The rest of the log: k after L2_NORM, v after the conv and SiLU (g and β are
+            // already there: the products wrote them).
+            for (src, dst) in [(t.k_norm, log.k), (v, log.v)] {
                 ops.push(Box::new(Cpy { src, dst }));
             }
         }
@@ -1436,8 +1452,6 @@ mod replay_tests {
             "GATED_DELTA_NET",
             "CPY",
             "CPY",
-            "CPY",
-            "CPY",
         ];
         assert_eq!(names, want);
         // The other parity reads the log set this one writes, and writes the one it reads.
@@ -1446,9 +1460,17 @@ mod replay_tests {
         let replay_of = |nodes: &[Node]| nodes.iter().find_map(|n| n.get::<GatedDeltaNetReplay>().map(|o| o.k)).unwrap();
         assert_eq!(replay_of(&b.nodes), r.logs[1].k);
         assert_eq!(replay_of(&other), r.logs[0].k);
-        let log_k = |nodes: &[Node]| nodes.last().unwrap().op.outputs()[0];
-        assert_eq!(log_k(&b.nodes), r.logs[0].beta);
-        assert_eq!(log_k(&other), r.logs[1].beta);
+        let log_v = |nodes: &[Node]| nodes.last().unwrap().op.outputs()[0];
+        assert_eq!(log_v(&b.nodes), r.logs[0].v);
+        assert_eq!(log_v(&other), r.logs[1].v);
+        // g and β: the products write the log set this parity keeps (no copy).
+        let writes = |nodes: &[Node], name: &str, t: Tensor| {
+            nodes.iter().any(|n| {
+                n.op.name() == name && n.op.outputs().iter().any(|o| o.buffer == t.buffer && o.layout.byte_range() == t.layout.byte_range())
+            })
+        };
+        assert!(writes(&b.nodes, "SIGMOID", r.logs[0].beta) && writes(&b.nodes, "MUL", r.logs[0].g));
+        assert!(writes(&other, "SIGMOID", r.logs[1].beta) && writes(&other, "MUL", r.logs[1].g));
         // No node writes a cache row but the replay and the commit's last GET_ROWS.
         let t = &b.layers[0].t;
         for (i, n) in b.nodes.iter().enumerate() {

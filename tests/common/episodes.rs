@@ -611,7 +611,14 @@ impl ReplayArm for ReplayGraph {
         if tokens.is_none() {
             return Ok(None);
         }
-        Ok(Some(OUTPUTS.iter().map(|name| self.get(name)).collect::<Check<_>>()?))
+        // The step's g and β are its log set's (the products write them there).
+        let log = r.logs[i % 2];
+        let output = |g: &mut Self, name: &str| match name {
+            "gate" => g.mem.read(&log.g),
+            "beta" => g.mem.read(&log.beta),
+            _ => g.get(name),
+        };
+        Ok(Some(OUTPUTS.iter().map(|name| output(self, name)).collect::<Check<_>>()?))
     }
 
     /// Cache rows s.
