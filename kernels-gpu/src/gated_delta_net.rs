@@ -50,10 +50,10 @@
 //! (an index buffer) is never written, so it keeps the `.nc` load.
 
 use crate::abi::{self, GDN_HEAD_DIM, GDN_WARPS};
-use crate::device::math::{fma, mul};
 use crate::device::load::coherent_f32;
+use crate::device::math::{fma, mul};
 use crate::device::memory::{
-    load_nc_f32, load_nc_f32_at, load_nc_u32, load_nc_f32x4_stride32, prefetch_l1, prefetch_l2, store_f32_at, store_f32x4_stride32,
+    load_nc_f32, load_nc_f32_at, load_nc_f32x4_stride32, load_nc_u32, prefetch_l1, prefetch_l2, store_f32_at, store_f32x4_stride32,
 };
 use crate::device::shared;
 use crate::device::thread::{block_idx_x, block_idx_y, block_idx_z, sync_threads, thread_idx_x, thread_idx_y};
@@ -487,12 +487,7 @@ struct ColumnAt {
 /// As [`run`], for the (head, seq, group) of `at` inside the grid the host validated, `at.warp`
 /// < [`GDN_WARPS`], `at.lane` < 32, all 32 lanes of the warp calling together.
 #[inline(always)]
-unsafe fn run_at<const FROM_CACHE: bool>(
-    p: &abi::GatedDeltaNetParams,
-    source_rows: *const i32,
-    source_rows_stride: usize,
-    at: ColumnAt,
-) {
+unsafe fn run_at<const FROM_CACHE: bool>(p: &abi::GatedDeltaNetParams, source_rows: *const i32, source_rows_stride: usize, at: ColumnAt) {
     let col = (at.group * GDN_WARPS + at.warp) as usize;
     let lane = at.lane as usize;
     // SAFETY: forwarded from the caller (head, seq inside the validated grid).
@@ -657,7 +652,11 @@ impl WarpGroups {
     /// `groups` (1 ..= [`abi::BATCH_MAX_GROUPS_PER_WARP`]) a warp, with the batched step's layout
     /// for `n_tokens` tokens ([`abi::batch_token_stage_bytes`]).
     pub const fn batch(groups: u32, n_tokens: u32) -> WarpGroups {
-        WarpGroups { groups, warp_token_bytes: abi::layer_step_stage_warp_token_bytes(abi::BATCH_MAX_GROUPS_PER_WARP), stage_tokens: n_tokens }
+        WarpGroups {
+            groups,
+            warp_token_bytes: abi::layer_step_stage_warp_token_bytes(abi::BATCH_MAX_GROUPS_PER_WARP),
+            stage_tokens: n_tokens,
+        }
     }
 
     /// Value columns a warp stages: 4 per group.
@@ -808,7 +807,9 @@ pub(crate) unsafe fn run_group_at(
     inputs_ready: impl FnOnce(),
 ) {
     // SAFETY: forwarded from the caller (one group: the single-sequence step's stage layout).
-    unsafe { run_groups_at::<GROUP_COLUMNS, { 2 * GROUP_COLUMNS }>(p, source_rows, source_rows_stride, at, WarpGroups::ONE, stage, inputs_ready) }
+    unsafe {
+        run_groups_at::<GROUP_COLUMNS, { 2 * GROUP_COLUMNS }>(p, source_rows, source_rows_stride, at, WarpGroups::ONE, stage, inputs_ready)
+    }
 }
 
 /// [seq-batch] Groups `at.group` and `at.group` + 1 as one eight-column recurrence, as
@@ -831,7 +832,9 @@ pub(crate) unsafe fn run_group_pair_at(
 ) {
     let layout = WarpGroups::batch(2, p.n_tokens);
     // SAFETY: forwarded from the caller.
-    unsafe { run_groups_at::<{ 2 * GROUP_COLUMNS }, { 4 * GROUP_COLUMNS }>(p, source_rows, source_rows_stride, at, layout, stage, inputs_ready) }
+    unsafe {
+        run_groups_at::<{ 2 * GROUP_COLUMNS }, { 4 * GROUP_COLUMNS }>(p, source_rows, source_rows_stride, at, layout, stage, inputs_ready)
+    }
 }
 
 /// The body of [`run_group_at`] (C = 4 columns from `at.group`) and [`run_group_pair_at`] (C = 8).
@@ -921,8 +924,8 @@ pub(crate) unsafe fn issue_batch_token_copies(p: &abi::GatedDeltaNetParams, at: 
 /// no thread touches until then.
 #[inline(always)]
 pub(crate) unsafe fn issue_batch_state_copies(p: &abi::GatedDeltaNetParams, row: usize, at: BatchGroups, tid: u32, state: u32) {
-    let first = (row * p.in_seq as usize + at.head as usize * p.in_head as usize + at.first_group as usize * GROUP_COLUMNS * GDN_HEAD_DIM)
-        * 4;
+    let first =
+        (row * p.in_seq as usize + at.head as usize * p.in_head as usize + at.first_group as usize * GROUP_COLUMNS * GDN_HEAD_DIM) * 4;
     let base = (p.state_in as usize as *const u8).wrapping_add(first);
     let chunks = at.groups.groups * abi::BATCH_STATE_BYTES_PER_GROUP / 16;
     let mut chunk = tid;
@@ -973,7 +976,16 @@ pub(crate) unsafe fn run_batch_groups(p: &abi::GatedDeltaNetParams, at: BatchGro
         // SAFETY: as above, group g's four columns.
         unsafe {
             let s = state_columns::<GROUP_COLUMNS>(state, k0 + g * GROUP_COLUMNS, at.lane);
-            group_recurrence::<GROUP_COLUMNS, { 2 * GROUP_COLUMNS }>(at.groups, &h, s, col0 + g * GROUP_COLUMNS, stage, at.warp, at.lane, g as u32)
+            group_recurrence::<GROUP_COLUMNS, { 2 * GROUP_COLUMNS }>(
+                at.groups,
+                &h,
+                s,
+                col0 + g * GROUP_COLUMNS,
+                stage,
+                at.warp,
+                at.lane,
+                g as u32,
+            )
         };
         g += 1;
     }
@@ -1138,6 +1150,7 @@ pub(crate) unsafe fn warp_sum_scattered<const V: usize>(x: [f32; V], lane: u32) 
 /// validated that every view covers the elements the grid reaches (heads < H_v, key heads
 /// < `n_key_heads`, tokens < `n_tokens`, slots < `n_slots`, sequences < n_s) and the aliasing
 /// rules of the module docs.
+#[cfg(target_arch = "nvptx64")]
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn gated_delta_net_f32_d128(p: abi::GatedDeltaNetParams) {
     // SAFETY: forwarded from the launch contract.
@@ -1152,6 +1165,7 @@ pub unsafe extern "ptx-kernel" fn gated_delta_net_f32_d128(p: abi::GatedDeltaNet
 /// As [`gated_delta_net_f32_d128`], with `p.gdn.state_in` the cache's row 0 (element (i, col, h)
 /// at `i + col·in_col + h·in_head`, rows `in_seq` apart), every `source_rows[s]` (s < n_s) a row
 /// of the cache, and the overlap rule of the module docs for `states` against the rows read.
+#[cfg(target_arch = "nvptx64")]
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn gated_delta_net_from_cache_f32_d128(p: abi::GatedDeltaNetFromCacheParams) {
     // SAFETY: forwarded from the launch contract.
@@ -1183,6 +1197,7 @@ pub unsafe extern "ptx-kernel" fn gated_delta_net_from_cache_f32_d128(p: abi::Ga
 /// (H_v, n_s, D / [`abi::BATCH_GDN_BLOCK_COLUMNS`]) and
 /// [`abi::batch_token_stage_bytes`]`(n_tokens)` bytes of dynamic shared memory, 1 ≤ n_tokens ≤
 /// [`abi::BATCH_GDN_MAX_TOKENS`].
+#[cfg(target_arch = "nvptx64")]
 #[unsafe(export_name = crate::abi::entry_name!(gated_delta_net_from_cache_batch))]
 pub unsafe extern "ptx-kernel" fn gated_delta_net_from_cache_batch_f32_d128(p: abi::GatedDeltaNetFromCacheParams) {
     const C: usize = abi::BATCH_GDN_WARP_COLUMNS as usize;

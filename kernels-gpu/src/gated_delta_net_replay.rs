@@ -232,6 +232,7 @@ unsafe fn run(p: &abi::GatedDeltaNetReplayParams, head: u32, seq: u32, group: u3
 /// # Safety
 /// As [`run`]: launched with block (32, [`GDN_WARPS`], 1) and grid (H_v, n_s, D / [`GDN_WARPS`])
 /// on parameters the host validated.
+#[cfg(target_arch = "nvptx64")]
 #[unsafe(export_name = crate::abi::entry_name!(gated_delta_net_replay))]
 pub unsafe extern "ptx-kernel" fn gated_delta_net_replay_f32_d128(p: abi::GatedDeltaNetReplayParams) {
     // SAFETY: forwarded from the launch contract (the indices are the launch's own).

@@ -48,7 +48,7 @@
 //! them sharing bytes with the cache or with `out`), and `out` elements are written once each,
 //! by one lane of their column's warp.
 
-use crate::abi::{self, GDN_HEAD_DIM, GDN_WARPS, BATCH_GDN_BLOCK_COLUMNS, BATCH_GDN_WARP_COLUMNS};
+use crate::abi::{self, BATCH_GDN_BLOCK_COLUMNS, BATCH_GDN_WARP_COLUMNS, GDN_HEAD_DIM, GDN_WARPS};
 use crate::device::memory::store_f32x4_stride32;
 use crate::device::shared;
 use crate::device::thread::{block_idx_x, block_idx_y, block_idx_z, sync_threads, thread_idx_x, thread_idx_y};
@@ -273,10 +273,22 @@ unsafe fn run(p: &abi::GatedDeltaNetReplayVerifyParams, head: u32, seq: u32, gro
 /// As [`run`]: launched with block (32, [`GDN_WARPS`], 1), grid (H_v, n_s, D /
 /// [`BATCH_GDN_BLOCK_COLUMNS`]) and [`abi::replay_verify_shared_bytes`] of dynamic shared
 /// memory, on parameters the host validated.
+#[cfg(target_arch = "nvptx64")]
 #[unsafe(export_name = crate::abi::entry_name!(gated_delta_net_replay_verify))]
 pub unsafe extern "ptx-kernel" fn gated_delta_net_replay_verify_f32_d128(p: abi::GatedDeltaNetReplayVerifyParams) {
     // SAFETY: forwarded from the launch contract (the indices are the launch's own).
     unsafe { run(&p, block_idx_x(), block_idx_y(), block_idx_z(), thread_idx_y(), thread_idx_x()) }
+}
+
+/// [test] The entry's body for a host emulation of the launch (`tests/kernel_emulation.rs`: the
+/// same source over a host `device` module); the same indices as the entry point.
+///
+/// # Safety
+/// As the entry point, on the emulation's threads.
+#[cfg(not(target_arch = "nvptx64"))]
+pub unsafe fn gated_delta_net_replay_verify_emulated(p: &abi::GatedDeltaNetReplayVerifyParams) {
+    // SAFETY: forwarded to the caller.
+    unsafe { run(p, block_idx_x(), block_idx_y(), block_idx_z(), thread_idx_y(), thread_idx_x()) }
 }
 
 const _: () = assert!(ROWS_PER_LANE == 4, "store_f32x4_stride32 stores four rows a lane");

@@ -27,6 +27,8 @@ pub mod math;
 pub mod shared;
 pub mod thread;
 pub mod warp;
+// [test] the shuffle primitives `warp` builds on
+pub mod warp_shuffle;
 
 // [mmvf-pair] read-only (`ld.global.nc`) global loads
 pub mod load;
