@@ -26,34 +26,13 @@ mod gated_delta_net_replay;
 #[path = "../kernels-gpu/src/gated_delta_net_replay_verify.rs"]
 mod gated_delta_net_replay_verify;
 
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 use rgdn::memory::HostMemory;
-use rgdn::ops::Op;
-use rgdn::ops::gated_delta_net::{GatedDeltaNetFromCache, attention_scale};
-use rgdn::ops::gated_delta_net_replay::GatedDeltaNetReplay;
+use rgdn::ops::gated_delta_net::attention_scale;
 use rgdn::ops::gated_delta_net_replay_verify::GatedDeltaNetReplayVerify;
 use rgdn::reference::math::ExactMufu;
-use rgdn::tensor::{DType, Tensor};
-
-const D: usize = abi::GDN_HEAD_DIM;
-const HV: usize = 2;
-
-fn random(mem: &mut HostMemory, rng: &mut StdRng, ne: [usize; 4], scale: f32) -> Tensor {
-    let t = mem.alloc_tensor(DType::F32, ne);
-    let values: Vec<f32> = (0..t.layout.n_elements()).map(|_| rng.random_range(-scale..scale)).collect();
-    mem.fill_f32(&t, &values);
-    t
-}
-
-fn gates(mem: &mut HostMemory, rng: &mut StdRng, n_t: usize, n_s: usize) -> (Tensor, Tensor) {
-    let (g, beta) = (mem.alloc_tensor(DType::F32, [1, HV, n_t, n_s]), mem.alloc_tensor(DType::F32, [1, HV, n_t, n_s]));
-    let gs: Vec<f32> = (0..HV * n_t * n_s).map(|_| -rng.random_range(-6.0f32..2.08).exp()).collect();
-    let bs: Vec<f32> = (0..HV * n_t * n_s).map(|_| rng.random_range(0.0..1.0)).collect();
-    mem.fill_f32(&g, &gs);
-    mem.fill_f32(&beta, &bs);
-    (g, beta)
-}
+use rgdn::suite::cases::gated_delta_net_replay_verify::{GROUP, cases};
+use rgdn::suite::{Expect, full_tests, sample};
+use rgdn::tensor::{BufferId, Tensor};
 
 /// Host copies of every buffer, 4-byte aligned, at stable addresses: what the emulated kernel
 /// reads and writes.
@@ -61,23 +40,8 @@ struct Buffers(Vec<Vec<u32>>);
 
 impl Buffers {
     fn of(mem: &HostMemory) -> Self {
-        Buffers(
-            (0..mem.n_buffers())
-                .map(|i| {
-                    let b = mem.bytes(rgdn::tensor::BufferId(i));
-                    b.chunks(4)
-                        .map(|c| {
-                            u32::from_le_bytes([
-                                c[0],
-                                c.get(1).copied().unwrap_or(0),
-                                c.get(2).copied().unwrap_or(0),
-                                c.get(3).copied().unwrap_or(0),
-                            ])
-                        })
-                        .collect()
-                })
-                .collect(),
-        )
+        let words = |b: &[u8]| b.chunks(4).map(|c| u32::from_le_bytes(std::array::from_fn(|i| c.get(i).copied().unwrap_or(0)))).collect();
+        Buffers((0..mem.n_buffers()).map(|i| words(mem.bytes(BufferId(i)))).collect())
     }
 
     /// Address of element 0 of `t`.
@@ -85,15 +49,15 @@ impl Buffers {
         self.0[t.buffer.0].as_ptr() as u64 + t.layout.offset as u64
     }
 
+    /// The bytes of `t`'s whole buffer.
     fn bytes(&self, t: &Tensor) -> Vec<u8> {
         self.0[t.buffer.0].iter().flat_map(|w| w.to_le_bytes()).collect()
     }
 }
 
-/// Element strides of a contiguous [a, b, c, d] tensor: (1, a, a·b, a·b·c).
+/// Element strides of `t` (its byte strides over 4: the views are F32 or I32).
 fn strides(t: &Tensor) -> [u64; 4] {
-    let nb = t.layout.nb;
-    [nb[0] as u64 / 4, nb[1] as u64 / 4, nb[2] as u64 / 4, nb[3] as u64 / 4]
+    t.layout.nb.map(|b| b as u64 / 4)
 }
 
 fn view(b: &Buffers, t: &Tensor) -> abi::TokenViewParams {
@@ -101,9 +65,10 @@ fn view(b: &Buffers, t: &Tensor) -> abi::TokenViewParams {
     abi::TokenViewParams { addr: b.addr(t), head: s[1], token: s[2], seq: s[3] }
 }
 
-/// The kernel's parameters over the host copies (the host's `params` for these contiguous views).
-fn params(b: &Buffers, fused: &GatedDeltaNetReplayVerify, t_log: usize, n_t: usize) -> abi::GatedDeltaNetReplayVerifyParams {
-    let r = &fused.replay;
+/// The kernel's parameters over the host copies: the host's `params` for the op's views.
+fn params(b: &Buffers, op: &GatedDeltaNetReplayVerify) -> abi::GatedDeltaNetReplayVerifyParams {
+    let r = &op.replay;
+    let index_stride = |t: &Tensor| strides(t)[0];
     let replay = abi::GatedDeltaNetReplayParams {
         k: view(b, &r.k),
         v: view(b, &r.v),
@@ -112,55 +77,57 @@ fn params(b: &Buffers, fused: &GatedDeltaNetReplayVerify, t_log: usize, n_t: usi
         cache: b.addr(&r.ssm_cache),
         cache_row: strides(&r.ssm_cache)[1],
         source_rows: b.addr(&r.source_rows),
-        source_rows_stride: 1,
+        source_rows_stride: index_stride(&r.source_rows),
         dest_rows: b.addr(&r.dest_rows),
-        dest_rows_stride: 1,
+        dest_rows_stride: index_stride(&r.dest_rows),
         accepted: b.addr(&r.accepted),
-        accepted_stride: 1,
-        n_tokens: t_log as u32,
-        n_key_heads: 1,
+        accepted_stride: index_stride(&r.accepted),
+        n_tokens: r.k.layout.ne[2] as u32,
+        n_key_heads: r.k.layout.ne[1] as u32,
     };
-    let (q, k, v, g, beta, out) =
-        (strides(&fused.q), strides(&fused.k), strides(&fused.v), strides(&fused.g), strides(&fused.beta), strides(&fused.out));
+    let (q, k, v, g, beta, out) = (strides(&op.q), strides(&op.k), strides(&op.v), strides(&op.g), strides(&op.beta), strides(&op.out));
     let verify = abi::GatedDeltaNetParams {
-        q: b.addr(&fused.q),
+        q: b.addr(&op.q),
         q_head: q[1],
         q_token: q[2],
         q_seq: q[3],
-        k: b.addr(&fused.k),
+        k: b.addr(&op.k),
         k_head: k[1],
         k_token: k[2],
         k_seq: k[3],
-        v: b.addr(&fused.v),
+        v: b.addr(&op.v),
         v_head: v[1],
         v_token: v[2],
         v_seq: v[3],
-        g: b.addr(&fused.g),
+        g: b.addr(&op.g),
         g_head: g[1],
         g_token: g[2],
         g_seq: g[3],
-        beta: b.addr(&fused.beta),
+        beta: b.addr(&op.beta),
         beta_head: beta[1],
         beta_token: beta[2],
         beta_seq: beta[3],
+        // The verify's state is the replay's, in registers; these are never dereferenced.
         state_in: b.addr(&r.ssm_cache),
         in_col: D as u64,
         in_head: (D * D) as u64,
         in_seq: strides(&r.ssm_cache)[1],
-        out: b.addr(&fused.out),
+        out: b.addr(&op.out),
         out_head: out[1],
         out_token: out[2],
         out_seq: out[3],
         states: b.addr(&r.ssm_cache),
         states_seq: 0,
         states_slot: 0,
-        n_tokens: n_t as u32,
-        n_key_heads: 1,
+        n_tokens: op.q.layout.ne[2] as u32,
+        n_key_heads: op.q.layout.ne[1] as u32,
         n_slots: 0,
         scale: attention_scale(),
     };
     abi::GatedDeltaNetReplayVerifyParams { replay, verify }
 }
+
+const D: usize = abi::GDN_HEAD_DIM;
 
 /// The launch shapes the host uses for a verify of `n_t` and a log of `t_log` tokens: (label,
 /// grid z, dynamic shared bytes).
@@ -168,79 +135,55 @@ fn launch_shapes(n_t: usize, t_log: usize) -> Vec<(&'static str, u32, usize)> {
     vec![("D/32 blocks", abi::GDN_HEAD_DIM as u32 / abi::BATCH_GDN_BLOCK_COLUMNS, abi::replay_verify_shared_bytes(n_t, t_log) as usize)]
 }
 
-/// One case: the emulated kernel on launch shape `shape` against the CPU reference.
-fn case(seed: u64, (t_log, n_t): (usize, usize), source: &[i32], dest: &[i32], accepted: &[i32], shape: usize) -> Result<(), String> {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let mut mem = HostMemory::new();
-    let n_s = source.len();
-    let n_rows = 2 * n_s + 1;
-    let (lg, lbeta) = gates(&mut mem, &mut rng, t_log, n_s);
-    let replay = GatedDeltaNetReplay {
-        k: random(&mut mem, &mut rng, [D, 1, t_log, n_s], 0.15),
-        v: random(&mut mem, &mut rng, [D, HV, t_log, n_s], 2.0),
-        g: lg,
-        beta: lbeta,
-        ssm_cache: random(&mut mem, &mut rng, [D * D * HV, n_rows, 1, 1], 0.5),
-        source_rows: mem.alloc_indices(source),
-        dest_rows: mem.alloc_indices(dest),
-        accepted: mem.alloc_indices(accepted),
-    };
-    let (g, beta) = gates(&mut mem, &mut rng, n_t, n_s);
-    let verify = GatedDeltaNetFromCache {
-        q: random(&mut mem, &mut rng, [D, 1, n_t, n_s], 0.15),
-        k: random(&mut mem, &mut rng, [D, 1, n_t, n_s], 0.15),
-        v: random(&mut mem, &mut rng, [D, HV, n_t, n_s], 2.0),
-        g,
-        beta,
-        ssm_cache: replay.ssm_cache,
-        source_rows: replay.dest_rows,
-        out: mem.alloc_tensor(DType::F32, [D, HV, n_t, n_s]),
-        states: mem.alloc_tensor(DType::F32, [D * D * HV, n_s, 1, 1]),
-    };
-    let fused = GatedDeltaNetReplayVerify::of_pair(&replay, &verify).ok_or("the verify reads the replay's rows")?;
-    let emulated = Buffers::of(&mem);
-    fused.reference(&mut mem, &mut ExactMufu).map_err(|e| format!("reference: {e}"))?;
-    let p = params(&emulated, &fused, t_log, n_t);
+/// The op of one suite case on launch shape `shape`, emulated, against its CPU reference: every
+/// `out` element and the whole cache, byte for byte.
+fn case(name: &str, mem: &HostMemory, op: &GatedDeltaNetReplayVerify, shape: usize) -> Result<(), String> {
+    let (n_t, t_log) = (op.q.layout.ne[2], op.replay.k.layout.ne[2]);
+    let (h_v, n_s) = (op.v.layout.ne[1], op.v.layout.ne[3]);
+    let emulated = Buffers::of(mem);
+    let mut reference = mem.clone();
+    rgdn::ops::Op::reference(op, &mut reference, &mut ExactMufu).map_err(|e| format!("{name}: reference: {e}"))?;
+    let p = params(&emulated, op);
     let (label, grid_z, shared) = launch_shapes(n_t, t_log)[shape];
-    let grid = [HV as u32, n_s as u32, grid_z];
-    // SAFETY: the parameters address the host copies, sized as the reference's views; the grid
-    // and shared bytes are the host's for these sizes.
-    device::runtime::launch(grid, [32, abi::GDN_WARPS, 1], shared, &|| unsafe {
+    // SAFETY: the parameters address the host copies of the case's validated views; the grid and
+    // shared bytes are the host's for these sizes.
+    device::runtime::launch([h_v as u32, n_s as u32, grid_z], [32, abi::GDN_WARPS, 1], shared, &|| unsafe {
         gated_delta_net_replay_verify::gated_delta_net_replay_verify_emulated(&p)
     });
-    for (name, t) in [("out", &fused.out), ("cache", &fused.replay.ssm_cache)] {
-        let (want, got) = (mem.bytes(t.buffer).to_vec(), emulated.bytes(t));
+    for (what, t) in [("out", &op.out), ("cache", &op.replay.ssm_cache)] {
+        let (want, got) = (reference.bytes(t.buffer), emulated.bytes(t));
         if want[..] != got[..want.len()] {
             let first = want.iter().zip(&got).position(|(a, b)| a != b).unwrap_or(0);
-            return Err(format!(
-                "{name} differs from the CPU reference first at byte {first} (T_log {t_log}, T {n_t}, n_s {n_s}, a {accepted:?}, {label})"
-            ));
+            return Err(format!("{name} ({label}): {what} differs from the CPU reference first at byte {first}"));
         }
     }
     Ok(())
 }
 
-/// GATED_DELTA_NET_REPLAY_VERIFY's source, emulated, equals its CPU reference: log and verify
-/// lengths 1 … 16, counts 0, T_log and in between, destination rows the source's or others, on
-/// every launch shape the host uses.
+/// GATED_DELTA_NET_REPLAY_VERIFY's source, emulated, equals its CPU reference on the GPU suite's
+/// own cases of the op (one in four; all with `RGDN_FULL_TESTS=1`), on every launch
+/// shape the host uses.
 #[test]
-fn the_replay_verify_kernel_source_equals_the_cpu_reference() {
-    let mut failures = Vec::new();
-    let mut n = 0;
-    for (i, &(t_log, n_t)) in [(1, 1), (3, 2), (4, 4), (2, 5), (16, 16)].iter().enumerate() {
-        for distinct in [false, true] {
-            let n_s = 2;
-            let source: Vec<i32> = (0..n_s as i32).map(|s| 2 * s + 1).collect();
-            let dest: Vec<i32> = if distinct { (0..n_s as i32).map(|s| 2 * s).collect() } else { source.clone() };
-            let accepted: Vec<i32> = (0..n_s).map(|s| [t_log, t_log / 2, 0][(s + i) % 3] as i32).collect();
-            for shape in 0..launch_shapes(n_t, t_log).len() {
-                n += 1;
-                if let Err(e) = case(700 + 10 * i as u64 + distinct as u64, (t_log, n_t), &source, &dest, &accepted, shape) {
-                    failures.push(e);
-                }
+fn the_replay_verify_kernel_source_equals_the_cpu_reference_on_the_suite_cases() {
+    let matching: Vec<_> = cases().into_iter().filter(|c| c.group == GROUP && !c.name.contains("refuse")).collect();
+    let total = matching.len();
+    let (mut failures, mut n) = (Vec::new(), 0);
+    // One case in four (a few seconds each), all with `RGDN_FULL_TESTS=1`.
+    let chosen = if full_tests() { matching } else { sample(matching, 4) };
+    for c in chosen {
+        let Ok(Expect::Match(scenario)) = c.build() else { panic!("{}: not a match case", c.name) };
+        let op = scenario.ops[0].as_ref().downcast_ref::<GatedDeltaNetReplayVerify>().expect("the case's op");
+        for shape in 0..launch_shapes(op.q.layout.ne[2], op.replay.k.layout.ne[2]).len() {
+            n += 1;
+            if let Err(e) = case(&c.name, &scenario.mem, op, shape) {
+                failures.push(e);
             }
         }
     }
-    println!("KERNEL EMULATION (GATED_DELTA_NET_REPLAY_VERIFY): {}/{n} cases equal the CPU reference", n - failures.len());
+    let sampled = if full_tests() { "all" } else { "a sample" };
+    println!(
+        "KERNEL EMULATION (GATED_DELTA_NET_REPLAY_VERIFY): {}/{n} equal the CPU reference ({sampled} of the suite's {total} cases)",
+        n - failures.len()
+    );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
