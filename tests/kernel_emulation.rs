@@ -65,6 +65,55 @@ fn view(b: &Buffers, t: &Tensor) -> abi::TokenViewParams {
     abi::TokenViewParams { addr: b.addr(t), head: s[1], token: s[2], seq: s[3] }
 }
 
+/// GATED_DELTA_NET's parameters over the host copies for the views q, k, v, g, β, `out`, the
+/// initial state's address and element strides (column, head, sequence), and the slot view's
+/// address, sequence and slot strides and slot count (the host's `gdn_params`).
+fn gdn_params(
+    b: &Buffers,
+    [q, k, v, g, beta, out]: [&Tensor; 6],
+    (state_in, [in_col, in_head, in_seq]): (u64, [u64; 3]),
+    (states, states_seq, states_slot, n_slots): (u64, u64, u64, u32),
+) -> abi::GatedDeltaNetParams {
+    let [q_s, k_s, v_s, g_s, beta_s, out_s] = [q, k, v, g, beta, out].map(strides);
+    abi::GatedDeltaNetParams {
+        q: b.addr(q),
+        q_head: q_s[1],
+        q_token: q_s[2],
+        q_seq: q_s[3],
+        k: b.addr(k),
+        k_head: k_s[1],
+        k_token: k_s[2],
+        k_seq: k_s[3],
+        v: b.addr(v),
+        v_head: v_s[1],
+        v_token: v_s[2],
+        v_seq: v_s[3],
+        g: b.addr(g),
+        g_head: g_s[1],
+        g_token: g_s[2],
+        g_seq: g_s[3],
+        beta: b.addr(beta),
+        beta_head: beta_s[1],
+        beta_token: beta_s[2],
+        beta_seq: beta_s[3],
+        state_in,
+        in_col,
+        in_head,
+        in_seq,
+        out: b.addr(out),
+        out_head: out_s[1],
+        out_token: out_s[2],
+        out_seq: out_s[3],
+        states,
+        states_seq,
+        states_slot,
+        n_tokens: q.layout.ne[2] as u32,
+        n_key_heads: q.layout.ne[1] as u32,
+        n_slots,
+        scale: attention_scale(),
+    }
+}
+
 /// The kernel's parameters over the host copies: the host's `params` for the op's views.
 fn params(b: &Buffers, op: &GatedDeltaNetReplayVerify) -> abi::GatedDeltaNetReplayVerifyParams {
     let r = &op.replay;
@@ -85,45 +134,10 @@ fn params(b: &Buffers, op: &GatedDeltaNetReplayVerify) -> abi::GatedDeltaNetRepl
         n_tokens: r.k.layout.ne[2] as u32,
         n_key_heads: r.k.layout.ne[1] as u32,
     };
-    let (q, k, v, g, beta, out) = (strides(&op.q), strides(&op.k), strides(&op.v), strides(&op.g), strides(&op.beta), strides(&op.out));
-    let verify = abi::GatedDeltaNetParams {
-        q: b.addr(&op.q),
-        q_head: q[1],
-        q_token: q[2],
-        q_seq: q[3],
-        k: b.addr(&op.k),
-        k_head: k[1],
-        k_token: k[2],
-        k_seq: k[3],
-        v: b.addr(&op.v),
-        v_head: v[1],
-        v_token: v[2],
-        v_seq: v[3],
-        g: b.addr(&op.g),
-        g_head: g[1],
-        g_token: g[2],
-        g_seq: g[3],
-        beta: b.addr(&op.beta),
-        beta_head: beta[1],
-        beta_token: beta[2],
-        beta_seq: beta[3],
-        // The verify's state is the replay's, in registers; these are never dereferenced.
-        state_in: b.addr(&r.ssm_cache),
-        in_col: D as u64,
-        in_head: (D * D) as u64,
-        in_seq: strides(&r.ssm_cache)[1],
-        out: b.addr(&op.out),
-        out_head: out[1],
-        out_token: out[2],
-        out_seq: out[3],
-        states: b.addr(&r.ssm_cache),
-        states_seq: 0,
-        states_slot: 0,
-        n_tokens: op.q.layout.ne[2] as u32,
-        n_key_heads: op.q.layout.ne[1] as u32,
-        n_slots: 0,
-        scale: attention_scale(),
-    };
+    // The verify's state is the replay's, in registers: `state_in` and `states` are never
+    // dereferenced (no slot).
+    let cache = (b.addr(&r.ssm_cache), [D as u64, (D * D) as u64, strides(&r.ssm_cache)[1]]);
+    let verify = gdn_params(b, [&op.q, &op.k, &op.v, &op.g, &op.beta, &op.out], cache, (b.addr(&r.ssm_cache), 0, 0, 0));
     abi::GatedDeltaNetReplayVerifyParams { replay, verify }
 }
 
@@ -161,15 +175,15 @@ fn case(name: &str, mem: &HostMemory, op: &GatedDeltaNetReplayVerify, shape: usi
 }
 
 /// GATED_DELTA_NET_REPLAY_VERIFY's source, emulated, equals its CPU reference on the GPU suite's
-/// own cases of the op (one in four; all with `RGDN_FULL_TESTS=1`), on every launch
+/// own cases of the op (one in eight; all with `RGDN_FULL_TESTS=1`), on every launch
 /// shape the host uses.
 #[test]
 fn the_replay_verify_kernel_source_equals_the_cpu_reference_on_the_suite_cases() {
     let matching: Vec<_> = cases().into_iter().filter(|c| c.group == GROUP && !c.name.contains("refuse")).collect();
     let total = matching.len();
     let (mut failures, mut n) = (Vec::new(), 0);
-    // One case in four (a few seconds each), all with `RGDN_FULL_TESTS=1`.
-    let chosen = if full_tests() { matching } else { sample(matching, 4) };
+    // One case in eight (a few seconds each), all with `RGDN_FULL_TESTS=1`.
+    let chosen = if full_tests() { matching } else { sample(matching, 8) };
     for c in chosen {
         let Ok(Expect::Match(scenario)) = c.build() else { panic!("{}: not a match case", c.name) };
         let op = scenario.ops[0].as_ref().downcast_ref::<GatedDeltaNetReplayVerify>().expect("the case's op");
@@ -180,9 +194,72 @@ fn the_replay_verify_kernel_source_equals_the_cpu_reference_on_the_suite_cases()
             }
         }
     }
-    let sampled = if full_tests() { "all" } else { "a sample" };
+    let sampled = if full_tests() { "all" } else { "one in eight" };
     println!(
         "KERNEL EMULATION (GATED_DELTA_NET_REPLAY_VERIFY): {}/{n} equal the CPU reference ({sampled} of the suite's {total} cases)",
+        n - failures.len()
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The batched GATED_DELTA_NET_FROM_CACHE (`gated_delta_net_from_cache_batch_f32_d128`: the
+/// batched layer step's staging and token loop, `group_recurrence`, with the state slots) from
+/// its own source against the CPU reference, on the GPU suite's cases of the op that the host
+/// launches it for (n_s ≥ 2, T ≤ 16; one in four, all with `RGDN_FULL_TESTS=1`): `out` and every
+/// state slot, byte for byte.
+#[test]
+fn the_batched_from_cache_kernel_source_equals_the_cpu_reference_on_the_suite_cases() {
+    use rgdn::ops::gated_delta_net::GatedDeltaNetFromCache;
+    use rgdn::suite::cases::gated_delta_net_from_cache as from_cache;
+    let batched = |op: &GatedDeltaNetFromCache| op.q.layout.ne[3] >= 2 && op.q.layout.ne[2] <= abi::BATCH_GDN_MAX_TOKENS;
+    let mut chosen = Vec::new();
+    for c in from_cache::cases().into_iter().filter(|c| c.group == from_cache::GROUP && !c.name.contains("refuse")) {
+        let Ok(Expect::Match(scenario)) = c.build() else { continue };
+        if scenario.ops[0].as_ref().downcast_ref::<GatedDeltaNetFromCache>().is_some_and(|op| batched(op)) {
+            chosen.push((c.name.clone(), scenario));
+        }
+    }
+    let total = chosen.len();
+    let chosen: Vec<_> = if full_tests() { chosen } else { chosen.into_iter().step_by(4).collect() };
+    let (mut failures, n) = (Vec::new(), chosen.len());
+    for (name, scenario) in &chosen {
+        let op = scenario.ops[0].as_ref().downcast_ref::<GatedDeltaNetFromCache>().expect("the case's op");
+        let emulated = Buffers::of(&scenario.mem);
+        let mut reference = scenario.mem.clone();
+        if let Err(e) = rgdn::ops::Op::reference(op, &mut reference, &mut ExactMufu) {
+            failures.push(format!("{name}: reference: {e}"));
+            continue;
+        }
+        let st = strides(&op.states);
+        let gdn = gdn_params(
+            &emulated,
+            [&op.q, &op.k, &op.v, &op.g, &op.beta, &op.out],
+            (emulated.addr(&op.ssm_cache), [D as u64, (D * D) as u64, strides(&op.ssm_cache)[1]]),
+            (emulated.addr(&op.states), st[1], st[2], op.states.layout.ne[2] as u32),
+        );
+        let p = abi::GatedDeltaNetFromCacheParams {
+            gdn,
+            source_rows: emulated.addr(&op.source_rows),
+            source_rows_stride: strides(&op.source_rows)[0],
+        };
+        let (h_v, n_t, n_s) = (op.v.layout.ne[1], op.q.layout.ne[2], op.q.layout.ne[3]);
+        let grid = [h_v as u32, n_s as u32, D as u32 / abi::BATCH_GDN_BLOCK_COLUMNS];
+        // SAFETY: the parameters address the host copies of the case's validated views; the grid
+        // and shared bytes are the host's (`from_cache_launch`) for these sizes.
+        device::runtime::launch(grid, [32, abi::GDN_WARPS, 1], abi::batch_token_stage_bytes(n_t) as usize, &|| unsafe {
+            gated_delta_net::gated_delta_net_from_cache_batch_emulated(&p)
+        });
+        for (what, t) in [("out", &op.out), ("states", &op.states)] {
+            let (want, got) = (reference.bytes(t.buffer), emulated.bytes(t));
+            if want[..] != got[..want.len()] {
+                let first = want.iter().zip(&got).position(|(a, b)| a != b).unwrap_or(0);
+                failures.push(format!("{name}: {what} differs from the CPU reference first at byte {first}"));
+            }
+        }
+    }
+    let sampled = if full_tests() { "all" } else { "one in four" };
+    println!(
+        "KERNEL EMULATION (GATED_DELTA_NET_FROM_CACHE, batched): {}/{n} equal the CPU reference ({sampled} of the suite's {total} batched cases)",
         n - failures.len()
     );
     assert!(failures.is_empty(), "{}", failures.join("\n"));

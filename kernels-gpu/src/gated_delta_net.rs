@@ -1200,6 +1200,27 @@ pub unsafe extern "ptx-kernel" fn gated_delta_net_from_cache_f32_d128(p: abi::Ga
 #[cfg(target_arch = "nvptx64")]
 #[unsafe(export_name = crate::abi::entry_name!(gated_delta_net_from_cache_batch))]
 pub unsafe extern "ptx-kernel" fn gated_delta_net_from_cache_batch_f32_d128(p: abi::GatedDeltaNetFromCacheParams) {
+    // SAFETY: forwarded from the launch contract.
+    unsafe { from_cache_batch(&p) }
+}
+
+/// [test] The batched entry's body for a host emulation of the launch
+/// (`tests/kernel_emulation.rs`); the same indices as the entry point.
+///
+/// # Safety
+/// As the entry point, on the emulation's threads.
+#[cfg(not(target_arch = "nvptx64"))]
+pub unsafe fn gated_delta_net_from_cache_batch_emulated(p: &abi::GatedDeltaNetFromCacheParams) {
+    // SAFETY: forwarded to the caller.
+    unsafe { from_cache_batch(p) }
+}
+
+/// [seq-batch] The batched entry's body (see the entry point's docs).
+///
+/// # Safety
+/// As [`gated_delta_net_from_cache_batch_f32_d128`].
+#[inline(always)]
+unsafe fn from_cache_batch(p: &abi::GatedDeltaNetFromCacheParams) {
     const C: usize = abi::BATCH_GDN_WARP_COLUMNS as usize;
     let (head, seq, group, warp, lane) = (block_idx_x(), block_idx_y(), block_idx_z(), thread_idx_y(), thread_idx_x());
     let col0 = (group * abi::BATCH_GDN_BLOCK_COLUMNS + warp * abi::BATCH_GDN_WARP_COLUMNS) as usize;
