@@ -55,6 +55,16 @@ impl Buffers {
     }
 }
 
+/// The first of `tensors` whose whole buffer differs between the CPU reference's memory and the
+/// emulated launch's copies, with the first differing byte.
+fn first_difference<const N: usize>(reference: &HostMemory, emulated: &Buffers, tensors: [(&str, &Tensor); N]) -> Option<String> {
+    tensors.into_iter().find_map(|(what, t)| {
+        let (want, got) = (reference.bytes(t.buffer), emulated.bytes(t));
+        let first = want.iter().zip(&got).position(|(a, b)| a != b)?;
+        Some(format!("{what} differs from the CPU reference first at byte {first}"))
+    })
+}
+
 /// Element strides of `t` (its byte strides over 4: the views are F32 or I32).
 fn strides(t: &Tensor) -> [u64; 4] {
     t.layout.nb.map(|b| b as u64 / 4)
@@ -164,14 +174,10 @@ fn case(name: &str, mem: &HostMemory, op: &GatedDeltaNetReplayVerify, shape: usi
     device::runtime::launch([h_v as u32, n_s as u32, grid_z], [32, abi::GDN_WARPS, 1], shared, &|| unsafe {
         gated_delta_net_replay_verify::gated_delta_net_replay_verify_emulated(&p)
     });
-    for (what, t) in [("out", &op.out), ("cache", &op.replay.ssm_cache)] {
-        let (want, got) = (reference.bytes(t.buffer), emulated.bytes(t));
-        if want[..] != got[..want.len()] {
-            let first = want.iter().zip(&got).position(|(a, b)| a != b).unwrap_or(0);
-            return Err(format!("{name} ({label}): {what} differs from the CPU reference first at byte {first}"));
-        }
+    match first_difference(&reference, &emulated, [("out", &op.out), ("cache", &op.replay.ssm_cache)]) {
+        Some(d) => Err(format!("{name} ({label}): {d}")),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// GATED_DELTA_NET_REPLAY_VERIFY's source, emulated, equals its CPU reference on the GPU suite's
@@ -249,12 +255,8 @@ fn the_batched_from_cache_kernel_source_equals_the_cpu_reference_on_the_suite_ca
         device::runtime::launch(grid, [32, abi::GDN_WARPS, 1], abi::batch_token_stage_bytes(n_t) as usize, &|| unsafe {
             gated_delta_net::gated_delta_net_from_cache_batch_emulated(&p)
         });
-        for (what, t) in [("out", &op.out), ("states", &op.states)] {
-            let (want, got) = (reference.bytes(t.buffer), emulated.bytes(t));
-            if want[..] != got[..want.len()] {
-                let first = want.iter().zip(&got).position(|(a, b)| a != b).unwrap_or(0);
-                failures.push(format!("{name}: {what} differs from the CPU reference first at byte {first}"));
-            }
+        if let Some(d) = first_difference(&reference, &emulated, [("out", &op.out), ("states", &op.states)]) {
+            failures.push(format!("{name}: {d}"));
         }
     }
     let sampled = if full_tests() { "all" } else { "one in four" };
