@@ -330,6 +330,21 @@ impl DeviceMemory {
     }
 }
 
+/// Where a view's element (0, 0, 0, 0) lies for a kernel: a device address for a launch
+/// ([`DeviceMemory`]), or a host address where a test runs a kernel's own source on the CPU
+/// (`tests/kernel_emulation.rs`). The ops' parameter blocks are built through it, so both take
+/// the same parameters.
+pub trait KernelAddresses {
+    /// Address of element (0, 0, 0, 0) of `t`. Callers validate `t` first.
+    fn address(&self, t: &Tensor) -> u64;
+}
+
+impl KernelAddresses for DeviceMemory {
+    fn address(&self, t: &Tensor) -> u64 {
+        self.device_ptr(t)
+    }
+}
+
 impl Memory for DeviceMemory {
     fn buffer_len(&self, id: BufferId) -> Option<usize> {
         self.buffers.get(id.0).map(DeviceBuffer::len)

@@ -6,7 +6,7 @@ use super::{Op, check};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock, PreparedLaunch};
 use crate::kernels::abi;
-use crate::memory::{DeviceMemory, HostMemory, Memory};
+use crate::memory::{DeviceMemory, HostMemory, KernelAddresses, Memory};
 use crate::reference::math::Mufu;
 use crate::tensor::{DType, Tensor};
 
@@ -506,11 +506,11 @@ impl GatedDeltaNetFromCache {
     }
 
     /// The kernel's parameters for a validated op (`shape` from [`GatedDeltaNetFromCache::check`]).
-    pub(crate) fn params(&self, shape: &GdnShape, mem: &DeviceMemory) -> abi::GatedDeltaNetFromCacheParams {
+    pub(crate) fn params(&self, shape: &GdnShape, mem: &dyn KernelAddresses) -> abi::GatedDeltaNetFromCacheParams {
         let [_, cache_row, ..] = check::elem_strides(&self.ssm_cache);
         let [source_rows_stride, ..] = check::elem_strides(&self.source_rows);
         let gdn = gdn_params(&self.as_gated_delta_net(), shape, mem, [D as u64, (D * D) as u64, cache_row]);
-        abi::GatedDeltaNetFromCacheParams { gdn, source_rows: mem.device_ptr(&self.source_rows), source_rows_stride }
+        abi::GatedDeltaNetFromCacheParams { gdn, source_rows: mem.address(&self.source_rows), source_rows_stride }
     }
 
     /// The GATED_DELTA_NET views of this op (for the shared reference), `state_in` = the cache
@@ -622,7 +622,12 @@ pub(crate) fn reference_views(op: &GatedDeltaNet) -> crate::reference::gated_del
 
 /// GATED_DELTA_NET's parameters for `op`'s views (validated, `shape` from the check), the
 /// state's element strides (col, head, seq) given: `op.state_in`'s, or the cache layout's.
-fn gdn_params(op: &GatedDeltaNet, shape: &GdnShape, mem: &DeviceMemory, [in_col, in_head, in_seq]: [u64; 3]) -> abi::GatedDeltaNetParams {
+fn gdn_params(
+    op: &GatedDeltaNet,
+    shape: &GdnShape,
+    mem: &dyn KernelAddresses,
+    [in_col, in_head, in_seq]: [u64; 3],
+) -> abi::GatedDeltaNetParams {
     let [_, q_head, q_token, q_seq] = check::elem_strides(&op.q);
     let [_, k_head, k_token, k_seq] = check::elem_strides(&op.k);
     let [_, v_head, v_token, v_seq] = check::elem_strides(&op.v);
@@ -631,35 +636,35 @@ fn gdn_params(op: &GatedDeltaNet, shape: &GdnShape, mem: &DeviceMemory, [in_col,
     let [_, out_head, out_token, out_seq] = check::elem_strides(&op.out);
     let [_, states_seq, states_slot, _] = check::elem_strides(&op.states);
     abi::GatedDeltaNetParams {
-        q: mem.device_ptr(&op.q),
+        q: mem.address(&op.q),
         q_head,
         q_token,
         q_seq,
-        k: mem.device_ptr(&op.k),
+        k: mem.address(&op.k),
         k_head,
         k_token,
         k_seq,
-        v: mem.device_ptr(&op.v),
+        v: mem.address(&op.v),
         v_head,
         v_token,
         v_seq,
-        g: mem.device_ptr(&op.g),
+        g: mem.address(&op.g),
         g_head,
         g_token,
         g_seq,
-        beta: mem.device_ptr(&op.beta),
+        beta: mem.address(&op.beta),
         beta_head,
         beta_token,
         beta_seq,
-        state_in: mem.device_ptr(&op.state_in),
+        state_in: mem.address(&op.state_in),
         in_col,
         in_head,
         in_seq,
-        out: mem.device_ptr(&op.out),
+        out: mem.address(&op.out),
         out_head,
         out_token,
         out_seq,
-        states: mem.device_ptr(&op.states),
+        states: mem.address(&op.states),
         states_seq,
         states_slot,
         n_tokens: shape.n_tokens as u32,

@@ -11,7 +11,7 @@ use super::{Op, check};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, KernelArg, KernelParams, LaunchDims, ParamBlock, PreparedLaunch};
 use crate::kernels::abi;
-use crate::memory::{DeviceMemory, HostMemory, Memory};
+use crate::memory::{DeviceMemory, HostMemory, KernelAddresses, Memory};
 use crate::reference::math::Mufu;
 use crate::tensor::{DType, Tensor};
 
@@ -398,7 +398,7 @@ impl GdnConvChain {
     }
 
     /// The kernel's parameter block for a validated op.
-    pub(crate) fn params(&self, shape: &ChainShape, mem: &DeviceMemory) -> abi::GdnConvChainParams {
+    pub(crate) fn params(&self, shape: &ChainShape, mem: &dyn KernelAddresses) -> abi::GdnConvChainParams {
         let [_, cache_row, ..] = check::elem_strides(&self.conv_cache);
         let [source_row_seq, ..] = check::elem_strides(&self.source_row);
         let [_, qkv_token, qkv_seq, _] = check::elem_strides(&self.qkv);
@@ -413,13 +413,13 @@ impl GdnConvChain {
             offsets[i] = s.offset as u32;
         }
         abi::GdnConvChainParams {
-            cache: mem.device_ptr(&self.conv_cache),
-            source_row: mem.device_ptr(&self.source_row),
-            qkv: mem.device_ptr(&self.qkv),
-            weight: mem.device_ptr(&self.weight),
-            conv_out: mem.device_ptr(&self.conv_out),
-            q_norm: mem.device_ptr(&self.q_norm),
-            k_norm: mem.device_ptr(&self.k_norm),
+            cache: mem.address(&self.conv_cache),
+            source_row: mem.address(&self.source_row),
+            qkv: mem.address(&self.qkv),
+            weight: mem.address(&self.weight),
+            conv_out: mem.address(&self.conv_out),
+            q_norm: mem.address(&self.q_norm),
+            k_norm: mem.address(&self.k_norm),
             cache_row,
             qkv_token,
             w_channel,

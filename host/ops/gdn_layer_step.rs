@@ -20,7 +20,7 @@ use crate::bytes::{Bound, ByteSet};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, KernelArg, KernelParams, LaunchDims, ParamBlock, PreparedLaunch};
 use crate::kernels::abi;
-use crate::memory::{DeviceMemory, HostMemory, Memory};
+use crate::memory::{DeviceMemory, HostMemory, KernelAddresses, Memory};
 use crate::reference::math::Mufu;
 use crate::tensor::{BufferId, Tensor};
 use std::collections::HashSet;
@@ -116,6 +116,22 @@ pub struct StepShape {
     pub gdn: GdnShape,
     /// [seq-batch] How the batched entries split the work (all zero for one sequence).
     pub batch: abi::LayerStepBatchParams,
+}
+
+/// What one GDN_LAYER_STEP launch runs ([`GdnLayerStep::launch`]): the grid is the caller's
+/// (on the GPU every co-resident block; no bit depends on it).
+#[derive(Clone, Copy, Debug)]
+pub struct LayerStepLaunch {
+    /// The kernel entry (`abi::ENTRIES`).
+    pub entry: &'static str,
+    /// Dynamic shared memory of a block, bytes.
+    pub shared_bytes: u32,
+    /// The entry's parameters.
+    pub params: abi::GdnLayerStepParams,
+    /// Work items of the first phase (on the batched entries: of the whole schedule).
+    pub first_phase_items: u32,
+    /// Column-group items of the second phase (0 on the batched entries: they are in the schedule).
+    pub second_phase_items: u32,
 }
 
 impl StepShape {
@@ -285,6 +301,32 @@ fn one_seq_conv_items(n_seqs: usize, n_tokens: usize) -> bool {
     n_seqs <= ONE_SEQ_CONV_ITEMS_MAX_SEQS && (n_seqs <= 2 || n_tokens <= ONE_SEQ_CONV_ITEMS_MAX_TOKENS)
 }
 
+/// [test] `split` when the entries run it for a step of `n_seqs` sequences with `own_items`
+/// first-phase items on the single-sequence entries: on those (`chunk_seqs` = 0) one or two
+/// column groups a warp (one at n_s = 1) with the items within the readiness flags; on the
+/// batched ones (n_s ≥ 2) chunks of 1 … n_s sequences, conv items of 1 … min(chunk,
+/// `BATCH_MAX_TILE_SEQS`) sequences, 1 … `BATCH_MAX_GROUPS_PER_WARP` groups a warp and a 0/1
+/// one-row flag — every value the knobs of [`StepShape::split`] may give. Else
+/// [`Error::Unsupported`].
+fn checked_split(split: abi::LayerStepBatchParams, n_seqs: usize, own_items: usize) -> Result<abi::LayerStepBatchParams> {
+    let abi::LayerStepBatchParams { n_seqs: n, chunk_seqs, tile_seqs, groups_per_warp, one_row_items, _pad } = split;
+    let ok = n as usize == n_seqs
+        && _pad == 0
+        && if chunk_seqs == 0 {
+            tile_seqs == 0
+                && one_row_items == 0
+                && own_items <= abi::GRID_SYNC_FLAGS
+                && (groups_per_warp == 1 || (groups_per_warp == 2 && n_seqs >= 2))
+        } else {
+            n_seqs >= 2
+                && chunk_seqs <= n
+                && (1..=chunk_seqs.min(abi::BATCH_MAX_TILE_SEQS)).contains(&tile_seqs)
+                && (1..=abi::BATCH_MAX_GROUPS_PER_WARP).contains(&groups_per_warp)
+                && one_row_items <= 1
+        };
+    if ok { Ok(split) } else { Err(Error::Unsupported { op: OP, what: format!("work split {split:?} for {n_seqs} sequences") }) }
+}
+
 /// True when `a` and `b` address the same elements: same buffer, type, offset and sizes, and
 /// the same stride in every dimension of size > 1 (a stride of a size-1 dimension is never
 /// used).
@@ -302,8 +344,16 @@ fn link(ok: bool, what: &str) -> Result<()> {
 }
 
 impl GdnLayerStep {
-    /// Validates the op (see the struct docs) and returns its sizes.
+    /// Validates the op (see the struct docs) and returns its sizes, with the work split the
+    /// host chooses ([`StepShape::split`]).
     pub fn check(&self, mem: &dyn Memory) -> Result<StepShape> {
+        self.check_with(mem, None)
+    }
+
+    /// [`Self::check`] with the work split `split` instead of the host's choice (None: the
+    /// host's), checked to be one the entries run ([`checked_split`]) and proved as the host's
+    /// is (readiness included).
+    fn check_with(&self, mem: &dyn Memory, split: Option<abi::LayerStepBatchParams>) -> Result<StepShape> {
         let (chain, gate, gdn) = (&self.chain, &self.gate, &self.gdn);
         // Scope first, with this op's reasons.
         let n_t = chain.qkv.ne()[1];
@@ -389,7 +439,11 @@ impl GdnLayerStep {
                 check::disjoint(OP, a, ta, b, tb)?;
             }
         }
-        let batch = StepShape::split(n_s, gdn_shape.n_tokens, own_items(&chain_shape, &gdn_shape)?);
+        let own = own_items(&chain_shape, &gdn_shape)?;
+        let batch = match split {
+            None => StepShape::split(n_s, gdn_shape.n_tokens, own),
+            Some(split) => checked_split(split, n_s, own)?,
+        };
         let shape = StepShape { chain: chain_shape, products, gdn: gdn_shape, batch };
         shape.items()?;
         if shape.scheduled() {
@@ -724,8 +778,59 @@ impl GdnLayerStep {
         None
     }
 
+    /// What the step launches (entry, shared memory, parameters over `addresses`, work items) for
+    /// the host's work split, once `mem` validated it ([`Self::check`]); `sync_state` is the
+    /// address of the launch's readiness state (`device/grid.rs`). [`Op::prepare`] launches
+    /// this on a co-resident grid; the kernel emulation runs the same entry's source on the CPU.
+    pub fn launch(&self, mem: &dyn Memory, addresses: &dyn KernelAddresses, sync_state: u64) -> Result<LayerStepLaunch> {
+        self.launch_of(&self.check(mem)?, addresses, sync_state)
+    }
+
+    /// [test] [`Self::launch`] with the work split `split` (`abi::LayerStepBatchParams`: on the
+    /// single-sequence entries `chunk_seqs` = 0 and one or two groups a warp; on the batched
+    /// ones the schedule), validated and proved as the host's own split is — what the knobs of
+    /// [`StepShape::split`] choose, without reading them: the kernel emulation runs every kind.
+    pub fn launch_with_split(
+        &self,
+        mem: &dyn Memory,
+        addresses: &dyn KernelAddresses,
+        sync_state: u64,
+        split: abi::LayerStepBatchParams,
+    ) -> Result<LayerStepLaunch> {
+        self.launch_of(&self.check_with(mem, Some(split))?, addresses, sync_state)
+    }
+
+    fn launch_of(&self, shape: &StepShape, addresses: &dyn KernelAddresses, sync_state: u64) -> Result<LayerStepLaunch> {
+        let (kind, d_conv, n_t) = (shape.products.kind, shape.chain.d_conv, shape.chain.n_tokens);
+        let (entry, shared_bytes) = if shape.scheduled() {
+            (
+                abi::gdn_layer_step_batch_entry(kind, d_conv),
+                abi::gdn_layer_step_batch_shared_bytes(d_conv, n_t, shape.batch.groups_per_warp),
+            )
+        } else {
+            // [seq-batch] Two column groups a warp: the `gdn_layer_step_seqs_*` entries (the same
+            // body and shared memory; the single-sequence entries keep one group a warp).
+            let entry = if shape.batch.groups_per_warp == 2 {
+                abi::gdn_layer_step_seqs_entry(kind, d_conv)
+            } else {
+                abi::gdn_layer_step_entry(kind, d_conv)
+            };
+            (entry, abi::gdn_layer_step_shared_bytes(d_conv, n_t))
+        };
+        let entry =
+            entry.ok_or_else(|| Error::Unsupported { op: OP, what: format!("mat-vec kind {kind} with d_conv = {d_conv} has no entry") })?;
+        let (first_phase_items, second_phase_items) = shape.items()?;
+        Ok(LayerStepLaunch {
+            entry,
+            shared_bytes,
+            params: self.params(shape, addresses, sync_state),
+            first_phase_items,
+            second_phase_items,
+        })
+    }
+
     /// The kernel's parameters for a validated op.
-    fn params(&self, shape: &StepShape, mem: &DeviceMemory, sync_state: u64) -> abi::GdnLayerStepParams {
+    fn params(&self, shape: &StepShape, mem: &dyn KernelAddresses, sync_state: u64) -> abi::GdnLayerStepParams {
         let items = self.step_items(shape);
         abi::GdnLayerStepParams {
             chain: self.chain.params(&shape.chain, mem),
@@ -870,25 +975,8 @@ impl Op for GdnLayerStep {
     }
 
     fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {
-        let shape = self.check(mem)?;
-        let (kind, d_conv, n_t) = (shape.products.kind, shape.chain.d_conv, shape.chain.n_tokens);
-        let (entry, shared) = if shape.scheduled() {
-            (
-                abi::gdn_layer_step_batch_entry(kind, d_conv),
-                abi::gdn_layer_step_batch_shared_bytes(d_conv, n_t, shape.batch.groups_per_warp),
-            )
-        } else {
-            // [seq-batch] Two column groups a warp: the `gdn_layer_step_seqs_*` entries (the same
-            // body and shared memory; the single-sequence entries keep one group a warp).
-            let entry = if shape.batch.groups_per_warp == 2 {
-                abi::gdn_layer_step_seqs_entry(kind, d_conv)
-            } else {
-                abi::gdn_layer_step_entry(kind, d_conv)
-            };
-            (entry, abi::gdn_layer_step_shared_bytes(d_conv, n_t))
-        };
-        let entry = entry.expect("checked: the kind and d_conv have an entry");
-        let (first, second) = shape.items()?;
+        let LayerStepLaunch { entry, shared_bytes: shared, params, first_phase_items: first, second_phase_items: second } =
+            self.launch(mem, mem, gpu.grid_sync())?;
         let co_resident = gpu.co_resident_blocks(entry, abi::GDN_LAYER_STEP_BLOCK, shared)?;
         if co_resident == 0 {
             return Err(Error::Unsupported {
@@ -905,7 +993,6 @@ impl Op for GdnLayerStep {
         if first.checked_add(grid).is_none() || warps.and_then(|w| second.checked_add(w)).is_none() {
             return Err(Error::Unsupported { op: OP, what: "work items + grid overflow u32".into() });
         }
-        let params = self.params(&shape, mem, gpu.grid_sync());
         let dims = LaunchDims::new((grid, 1, 1), (abi::GDN_LAYER_STEP_BLOCK, 1, 1)).with_shared_bytes(shared);
         let args = [KernelArg::Params(ParamBlock::of(&params)?)];
         // SAFETY: `check` proved each part valid for the views its kernel body reads and writes

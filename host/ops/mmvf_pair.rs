@@ -18,7 +18,7 @@ use super::{MulMatVec, Op, check, knob};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, KernelArg, KernelParams, LaunchDims, ParamBlock, PreparedLaunch};
 use crate::kernels::abi;
-use crate::memory::{DeviceMemory, HostMemory, Memory};
+use crate::memory::{DeviceMemory, HostMemory, KernelAddresses, Memory};
 use crate::reference::math::Mufu;
 use crate::tensor::{DType, Tensor};
 
@@ -125,17 +125,17 @@ impl MulMatVecPair {
 
 impl MulMatVecPair {
     /// The products' part of the entries' parameters (`shape` from [`MulMatVecPair::check`]).
-    fn params(&self, mem: &DeviceMemory, shape: &MatVecShape) -> abi::MulMatVecPairParams {
+    fn params(&self, mem: &dyn KernelAddresses, shape: &MatVecShape) -> abi::MulMatVecPairParams {
         let (a, b) = (&self.first, &self.second);
         abi::MulMatVecPairParams {
-            weight_0: mem.device_ptr(&a.weight),
-            weight_1: mem.device_ptr(&b.weight),
+            weight_0: mem.address(&a.weight),
+            weight_1: mem.address(&b.weight),
             w_row_0: check::elem_strides(&a.weight)[1],
             w_row_1: check::elem_strides(&b.weight)[1],
-            input: mem.device_ptr(&a.input),
+            input: mem.address(&a.input),
             in_col: check::elem_strides(&a.input)[1],
-            dst_0: mem.device_ptr(&a.dst),
-            dst_1: mem.device_ptr(&b.dst),
+            dst_0: mem.address(&a.dst),
+            dst_1: mem.address(&b.dst),
             dst_col_0: check::elem_strides(&a.dst)[1],
             dst_col_1: check::elem_strides(&b.dst)[1],
             n_pairs: (shape.row_len / 2) as u32,
@@ -340,14 +340,14 @@ impl MulMatVecPairGate {
 impl MulMatVecPairGate {
     /// The entries' parameters with the gate epilogue on, for a validated op (`shape` from
     /// [`MulMatVecPairGate::check`]).
-    pub(crate) fn params(&self, mem: &DeviceMemory, shape: &MatVecShape) -> abi::MulMatVecPairGateParams {
+    pub(crate) fn params(&self, mem: &dyn KernelAddresses, shape: &MatVecShape) -> abi::MulMatVecPairGateParams {
         abi::MulMatVecPairGateParams {
             pair: self.pair.params(mem, shape),
-            dt_bias: mem.device_ptr(&self.dt_bias),
-            ssm_a: mem.device_ptr(&self.ssm_a),
-            beta: mem.device_ptr(&self.beta),
+            dt_bias: mem.address(&self.dt_bias),
+            ssm_a: mem.address(&self.ssm_a),
+            beta: mem.address(&self.beta),
             beta_col: check::elem_strides(&self.beta)[1],
-            gate: mem.device_ptr(&self.gate),
+            gate: mem.address(&self.gate),
             gate_col: check::elem_strides(&self.gate)[1],
             epilogue: abi::PAIR_EPILOGUE_GATE,
             _pad: 0,

@@ -35,7 +35,16 @@ impl Strided {
 /// Every index of `ne` must lie inside `a`/`dst` with their strides, and of `ne_b` inside `b`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn binary<const KIND: u32>(a: *const f32, a_s: Strided, b: *const f32, b_s: Strided, b_ne: [usize; 4], dst: *mut f32, d_s: Strided, ne: [usize; 4]) {
+unsafe fn binary<const KIND: u32>(
+    a: *const f32,
+    a_s: Strided,
+    b: *const f32,
+    b_s: Strided,
+    b_ne: [usize; 4],
+    dst: *mut f32,
+    d_s: Strided,
+    ne: [usize; 4],
+) {
     // The host guarantees every extent ≥ 1; `max(1)` proves it to the compiler, so the index
     // divisions below carry no divide-by-zero panic path.
     let (ne, b_ne) = (ne.map(|n| n.max(1)), b_ne.map(|n| n.max(1)));
@@ -64,6 +73,7 @@ macro_rules! binary_entries {
         ///
         /// # Safety
         /// See [`binary`]: the host validates all three views before launching.
+        #[cfg(target_arch = "nvptx64")]
         #[unsafe(export_name = crate::abi::entry_name!($key))]
         pub unsafe extern "ptx-kernel" fn $name(p: crate::abi::BinaryParams) {
             // Dimension 0 is contiguous in all three (checked by the host).

@@ -48,8 +48,8 @@
 //! subnormals survive). The arithmetic is the unfused kernels' own `#[inline(always)]` bodies.
 
 use crate::abi::{
-    COMMIT_LOG_K, COMMIT_LOG_QKV, COMMIT_LOG_V, GDN_CONV_CHAIN_BLOCK, GDN_CONV_CHAIN_MAX_ROWS, GDN_CONV_CHAIN_MAX_TOKENS, GdnConvChainCommitParams,
-    GdnConvChainParams, div_or_zero, gdn_conv_chain_tile_stride, rem_or_zero,
+    COMMIT_LOG_K, COMMIT_LOG_QKV, COMMIT_LOG_V, GDN_CONV_CHAIN_BLOCK, GDN_CONV_CHAIN_MAX_ROWS, GDN_CONV_CHAIN_MAX_TOKENS,
+    GdnConvChainCommitParams, GdnConvChainParams, div_or_zero, gdn_conv_chain_tile_stride, rem_or_zero,
 };
 use crate::device::shared;
 use crate::device::thread::{block_idx_x, block_idx_y, sync_threads, thread_idx_x};
@@ -687,7 +687,8 @@ unsafe fn tile_rows<const D_CONV: usize>(p: &GdnConvChainParams, c0: usize, seq:
         tile_at[k] = old_slot::<D_CONV>(k, tid, stride);
         k += 1;
     }
-    let rows = RowWriter { cache: p.cache as *mut f32, cache_row: p.cache_row as usize, slice_off: c0 * state_len, tile, tile_at, state_len, tid };
+    let rows =
+        RowWriter { cache: p.cache as *mut f32, cache_row: p.cache_row as usize, slice_off: c0 * state_len, tile, tile_at, state_len, tid };
     // Literal indices into the parameter tables (a runtime index would copy the parameter block
     // to local memory); `tests/ptx.rs` checks that these entries use no local memory. In a group
     // that reaches past n_rows, the missing rows repeat row 0 — the same values to the same
@@ -695,7 +696,11 @@ unsafe fn tile_rows<const D_CONV: usize>(p: &GdnConvChainParams, c0: usize, seq:
     let n_rows = p.n_rows as usize;
     macro_rules! row {
         ($i:literal) => {
-            if $i < n_rows { (p.rows[$i] as usize + seq, p.offsets[$i] as usize) } else { (p.rows[0] as usize + seq, p.offsets[0] as usize) }
+            if $i < n_rows {
+                (p.rows[$i] as usize + seq, p.offsets[$i] as usize)
+            } else {
+                (p.rows[0] as usize + seq, p.offsets[0] as usize)
+            }
         };
     }
     macro_rules! write_rows {
@@ -721,7 +726,14 @@ unsafe fn tile_rows<const D_CONV: usize>(p: &GdnConvChainParams, c0: usize, seq:
 /// As [`gdn_conv_chain_tile`] (channel `c` < C, `seq` < n_s of a validated op); `staged` holds
 /// n_t·128 floats no other thread writes at its places.
 #[inline(always)]
-unsafe fn tile_conv<const D_CONV: usize>(p: &GdnConvChainParams, c: usize, seq: usize, cols: &[f32; 4 + GDN_CONV_CHAIN_MAX_TOKENS], w: &[f32; D_CONV], staged: u32) {
+unsafe fn tile_conv<const D_CONV: usize>(
+    p: &GdnConvChainParams,
+    c: usize,
+    seq: usize,
+    cols: &[f32; 4 + GDN_CONV_CHAIN_MAX_TOKENS],
+    w: &[f32; D_CONV],
+    staged: u32,
+) {
     let n_t = p.n_tokens as usize;
     let tid = thread_idx_x() as usize;
     // SAFETY: the validated conv_out view for channels < C, n_t tokens and n_s sequences.
@@ -819,6 +831,7 @@ macro_rules! gdn_conv_chain_entries {
         ///
         /// # Safety
         /// See the module docs: the host validates every view, index and row before launching.
+        #[cfg(target_arch = "nvptx64")]
         #[unsafe(export_name = crate::abi::entry_name!(gdn_conv_chain, $d))]
         pub unsafe extern "ptx-kernel" fn $name(p: GdnConvChainParams) {
             // SAFETY: forwarded from the launch contract above.
@@ -840,6 +853,7 @@ macro_rules! gdn_conv_chain_commit_entries {
         ///
         /// # Safety
         /// See the module docs: the host validates every view, index and row before launching.
+        #[cfg(target_arch = "nvptx64")]
         #[unsafe(export_name = crate::abi::entry_name!(gdn_conv_chain_commit, $d))]
         pub unsafe extern "ptx-kernel" fn $name(p: GdnConvChainCommitParams) {
             // SAFETY: forwarded from the launch contract above.

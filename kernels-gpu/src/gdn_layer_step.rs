@@ -167,16 +167,18 @@
 //! read the state after token t). Copies move bit patterns.
 
 use crate::abi::{
-    BATCH_CONV_SOURCE_ROWS_OFFSET, BATCH_PARAMS_BYTES, BATCH_ROW_REDUCE_BYTES, BATCH_SOURCE_ROWS_OFFSET, BATCH_STATE_BYTES_PER_GROUP, BATCH_TARGET_OFFSET, BATCH_WALK_OFFSET, GDN_LAYER_STEP_BLOCK, BatchCursor, BatchItem, GDN_LAYER_STEP_COLS, GDN_LAYER_STEP_GROUPS_PER_HEAD, GDN_LAYER_STEP_WARPS,
-    GdnLayerStepParams, LayerStepItems, LayerStepSchedule, ScheduleWalk, batch_conv_round_seqs, batch_rows_offset, batch_scratch_offset, batch_second_stage_offset, div_ceil_or_zero,
+    BATCH_CONV_SOURCE_ROWS_OFFSET, BATCH_PARAMS_BYTES, BATCH_ROW_REDUCE_BYTES, BATCH_SOURCE_ROWS_OFFSET, BATCH_STATE_BYTES_PER_GROUP,
+    BATCH_TARGET_OFFSET, BATCH_WALK_OFFSET, BatchCursor, BatchItem, GDN_LAYER_STEP_BLOCK, GDN_LAYER_STEP_COLS,
+    GDN_LAYER_STEP_GROUPS_PER_HEAD, GDN_LAYER_STEP_WARPS, GdnLayerStepParams, LayerStepItems, LayerStepSchedule, ScheduleWalk,
+    batch_conv_round_seqs, batch_rows_offset, batch_scratch_offset, batch_second_stage_offset, div_ceil_or_zero,
 };
 use crate::device::grid::{arrive, close_batch_launch, close_launch, grid_target, publish_count, publish_item, wait_count, wait_items};
 use crate::device::shared;
 use crate::device::thread::{block_idx_x, grid_dim_x, sync_threads, thread_idx_x};
 use crate::device::trap;
 use crate::gated_delta_net::{
-    BatchGroups, GroupAt, WarpGroups, cache_source_row, issue_batch_state_copies, issue_batch_token_copies, prefetch_group_state, run_batch_groups,
-    run_group_at, run_group_pair_at,
+    BatchGroups, GroupAt, WarpGroups, cache_source_row, issue_batch_state_copies, issue_batch_token_copies, prefetch_group_state,
+    run_batch_groups, run_group_at, run_group_pair_at,
 };
 use crate::gdn_conv_chain::{gdn_conv_chain_tile, gdn_conv_chain_tiles_side_by_side, tile_source_row};
 use crate::mmvf::{Accumulation, Bf16, F16F32, F16Half, F32, pair_gate_row_halves, pair_gate_tile};
@@ -370,7 +372,8 @@ unsafe fn gdn_layer_step_batch<A: Accumulation, const D_CONV: usize>(params: &Gd
     // start on the H200, measured with per-item timestamps).
     // Every field is named below, once: this pattern (no `..`, nothing read) stops the build if
     // a field is added to the parameters without a lane to copy it.
-    let GdnLayerStepParams { chain: _, gate: _, gdn: _, sync_state: _, pair_block: _, n_heads: _, n_chain_tiles: _, n_tokens: _, batch: _ } = params;
+    let GdnLayerStepParams { chain: _, gate: _, gdn: _, sync_state: _, pair_block: _, n_heads: _, n_chain_tiles: _, n_tokens: _, batch: _ } =
+        params;
     unsafe {
         match tid {
             0 => addr_of_mut!((*p).chain).write(params.chain),
@@ -489,7 +492,15 @@ unsafe fn gdn_layer_step_batch<A: Accumulation, const D_CONV: usize>(params: &Gd
                 // second-phase item's state, lands in the first state buffer (and completes here
                 // too, harmlessly). `conv_source_row` is the table of `tile_source_row` (above).
                 unsafe {
-                    gdn_conv_chain_tiles_side_by_side::<D_CONV>(&p.chain, tile as usize, first_seq as usize, n_seqs as usize, rows_area, round_seqs as usize, conv_source_row)
+                    gdn_conv_chain_tiles_side_by_side::<D_CONV>(
+                        &p.chain,
+                        tile as usize,
+                        first_seq as usize,
+                        n_seqs as usize,
+                        rows_area,
+                        round_seqs as usize,
+                        conv_source_row,
+                    )
                 };
                 // SAFETY: block-uniform item: every thread is here after its last write of it.
                 unsafe { publish_count(state, chunk) };
@@ -500,7 +511,18 @@ unsafe fn gdn_layer_step_batch<A: Accumulation, const D_CONV: usize>(params: &Gd
                 // state buffer on, `batch_rows_offset`) is idle during a first-phase item — the
                 // item before it ended with a block barrier, and the only copy that can be in
                 // flight, the first second-phase item's state, lands in the first state buffer.
-                unsafe { pair_gate_tile::<A>(&p.gate, first_head, n_heads, first_col, n_cols, p.pair_block, rows_area, rows_area + BATCH_ROW_REDUCE_BYTES) };
+                unsafe {
+                    pair_gate_tile::<A>(
+                        &p.gate,
+                        first_head,
+                        n_heads,
+                        first_col,
+                        n_cols,
+                        p.pair_block,
+                        rows_area,
+                        rows_area + BATCH_ROW_REDUCE_BYTES,
+                    )
+                };
                 // SAFETY: as above.
                 unsafe { publish_count(state, chunk) };
             }
@@ -594,28 +616,51 @@ unsafe fn gdn_layer_step_batch<A: Accumulation, const D_CONV: usize>(params: &Gd
     if block == 0 {
         // Thread 0 stored it at the start (the others pass a value `close_batch_launch` ignores).
         // SAFETY: this thread's own stores above, nothing else writes the slot.
-        let target = if tid == 0 { unsafe { shared::load_u32(target_slot) as u64 | (shared::load_u32(target_slot + 4) as u64) << 32 } } else { 0 };
+        let target =
+            if tid == 0 { unsafe { shared::load_u32(target_slot) as u64 | (shared::load_u32(target_slot + 4) as u64) << 32 } } else { 0 };
         // SAFETY: block 0 after its arrival; every block arrives (co-resident grid).
         unsafe { close_batch_launch(state, target, walk.n_chunks()) };
     }
 }
 
+/// [test] An entry's body on the host, by its entry name (`tests/kernel_emulation.rs` runs the
+/// kernels' own source on the CPU): the same generic body the `extern "ptx-kernel"` entry calls.
+#[cfg(not(target_arch = "nvptx64"))]
+pub type EmulatedEntry = (&'static str, unsafe fn(&GdnLayerStepParams));
+
 macro_rules! gdn_layer_step_batch_entries {
-    ($($name:ident = $acc:ty, $kind:tt, $d:tt;)*) => {$(
+    ($table:ident; $($name:ident = $acc:ty, $kind:tt, $d:tt;)*) => {
+        $(
         /// [seq-batch] Entry point; see the module docs.
         ///
         /// # Safety
         /// See the module docs: the host validates every part, link, overlap and the schedule,
         /// and launches a co-resident (cooperative) grid.
+        #[cfg(target_arch = "nvptx64")]
         #[unsafe(export_name = crate::abi::entry_name!(gdn_layer_step_batch, $kind, $d))]
         pub unsafe extern "ptx-kernel" fn $name(p: GdnLayerStepParams) {
             // SAFETY: forwarded from the launch contract above.
             unsafe { gdn_layer_step_batch::<$acc, $d>(&p) }
         }
-    )*};
+        )*
+        /// [test] These entries' bodies on the host ([`EmulatedEntry`]).
+        #[cfg(not(target_arch = "nvptx64"))]
+        pub const $table: &[EmulatedEntry] = &[$(
+            (crate::abi::entry_name!(gdn_layer_step_batch, $kind, $d), {
+                /// # Safety
+                /// The entry's contract (above), on an emulated launch.
+                unsafe fn body(p: &GdnLayerStepParams) {
+                    // SAFETY: forwarded from the contract above.
+                    unsafe { gdn_layer_step_batch::<$acc, $d>(p) }
+                }
+                body
+            }),
+        )*];
+    };
 }
 
 gdn_layer_step_batch_entries! {
+    BATCH_ENTRIES_EMULATED;
     gdn_layer_step_batch_f32_d3 = F32, f32, 3;
     gdn_layer_step_batch_f32_d4 = F32, f32, 4;
     gdn_layer_step_batch_f32_d5 = F32, f32, 5;
@@ -634,22 +679,38 @@ gdn_layer_step_batch_entries! {
 /// the `seqs` entries of a small batch on the single-sequence items (true: two column groups a
 /// warp, module docs "Several sequences"): the same body.
 macro_rules! gdn_layer_step_entries {
-    ($prefix:ident, $pairs:literal; $($name:ident = $acc:ty, $kind:tt, $d:tt;)*) => {$(
+    ($table:ident, $prefix:ident, $pairs:literal; $($name:ident = $acc:ty, $kind:tt, $d:tt;)*) => {
+        $(
         /// Entry point; see the module docs.
         ///
         /// # Safety
         /// See the module docs: the host validates every part, link and overlap, and launches a
         /// co-resident (cooperative) grid.
+        #[cfg(target_arch = "nvptx64")]
         #[unsafe(export_name = crate::abi::entry_name!($prefix, $kind, $d))]
         pub unsafe extern "ptx-kernel" fn $name(p: GdnLayerStepParams) {
             // SAFETY: forwarded from the launch contract above.
             unsafe { gdn_layer_step::<$acc, $d, $pairs>(&p) }
         }
-    )*};
+        )*
+        /// [test] These entries' bodies on the host ([`EmulatedEntry`]).
+        #[cfg(not(target_arch = "nvptx64"))]
+        pub const $table: &[EmulatedEntry] = &[$(
+            (crate::abi::entry_name!($prefix, $kind, $d), {
+                /// # Safety
+                /// The entry's contract (above), on an emulated launch.
+                unsafe fn body(p: &GdnLayerStepParams) {
+                    // SAFETY: forwarded from the contract above.
+                    unsafe { gdn_layer_step::<$acc, $d, $pairs>(p) }
+                }
+                body
+            }),
+        )*];
+    };
 }
 
 gdn_layer_step_entries! {
-    gdn_layer_step_seqs, true;
+    SEQS_ENTRIES_EMULATED, gdn_layer_step_seqs, true;
     gdn_layer_step_seqs_f32_d3 = F32, f32, 3;
     gdn_layer_step_seqs_f32_d4 = F32, f32, 4;
     gdn_layer_step_seqs_f32_d5 = F32, f32, 5;
@@ -665,7 +726,7 @@ gdn_layer_step_entries! {
 }
 
 gdn_layer_step_entries! {
-    gdn_layer_step, false;
+    ENTRIES_EMULATED, gdn_layer_step, false;
     gdn_layer_step_f32_d3 = F32, f32, 3;
     gdn_layer_step_f32_d4 = F32, f32, 4;
     gdn_layer_step_f32_d5 = F32, f32, 5;

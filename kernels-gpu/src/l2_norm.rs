@@ -65,6 +65,7 @@ pub unsafe fn row_scale(lane_partial: f32, eps: f32) -> f32 {
 
 /// # Safety
 /// See the module docs: the host validates every view before launching with 32 threads.
+#[cfg(target_arch = "nvptx64")]
 #[unsafe(export_name = crate::abi::entry_name!(l2_norm))]
 pub unsafe extern "ptx-kernel" fn l2_norm_f32(p: crate::abi::L2NormParams) {
     let (src, dst, n_cols, eps) = (p.src as *const f32, p.dst as *mut f32, p.n_cols, p.eps);

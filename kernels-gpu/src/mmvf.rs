@@ -45,8 +45,8 @@
 use crate::abi::{self, MUL_MAT_VEC_MAX_WARPS};
 use crate::device::half::{f16_to_f32, f32_to_f16_rn, fma_f16x2, pack_f16x2};
 use crate::device::load::{nc_f32x2, nc_u32};
-use crate::device::memory::load_nc_f32;
 use crate::device::math::{add, fma};
+use crate::device::memory::load_nc_f32;
 use crate::device::shared;
 use crate::device::thread::{block_dim_x, block_idx_x, block_idx_y, block_idx_z, sync_threads, thread_idx_x};
 use crate::device::warp::{sync_warp, warp_sum, warp_sum_scattered_32};
@@ -648,7 +648,13 @@ unsafe fn thread_partials_halves<A: Accumulation, const NCOLS: usize>(
 /// `NCOLS · MUL_MAT_VEC_MAX_WARPS` floats that no thread reads or writes from the previous
 /// barrier until every thread has returned; `block` a multiple of 32, at most 256.
 #[inline(always)]
-pub unsafe fn block_reduce_halves<const NCOLS: usize>(low: [f32; NCOLS], high: [f32; NCOLS], buf: u32, tid: u32, block: u32) -> [f32; NCOLS] {
+pub unsafe fn block_reduce_halves<const NCOLS: usize>(
+    low: [f32; NCOLS],
+    high: [f32; NCOLS],
+    buf: u32,
+    tid: u32,
+    block: u32,
+) -> [f32; NCOLS] {
     let mut sums = [0.0f32; NCOLS];
     let mut sums_high = [0.0f32; NCOLS];
     let mut j = 0;
@@ -962,7 +968,8 @@ pub(crate) unsafe fn pair_gate_row_halves<A: Accumulation>(
         out_col: out_col as usize,
     };
     // SAFETY: row < H_v (caller), read-only views (host).
-    let operands = if (tid as usize) < NCOLS && first_col + (tid as usize) < end_col { unsafe { epilogue.operands(row) } } else { (0.0, 0.0) };
+    let operands =
+        if (tid as usize) < NCOLS && first_col + (tid as usize) < end_col { unsafe { epilogue.operands(row) } } else { (0.0, 0.0) };
     // SAFETY: forwarded from the caller for virtual threads tid and tid + 128 below `block`;
     // the staging area follows the reduction buffer inside the caller's area.
     let (low, high) = unsafe { thread_partials_halves::<A, NCOLS>(w, &cols, p.n_pairs, tid, block, area + abi::MUL_MAT_VEC_SHARED_BYTES) };
@@ -1494,6 +1501,7 @@ macro_rules! mul_mat_vec_entries {
         ///
         /// # Safety
         /// See the module docs: the host validates every view before launching.
+        #[cfg(target_arch = "nvptx64")]
         #[unsafe(no_mangle)]
         pub unsafe extern "ptx-kernel" fn $name(p: abi::MulMatVecParams) {
             // SAFETY: forwarded from the launch contract above.
@@ -1506,6 +1514,7 @@ macro_rules! mul_mat_vec_entries {
         /// # Safety
         /// See the module docs: the host validates both products (and, with the gate
         /// epilogue, its views) before launching.
+        #[cfg(target_arch = "nvptx64")]
         #[unsafe(no_mangle)]
         pub unsafe extern "ptx-kernel" fn $pair(p: abi::MulMatVecPairGateParams) {
             // SAFETY: forwarded from the launch contract above.
@@ -1544,6 +1553,7 @@ macro_rules! pair_tiles_entries {
         /// rows and `n_cols` columns, the grid covers them exactly in tiles, the block has
         /// [`abi::PAIR_TILES_BLOCK`] threads and [`abi::PAIR_TILES_SHARED_BYTES`] of dynamic shared
         /// memory (16-byte aligned), and `pair_block` is ggml's block size for E.
+        #[cfg(target_arch = "nvptx64")]
         #[unsafe(export_name = $name)]
         pub unsafe extern "ptx-kernel" fn $fn_name(p: abi::MulMatVecPairTilesParams) {
             let (first_head, first_col) = (block_idx_x() * abi::BATCH_ROW_HEADS, block_idx_y() * abi::BATCH_ROW_COLS);

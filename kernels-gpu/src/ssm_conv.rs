@@ -94,6 +94,7 @@ macro_rules! ssm_conv_entries {
         ///
         /// # Safety
         /// See the module docs: the host validates every view before launching.
+        #[cfg(target_arch = "nvptx64")]
         #[unsafe(export_name = crate::abi::entry_name!($key, $d))]
         pub unsafe extern "ptx-kernel" fn $name(p: SsmConvParams) {
             // SAFETY: forwarded from the launch contract above.

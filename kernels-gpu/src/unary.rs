@@ -39,6 +39,7 @@ macro_rules! unary_entries {
         ///
         /// # Safety
         /// See [`unary`]: the host validates both views before launching.
+        #[cfg(target_arch = "nvptx64")]
         #[unsafe(export_name = crate::abi::entry_name!($key))]
         pub unsafe extern "ptx-kernel" fn $name(p: crate::abi::UnaryParams) {
             // SAFETY: forwarded from the launch contract.
@@ -68,6 +69,7 @@ unary_entries! {
 ///
 /// # Safety
 /// The host validated the three views for `n` and `n_mul ≥ 1` elements and the aliasing rule.
+#[cfg(target_arch = "nvptx64")]
 #[unsafe(export_name = crate::abi::entry_name!(unary_softplus_mul))]
 pub unsafe extern "ptx-kernel" fn unary_softplus_mul_f32(p: crate::abi::UnaryMulParams) {
     let i = block_idx_x() * block_dim_x() + thread_idx_x();

@@ -11,13 +11,18 @@
 //! - the arithmetic is `.rn.ftz` on the host's IEEE floats and the MUFU instructions are the
 //!   CPU reference's (`reference::math::exact_mufu`), so the results compare bit for bit with
 //!   the CPU reference's.
-//! Memory-model and timing questions (fences, acquire/release, what another block sees when)
-//! are not modelled: blocks run one after another.
+//! - a cooperative launch (the layer step) runs every block at once, its readiness flags and
+//!   counters host atomics with the PTX operations' orderings (`grid`); other launches run
+//!   their blocks one after another.
+//! Timing and the weaker corners of the memory model (what a weak or `.nc` load may return
+//! before an acquire) are not modelled: host loads see every store that happened before them.
 
 #![allow(dead_code)]
 
 pub mod runtime;
 
+pub mod grid;
+pub mod half;
 pub mod math;
 pub mod memory;
 pub mod shared;

@@ -47,13 +47,51 @@ pub struct Warp {
     pub barrier: Barrier,
 }
 
+/// Sixteen bytes of shared memory: the block's dynamic shared memory is an array of them, so it
+/// is 16-byte aligned as the GPU's (`.align 16`) and a kernel may read a struct through
+/// `shared::generic`.
+#[repr(C, align(16))]
+pub struct Quad(pub [AtomicU32; 4]);
+
 /// What a block's threads share.
 pub struct Block {
-    /// The dynamic shared memory, in 4-byte words (every kernel access is 4-byte aligned).
-    pub shared: Vec<AtomicU32>,
+    /// The dynamic shared memory.
+    pub shared: Vec<Quad>,
     pub barrier: Barrier,
     pub warps: Vec<Warp>,
-    pub poisoned: AtomicBool,
+    /// Address of the launch's poison flag: set once any thread of the launch panicked.
+    poisoned: usize,
+    /// When the block's `cp.async` copies land.
+    pub landing: Landing,
+}
+
+/// When an emulated `cp.async` copy lands in shared memory: both are executions the GPU may
+/// take (a copy lands at some time between its issue and the wait that covers it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Landing {
+    /// At its issue: shows a copy that overwrites shared memory another thread still reads.
+    AtIssue,
+    /// At the wait that covers it (`cp.async.wait_group` / `wait_all`): shows a read of staged
+    /// data before that wait.
+    AtWait,
+}
+
+impl Block {
+    /// Shared word `i` (4-byte words from the first byte).
+    pub fn word(&self, i: usize) -> &AtomicU32 {
+        &self.shared[i / 4].0[i % 4]
+    }
+
+    /// Words of dynamic shared memory.
+    pub fn words(&self) -> usize {
+        4 * self.shared.len()
+    }
+
+    /// Whether a thread of the launch panicked (then every wait gives up).
+    pub fn poisoned(&self) -> &AtomicBool {
+        // SAFETY: the flag outlives every block of its launch (`run`).
+        unsafe { &*(self.poisoned as *const AtomicBool) }
+    }
 }
 
 /// A thread's coordinates and block.
@@ -79,7 +117,7 @@ pub fn this() -> Thread {
 
 /// This thread's block.
 pub fn block() -> &'static Block {
-    // SAFETY: the block outlives every thread of its scope (`launch`), and the reference does
+    // SAFETY: the block outlives every thread of its scope (`run`), and the reference does
     // not leave the thread's run of the kernel body.
     unsafe { &*(this().block as *const Block) }
 }
@@ -92,53 +130,77 @@ pub fn warp() -> &'static Warp {
 }
 
 /// Runs `body` as a launch of `grid` blocks of `block_dim` threads (a multiple of 32) with
-/// `shared_bytes` of dynamic shared memory; panics if any thread panicked.
-pub fn launch(grid: [u32; 3], block_dim: [u32; 3], shared_bytes: usize, body: &(dyn Fn() + Sync)) {
-    let n = (block_dim[0] * block_dim[1] * block_dim[2]) as usize;
-    assert!(n % 32 == 0, "block of whole warps");
+/// `shared_bytes` of dynamic shared memory, one block after another, its `cp.async` copies
+/// landing as `landing` says; panics if any thread panicked.
+pub fn launch(grid: [u32; 3], block_dim: [u32; 3], shared_bytes: usize, landing: Landing, body: &(dyn Fn() + Sync)) {
     for bz in 0..grid[2] {
         for by in 0..grid[1] {
             for bx in 0..grid[0] {
-                let blk = Block {
-                    shared: (0..shared_bytes.div_ceil(4)).map(|_| AtomicU32::new(0xFFC0_0000)).collect(),
-                    barrier: Barrier::new(n),
-                    warps: (0..n / 32)
-                        .map(|_| Warp {
-                            slots: std::array::from_fn(|_| std::array::from_fn(|_| AtomicU32::new(0))),
-                            barrier: Barrier::new(32),
-                        })
-                        .collect(),
-                    poisoned: AtomicBool::new(false),
-                };
-                let blk_addr = &blk as *const Block as usize;
-                std::thread::scope(|scope| {
-                    for z in 0..block_dim[2] {
-                        for y in 0..block_dim[1] {
-                            for x in 0..block_dim[0] {
-                                let me = Thread { tid: [x, y, z], bid: [bx, by, bz], bdim: block_dim, gdim: grid, block: blk_addr };
-                                std::thread::Builder::new()
-                                    .stack_size(1 << 20)
-                                    .spawn_scoped(scope, move || {
-                                        struct Poison(usize);
-                                        impl Drop for Poison {
-                                            fn drop(&mut self) {
-                                                if std::thread::panicking() {
-                                                    // SAFETY: the block outlives the scope.
-                                                    unsafe { &*(self.0 as *const Block) }.poisoned.store(true, Ordering::Relaxed);
-                                                }
-                                            }
-                                        }
-                                        let _guard = Poison(blk_addr);
-                                        THREAD.with(|t| t.set(Some(me)));
-                                        PARITY.with(|p| p.set(0));
-                                        body();
-                                    })
-                                    .expect("spawn an emulated thread");
-                            }
-                        }
-                    }
-                });
+                run(&[[bx, by, bz]], grid, block_dim, shared_bytes, landing, body);
             }
         }
     }
+}
+
+/// Runs `body` as a cooperative launch of `grid_x` blocks of `block_x` threads (a multiple of
+/// 32): every block at once, as on a co-resident grid whose blocks wait for each other
+/// (`device::grid`), its `cp.async` copies landing as `landing` says; panics if any thread
+/// panicked.
+pub fn launch_cooperative(grid_x: u32, block_x: u32, shared_bytes: usize, landing: Landing, body: &(dyn Fn() + Sync)) {
+    let blocks: Vec<[u32; 3]> = (0..grid_x).map(|b| [b, 0, 0]).collect();
+    run(&blocks, [grid_x, 1, 1], [block_x, 1, 1], shared_bytes, landing, body);
+}
+
+/// Runs the blocks `blocks` of a launch of `grid` at once, one OS thread a GPU thread.
+fn run(blocks: &[[u32; 3]], grid: [u32; 3], block_dim: [u32; 3], shared_bytes: usize, landing: Landing, body: &(dyn Fn() + Sync)) {
+    let n = (block_dim[0] * block_dim[1] * block_dim[2]) as usize;
+    assert!(n % 32 == 0, "block of whole warps");
+    let poisoned = AtomicBool::new(false);
+    let poisoned_addr = &poisoned as *const AtomicBool as usize;
+    // Unwritten shared words hold a NaN (0xFFC00000), so a read of one that reaches an output shows.
+    let nan = || AtomicU32::new(0xFFC0_0000);
+    let state: Vec<Block> = blocks
+        .iter()
+        .map(|_| Block {
+            shared: (0..shared_bytes.div_ceil(16)).map(|_| Quad([nan(), nan(), nan(), nan()])).collect(),
+            barrier: Barrier::new(n),
+            warps: (0..n / 32)
+                .map(|_| Warp { slots: std::array::from_fn(|_| std::array::from_fn(|_| AtomicU32::new(0))), barrier: Barrier::new(32) })
+                .collect(),
+            poisoned: poisoned_addr,
+            landing,
+        })
+        .collect();
+    std::thread::scope(|scope| {
+        for (bid, blk) in blocks.iter().zip(&state) {
+            let blk_addr = blk as *const Block as usize;
+            for z in 0..block_dim[2] {
+                for y in 0..block_dim[1] {
+                    for x in 0..block_dim[0] {
+                        let me = Thread { tid: [x, y, z], bid: *bid, bdim: block_dim, gdim: grid, block: blk_addr };
+                        std::thread::Builder::new()
+                            .stack_size(1 << 20)
+                            .spawn_scoped(scope, move || {
+                                struct Poison(usize);
+                                impl Drop for Poison {
+                                    fn drop(&mut self) {
+                                        if std::thread::panicking() {
+                                            // SAFETY: the flag outlives the scope.
+                                            unsafe { &*(self.0 as *const AtomicBool) }.store(true, Ordering::Relaxed);
+                                        }
+                                    }
+                                }
+                                let _guard = Poison(poisoned_addr);
+                                THREAD.with(|t| t.set(Some(me)));
+                                PARITY.with(|p| p.set(0));
+                                super::shared::forget_copies();
+                                body();
+                                super::shared::check_no_copies_in_flight();
+                            })
+                            .expect("spawn an emulated thread");
+                    }
+                }
+            }
+        }
+    });
 }

@@ -51,5 +51,5 @@ pub fn thread_idx_y_here() -> u32 {
 /// Every thread of the block arrives.
 pub unsafe fn sync_threads() {
     let b = block();
-    b.barrier.wait(&b.poisoned);
+    b.barrier.wait(b.poisoned());
 }

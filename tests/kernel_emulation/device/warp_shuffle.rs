@@ -19,7 +19,7 @@ fn exchange(v: f32, src: usize) -> f32 {
         s
     });
     w.slots[set][lane()].store(v.to_bits(), Ordering::Relaxed);
-    w.barrier.wait(&block().poisoned);
+    w.barrier.wait(block().poisoned());
     f32::from_bits(w.slots[set][src].load(Ordering::Relaxed))
 }
 
@@ -39,5 +39,5 @@ pub unsafe fn shfl_idx(v: f32, src_lane: u32) -> f32 {
 /// # Safety
 /// The whole warp calls it.
 pub unsafe fn sync_warp() {
-    warp().barrier.wait(&block().poisoned);
+    warp().barrier.wait(block().poisoned());
 }
