@@ -2,7 +2,7 @@
 //! reference: [`crate::reference::gated_delta_net`], spec §2.10.
 
 use super::index_rules::{IndexRules, IndexView, MAX_TOUCHES, RowReaders, Values};
-use super::{Op, check};
+use super::{Op, PlainLaunch, check};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock, PreparedLaunch};
 use crate::kernels::abi;
@@ -505,6 +505,14 @@ impl GatedDeltaNetFromCache {
         check_views(FROM_CACHE_OP, &views, StateSource::FromCache { cache: &self.ssm_cache, source_rows: &self.source_rows }, mem)
     }
 
+    /// What the op launches once `mem` validated it ([`Self::check`]): the entry
+    /// (`from_cache_launch`), its shape, and the parameters over `addresses`.
+    pub fn launch(&self, mem: &dyn Memory, addresses: &dyn KernelAddresses) -> Result<PlainLaunch<abi::GatedDeltaNetFromCacheParams>> {
+        let shape = self.check(mem)?;
+        let (entry, dims) = from_cache_launch(&shape);
+        Ok(PlainLaunch { entry, dims, params: self.params(&shape, addresses) })
+    }
+
     /// The kernel's parameters for a validated op (`shape` from [`GatedDeltaNetFromCache::check`]).
     pub(crate) fn params(&self, shape: &GdnShape, mem: &dyn KernelAddresses) -> abi::GatedDeltaNetFromCacheParams {
         let [_, cache_row, ..] = check::elem_strides(&self.ssm_cache);
@@ -553,9 +561,7 @@ impl Op for GatedDeltaNetFromCache {
     }
 
     fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {
-        let shape = self.check(mem)?;
-        let params = self.params(&shape, mem);
-        let (entry, dims) = from_cache_launch(&shape);
+        let PlainLaunch { entry, dims, params } = self.launch(mem, mem)?;
         let args = [KernelArg::Params(ParamBlock::of(&params)?)];
         // SAFETY: `check` proved every view but the state lies inside its buffer for the grid
         // (H_v, n_s, D/4) × block (32, 4) as for GATED_DELTA_NET — the columns the batched

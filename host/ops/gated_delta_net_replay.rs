@@ -7,7 +7,7 @@ use super::{Op, check};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, KernelArg, ParamBlock, PreparedLaunch};
 use crate::kernels::abi;
-use crate::memory::{DeviceMemory, HostMemory, Memory};
+use crate::memory::{DeviceMemory, HostMemory, KernelAddresses, Memory};
 use crate::reference::math::Mufu;
 use crate::reference::replay::{StateLog, replay_states};
 use crate::tensor::{DType, Tensor};
@@ -173,13 +173,13 @@ impl GatedDeltaNetReplay {
     }
 
     /// The kernel's parameters for a validated op.
-    pub(crate) fn params(&self, shape: &ReplayShape, mem: &DeviceMemory) -> abi::GatedDeltaNetReplayParams {
+    pub(crate) fn params(&self, shape: &ReplayShape, mem: &dyn KernelAddresses) -> abi::GatedDeltaNetReplayParams {
         let view = |t: &Tensor| {
             let [_, head, token, seq] = check::elem_strides(t);
-            abi::TokenViewParams { addr: mem.device_ptr(t), head, token, seq }
+            abi::TokenViewParams { addr: mem.address(t), head, token, seq }
         };
         let [_, cache_row, ..] = check::elem_strides(&self.ssm_cache);
-        let index = |t: &Tensor| (mem.device_ptr(t), check::elem_strides(t)[0]);
+        let index = |t: &Tensor| (mem.address(t), check::elem_strides(t)[0]);
         let ((source_rows, source_rows_stride), (dest_rows, dest_rows_stride), (accepted, accepted_stride)) =
             (index(&self.source_rows), index(&self.dest_rows), index(&self.accepted));
         abi::GatedDeltaNetReplayParams {
@@ -187,7 +187,7 @@ impl GatedDeltaNetReplay {
             v: view(&self.v),
             g: view(&self.g),
             beta: view(&self.beta),
-            cache: mem.device_ptr(&self.ssm_cache),
+            cache: mem.address(&self.ssm_cache),
             cache_row,
             source_rows,
             source_rows_stride,

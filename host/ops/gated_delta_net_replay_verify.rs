@@ -7,11 +7,11 @@
 use super::gated_delta_net::{GdnShape, StateSource, Views, attention_scale, check_views, reference_views};
 use super::gated_delta_net_replay::{ReplayIndexRules, ReplayShape};
 use super::index_rules::IndexRules;
-use super::{GatedDeltaNetFromCache, GatedDeltaNetReplay, Op, check};
+use super::{GatedDeltaNetFromCache, GatedDeltaNetReplay, Op, PlainLaunch, check};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock, PreparedLaunch};
 use crate::kernels::abi;
-use crate::memory::{DeviceMemory, HostMemory, Memory};
+use crate::memory::{DeviceMemory, HostMemory, KernelAddresses, Memory};
 use crate::reference::math::Mufu;
 use crate::tensor::Tensor;
 
@@ -124,8 +124,19 @@ impl GatedDeltaNetReplayVerify {
         }
     }
 
+    /// What the op launches once `mem` validated it ([`Self::check`]): its entry, shape
+    /// (`launch_dims`) and the parameters over `addresses`.
+    pub fn launch(&self, mem: &dyn Memory, addresses: &dyn KernelAddresses) -> Result<PlainLaunch<abi::GatedDeltaNetReplayVerifyParams>> {
+        let shapes = self.check(mem)?;
+        Ok(PlainLaunch {
+            entry: abi::GATED_DELTA_NET_REPLAY_VERIFY_ENTRY,
+            dims: launch_dims(&shapes),
+            params: self.params(&shapes, addresses),
+        })
+    }
+
     /// The kernel's parameters for a validated op.
-    fn params(&self, (replay, verify): &(ReplayShape, GdnShape), mem: &DeviceMemory) -> abi::GatedDeltaNetReplayVerifyParams {
+    fn params(&self, (replay, verify): &(ReplayShape, GdnShape), mem: &dyn KernelAddresses) -> abi::GatedDeltaNetReplayVerifyParams {
         let mut gdn = self.as_from_cache().params(verify, mem).gdn;
         // No slot: `states` is the cache's row 0 and the kernel's slot pointer for (head, seq)
         // stays inside it (states_seq = 0); it is never dereferenced.
@@ -165,9 +176,7 @@ impl Op for GatedDeltaNetReplayVerify {
     }
 
     fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {
-        let shapes = self.check(mem)?;
-        let params = self.params(&shapes, mem);
-        let dims = launch_dims(&shapes);
+        let PlainLaunch { dims, params, .. } = self.launch(mem, mem)?;
         let args = [KernelArg::Params(ParamBlock::of(&params)?)];
         // SAFETY: `check` proved the replay's launch contract (every log view inside its buffer
         // for the heads < H_v, sequences < n_s and columns < D = 128 the grid (H_v, n_s, D/32) ×

@@ -35,6 +35,20 @@ pub mod mmvf;
 pub use mmvf::{MulMatVec, Precision};
 
 // [gdn]
+/// What one plain launch of an op runs — its entry, shape and parameters over a memory's
+/// [`KernelAddresses`](crate::memory::KernelAddresses) — once the op validated the memory. The
+/// op's `prepare` launches exactly this; the kernel emulation (`tests/kernel_emulation.rs`)
+/// runs the same entry's source on the CPU with the same parameters.
+#[derive(Clone, Copy, Debug)]
+pub struct PlainLaunch<P> {
+    /// The kernel entry (`abi::ENTRIES`).
+    pub entry: &'static str,
+    /// Grid, block and dynamic shared memory.
+    pub dims: crate::gpu::LaunchDims,
+    /// The entry's parameters.
+    pub params: P,
+}
+
 pub mod gated_delta_net;
 pub use gated_delta_net::GatedDeltaNet;
 // [gdn-from-cache]

@@ -34,9 +34,22 @@ fn is_first_thread() -> bool {
     thread_idx_x() == 0 && thread_idx_y() == 0 && thread_idx_z() == 0
 }
 
+/// Counts a lane out of its block's pollers when its poll ends (returns or panics).
+struct Stop<'a>(&'a std::sync::atomic::AtomicU32);
+
+impl Drop for Stop<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// Polls `word` (relaxed) until it holds at least `target`, then reads it once with acquire.
 fn poll_then_acquire(word: &AtomicU64, target: u64, what: &str) {
     let start = Instant::now();
+    // The block counts as waiting while a lane polls (`runtime::Pace::BlockZeroLast`).
+    let polling = &block().polling;
+    polling.fetch_add(1, Ordering::SeqCst);
+    let _done = Stop(polling);
     while word.load(Ordering::Relaxed) < target {
         if block().poisoned().load(Ordering::Relaxed) {
             panic!("a thread of the emulated launch panicked; this one stops waiting for {what}");

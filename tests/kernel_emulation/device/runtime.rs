@@ -63,6 +63,10 @@ pub struct Block {
     poisoned: usize,
     /// When the block's `cp.async` copies land.
     pub landing: Landing,
+    /// Lanes of the block polling a readiness flag or counter now (`device::grid`).
+    pub polling: AtomicU32,
+    /// Threads of the block that returned from the kernel.
+    pub finished: AtomicU32,
 }
 
 /// When an emulated `cp.async` copy lands in shared memory: both are executions the GPU may
@@ -136,23 +140,64 @@ pub fn launch(grid: [u32; 3], block_dim: [u32; 3], shared_bytes: usize, landing:
     for bz in 0..grid[2] {
         for by in 0..grid[1] {
             for bx in 0..grid[0] {
-                run(&[[bx, by, bz]], grid, block_dim, shared_bytes, landing, body);
+                run(&[[bx, by, bz]], grid, block_dim, shared_bytes, landing, Pace::Free, body);
             }
         }
     }
 }
 
+/// How a cooperative launch's blocks are paced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pace {
+    /// Every block starts at once and runs as the OS schedules it.
+    Free,
+    /// Block 0 starts only once every other block is waiting for a readiness flag or counter
+    /// (or has finished): the items block 0 runs are then written last, after every consumer
+    /// that could read them early has had its chance — a consumer that skips a wait for one of
+    /// them reads bytes not written yet.
+    BlockZeroLast,
+}
+
 /// Runs `body` as a cooperative launch of `grid_x` blocks of `block_x` threads (a multiple of
 /// 32): every block at once, as on a co-resident grid whose blocks wait for each other
-/// (`device::grid`), its `cp.async` copies landing as `landing` says; panics if any thread
-/// panicked.
-pub fn launch_cooperative(grid_x: u32, block_x: u32, shared_bytes: usize, landing: Landing, body: &(dyn Fn() + Sync)) {
+/// (`device::grid`), paced as `pace` says, its `cp.async` copies landing as `landing` says;
+/// panics if any thread panicked.
+pub fn launch_cooperative(grid_x: u32, block_x: u32, shared_bytes: usize, landing: Landing, pace: Pace, body: &(dyn Fn() + Sync)) {
     let blocks: Vec<[u32; 3]> = (0..grid_x).map(|b| [b, 0, 0]).collect();
-    run(&blocks, [grid_x, 1, 1], [block_x, 1, 1], shared_bytes, landing, body);
+    run(&blocks, [grid_x, 1, 1], [block_x, 1, 1], shared_bytes, landing, pace, body);
+}
+
+/// Block 0's gate under `Pace::BlockZeroLast`: returns once every other block polls or has
+/// finished (or the launch is poisoned: the thread then stops).
+fn hold_until_others_wait(state: &[Block], threads: u32) {
+    let start = std::time::Instant::now();
+    loop {
+        let others_wait = state[1..].iter().all(|b| b.polling.load(Ordering::SeqCst) > 0 || b.finished.load(Ordering::SeqCst) == threads);
+        if others_wait {
+            return;
+        }
+        if state[0].poisoned().load(Ordering::Relaxed) {
+            panic!("a thread of the emulated launch panicked; block 0 does not start");
+        }
+        assert!(
+            start.elapsed() < super::grid::WAIT_LIMIT,
+            "block 0 held for {:?}: the other blocks neither wait nor finish",
+            super::grid::WAIT_LIMIT
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 /// Runs the blocks `blocks` of a launch of `grid` at once, one OS thread a GPU thread.
-fn run(blocks: &[[u32; 3]], grid: [u32; 3], block_dim: [u32; 3], shared_bytes: usize, landing: Landing, body: &(dyn Fn() + Sync)) {
+fn run(
+    blocks: &[[u32; 3]],
+    grid: [u32; 3],
+    block_dim: [u32; 3],
+    shared_bytes: usize,
+    landing: Landing,
+    pace: Pace,
+    body: &(dyn Fn() + Sync),
+) {
     let n = (block_dim[0] * block_dim[1] * block_dim[2]) as usize;
     assert!(n % 32 == 0, "block of whole warps");
     let poisoned = AtomicBool::new(false);
@@ -169,10 +214,13 @@ fn run(blocks: &[[u32; 3]], grid: [u32; 3], block_dim: [u32; 3], shared_bytes: u
                 .collect(),
             poisoned: poisoned_addr,
             landing,
+            polling: AtomicU32::new(0),
+            finished: AtomicU32::new(0),
         })
         .collect();
+    let state = &state[..];
     std::thread::scope(|scope| {
-        for (bid, blk) in blocks.iter().zip(&state) {
+        for (bid, blk) in blocks.iter().zip(state) {
             let blk_addr = blk as *const Block as usize;
             for z in 0..block_dim[2] {
                 for y in 0..block_dim[1] {
@@ -191,11 +239,16 @@ fn run(blocks: &[[u32; 3]], grid: [u32; 3], block_dim: [u32; 3], shared_bytes: u
                                     }
                                 }
                                 let _guard = Poison(poisoned_addr);
+                                if pace == Pace::BlockZeroLast && me.bid == [0, 0, 0] && state.len() > 1 {
+                                    hold_until_others_wait(state, n as u32);
+                                }
                                 THREAD.with(|t| t.set(Some(me)));
                                 PARITY.with(|p| p.set(0));
                                 super::shared::forget_copies();
                                 body();
                                 super::shared::check_no_copies_in_flight();
+                                // SAFETY: the block outlives the scope.
+                                unsafe { &*(blk_addr as *const Block) }.finished.fetch_add(1, Ordering::SeqCst);
                             })
                             .expect("spawn an emulated thread");
                     }
