@@ -1217,6 +1217,55 @@ mod tests {
         assert!(launches.iter().all(|&n| n > 0), "{launches:?}");
     }
 
+    /// [test] `launch_with_split` takes exactly the splits the entries run — the host's own gives
+    /// `launch`'s entry and parameters byte for byte — and refuses every other by name: a
+    /// batched schedule or two groups a warp for one sequence, another n_s, a chunk past n_s,
+    /// conv items past the chunk, a third group a warp, a one-row flag of 2, padding.
+    #[test]
+    fn a_forced_work_split_is_checked_and_launches_as_the_hosts_own() {
+        struct At(u64);
+        impl KernelAddresses for At {
+            fn address(&self, t: &Tensor) -> u64 {
+                self.0 + 256 * t.buffer.0 as u64 + t.layout.offset as u64
+            }
+        }
+        let bytes = |p: &abi::GdnLayerStepParams| ParamBlock::of(p).unwrap().bytes().to_vec();
+        let unsupported = |r: Result<LayerStepLaunch>| matches!(r, Err(Error::Unsupported { op: OP, what }) if what.contains("work split"));
+        // One sequence: its own split is the single-sequence entries with one group a warp.
+        let (b, op) = base();
+        let own = op.launch(&b.mem, &At(1 << 20), 64).unwrap();
+        let split = abi::LayerStepBatchParams { n_seqs: 1, groups_per_warp: 1, ..abi::LayerStepBatchParams::default() };
+        let forced = op.launch_with_split(&b.mem, &At(1 << 20), 64, split).unwrap();
+        assert_eq!((own.entry, own.shared_bytes, bytes(&own.params)), (forced.entry, forced.shared_bytes, bytes(&forced.params)));
+        assert_eq!(own.entry, "gdn_layer_step_f32_d4");
+        for bad in [
+            abi::LayerStepBatchParams { groups_per_warp: 2, ..split },
+            abi::LayerStepBatchParams { n_seqs: 2, ..split },
+            abi::LayerStepBatchParams { chunk_seqs: 1, tile_seqs: 1, ..split },
+            abi::LayerStepBatchParams { tile_seqs: 1, ..split },
+            abi::LayerStepBatchParams { _pad: 1, ..split },
+        ] {
+            assert!(unsupported(op.launch_with_split(&b.mem, &At(0), 64, bad)), "{bad:?}");
+        }
+        // Three sequences: both kinds run; the batched schedule's limits hold.
+        let step = Step { cells: 6, ..Step::new(4, 3) }.with_sequences(&[(1, 1), (2, 2)]).unwrap();
+        let (b, op) = built(&spec(SMALL, step, DType::F32, Precision::Default, LayerLayout::Ggml));
+        let batched = abi::LayerStepBatchParams { n_seqs: 3, chunk_seqs: 2, tile_seqs: 2, groups_per_warp: 2, one_row_items: 1, _pad: 0 };
+        let launch = op.launch_with_split(&b.mem, &At(0), 64, batched).unwrap();
+        assert_eq!((launch.entry, launch.params.batch), ("gdn_layer_step_batch_f32_d4", batched));
+        let seqs = abi::LayerStepBatchParams { n_seqs: 3, groups_per_warp: 2, ..abi::LayerStepBatchParams::default() };
+        assert_eq!(op.launch_with_split(&b.mem, &At(0), 64, seqs).unwrap().entry, "gdn_layer_step_seqs_f32_d4");
+        for bad in [
+            abi::LayerStepBatchParams { chunk_seqs: 4, ..batched },
+            abi::LayerStepBatchParams { tile_seqs: 3, ..batched },
+            abi::LayerStepBatchParams { groups_per_warp: 3, ..batched },
+            abi::LayerStepBatchParams { one_row_items: 2, ..batched },
+            abi::LayerStepBatchParams { groups_per_warp: 0, ..seqs },
+        ] {
+            assert!(unsupported(op.launch_with_split(&b.mem, &At(0), 64, bad)), "{bad:?}");
+        }
+    }
+
     /// [seq-batch] The launch each batch size and token count gets by default at 9B (C/128 = 64,
     /// H_v = 32): the single-sequence entries where they were measured faster and their items fit
     /// the 4096 flags, the batched schedule elsewhere; one sequence always the single-sequence
