@@ -69,6 +69,28 @@ fn same_abi<Library: Copy, Kernel: Copy>(p: &Library) -> Kernel {
     unsafe { std::mem::transmute_copy(p) }
 }
 
+/// Runs a plain launch an op prepared (`PlainLaunch`: entry, shape, parameters) over the host
+/// copies, from the entry's host twin `body`, its copies landing as `landing` says.
+fn run_plain<Library: Copy, Kernel: Copy + Sync>(
+    launch: rgdn::ops::PlainLaunch<Library>,
+    entry: &str,
+    landing: Landing,
+    body: unsafe fn(&Kernel),
+) {
+    assert_eq!(launch.entry, entry, "the op launches another entry than the one emulated");
+    let (p, d): (Kernel, _) = (same_abi(&launch.params), launch.dims);
+    // SAFETY: the parameters address the host copies of the op's views, validated by the op
+    // (`launch`); the grid, block and shared bytes are the ones it launches, and `body` is the
+    // twin of `entry` (asserted above).
+    device::runtime::launch(
+        [d.grid.0, d.grid.1, d.grid.2],
+        [d.block.0, d.block.1, d.block.2],
+        d.shared_bytes as usize,
+        landing,
+        &|| unsafe { body(&p) },
+    );
+}
+
 /// Runs `scenario`'s ops in order from copies of its memory — `emulate` runs the ops the test
 /// emulates (Some: it ran the op on the copies, over the host memory it was validated on), the
 /// others run their CPU reference — and compares every byte of every buffer with the CPU
@@ -118,20 +140,12 @@ fn the_replay_verify_kernel_source_equals_the_cpu_reference_on_the_suite_cases()
         n += 1;
         let emulate = |op: &(dyn Op + 'static), host: &HostMemory, emulated: &StepBuffers| {
             let op = op.downcast_ref::<GatedDeltaNetReplayVerify>()?;
-            Some(op.launch(host, emulated).map_err(|e| e.to_string()).map(|launch| {
-                assert_eq!(launch.entry, rgdn::kernels::abi::GATED_DELTA_NET_REPLAY_VERIFY_ENTRY);
-                let p: abi::GatedDeltaNetReplayVerifyParams = same_abi(&launch.params);
-                let d = launch.dims;
-                // SAFETY: the parameters address the host copies of the op's views, validated by
-                // the op (`launch`); the grid, block and shared bytes are the ones it launches.
-                device::runtime::launch(
-                    [d.grid.0, d.grid.1, d.grid.2],
-                    [d.block.0, d.block.1, d.block.2],
-                    d.shared_bytes as usize,
-                    landing,
-                    &|| unsafe { gated_delta_net_replay_verify::gated_delta_net_replay_verify_emulated(&p) },
-                );
-            }))
+            let body = gated_delta_net_replay_verify::gated_delta_net_replay_verify_emulated;
+            Some(
+                op.launch(host, emulated)
+                    .map_err(|e| e.to_string())
+                    .map(|l| run_plain(l, abi::GATED_DELTA_NET_REPLAY_VERIFY_ENTRY, landing, body)),
+            )
         };
         if let Err(e) = emulated_scenario(&format!("{} (copies landing {landing:?})", c.name), &scenario, &emulate) {
             failures.push(e);
@@ -173,20 +187,8 @@ fn the_batched_from_cache_kernel_source_equals_the_cpu_reference_on_the_suite_ca
         let landing = landing_of(k);
         let emulate = |op: &(dyn Op + 'static), host: &HostMemory, emulated: &StepBuffers| {
             let op = op.downcast_ref::<GatedDeltaNetFromCache>()?;
-            Some(op.launch(host, emulated).map_err(|e| e.to_string()).map(|launch| {
-                assert_eq!(launch.entry, BATCH);
-                let p: abi::GatedDeltaNetFromCacheParams = same_abi(&launch.params);
-                let d = launch.dims;
-                // SAFETY: the parameters address the host copies of the op's views, validated by
-                // the op (`launch`); the grid, block and shared bytes are the ones it launches.
-                device::runtime::launch(
-                    [d.grid.0, d.grid.1, d.grid.2],
-                    [d.block.0, d.block.1, d.block.2],
-                    d.shared_bytes as usize,
-                    landing,
-                    &|| unsafe { gated_delta_net::gated_delta_net_from_cache_batch_emulated(&p) },
-                );
-            }))
+            let body = gated_delta_net::gated_delta_net_from_cache_batch_emulated;
+            Some(op.launch(host, emulated).map_err(|e| e.to_string()).map(|l| run_plain(l, BATCH, landing, body)))
         };
         if let Err(e) = emulated_scenario(&format!("{name} (copies landing {landing:?})"), scenario, &emulate) {
             failures.push(e);
