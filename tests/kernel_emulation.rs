@@ -152,11 +152,7 @@ fn the_replay_verify_kernel_source_equals_the_cpu_reference_on_the_suite_cases()
         }
     }
     let sampled = if full_tests() { "all" } else { "one in eight" };
-    println!(
-        "KERNEL EMULATION (GATED_DELTA_NET_REPLAY_VERIFY): {}/{n} equal the CPU reference ({sampled} of the suite's {total} cases)",
-        n - failures.len()
-    );
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    conclude("GATED_DELTA_NET_REPLAY_VERIFY", "equal the CPU reference", n, &format!("{sampled} of the suite's {total} cases"), failures);
 }
 
 /// The batched GATED_DELTA_NET_FROM_CACHE (`gated_delta_net_from_cache_batch_f32_d128`: the
@@ -195,10 +191,19 @@ fn the_batched_from_cache_kernel_source_equals_the_cpu_reference_on_the_suite_ca
         }
     }
     let sampled = if full_tests() { "all" } else { "one in four" };
-    println!(
-        "KERNEL EMULATION (GATED_DELTA_NET_FROM_CACHE, batched): {}/{n} equal the CPU reference ({sampled} of the suite's {total} batched cases)",
-        n - failures.len()
+    conclude(
+        "GATED_DELTA_NET_FROM_CACHE, batched",
+        "equal the CPU reference",
+        n,
+        &format!("{sampled} of the suite's {total} batched cases"),
+        failures,
     );
+}
+
+/// A test's last lines: how many of its `n` launches (`what`) equal the CPU reference, out of
+/// which cases (`of`), then every failure.
+fn conclude(kernel: &str, what: &str, n: usize, of: &str, failures: Vec<String>) {
+    println!("KERNEL EMULATION ({kernel}): {}/{n} {what} ({of})", n - failures.len());
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
@@ -406,9 +411,5 @@ fn the_layer_step_kernel_source_equals_the_cpu_reference_on_the_suite_cases() {
     } else {
         "with n_t·n_s ≤ 4: one in three of one sequence, all of several"
     };
-    println!(
-        "KERNEL EMULATION (GDN_LAYER_STEP): {}/{n} launches equal the CPU reference ({sampled} of the suite's {total} cases)",
-        n - failures.len()
-    );
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    conclude("GDN_LAYER_STEP", "launches equal the CPU reference", n, &format!("{sampled} of the suite's {total} cases"), failures);
 }
