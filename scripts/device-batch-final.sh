@@ -117,6 +117,14 @@ RGDN_BATCH_SEQ_ITEMS=1 RGDN_LAYER_STEP_MAX_GRID=7 RGDN_SWEEP_FORWARDS=0 RGDN_SWE
 # replay episodes with them never (RGDN_PAIR_TILES=0).
 RGDN_PAIR_TILES=1 bg ops-pair-tiles bundle/tests/gpu_ops MUL_MAT_VEC_PAIR
 RGDN_PAIR_TILES=0 bg replay-pair-rows bundle/tests/gpu_replay
+# [replay] GATED_DELTA_NET_REPLAY_VERIFY with two column groups a warp forced on its suite cases
+# (the defaults take two only from H_v·n_s = 1024 on; the cases are smaller) and under memcheck
+# and racecheck, and the replay episodes with two groups everywhere (the small shapes' defaults
+# take one).
+RGDN_REPLAY_VERIFY_GROUPS=2 bg ops-rv-groups2 bundle/tests/gpu_ops GATED_DELTA_NET_REPLAY_VERIFY
+RGDN_REPLAY_VERIFY_GROUPS=2 bg memcheck-rv-groups2 compute-sanitizer --tool memcheck --error-exitcode 9 bundle/tests/gpu_ops GATED_DELTA_NET_REPLAY_VERIFY
+RGDN_REPLAY_VERIFY_GROUPS=2 bg racecheck-rv-groups2 compute-sanitizer --tool racecheck --error-exitcode 9 bundle/tests/gpu_ops GATED_DELTA_NET_REPLAY_VERIFY
+RGDN_REPLAY_VERIFY_GROUPS=2 RGDN_REPLAY_9B=0 bg replay-rv-groups2 bundle/tests/gpu_replay
 # The plants: each must fail.
 for d in plant-*/; do
   n=${d#plant-}; n=${n%/}
@@ -142,7 +150,7 @@ echo "all runs ended ($(at))" >> "$s"
   for f in "$o"/gpu_sweep-*.log "$o"/sweep-*.log "$o"/plant-*-sweep.log; do echo "$(basename "$f"): $(grep -E '^SWEEP' "$f" | cut -c1-70)"; grep FAIL "$f" | head -3 | cut -c1-200; done
   grep -E '^FORWARD' "$o/forwards.log" | cut -c1-150
   grep -E '^REPLAY EPISODES|^  FAIL' "$o/gpu_replay.log" | cut -c1-300
-  for f in "$o"/plant-*-replay.log; do [ -f "$f" ] && echo "$(basename "$f"): $(grep -E '^REPLAY EPISODES' "$f" | cut -c1-90)"; done
+  for f in "$o"/replay-*.log "$o"/plant-*-replay.log; do [ -f "$f" ] && echo "$(basename "$f"): $(grep -E '^REPLAY EPISODES' "$f" | cut -c1-90)"; done
   grep -E 'FAIL|test result' "$o/kind-plant-engine.log" 2>/dev/null | head -5
   tail -n 5 "$o/candle.log" 2>/dev/null
   for f in "$o"/ops-*.log "$o"/plant-*-ops.log; do echo "$(basename "$f"): $(grep -E '^GPU suite' "$f" | tail -1)"; done

@@ -6,7 +6,8 @@
 # single-sequence entries forced wherever the flags allow / the batched schedule at every n_s) /
 # 1 with RGDN_BATCH_SEQ_GROUPS=1 (one column group a warp); `c4` / `c2` chunks of 16 / 128
 # sequences (four chunks at n_s = 64, two at 256); `rows` / `tiles` the products never / always as
-# tiles (RGDN_PAIR_TILES=0 / 1); `def` the defaults; any other arm is arm-NAME.txz
+# tiles (RGDN_PAIR_TILES=0 / 1); `g1` / `g2` one / two column groups a replay-verify warp
+# (RGDN_REPLAY_VERIFY_GROUPS); `def` the defaults; any other arm is arm-NAME.txz
 # (scripts/arm-bundle.sh). Each ARMS_k="arms|seqs|modes|rounds" line is one
 # scripts/device-batch-arms.sh run; EXTRA_k adds bench arguments to it (e.g. "--replay half");
 # NCU_k names the arm its ncu profiles (NCU_KERNELS, NCU_SHAPES, NCU_EXTRA: device-batch-arms.sh).
@@ -21,7 +22,7 @@ out=${OUT:-bundle/out}
 # The plants wait until the arms ran (device-batch-arms.sh runs any plant bundle it finds).
 mkdir -p later
 for p in plant-*.txz; do [ -f "$p" ] && { n=${p#plant-}; xz -dc "$p" | gzip -1 > "later/bundle-plant-${n%.txz}.tgz"; }; done
-for a in new:RGDN_BATCH_SEQ_ITEMS=1 sched:RGDN_BATCH_SEQ_ITEMS=0 one:RGDN_BATCH_SEQ_ITEMS=1,RGDN_BATCH_SEQ_GROUPS=1 c4:RGDN_BATCH_CHUNK=16 c2:RGDN_BATCH_CHUNK=128 rows:RGDN_PAIR_TILES=0 tiles:RGDN_PAIR_TILES=1 def:; do
+for a in new:RGDN_BATCH_SEQ_ITEMS=1 sched:RGDN_BATCH_SEQ_ITEMS=0 one:RGDN_BATCH_SEQ_ITEMS=1,RGDN_BATCH_SEQ_GROUPS=1 c4:RGDN_BATCH_CHUNK=16 c2:RGDN_BATCH_CHUNK=128 rows:RGDN_PAIR_TILES=0 tiles:RGDN_PAIR_TILES=1 g1:RGDN_REPLAY_VERIFY_GROUPS=1 g2:RGDN_REPLAY_VERIFY_GROUPS=2 def:; do
   n=${a%%:*}; vars=$(echo "${a#*:}" | tr , ' ')
   mkdir -p "arm/$n/bundle" && cp bundle/rgdn "arm/$n/bundle/"
   echo "$(cat bundle/COMMIT) $vars" > "arm/$n/bundle/COMMIT"

@@ -124,7 +124,8 @@ fn emulated_scenario(
 
 /// GATED_DELTA_NET_REPLAY_VERIFY's source, emulated, equals its CPU reference on the GPU suite's
 /// own cases of the op (one in eight; all with `RGDN_FULL_TESTS=1`), on the launch the op
-/// prepares (`GatedDeltaNetReplayVerify::launch`: its entry, shape and parameters).
+/// prepares with one and with two column groups a warp
+/// (`GatedDeltaNetReplayVerify::launch_with_groups`: its entry, shape and parameters).
 #[test]
 fn the_replay_verify_kernel_source_equals_the_cpu_reference_on_the_suite_cases() {
     use rgdn::ops::gated_delta_net_replay_verify::GatedDeltaNetReplayVerify;
@@ -136,19 +137,20 @@ fn the_replay_verify_kernel_source_equals_the_cpu_reference_on_the_suite_cases()
     let chosen = if full_tests() { matching } else { sample(matching, 8) };
     for c in chosen {
         let Ok(Expect::Match(scenario)) = c.build() else { panic!("{}: not a match case", c.name) };
-        let landing = landing_of(n);
-        n += 1;
-        let emulate = |op: &(dyn Op + 'static), host: &HostMemory, emulated: &StepBuffers| {
-            let op = op.downcast_ref::<GatedDeltaNetReplayVerify>()?;
-            let body = gated_delta_net_replay_verify::gated_delta_net_replay_verify_emulated;
-            Some(
-                op.launch(host, emulated)
-                    .map_err(|e| e.to_string())
-                    .map(|l| run_plain(l, abi::GATED_DELTA_NET_REPLAY_VERIFY_ENTRY, landing, body)),
-            )
-        };
-        if let Err(e) = emulated_scenario(&format!("{} (copies landing {landing:?})", c.name), &scenario, &emulate) {
-            failures.push(e);
+        // [speed] Every column-group count a warp runs (the host's rule picks one by H_v·n_s).
+        for groups in 1..=abi::REPLAY_VERIFY_MAX_WARP_GROUPS {
+            let landing = landing_of(n);
+            n += 1;
+            let emulate = |op: &(dyn Op + 'static), host: &HostMemory, emulated: &StepBuffers| {
+                let op = op.downcast_ref::<GatedDeltaNetReplayVerify>()?;
+                let body = gated_delta_net_replay_verify::gated_delta_net_replay_verify_emulated;
+                let launch = op.launch_with_groups(host, emulated, Some(groups));
+                Some(launch.map_err(|e| e.to_string()).map(|l| run_plain(l, abi::GATED_DELTA_NET_REPLAY_VERIFY_ENTRY, landing, body)))
+            };
+            let name = format!("{} ({groups} groups a warp, copies landing {landing:?})", c.name);
+            if let Err(e) = emulated_scenario(&name, &scenario, &emulate) {
+                failures.push(e);
+            }
         }
     }
     let sampled = if full_tests() { "all" } else { "one in eight" };

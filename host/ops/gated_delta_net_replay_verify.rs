@@ -16,7 +16,6 @@ use crate::reference::math::Mufu;
 use crate::tensor::Tensor;
 
 const OP: &str = "GATED_DELTA_NET_REPLAY_VERIFY";
-const D: usize = abi::GDN_HEAD_DIM;
 
 // SAFETY: `abi::GatedDeltaNetReplayVerifyParams` is declared with `param_struct!` (`#[repr(C)]`,
 // no padding bytes: the 200-byte GatedDeltaNetReplayParams then the 264-byte
@@ -125,12 +124,36 @@ impl GatedDeltaNetReplayVerify {
     }
 
     /// What the op launches once `mem` validated it ([`Self::check`]): its entry, shape
-    /// (`launch_dims`) and the parameters over `addresses`.
+    /// (`launch_dims`, with the column groups a warp of [`replay_verify_groups`]) and the
+    /// parameters over `addresses`.
     pub fn launch(&self, mem: &dyn Memory, addresses: &dyn KernelAddresses) -> Result<PlainLaunch<abi::GatedDeltaNetReplayVerifyParams>> {
+        self.launch_with_groups(mem, addresses, None)
+    }
+
+    /// [test] [`Self::launch`] with `groups` column groups a warp (1 …
+    /// `REPLAY_VERIFY_MAX_WARP_GROUPS`; None: the host's rule) — what the knob
+    /// `RGDN_REPLAY_VERIFY_GROUPS` forces, without reading it: the kernel emulation runs both.
+    /// Another count is [`Error::Unsupported`].
+    pub fn launch_with_groups(
+        &self,
+        mem: &dyn Memory,
+        addresses: &dyn KernelAddresses,
+        groups: Option<u32>,
+    ) -> Result<PlainLaunch<abi::GatedDeltaNetReplayVerifyParams>> {
         let shapes = self.check(mem)?;
+        let groups = match groups {
+            None => replay_verify_groups(shapes.1.n_heads * shapes.1.n_seqs),
+            Some(g) if (1..=abi::REPLAY_VERIFY_MAX_WARP_GROUPS).contains(&g) => g,
+            Some(g) => {
+                return Err(Error::Unsupported {
+                    op: OP,
+                    what: format!("{g} column groups a warp (1 to {})", abi::REPLAY_VERIFY_MAX_WARP_GROUPS),
+                });
+            }
+        };
         Ok(PlainLaunch {
             entry: abi::GATED_DELTA_NET_REPLAY_VERIFY_ENTRY,
-            dims: launch_dims(&shapes),
+            dims: launch_dims(&shapes, groups),
             params: self.params(&shapes, addresses),
         })
     }
@@ -145,13 +168,35 @@ impl GatedDeltaNetReplayVerify {
     }
 }
 
-/// The kernel's launch shape: grid (H_v, n_s, D / 32), block (32, 4, 1) — eight value columns a
-/// warp, 32 a block, the batched layer step's recurrence — with the dynamic shared memory its
-/// token stages take for the verify's T and the log's T_log tokens. The sizes were validated
-/// (H_v fits u32, n_s ≤ 65535, both token counts ≤ `REPLAY_VERIFY_MAX_TOKENS`).
-fn launch_dims((replay, verify): &(ReplayShape, GdnShape)) -> LaunchDims {
-    LaunchDims::new((verify.n_heads as u32, verify.n_seqs as u32, D as u32 / abi::BATCH_GDN_BLOCK_COLUMNS), (32, abi::GDN_WARPS, 1))
-        .with_shared_bytes(abi::replay_verify_shared_bytes(verify.n_tokens, replay.n_tokens))
+/// \[speed\] From how many (value head, sequence) pairs a replay-verify warp runs two column groups
+/// one after the other (its index loads, addresses and token staging paid once for 16 columns)
+/// instead of one: the grid then has half the blocks, each twice as long, which pays only when it
+/// has many waves of them (H_v·n_s = 1024 is 2048 two-group blocks, 2.6 waves of the H200's 792
+/// resident ones at six a multiprocessor; the 9B's n_s = 64 is 5.2). Not measured yet: the arms
+/// `g1` / `g2` of the device scripts are for that. `RGDN_REPLAY_VERIFY_GROUPS` = 1 / 2 forces
+/// either for measurements.
+pub const REPLAY_VERIFY_TWO_GROUPS_MIN_HEAD_SEQS: usize = 1024;
+
+/// The column groups a replay-verify warp runs for `heads_x_seqs` = H_v·n_s: the default rule, or
+/// the measurement knob `RGDN_REPLAY_VERIFY_GROUPS` = 1 / 2 (read once per process, as the other
+/// launch knobs).
+pub fn replay_verify_groups(heads_x_seqs: usize) -> u32 {
+    static KNOB: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+    match *KNOB.get_or_init(|| super::knob("RGDN_REPLAY_VERIFY_GROUPS", 1, abi::REPLAY_VERIFY_MAX_WARP_GROUPS)) {
+        Some(groups) => groups,
+        None if heads_x_seqs >= REPLAY_VERIFY_TWO_GROUPS_MIN_HEAD_SEQS => abi::REPLAY_VERIFY_MAX_WARP_GROUPS,
+        None => 1,
+    }
+}
+
+/// The kernel's launch shape: grid (H_v, n_s, D / (32·G)), block (32, 4, 1) — G groups of the
+/// batched layer step's eight value columns a warp, one after the other
+/// (`groups`, the host's from [`replay_verify_groups`]) — with the dynamic shared memory its token stages take for the
+/// verify's T and the log's T_log tokens. The sizes were validated (H_v fits u32, n_s ≤ 65535,
+/// both token counts ≤ `REPLAY_VERIFY_MAX_TOKENS`).
+fn launch_dims((replay, verify): &(ReplayShape, GdnShape), groups: u32) -> LaunchDims {
+    LaunchDims::new((verify.n_heads as u32, verify.n_seqs as u32, abi::replay_verify_grid_z(groups)), (32, abi::GDN_WARPS, 1))
+        .with_shared_bytes(abi::replay_verify_shared_bytes(verify.n_tokens, replay.n_tokens, groups))
 }
 
 impl Op for GatedDeltaNetReplayVerify {
@@ -179,8 +224,8 @@ impl Op for GatedDeltaNetReplayVerify {
         let PlainLaunch { dims, params, .. } = self.launch(mem, mem)?;
         let args = [KernelArg::Params(ParamBlock::of(&params)?)];
         // SAFETY: `check` proved the replay's launch contract (every log view inside its buffer
-        // for the heads < H_v, sequences < n_s and columns < D = 128 the grid (H_v, n_s, D/32) ×
-        // block (32, 4) reaches, key heads < H_k, T_log tokens;
+        // for the heads < H_v, sequences < n_s and columns < D = 128 the grid (H_v, n_s,
+        // D/(32·G)) × block (32, 4) reaches with G groups of 8 columns a warp, key heads < H_k, T_log tokens;
         // cache rows of D·D·H_v contiguous floats, rows cache_row elements apart, sharing no
         // bytes, overlapping no log or index view; every source and destination row a row of
         // the cache, every count ≤ T_log, no row written by two sequences nor read by a
@@ -478,5 +523,27 @@ mod tests {
         // Accepted, each index out of range, two writers of a row, a row another sequence writes.
         assert_eq!(seen.len(), 6, "{seen:?}");
         assert!(seen.values().all(|&n| n >= 20), "{seen:?}");
+    }
+}
+
+#[cfg(test)]
+mod group_rule_tests {
+    use super::*;
+
+    /// \[speed\] Two column groups a warp from [`REPLAY_VERIFY_TWO_GROUPS_MIN_HEAD_SEQS`] (value
+    /// head, sequence) pairs on, one below, and the grid that covers D columns either way (the
+    /// defaults only: a process with `RGDN_REPLAY_VERIFY_GROUPS` set says so and checks nothing).
+    #[test]
+    fn replay_verify_runs_two_groups_a_warp_from_the_threshold_on() {
+        if std::env::var_os("RGDN_REPLAY_VERIFY_GROUPS").is_some() {
+            eprintln!("RGDN_REPLAY_VERIFY_GROUPS is set: the defaults are not what this process runs; not checked");
+            return;
+        }
+        let min = REPLAY_VERIFY_TWO_GROUPS_MIN_HEAD_SEQS;
+        for (heads_x_seqs, groups) in [(1, 1), (32 * 16, 1), (min - 1, 1), (min, 2), (32 * 64, 2), (32 * 256, 2)] {
+            assert_eq!(replay_verify_groups(heads_x_seqs), groups, "H_v·n_s = {heads_x_seqs}");
+            let block_columns = abi::GDN_WARPS * abi::BATCH_GDN_WARP_COLUMNS * groups;
+            assert_eq!(abi::replay_verify_grid_z(groups) * block_columns, abi::GDN_HEAD_DIM as u32, "grid z for {groups} groups");
+        }
     }
 }

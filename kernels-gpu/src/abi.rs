@@ -850,8 +850,8 @@ param_struct! {
 /// GATED_DELTA_NET_REPLAY then GATED_DELTA_NET_FROM_CACHE reading the rows the replay wrote, in
 /// one launch (the `replay_verify` fusion): per column, the committed state read once, the
 /// replay's tokens, the commit, then the verify's tokens from the state in registers, no state
-/// slot. Block (32, [`GDN_WARPS`], 1), grid (H_v, n_s, D / [`BATCH_GDN_BLOCK_COLUMNS`]):
-/// [`BATCH_GDN_WARP_COLUMNS`] columns a warp, the batched layer step's recurrence;
+/// slot. Block (32, [`GDN_WARPS`], 1), grid (H_v, n_s, [`replay_verify_grid_z`]`(groups)`):
+/// `groups` of [`BATCH_GDN_WARP_COLUMNS`] columns a warp, one after the other;
 /// [`replay_verify_shared_bytes`] of dynamic shared memory.
 pub const GATED_DELTA_NET_REPLAY_VERIFY_ENTRY: &str = entry_name!(gated_delta_net_replay_verify);
 /// \[seq-batch\] The batched GDN layout (GATED_DELTA_NET_REPLAY_VERIFY,
@@ -868,20 +868,64 @@ const _: () = assert!(GDN_WARPS == GDN_LAYER_STEP_WARPS, "the verify's stage is 
 /// \[replay\] GATED_DELTA_NET_REPLAY_VERIFY: most tokens of the log (T_log) and of the verify (T)
 /// — a verify step's 16 — the kernel stages in shared memory.
 pub const REPLAY_VERIFY_MAX_TOKENS: usize = BATCH_GDN_MAX_TOKENS;
-/// \[replay\] GATED_DELTA_NET_REPLAY_VERIFY: shared bytes of one staged logged token: the key
-/// head's k row (512), then per warp its columns' v, g and β (64 each, the batched layer step's
-/// per-(warp, token) size).
-pub const REPLAY_VERIFY_LOG_TOKEN_BYTES: u32 =
-    GDN_HEAD_DIM as u32 * 4 + GDN_WARPS * layer_step_stage_warp_token_bytes(BATCH_MAX_GROUPS_PER_WARP);
-
-/// \[replay\] GATED_DELTA_NET_REPLAY_VERIFY's dynamic shared memory for a verify of `n_tokens`
-/// and a log of `log_tokens`: the verify's token stage (the batched layer step's,
-/// [`batch_token_stage_bytes`]) then the log's ([`REPLAY_VERIFY_LOG_TOKEN_BYTES`] a token).
-pub const fn replay_verify_shared_bytes(n_tokens: usize, log_tokens: usize) -> u32 {
-    batch_token_stage_bytes(n_tokens) + log_tokens as u32 * REPLAY_VERIFY_LOG_TOKEN_BYTES
+/// \[replay\] GATED_DELTA_NET_REPLAY_VERIFY: most column groups one warp runs one after the
+/// other, [`BATCH_GDN_WARP_COLUMNS`] columns each, so that a warp's fixed work (the index loads,
+/// the views' addresses, the token staging) is paid once for all of them. A launch runs
+/// `D / (32·groups)` blocks along z with `groups` = 1 or 2 (the host's choice: fewer, longer
+/// blocks pay off only when the grid has many waves); the kernel reads it from `%nctaid.z`.
+pub const REPLAY_VERIFY_MAX_WARP_GROUPS: u32 = 2;
+/// \[replay\] GATED_DELTA_NET_REPLAY_VERIFY: most value columns one warp runs (and stages room for).
+pub const REPLAY_VERIFY_MAX_WARP_COLUMNS: u32 = REPLAY_VERIFY_MAX_WARP_GROUPS * BATCH_GDN_WARP_COLUMNS;
+/// \[replay\] GATED_DELTA_NET_REPLAY_VERIFY's grid z for `groups` column groups a warp
+/// (1 ..= [`REPLAY_VERIFY_MAX_WARP_GROUPS`]): `D / (32·groups)` blocks of [`GDN_WARPS`] warps.
+pub const fn replay_verify_grid_z(groups: u32) -> u32 {
+    GDN_HEAD_DIM as u32 / (GDN_WARPS * BATCH_GDN_WARP_COLUMNS * groups)
 }
+const _: () = assert!(replay_verify_grid_z(1) == 4 && replay_verify_grid_z(REPLAY_VERIFY_MAX_WARP_GROUPS) == 2);
+/// \[replay\] GATED_DELTA_NET_REPLAY_VERIFY: shared bytes of one (warp, token) of either stage
+/// with `groups` column groups a warp: the warp's 8·`groups` v, then g and β (the layer step's
+/// per-(warp, token) size for that many columns: 64 bytes for one group, 128 for two).
+pub const fn replay_verify_warp_token_bytes(groups: u32) -> u32 {
+    layer_step_stage_warp_token_bytes(groups * BATCH_GDN_WARP_COLUMNS / GDN_LAYER_STEP_GROUP_COLUMNS)
+}
+/// \[replay\] GATED_DELTA_NET_REPLAY_VERIFY: shared bytes of one staged verify token: the key
+/// head's q and k rows, then per warp [`replay_verify_warp_token_bytes`].
+pub const fn replay_verify_token_bytes(groups: u32) -> u32 {
+    LAYER_STEP_STAGE_QK_BYTES + GDN_WARPS * replay_verify_warp_token_bytes(groups)
+}
+/// \[replay\] GATED_DELTA_NET_REPLAY_VERIFY: shared bytes of one staged logged token: the key
+/// head's k row (512), then per warp [`replay_verify_warp_token_bytes`].
+pub const fn replay_verify_log_token_bytes(groups: u32) -> u32 {
+    GDN_HEAD_DIM as u32 * 4 + GDN_WARPS * replay_verify_warp_token_bytes(groups)
+}
+
+/// \[replay\] GATED_DELTA_NET_REPLAY_VERIFY's dynamic shared memory for a verify of `n_tokens`,
+/// a log of `log_tokens` and `groups` column groups a warp: the verify's token stage
+/// ([`replay_verify_token_bytes`] a token, the batched layer step's layout for 8·`groups`
+/// columns a warp), the log's ([`replay_verify_log_token_bytes`] a token), then
+/// [`REPLAY_VERIFY_READ_PAST_BYTES`]. One group takes what the kernel took before groups
+/// existed (plus the pad), so that six blocks still share a multiprocessor at T = T_log = 16.
+pub const fn replay_verify_shared_bytes(n_tokens: usize, log_tokens: usize, groups: u32) -> u32 {
+    n_tokens as u32 * replay_verify_token_bytes(groups)
+        + log_tokens as u32 * replay_verify_log_token_bytes(groups)
+        + REPLAY_VERIFY_READ_PAST_BYTES
+}
+/// \[replay\] Bytes after GATED_DELTA_NET_REPLAY_VERIFY's two stages that its verify loop may
+/// read and never use: at the last token it loads "token T's" k, v, g and β with the same
+/// unconditional loads as every other token's (no branch, no zeroing). The farthest such read
+/// ends at most `max(1024 − 256·T, 40)` bytes past the stages with one group a warp,
+/// `max(1024 − 512·T, 72)` with two (T ≥ 1).
+pub const REPLAY_VERIFY_READ_PAST_BYTES: u32 = 1024;
+// At T = 1 "token 1's" q and k rows end 2·1024 bytes into the stage, past it by at most 768
+// (one group) or 512 (two); its v, g, β (the last warp's area) end at most 4·(8·G + 2) bytes past it.
+const _: () = assert!(
+    2 * LAYER_STEP_STAGE_QK_BYTES <= replay_verify_token_bytes(1) + REPLAY_VERIFY_READ_PAST_BYTES
+        && 4 * (REPLAY_VERIFY_MAX_WARP_COLUMNS + 2) <= REPLAY_VERIFY_READ_PAST_BYTES
+);
 // A plain launch gets 48 KiB of dynamic shared memory without asking.
-const _: () = assert!(replay_verify_shared_bytes(REPLAY_VERIFY_MAX_TOKENS, REPLAY_VERIFY_MAX_TOKENS) <= 48 * 1024);
+const _: () =
+    assert!(replay_verify_shared_bytes(REPLAY_VERIFY_MAX_TOKENS, REPLAY_VERIFY_MAX_TOKENS, REPLAY_VERIFY_MAX_WARP_GROUPS) <= 48 * 1024);
+const _: () = assert!(replay_verify_warp_token_bytes(1) == 64 && replay_verify_warp_token_bytes(REPLAY_VERIFY_MAX_WARP_GROUPS) == 128);
 
 param_struct! {
     /// Parameters of [`GATED_DELTA_NET_REPLAY_VERIFY_ENTRY`], passed by value: the replay's

@@ -668,7 +668,7 @@ impl WarpGroups {
 /// [layer-step] Token t's two places in the staging area at `base`: its q/k rows (the block's)
 /// and warp `warp`'s v, g, β.
 #[inline(always)]
-fn stage_slots(layout: WarpGroups, base: u32, warp: u32, t: u32) -> (u32, u32) {
+pub(crate) fn stage_slots(layout: WarpGroups, base: u32, warp: u32, t: u32) -> (u32, u32) {
     let tokens = layout.stage_tokens;
     (base + t * STAGE_QK_BYTES, base + STAGE_QK_BYTES * tokens + (warp * tokens + t) * layout.warp_token_bytes)
 }

@@ -109,12 +109,13 @@ pub(crate) unsafe fn index_at(index_view: u64, stride: u64, seq: usize) -> u32 {
 }
 
 /// [replay] One logged token's inputs for `C` value columns of one warp: this lane's k entries
-/// (rows `32·r + lane` of the key head's row), each column's v, the head's g and β — for each
-/// column the values [`LogSource::load`] reads for it.
+/// (rows `32·r + lane` of the key head's row), the v of the column whose sum this lane holds
+/// after the reduce-scatter (column `lane / (32 / C)`: [`columns_token_update`] takes its δ
+/// there), the head's g and β — each the value [`LogSource::load`] reads for its column.
 #[derive(Clone, Copy)]
 pub(crate) struct LoggedColumns<const C: usize> {
     pub k: [f32; ROWS_PER_LANE],
-    pub v: [f32; C],
+    pub v_own: f32,
     pub g: f32,
     pub beta: f32,
 }
@@ -123,15 +124,16 @@ pub(crate) struct LoggedColumns<const C: usize> {
 /// lane's rows of each in `s`): `γ = expf(g)` ([`decay`]), each column's `KV = Σ_i S[i][col]·k[i]`
 /// (its lane fma chain, [`lane_dot`]) — the C sums in one reduce-scatter
 /// ([`warp_sum_scattered`]: each value's sum has [`warp_sum`](crate::device::warp::warp_sum)'s
-/// bits, the butterfly over lanes xor 16, 8, 4, 2, 1) and broadcast from the value's first
-/// lane — then each column's
-/// `δ = β·(v − γ·KV)` and `S ← γ·S + k·δ` ([`delta`], [`update`]). Column j's operations,
-/// operands and order are [`token_update`]'s for that column; only independent operations of
-/// different columns interleave. The replay loop's body of GATED_DELTA_NET_REPLAY_VERIFY (and of
-/// a replay in the batched layer step).
+/// bits, the butterfly over lanes xor 16, 8, 4, 2, 1) — then each column's `δ = β·(v − γ·KV)`
+/// ([`delta`]) in the lanes that hold its sum, broadcast from the column's first lane, and
+/// `S ← γ·S + k·δ` ([`update`]). Column j's operations, operands and order are
+/// [`token_update`]'s for that column (δ is computed once, in a lane that holds KV's bits, instead
+/// of in every lane: the same operation on the same operands); only independent operations of
+/// different columns interleave. The replay loop's body of GATED_DELTA_NET_REPLAY_VERIFY.
 ///
 /// # Safety
-/// All 32 lanes of the warp call it together, `lane` being each one's lane index.
+/// All 32 lanes of the warp call it together, `lane` being each one's lane index; `x.v_own` is
+/// the v of column `lane / (32 / C)`.
 #[inline(always)]
 pub(crate) unsafe fn columns_token_update<const C: usize>(s: &mut [[f32; ROWS_PER_LANE]; C], x: &LoggedColumns<C>, lane: u32) {
     const { assert!(C == 8 || C == 16, "an 8- or 16-value reduce-scatter") };
@@ -146,11 +148,14 @@ pub(crate) unsafe fn columns_token_update<const C: usize>(s: &mut [[f32; ROWS_PE
     }
     // SAFETY: forwarded to the caller (the whole warp).
     let sums = unsafe { warp_sum_scattered(dots, lane) };
+    // [speed] This lane's column's δ (its sum is that column's KV), once instead of every
+    // column's in every lane.
+    let own_delta = delta(sums, gamma, x.v_own, x.beta);
     let mut j = 0;
     while j < C {
         // SAFETY: as above.
-        let kv = unsafe { shfl_idx(sums, (j * w) as u32) };
-        update(&mut s[j], &x.k, gamma, delta(kv, gamma, x.v[j], x.beta));
+        let d = unsafe { shfl_idx(own_delta, (j * w) as u32) };
+        update(&mut s[j], &x.k, gamma, d);
         j += 1;
     }
 }

@@ -27,7 +27,7 @@ pub mod math;
 pub mod shared;
 pub mod thread;
 pub mod warp;
-// [test] the shuffle primitives `warp` builds on
+// [speed] the shuffle primitives `warp` builds on
 pub mod warp_shuffle;
 
 // [mmvf-pair] read-only (`ld.global.nc`) global loads

@@ -50,6 +50,26 @@ pub fn lane_id() -> u32 {
     thread_idx_x() % 32
 }
 
+/// [speed] `%laneid`, read anew at every call (the `asm!` is not `pure`, so the compiler neither
+/// merges two reads nor moves one out of a loop): what a loop body derives from it (shared
+/// offsets, say) is computed in the body instead of living in registers across the loop.
+#[inline(always)]
+pub fn lane_id_here() -> u32 {
+    let r: u32;
+    // SAFETY: reads a special register; touches no memory.
+    unsafe { core::arch::asm!("mov.u32 {r}, %laneid;", r = out(reg32) r, options(nomem, nostack, preserves_flags)) };
+    r
+}
+
+/// [speed] `%tid.y`, read anew at every call, as [`lane_id_here`].
+#[inline(always)]
+pub fn thread_idx_y_here() -> u32 {
+    let r: u32;
+    // SAFETY: reads a special register; touches no memory.
+    unsafe { core::arch::asm!("mov.u32 {r}, %tid.y;", r = out(reg32) r, options(nomem, nostack, preserves_flags)) };
+    r
+}
+
 /// `bar.sync 0`: every thread of the block waits here until all have arrived; orders the
 /// block's shared-memory accesses before the barrier against those after it.
 ///

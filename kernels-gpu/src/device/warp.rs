@@ -123,6 +123,34 @@ pub unsafe fn warp_sum_sixteen_scattered(x: [f32; 16], lane: u32) -> f32 {
     }
 }
 
+/// [replay] [`warp_sum_sixteen_scattered`] with the offset-16 step's choice made by the caller:
+/// `x[m]` (m < 8) holds value `m + 8·b4` and `x[8 + m]` value `m + 8·(1 − b4)`, b4 the lane's
+/// bit 4. Each lane then keeps `x[0 .. 8]` and sends `x[8 ..]` with no select: the same
+/// additions on the same operands (own value first) as [`warp_sum_sixteen_scattered`] on the
+/// values in their plain order, so every value's sum has [`warp_sum`]'s bits, in lanes
+/// `2·value`, `2·value + 1`.
+///
+/// # Safety
+/// All 32 lanes of the warp must call it together, `lane` being each one's lane index.
+#[inline(always)]
+pub unsafe fn warp_sum_sixteen_scattered_lane_ordered(x: [f32; 16], lane: u32) -> f32 {
+    let mut y = [0.0f32; 32];
+    let mut m = 0;
+    while m < 8 {
+        // SAFETY: forwarded to the caller (whole warp). The partner (lane ^ 16) holds this
+        // lane's kept value m + 8·b4 at its x[8 + m].
+        y[m] = math::add(x[m], unsafe { shfl_xor(x[8 + m], 16) });
+        m += 1;
+    }
+    // SAFETY (each step): as above.
+    unsafe {
+        half_step::<4, 8>(&mut y, lane);
+        half_step::<2, 4>(&mut y, lane);
+        half_step::<1, 2>(&mut y, lane);
+        math::add(y[0], shfl_xor(y[0], 1))
+    }
+}
+
 /// One step of [`warp_sum_sixteen_scattered`]: x[m] (m < O) becomes the kept one of x[m],
 /// x[O + m] (the upper one when the lane's bit `B` is set) plus the partner lane's (lane ^ B)
 /// copy of it.

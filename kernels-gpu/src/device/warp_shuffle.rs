@@ -1,6 +1,6 @@
 //! The warp shuffle primitives (`shfl.sync`, `bar.warp.sync`): the inline PTX of
 //! [`warp`](super::warp)'s collectives, in a file of their own so that the collectives are plain
-//! Rust over them (`tests/kernel_emulation.rs` runs them over host shuffles).
+//! Rust over them.
 
 use core::arch::asm;
 
