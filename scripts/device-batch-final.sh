@@ -133,7 +133,7 @@ for d in plant-*/; do
   RGDN_SWEEP_FORWARDS=0 RGDN_SWEEP_STRIDE=3 bg "plant-$n-sweep" env $plant_env "$d/bundle/tests/gpu_sweep"
   bg "plant-$n-ops" env $plant_env "$d/bundle/tests/gpu_ops" "$(cat "$d/bundle/FILTER" 2>/dev/null || echo GDN_LAYER_STEP_VS)"
   # [replay] A kernel plant in the replay path must fail the episodes too (small shape only).
-  [ -x "$d/bundle/tests/gpu_replay" ] && RGDN_REPLAY_9B=0 bg "plant-$n-replay" "$d/bundle/tests/gpu_replay"
+  [ -x "$d/bundle/tests/gpu_replay" ] && RGDN_REPLAY_9B=0 bg "plant-$n-replay" env $plant_env "$d/bundle/tests/gpu_replay"
 done
 # A host plant (bundle-kindplant.tgz: gpu_engine built with every launch plain while the recorder
 # is off): the oversize cooperative grid's refusal, recorder off, must fail.
