@@ -8,7 +8,9 @@
 //!
 //! `RGDN_CUDA_ARCH` picks the target (default `sm_90`).
 //!
-//! Stable Rust: the built PTX of each supported arch is committed as `kernels-gpu/ptx/<arch>.ptx`.
+//! Stable Rust: the built PTX of each supported arch is committed, gzipped, as
+//! `kernels-gpu/ptx/<arch>.ptx.gz` (12 MB of text as 1.7 MB: the whole tracked tree travels to
+//! the GPU machine in every device call, under a 64 MiB limit).
 //! When the kernel toolchain (a nightly rustc with `rust-src`) is absent — a downstream crate on
 //! stable — build.rs embeds that file instead: silently on a stable or beta rustc (the documented
 //! path for a downstream crate), with a `cargo:warning` on a nightly that cannot build the
@@ -38,7 +40,7 @@ fn main() {
     println!("cargo:rerun-if-env-changed=RGDN_GIT_COMMIT");
 
     let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-    let committed = manifest_dir.join("kernels-gpu/ptx").join(format!("{arch}.ptx"));
+    let committed = manifest_dir.join("kernels-gpu/ptx").join(format!("{arch}.ptx.gz"));
     let from = env::var("RGDN_PTX_FROM").unwrap_or_default();
     let use_committed = match from.as_str() {
         "source" => {
@@ -100,14 +102,20 @@ fn main() {
     println!("cargo:rustc-env=RGDN_PTX_ORIGIN=source");
 }
 
-/// Embeds `kernels-gpu/ptx/<arch>.ptx` (a copy in OUT_DIR, so the crate reads one path either way).
+/// Embeds `kernels-gpu/ptx/<arch>.ptx.gz`, decompressed (a copy in OUT_DIR, so the crate reads one
+/// path either way).
 fn embed_committed(committed: &Path, arch: &str, out_dir: &Path) {
-    let ptx = std::fs::read_to_string(committed).unwrap_or_else(|e| {
+    use std::io::Read;
+    let file = std::fs::File::open(committed).unwrap_or_else(|e| {
         fail(&format!(
             "no committed PTX for {arch} at {} ({e}); build with {TOOLCHAIN_HINT}, or pick a committed arch with RGDN_CUDA_ARCH",
             committed.display()
         ))
     });
+    let mut ptx = String::new();
+    if let Err(e) = flate2::read::GzDecoder::new(file).read_to_string(&mut ptx) {
+        fail(&format!("{} is not a gzipped PTX text ({e}); refresh it with scripts/refresh-ptx.sh", committed.display()));
+    }
     if !ptx.contains(".entry") {
         fail(&format!("{} holds no kernel entry point", committed.display()));
     }

@@ -11,7 +11,7 @@ pub const PTX: &str = include_str!(env!("RGDN_PTX_PATH"));
 pub const PTX_ARCH: &str = env!("RGDN_PTX_ARCH");
 
 /// Where [`PTX`] came from: `"source"` (built from `kernels-gpu/` by the nightly kernel
-/// toolchain) or `"committed"` (`kernels-gpu/ptx/<arch>.ptx`, when that toolchain is absent, e.g.
+/// toolchain) or `"committed"` (`kernels-gpu/ptx/<arch>.ptx.gz`, when that toolchain is absent, e.g.
 /// on stable Rust). `tests/ptx_committed.rs` keeps the two byte-identical.
 pub const PTX_ORIGIN: &str = env!("RGDN_PTX_ORIGIN");
 

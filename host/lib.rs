@@ -18,7 +18,7 @@
 //!
 //! # Features
 //! The library alone (`default-features = false`) depends on cudarc, half, rand and thiserror,
-//! and builds on stable Rust (it then embeds the committed PTX, `kernels-gpu/ptx/<arch>.ptx`).
+//! and builds on stable Rust (it then embeds the committed PTX, `kernels-gpu/ptx/<arch>.ptx.gz`, decompressed).
 //! The default features serve this repository's own commands: `suite` (the op suite,
 //! `rgdn::suite`), `bench` (`rgdn::bench`: CUPTI, plots, JSON; brings clap, serde, plotters,
 //! indicatif, libloading), `cli` (the `rgdn` binary and its main job; implies both).

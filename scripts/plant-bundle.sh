@@ -28,8 +28,8 @@ touch "$wt"/kernels-gpu/src/*.rs
   --message-format=json 2>/dev/null) > "$tgt.json"
 out=$(mktemp -d)
 mkdir -p "$out/bundle/tests"
-python3 - "$tgt.json" "$out/bundle/tests" "$root/kernels-gpu/ptx/sm_90.ptx" "$tests" <<'PY'
-import hashlib, json, os, shutil, sys
+python3 - "$tgt.json" "$out/bundle/tests" "$root/kernels-gpu/ptx/sm_90.ptx.gz" "$tests" <<'PY'
+import gzip, hashlib, json, os, shutil, sys
 found = {}
 for line in open(sys.argv[1]):
     try:
@@ -48,7 +48,7 @@ def embedded(path):
     p = b[i:b.find(b"\0", i)]
     return p[: p.rfind(b"\n}\n") + 3]
 plant = embedded(os.path.join(sys.argv[2], sorted(found)[0]))
-head = open(sys.argv[3], "rb").read()
+head = gzip.open(sys.argv[3], "rb").read()
 # The committed file starts with a comment header; the binary embeds it too, so compare from
 # `.version` on, as `embedded` extracts.
 head = head[head.find(b".version 7.8") :]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Rebuilds the kernels with the pinned nightly and commits-ready copies them to
-# kernels-gpu/ptx/<arch>.ptx: what a stable-Rust build of rgdn embeds. Run after any change under
+# Rebuilds the kernels with the pinned nightly and commits-ready copies them, gzipped, to
+# kernels-gpu/ptx/<arch>.ptx.gz: what a stable-Rust build of rgdn embeds (decompressed). Run after any change under
 # kernels-gpu/src (tests/ptx_committed.rs fails until you do), then `git add kernels-gpu/ptx`.
 #
 #   scripts/refresh-ptx.sh            # sm_90
@@ -18,6 +18,7 @@ for arch in ${ARCHS:-sm_90}; do
         exit 1
     fi
     mkdir -p kernels-gpu/ptx
-    cp "$out_dir/rgdn.ptx" "kernels-gpu/ptx/$arch.ptx"
-    echo "kernels-gpu/ptx/$arch.ptx: $(wc -c < "kernels-gpu/ptx/$arch.ptx") bytes from $out_dir"
+    # -n: no name or time stamp in the header, so the same PTX gives the same file.
+    gzip -9 -n -c "$out_dir/rgdn.ptx" > "kernels-gpu/ptx/$arch.ptx.gz"
+    echo "kernels-gpu/ptx/$arch.ptx.gz: $(wc -c < "kernels-gpu/ptx/$arch.ptx.gz") bytes, $(wc -c < "$out_dir/rgdn.ptx") of PTX (md5 $(md5sum < "$out_dir/rgdn.ptx" | cut -c1-8)…) from $out_dir"
 done

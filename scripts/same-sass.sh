@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Whether the working tree's committed-form PTX (kernels-gpu/ptx/<arch>.ptx, refreshed by
+# Whether the working tree's committed-form PTX (kernels-gpu/ptx/<arch>.ptx.gz, refreshed by
 # scripts/refresh-ptx.sh) compiles to the same machine code as REV's: both through ptxas (PyPI
 # nvidia-cuda-nvcc, or $PTXAS), then every section of the two cubins compared byte for byte
 # (scripts/cubin_sections.py). A refactor whose PTX differs only in register and label names
@@ -14,9 +14,11 @@ ptxas=${PTXAS:-$(python3 -c 'import nvidia.cu13, os; print(os.path.join(list(nvi
 [ -x "$ptxas" ] || { echo "same-sass: no ptxas (pip install nvidia-cuda-nvcc, or set PTXAS)" >&2; exit 2; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-git show "$rev:kernels-gpu/ptx/$arch.ptx" > "$tmp/before.ptx"
+# Revisions before 2026-12-05 committed the PTX as text (<arch>.ptx), later ones gzipped.
+git show "$rev:kernels-gpu/ptx/$arch.ptx.gz" 2>/dev/null | gzip -dc > "$tmp/before.ptx" || git show "$rev:kernels-gpu/ptx/$arch.ptx" > "$tmp/before.ptx"
+gzip -dc "kernels-gpu/ptx/$arch.ptx.gz" > "$tmp/after.ptx"
 "$ptxas" -arch="$arch" "$tmp/before.ptx" -o "$tmp/before.cubin"
-"$ptxas" -arch="$arch" "kernels-gpu/ptx/$arch.ptx" -o "$tmp/after.cubin"
+"$ptxas" -arch="$arch" "$tmp/after.ptx" -o "$tmp/after.cubin"
 "$ptxas" --version | tail -1
 python3 scripts/cubin_sections.py "$tmp/before.cubin" "$tmp/after.cubin" "" > "$tmp/sections.txt"
 echo "$(grep -c '^same' "$tmp/sections.txt") sections byte-identical, $(grep -vc '^same' "$tmp/sections.txt" || true) differ"

@@ -1,7 +1,8 @@
-//! The committed PTX (`kernels-gpu/ptx/<arch>.ptx`, what a stable-Rust build embeds) is exactly
-//! the PTX the pinned nightly builds from `kernels-gpu/src`, byte for byte.
+//! The committed PTX (`kernels-gpu/ptx/<arch>.ptx.gz`, what a stable-Rust build embeds once
+//! decompressed) is exactly the PTX the pinned nightly builds from `kernels-gpu/src`, byte for byte.
 
 use rgdn::kernels::{PTX, PTX_ARCH, PTX_ORIGIN};
+use std::io::Read;
 use std::path::Path;
 
 const REFRESH: &str = "refresh it with `scripts/refresh-ptx.sh` and commit kernels-gpu/ptx/";
@@ -13,9 +14,13 @@ fn committed_ptx_is_the_ptx_built_from_source() {
         "this build embedded the committed PTX (no kernel toolchain), so there is nothing to compare it with: \
          run the tests under the pinned nightly (`rustup toolchain install` in the repository root)"
     );
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels-gpu/ptx").join(format!("{PTX_ARCH}.ptx"));
-    let committed =
-        std::fs::read(&path).unwrap_or_else(|e| panic!("no committed PTX for {PTX_ARCH} at {} ({e}); {REFRESH}", path.display()));
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels-gpu/ptx").join(format!("{PTX_ARCH}.ptx.gz"));
+    let file =
+        std::fs::File::open(&path).unwrap_or_else(|e| panic!("no committed PTX for {PTX_ARCH} at {} ({e}); {REFRESH}", path.display()));
+    let mut committed = Vec::new();
+    flate2::read::GzDecoder::new(file)
+        .read_to_end(&mut committed)
+        .unwrap_or_else(|e| panic!("{} is not gzipped ({e}); {REFRESH}", path.display()));
     if let Some(why) = first_difference(&committed, PTX.as_bytes()) {
         panic!("{} is not the PTX built from kernels-gpu/src: {why}; {REFRESH}", path.display());
     }
