@@ -157,6 +157,60 @@ fn the_replay_verify_kernel_source_equals_the_cpu_reference_on_the_suite_cases()
     conclude("GATED_DELTA_NET_REPLAY_VERIFY", "equal the CPU reference", n, &format!("{sampled} of the suite's {total} cases"), failures);
 }
 
+/// GDN_CONV_CHAIN's entries from their own source — the chain, and the replay layers' commit
+/// entries with the window commit in front (token slots unrolled to 4, 8 or 16) — against the CPU
+/// reference, on every GPU suite case of the op,
+/// launched as the op prepares them (`GdnConvChain::launch`): every byte of the memory.
+#[test]
+fn the_conv_chain_kernel_source_equals_the_cpu_reference_on_the_suite_cases() {
+    use rgdn::ops::gdn_conv_chain::{ConvChainParams, GdnConvChain};
+    use rgdn::suite::cases::gdn_conv_chain::{GROUP, cases};
+    let matching: Vec<_> = cases().into_iter().filter(|c| c.group == GROUP && !c.name.contains("refuse")).collect();
+    let total = matching.len();
+    // Every case: a plain launch of one block a (tile, sequence) takes milliseconds here.
+    let (mut failures, mut n, mut commits) = (Vec::new(), 0, 0);
+    for c in matching {
+        let Ok(Expect::Match(scenario)) = c.build() else { continue };
+        let landing = landing_of(n);
+        n += 1;
+        let emulate = |op: &(dyn Op + 'static), host: &HostMemory, emulated: &StepBuffers| {
+            let op = op.downcast_ref::<GdnConvChain>()?;
+            let launch = match op.launch(host, emulated) {
+                Ok(l) => l,
+                Err(e) => return Some(Err(e.to_string())),
+            };
+            let rgdn::ops::PlainLaunch { entry, dims, params } = launch;
+            Some(match params {
+                ConvChainParams::Chain(params) => {
+                    let Some(&(_, body)) = gdn_conv_chain::ENTRIES_EMULATED.iter().find(|(name, _)| *name == entry) else {
+                        return Some(Err(format!("{entry}: no emulated body")));
+                    };
+                    Ok(run_plain(rgdn::ops::PlainLaunch { entry, dims, params }, entry, landing, body))
+                }
+                ConvChainParams::Commit(params) => {
+                    let Some(&(_, body)) = gdn_conv_chain::COMMIT_ENTRIES_EMULATED.iter().find(|(name, _)| *name == entry) else {
+                        return Some(Err(format!("{entry}: no emulated body")));
+                    };
+                    Ok(run_plain(rgdn::ops::PlainLaunch { entry, dims, params }, entry, landing, body))
+                }
+            })
+        };
+        if scenario.ops.iter().any(|op| op.downcast_ref::<GdnConvChain>().is_some_and(|op| op.commit.is_some())) {
+            commits += 1;
+        }
+        if let Err(e) = emulated_scenario(&format!("{} (copies landing {landing:?})", c.name), &scenario, &emulate) {
+            failures.push(e);
+        }
+    }
+    conclude(
+        "GDN_CONV_CHAIN",
+        "equal the CPU reference",
+        n,
+        &format!("all of the suite's {total} cases, {commits} with the window commit"),
+        failures,
+    );
+}
+
 /// The batched GATED_DELTA_NET_FROM_CACHE (`gated_delta_net_from_cache_batch_f32_d128`: the
 /// batched layer step's staging and token loop, `group_recurrence`, with the state slots) from
 /// its own source against the CPU reference, on the GPU suite's cases of the op that the host

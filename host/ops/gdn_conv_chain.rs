@@ -7,7 +7,7 @@
 //! (`kernels-gpu/src/gdn_conv_chain.rs`) and its reference.
 
 use super::index_rules::{IndexRules, IndexView, MAX_TOUCHES, RowReaders, Values};
-use super::{Op, check};
+use super::{Op, PlainLaunch, check};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, KernelArg, KernelParams, LaunchDims, ParamBlock, PreparedLaunch};
 use crate::kernels::abi;
@@ -16,6 +16,15 @@ use crate::reference::math::Mufu;
 use crate::tensor::{DType, Tensor};
 
 const OP: &str = "GDN_CONV_CHAIN";
+
+/// The parameters of the entry a GDN_CONV_CHAIN launches ([`GdnConvChain::launch`]).
+#[derive(Clone, Copy, Debug)]
+pub enum ConvChainParams {
+    /// `gdn_conv_chain_*`.
+    Chain(abi::GdnConvChainParams),
+    /// \[replay\] `gdn_conv_chain_commit_*`: the window commit in front.
+    Commit(abi::GdnConvChainCommitParams),
+}
 /// Grid y (sequences) limit of a launch.
 const MAX_GRID_Y: usize = 65535;
 
@@ -397,6 +406,54 @@ impl GdnConvChain {
         Ok(rows)
     }
 
+    /// What the op launches once `mem` validated it ([`Self::check`]): its entry (with the
+    /// window commit in front for a replay layer), shape and parameters over `addresses`.
+    pub fn launch(&self, mem: &dyn Memory, addresses: &dyn KernelAddresses) -> Result<PlainLaunch<ConvChainParams>> {
+        let shape = self.check(mem)?;
+        let params = self.params(&shape, addresses);
+        let blocks = (shape.n_channels / abi::GDN_CONV_CHAIN_BLOCK as usize) as u32;
+        let dims = LaunchDims::new((blocks, shape.n_seqs as u32, 1), (abi::GDN_CONV_CHAIN_BLOCK, 1, 1))
+            .with_shared_bytes(abi::gdn_conv_chain_shared_bytes(shape.d_conv, shape.n_tokens));
+        let (entry, params) = match &self.commit {
+            None => (abi::gdn_conv_chain_entry(shape.d_conv), ConvChainParams::Chain(params)),
+            Some(commit) => {
+                let [window_rows_seq, ..] = check::elem_strides(&commit.window_rows);
+                let [_, log_token, log_seq, _] = check::elem_strides(&commit.log_qkv);
+                let [_, log_out_token, log_out_seq, _] = commit.log_out.map_or([0; 4], |t| check::elem_strides(&t));
+                let [_, log_k_head, log_k_token, log_k_seq] = commit.log_k.map_or([0; 4], |t| check::elem_strides(&t));
+                let [_, log_v_head, log_v_token, log_v_seq] = commit.log_v.map_or([0; 4], |t| check::elem_strides(&t));
+                let with_commit = abi::GdnConvChainCommitParams {
+                    chain: params,
+                    window_rows: addresses.address(&commit.window_rows),
+                    log_qkv: addresses.address(&commit.log_qkv),
+                    log_out: commit.log_out.map_or(0, |t| addresses.address(&t)),
+                    window_rows_seq,
+                    log_token,
+                    log_seq,
+                    log_out_token,
+                    log_out_seq,
+                    log_k: commit.log_k.map_or(0, |t| addresses.address(&t)),
+                    log_k_head,
+                    log_k_token,
+                    log_k_seq,
+                    log_v: commit.log_v.map_or(0, |t| addresses.address(&t)),
+                    log_v_head,
+                    log_v_token,
+                    log_v_seq,
+                    // Validated: 1 ..= 16.
+                    log_tokens: commit.log_qkv.ne()[1] as u32,
+                    logs: [(commit.log_out, abi::COMMIT_LOG_QKV), (commit.log_k, abi::COMMIT_LOG_K), (commit.log_v, abi::COMMIT_LOG_V)]
+                        .iter()
+                        .filter(|(t, _)| t.is_some())
+                        .fold(0, |bits, (_, bit)| bits | bit),
+                };
+                (abi::gdn_conv_chain_commit_entry(shape.d_conv), ConvChainParams::Commit(with_commit))
+            }
+        };
+        let entry = entry.expect("checked: d_conv has an entry");
+        Ok(PlainLaunch { entry, dims, params })
+    }
+
     /// The kernel's parameter block for a validated op.
     pub(crate) fn params(&self, shape: &ChainShape, mem: &dyn KernelAddresses) -> abi::GdnConvChainParams {
         let [_, cache_row, ..] = check::elem_strides(&self.conv_cache);
@@ -704,48 +761,11 @@ impl Op for GdnConvChain {
     }
 
     fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {
-        let shape = self.check(mem)?;
-        let params = self.params(&shape, mem);
-        let blocks = (shape.n_channels / abi::GDN_CONV_CHAIN_BLOCK as usize) as u32;
-        let dims = LaunchDims::new((blocks, shape.n_seqs as u32, 1), (abi::GDN_CONV_CHAIN_BLOCK, 1, 1))
-            .with_shared_bytes(abi::gdn_conv_chain_shared_bytes(shape.d_conv, shape.n_tokens));
-        let (entry, args) = match &self.commit {
-            None => (abi::gdn_conv_chain_entry(shape.d_conv), [KernelArg::Params(ParamBlock::of(&params)?)]),
-            Some(commit) => {
-                let [window_rows_seq, ..] = check::elem_strides(&commit.window_rows);
-                let [_, log_token, log_seq, _] = check::elem_strides(&commit.log_qkv);
-                let [_, log_out_token, log_out_seq, _] = commit.log_out.map_or([0; 4], |t| check::elem_strides(&t));
-                let [_, log_k_head, log_k_token, log_k_seq] = commit.log_k.map_or([0; 4], |t| check::elem_strides(&t));
-                let [_, log_v_head, log_v_token, log_v_seq] = commit.log_v.map_or([0; 4], |t| check::elem_strides(&t));
-                let with_commit = abi::GdnConvChainCommitParams {
-                    chain: params,
-                    window_rows: mem.device_ptr(&commit.window_rows),
-                    log_qkv: mem.device_ptr(&commit.log_qkv),
-                    log_out: commit.log_out.map_or(0, |t| mem.device_ptr(&t)),
-                    window_rows_seq,
-                    log_token,
-                    log_seq,
-                    log_out_token,
-                    log_out_seq,
-                    log_k: commit.log_k.map_or(0, |t| mem.device_ptr(&t)),
-                    log_k_head,
-                    log_k_token,
-                    log_k_seq,
-                    log_v: commit.log_v.map_or(0, |t| mem.device_ptr(&t)),
-                    log_v_head,
-                    log_v_token,
-                    log_v_seq,
-                    // Validated: 1 ..= 16.
-                    log_tokens: commit.log_qkv.ne()[1] as u32,
-                    logs: [(commit.log_out, abi::COMMIT_LOG_QKV), (commit.log_k, abi::COMMIT_LOG_K), (commit.log_v, abi::COMMIT_LOG_V)]
-                        .iter()
-                        .filter(|(t, _)| t.is_some())
-                        .fold(0, |bits, (_, bit)| bits | bit),
-                };
-                (abi::gdn_conv_chain_commit_entry(shape.d_conv), [KernelArg::Params(ParamBlock::of(&with_commit)?)])
-            }
+        let PlainLaunch { entry, dims, params } = self.launch(mem, mem)?;
+        let args = match params {
+            ConvChainParams::Chain(p) => [KernelArg::Params(ParamBlock::of(&p)?)],
+            ConvChainParams::Commit(p) => [KernelArg::Params(ParamBlock::of(&p)?)],
         };
-        let entry = entry.expect("checked: d_conv has an entry");
         // SAFETY: `check` proved that every sequence's source index (whose device copy holds the
         // host-known value) and every snapshot row of every sequence lie in the cache, the rows
         // are distinct, no sequence reads a row another sequence writes, offsets ≤ n_t,

@@ -833,7 +833,8 @@ unsafe fn tile_norms(p: &GdnConvChainParams, c0: usize, rows: usize, staging: u3
 }
 
 macro_rules! gdn_conv_chain_entries {
-    ($($name:ident = $d:tt;)*) => {$(
+    ($table:ident; $($name:ident = $d:tt;)*) => {
+        $(
         /// Entry point; see the module docs.
         ///
         /// # Safety
@@ -844,17 +845,57 @@ macro_rules! gdn_conv_chain_entries {
             // SAFETY: forwarded from the launch contract above.
             unsafe { gdn_conv_chain_tile::<$d>(&p, block_idx_x() as usize, block_idx_y() as usize) }
         }
-    )*};
+        )*
+        /// [test] These entries' bodies on the host (`tests/kernel_emulation.rs`: the same source
+        /// over a host `device` module), by entry name.
+        #[cfg(not(target_arch = "nvptx64"))]
+        pub const $table: &[(&str, unsafe fn(&GdnConvChainParams))] = &[$(
+            (crate::abi::entry_name!(gdn_conv_chain, $d), {
+                /// # Safety
+                /// The entry's contract (above), on an emulated launch.
+                unsafe fn body(p: &GdnConvChainParams) {
+                    // SAFETY: forwarded from the contract above.
+                    unsafe { gdn_conv_chain_tile::<$d>(p, block_idx_x() as usize, block_idx_y() as usize) }
+                }
+                body
+            }),
+        )*];
+    };
 }
 
 gdn_conv_chain_entries! {
+    ENTRIES_EMULATED;
     gdn_conv_chain_f32_d3 = 3;
     gdn_conv_chain_f32_d4 = 4;
     gdn_conv_chain_f32_d5 = 5;
 }
 
+/// \[replay\] The commit entries' body: block (tile, seq) with the token slots a thread runs
+/// through unrolled to 4, 8 or 16 — the fewest that hold n_t (validated ≤ 16), so a short step
+/// does not test 16 slots in every loop. Each arm is the same statements; only the unrolled
+/// bound differs.
+///
+/// # Safety
+/// As [`gdn_conv_chain_commit_tile`] for this block, whatever n_t ≤ 16.
+#[inline(always)]
+unsafe fn gdn_conv_chain_commit_block<const D_CONV: usize>(p: &GdnConvChainCommitParams) {
+    let (tile, seq) = (block_idx_x() as usize, block_idx_y() as usize);
+    let n_t = p.chain.n_tokens;
+    // SAFETY (each call): forwarded from the contract above; n_t ≤ MAX_T.
+    unsafe {
+        if n_t <= 4 {
+            gdn_conv_chain_commit_tile::<D_CONV, 4>(p, tile, seq)
+        } else if n_t <= 8 {
+            gdn_conv_chain_commit_tile::<D_CONV, 8>(p, tile, seq)
+        } else {
+            gdn_conv_chain_commit_tile::<D_CONV, GDN_CONV_CHAIN_MAX_TOKENS>(p, tile, seq)
+        }
+    }
+}
+
 macro_rules! gdn_conv_chain_commit_entries {
-    ($($name:ident = $d:tt;)*) => {$(
+    ($table:ident; $($name:ident = $d:tt;)*) => {
+        $(
         /// \[replay\] Entry point with the window commit in front; see
         /// [`gdn_conv_chain_commit_tile`].
         ///
@@ -863,26 +904,28 @@ macro_rules! gdn_conv_chain_commit_entries {
         #[cfg(target_arch = "nvptx64")]
         #[unsafe(export_name = crate::abi::entry_name!(gdn_conv_chain_commit, $d))]
         pub unsafe extern "ptx-kernel" fn $name(p: GdnConvChainCommitParams) {
-            let (tile, seq) = (block_idx_x() as usize, block_idx_y() as usize);
-            // [speed] The token slots a thread runs through, unrolled: 4, 8 or 16, the fewest
-            // that hold n_t (validated ≤ 16), so a short step does not test 16 slots in every
-            // loop. Each body is the same statements; only the unrolled bound differs.
-            let n_t = p.chain.n_tokens;
-            // SAFETY (each call): forwarded from the launch contract above; n_t ≤ MAX_T.
-            unsafe {
-                if n_t <= 4 {
-                    gdn_conv_chain_commit_tile::<$d, 4>(&p, tile, seq)
-                } else if n_t <= 8 {
-                    gdn_conv_chain_commit_tile::<$d, 8>(&p, tile, seq)
-                } else {
-                    gdn_conv_chain_commit_tile::<$d, GDN_CONV_CHAIN_MAX_TOKENS>(&p, tile, seq)
-                }
-            }
+            // SAFETY: forwarded from the launch contract above.
+            unsafe { gdn_conv_chain_commit_block::<$d>(&p) }
         }
-    )*};
+        )*
+        /// [test] These entries' bodies on the host, by entry name.
+        #[cfg(not(target_arch = "nvptx64"))]
+        pub const $table: &[(&str, unsafe fn(&GdnConvChainCommitParams))] = &[$(
+            (crate::abi::entry_name!(gdn_conv_chain_commit, $d), {
+                /// # Safety
+                /// The entry's contract (above), on an emulated launch.
+                unsafe fn body(p: &GdnConvChainCommitParams) {
+                    // SAFETY: forwarded from the contract above.
+                    unsafe { gdn_conv_chain_commit_block::<$d>(p) }
+                }
+                body
+            }),
+        )*];
+    };
 }
 
 gdn_conv_chain_commit_entries! {
+    COMMIT_ENTRIES_EMULATED;
     gdn_conv_chain_commit_f32_d3 = 3;
     gdn_conv_chain_commit_f32_d4 = 4;
     gdn_conv_chain_commit_f32_d5 = 5;
