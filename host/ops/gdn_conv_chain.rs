@@ -25,6 +25,7 @@ pub enum ConvChainParams {
     /// \[replay\] `gdn_conv_chain_commit_*`: the window commit in front.
     Commit(abi::GdnConvChainCommitParams),
 }
+
 /// Grid y (sequences) limit of a launch.
 const MAX_GRID_Y: usize = 65535;
 
@@ -450,7 +451,9 @@ impl GdnConvChain {
                 (abi::gdn_conv_chain_commit_entry(shape.d_conv), ConvChainParams::Commit(with_commit))
             }
         };
-        let entry = entry.expect("checked: d_conv has an entry");
+        // `check` accepts only the d_conv values with entries; a typed error all the same (a
+        // public entry point never panics).
+        let entry = entry.ok_or_else(|| Error::Unsupported { op: OP, what: format!("d_conv = {} (no kernel entry)", shape.d_conv) })?;
         Ok(PlainLaunch { entry, dims, params })
     }
 
