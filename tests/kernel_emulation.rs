@@ -37,6 +37,8 @@ mod gated_delta_net_replay_verify;
 mod gdn_conv_chain;
 #[path = "../kernels-gpu/src/gdn_layer_step.rs"]
 mod gdn_layer_step;
+#[path = "../kernels-gpu/src/gdn_layer_step_replay.rs"]
+mod gdn_layer_step_replay;
 #[path = "../kernels-gpu/src/l2_norm.rs"]
 mod l2_norm;
 #[path = "../kernels-gpu/src/mmvf.rs"]
@@ -468,4 +470,83 @@ fn the_layer_step_kernel_source_equals_the_cpu_reference_on_the_suite_cases() {
         "with n_t·n_s ≤ 4: one in three of one sequence, all of several"
     };
     conclude("GDN_LAYER_STEP", "launches equal the CPU reference", n, &format!("{sampled} of the suite's {total} cases"), failures);
+}
+
+/// \[replay\] GDN_LAYER_STEP_REPLAY's source — the commit-and-chain tiles, the mat-vec rows and
+/// GATED_DELTA_NET_REPLAY_VERIFY's blocks with the replay before the readiness wait, blocks
+/// running at once — emulated, equals the CPU reference of the whole replay layer it was fused
+/// from (the fusion pass with every fusion on a built replay layer: random logs and accepted
+/// counts 0 … T, one to four sequences in their own cells, n_t 1–16, two shapes), on grids of
+/// one, three and five blocks (block 0 held until the others wait on most), its copies landing
+/// at the wait and at the issue: every byte of every buffer.
+#[test]
+fn the_replay_step_kernel_source_equals_the_cpu_reference_on_replay_layers() {
+    use rgdn::fusion::{Options, compile, sweep};
+    use rgdn::graph::layer::{LayerSpec, Outputs, Rollback, StackSpec};
+    use rgdn::layer::{GdnShape, Step};
+    use rgdn::ops::GdnLayerStepReplay;
+    const ONE_KEY_HEAD: GdnShape = GdnShape { n_embd: 64, n_k_heads: 1, n_v_heads: 2, head_dim: 128, d_conv: 4, eps: 1e-6 };
+    const TWO_KEY_HEADS: GdnShape = GdnShape { n_embd: 96, n_k_heads: 2, n_v_heads: 4, head_dim: 128, d_conv: 3, eps: 1e-6 };
+    let cases: &[(GdnShape, usize, usize, u64)] = &[
+        (ONE_KEY_HEAD, 1, 1, 1),
+        (ONE_KEY_HEAD, 1, 4, 2),
+        (ONE_KEY_HEAD, 2, 3, 3),
+        (TWO_KEY_HEADS, 3, 5, 4),
+        (ONE_KEY_HEAD, 4, 2, 5),
+        (TWO_KEY_HEADS, 1, 16, 6),
+    ];
+    let launches =
+        [(3, Landing::AtWait, Pace::BlockZeroLast), (1, Landing::AtIssue, Pace::Free), (5, Landing::AtIssue, Pace::BlockZeroLast)];
+    let (mut failures, mut n) = (Vec::new(), 0);
+    for &(shape, n_s, n_t, seed) in cases {
+        let more: Vec<(usize, usize)> = (1..n_s).map(|s| (s, 0)).collect();
+        let step = Step { cells: n_s, ..Step::new(n_t, 0) }.with_sequences(&more).expect("at most 4 sequences");
+        let layer = LayerSpec { rollback: Rollback::Replay { log_set: 0 }, ..LayerSpec::new(shape, step) };
+        let spec = StackSpec { layers: vec![layer], outputs: Outputs::Products };
+        let b = sweep::build(&spec, seed, sweep::Planning::FusionAware).expect("a replay layer");
+        let (nodes, report) = compile(b.replay_nodes(1).expect("nodes"), &b.live_out(), Options::ALL);
+        assert_eq!(report.fired("replay_step"), 1, "n_s = {n_s}, n_t = {n_t}: {report}");
+        let scenario = Scenario {
+            mem: b.mem.clone(),
+            ops: nodes.into_iter().map(|node| node.op).collect(),
+            tolerance: rgdn::suite::Tolerance::BitExact,
+            exact_nan_payloads: false,
+        };
+        for &(blocks, landing, pace) in &launches {
+            n += 1;
+            let emulate = |op: &(dyn Op + 'static), host: &HostMemory, emulated: &StepBuffers| {
+                let step = op.downcast_ref::<GdnLayerStepReplay>()?;
+                let mut sync = vec![0u64; abi::GRID_SYNC_BYTES / 8];
+                let state = sync.as_mut_ptr() as u64;
+                Some(step.launch(host, emulated, state).map_err(|e| e.to_string()).map(|launch| {
+                    let p: abi::GdnLayerStepReplayParams = same_abi(&launch.params);
+                    let body = gdn_layer_step_replay::ENTRIES_EMULATED
+                        .iter()
+                        .find(|(name, _)| *name == launch.entry)
+                        .unwrap_or_else(|| panic!("no emulated entry {}", launch.entry))
+                        .1;
+                    // SAFETY: the parameters address the host copies of the step's views,
+                    // validated and proved by the host (`launch`); the shared bytes are the
+                    // entry's; every block runs at once over a zeroed readiness state of its own,
+                    // which outlives the launch.
+                    device::runtime::launch_cooperative(
+                        blocks,
+                        abi::GDN_LAYER_STEP_BLOCK,
+                        launch.shared_bytes as usize,
+                        landing,
+                        pace,
+                        &|| unsafe { body(&p) },
+                    );
+                }))
+            };
+            let name = format!("replay step (H_k = {}, n_s = {n_s}, n_t = {n_t}, {blocks} blocks, {landing:?}, {pace:?})", shape.n_k_heads);
+            let start = std::time::Instant::now();
+            let result = emulated_scenario(&name, &scenario, &emulate);
+            println!("{name}: {} in {:.1} s", if result.is_ok() { "equal" } else { "DIFFERENT" }, start.elapsed().as_secs_f64());
+            if let Err(e) = result {
+                failures.push(e);
+            }
+        }
+    }
+    conclude("GDN_LAYER_STEP_REPLAY", "launches", n, &format!("{} replay layers", cases.len()), failures);
 }

@@ -158,9 +158,11 @@ impl ChainBuilder for ReplayVsSnapshot {
 }
 
 /// \[replay\] Two replay-mode layers (R = 0, every sequence having accepted `accept` of its logged
-/// step): the "off" arm with the `fusions` set less `replay_verify` (the replay and the verify's
-/// recurrence as GATED_DELTA_NET_REPLAY + GATED_DELTA_NET_FROM_CACHE), the "on" arm with every
-/// fusion (GATED_DELTA_NET_REPLAY_VERIFY) — what `replay_verify` buys. Each arm builds its layer over
+/// step): the "off" arm with the `fusions` set less `replay_step` (the step as three launches:
+/// GDN_CONV_CHAIN with the commit, MUL_MAT_VEC_PAIR_GATE, GATED_DELTA_NET_REPLAY_VERIFY), the "on"
+/// arm with every fusion (GDN_LAYER_STEP_REPLAY where it fires: up to
+/// `replay_step::REPLAY_STEP_MAX_SEQS` sequences) — what `replay_step` buys. (`replay_verify`'s
+/// own arms were measured before it, `results/2026-12-04-h200-ring/`.) Each arm builds its layer over
 /// tensors of its own, so nothing is compared between them (the GPU replay episodes compare the
 /// fused and unfused replay graphs).
 pub struct ReplayFusions {
@@ -188,9 +190,9 @@ impl ChainBuilder for ReplayFusions {
 }
 
 impl ReplayFusions {
-    /// The "off" arm's set: `fusions` less `replay_verify`.
+    /// The "off" arm's set: `fusions` less `replay_step`.
     fn unfused(&self) -> crate::fusion::Options {
-        self.fusions.without(crate::fusion::replay_verify::FUSION.name)
+        self.fusions.without(crate::fusion::replay_step::FUSION.name)
     }
 }
 
@@ -414,7 +416,8 @@ mod tests {
             let names = |ops: &[Box<dyn Op>]| ops.iter().map(|o| o.name()).collect::<Vec<_>>();
             assert_eq!(names(&built.off), ["GDN_LAYER_STEP"]);
             let on = names(&built.on);
-            assert!(on.contains(&"GATED_DELTA_NET_REPLAY_VERIFY") && !on.contains(&"GATED_DELTA_NET_REPLAY"), "{on:?}");
+            // One and two sequences: the whole GDN part in one launch (`replay_step`).
+            assert!(on.contains(&"GDN_LAYER_STEP_REPLAY") && !on.contains(&"GATED_DELTA_NET_REPLAY"), "{on:?}");
             assert!(op_keys(&built.on).iter().all(|(k, role)| role.is_none() || !(k.starts_with("GET_ROWS") || k.starts_with("CPY"))));
             let mut mem = built.mem.clone();
             for op in built.off.iter().chain(&built.on) {
@@ -424,10 +427,11 @@ mod tests {
     }
 
     /// \[replay\] `--replay-arms fusions`: both arms replay layers, the defaults' without
-    /// `replay_verify` (GATED_DELTA_NET_REPLAY, then GATED_DELTA_NET_FROM_CACHE), every fusion's
-    /// with GATED_DELTA_NET_REPLAY_VERIFY; the rest of the step the same kernels.
+    /// `replay_step` (GDN_CONV_CHAIN, MUL_MAT_VEC_PAIR_GATE, GATED_DELTA_NET_REPLAY_VERIFY), every
+    /// fusion's with GDN_LAYER_STEP_REPLAY (two sequences: within its scope); the rest of the step
+    /// the same kernels.
     #[test]
-    fn the_replay_fusion_arms_differ_only_in_replay_verify() {
+    fn the_replay_fusion_arms_differ_only_in_replay_step() {
         use crate::reference::math::ExactMufu;
         let b = ReplayFusions { fusions: crate::fusion::Options::ON, accept: ReplayAccept::Half };
         assert!(!b.equivalent() && b.label(true).contains("every fusion") && b.label(false).contains("replay layer"));
@@ -435,10 +439,12 @@ mod tests {
         let built = ChainPair::new(&b, &cfg, 1).unwrap();
         let names = |ops: &[Box<dyn Op>]| ops.iter().map(|o| o.name()).collect::<Vec<_>>();
         let (off, on) = (names(&built.off), names(&built.on));
-        assert!(off.contains(&"GATED_DELTA_NET_REPLAY") && off.contains(&"GATED_DELTA_NET_FROM_CACHE"), "{off:?}");
-        assert!(!off.contains(&"GATED_DELTA_NET_REPLAY_VERIFY"), "{off:?}");
-        assert!(on.contains(&"GATED_DELTA_NET_REPLAY_VERIFY") && !on.contains(&"GATED_DELTA_NET_REPLAY"), "{on:?}");
-        let rest = |ops: &[&'static str]| ops.iter().copied().filter(|n| !n.starts_with("GATED_DELTA_NET")).collect::<Vec<&'static str>>();
+        let parts = ["GDN_CONV_CHAIN", "MUL_MAT_VEC_PAIR_GATE", "GATED_DELTA_NET_REPLAY_VERIFY"];
+        assert!(parts.iter().all(|p| off.contains(p)) && !off.contains(&"GDN_LAYER_STEP_REPLAY"), "{off:?}");
+        assert!(on.contains(&"GDN_LAYER_STEP_REPLAY") && parts.iter().all(|p| !on.contains(p)), "{on:?}");
+        let rest = |ops: &[&'static str]| {
+            ops.iter().copied().filter(|n| !parts.contains(n) && *n != "GDN_LAYER_STEP_REPLAY").collect::<Vec<&'static str>>()
+        };
         assert_eq!(rest(&off), rest(&on));
         let mut mem = built.mem.clone();
         for op in built.off.iter().chain(&built.on) {

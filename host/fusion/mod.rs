@@ -33,6 +33,7 @@ pub mod gate_pair;
 pub mod layer_step;
 pub mod legality;
 pub mod pair;
+pub mod replay_step;
 pub mod replay_verify;
 pub mod state_read;
 pub mod sweep;
@@ -84,8 +85,15 @@ impl fmt::Debug for Fusion {
 /// Every fusion, in the order the pass tries them on a layer.
 pub static REGISTRY: &[Fusion] = &FUSIONS;
 
-const FUSIONS: [Fusion; 6] =
-    [conv_chain::FUSION, pair::FUSION, gate_pair::FUSION, state_read::FUSION, layer_step::FUSION, replay_verify::FUSION];
+const FUSIONS: [Fusion; 7] = [
+    conv_chain::FUSION,
+    pair::FUSION,
+    gate_pair::FUSION,
+    state_read::FUSION,
+    layer_step::FUSION,
+    replay_verify::FUSION,
+    replay_step::FUSION,
+];
 
 /// The bits of the fusions marked `default`.
 const fn default_bits() -> u64 {
@@ -176,7 +184,8 @@ pub enum Refusal {
     Off,
     /// The layer does not hold the pattern (what is missing).
     NoPattern(&'static str),
-    /// Scope: more sequences than the fused layer step takes (GDN_LAYER_STEP_MAX_SEQS).
+    /// Scope: more sequences than the fused step takes (GDN_LAYER_STEP_MAX_SEQS; a replay step
+    /// `replay_step::REPLAY_STEP_MAX_SEQS` and the readiness flags).
     TooManySequences { sequences: usize },
     /// Scope: n_t > 16.
     TooManyTokens { n_tokens: usize },

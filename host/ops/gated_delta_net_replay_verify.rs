@@ -107,7 +107,7 @@ impl GatedDeltaNetReplayVerify {
 
     /// The verify as GATED_DELTA_NET_FROM_CACHE over the destination rows, its `states` the
     /// cache's row 0 with zero slots (never written): for its parameters and its reference.
-    fn as_from_cache(&self) -> GatedDeltaNetFromCache {
+    pub(crate) fn as_from_cache(&self) -> GatedDeltaNetFromCache {
         let r = &self.replay;
         let cache = r.ssm_cache;
         GatedDeltaNetFromCache {

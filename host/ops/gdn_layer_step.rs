@@ -287,7 +287,7 @@ impl StepShape {
 
 /// First-phase items of the single-sequence entries over every sequence: n_s·C/128 conv tiles
 /// + 2·H_v·⌈n_t·n_s/2⌉ row items (`abi::LayerStepItems`), checked.
-fn own_items(chain: &ChainShape, gdn: &GdnShape) -> Result<usize> {
+pub(crate) fn own_items(chain: &ChainShape, gdn: &GdnShape) -> Result<usize> {
     let tiles =
         check::product(OP, "conv_weight", "conv tiles n_s·C/128", &[gdn.n_seqs, chain.n_channels / abi::GDN_CONV_CHAIN_BLOCK as usize])?;
     let columns = check::product(OP, "weight", "token columns n_t·n_s", &[gdn.n_tokens, gdn.n_seqs])?;
@@ -653,7 +653,7 @@ impl GdnLayerStep {
     /// on memory contents), and takes
     /// ≈ 1.3 ms at 9B, n_t = 16 (≈ 6 µs for the rest of `check`, which runs before every
     /// launch), so proved steps are remembered (at most [`PROVED_STEPS`], then forgotten).
-    fn kernel_readiness_gap(&self, shape: &StepShape) -> Option<(u32, u32, u32)> {
+    pub(crate) fn kernel_readiness_gap(&self, shape: &StepShape) -> Option<(u32, u32, u32)> {
         let items = self.step_items(shape);
         self.proved(shape, || self.readiness_gap(shape, &|seq, head, lane| items.item_read_by(seq, head, lane, checked_before_the_proof)))
     }
@@ -946,7 +946,7 @@ fn checked_before_the_proof() -> ! {
 /// both items and column groups, several groups per warp — so the sweep's small shapes cover
 /// them too (`scripts/device-final.sh suite` runs the sweep at k = 1, 3, 7, 24). No bit depends
 /// on the grid: the items and groups are the same, only which block runs them changes.
-fn max_grid() -> u32 {
+pub(crate) fn max_grid() -> u32 {
     static KNOB: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
     let cap = KNOB.get_or_init(|| knob("RGDN_LAYER_STEP_MAX_GRID", 1, u32::MAX));
     cap.unwrap_or(u32::MAX)

@@ -69,6 +69,9 @@ pub use mmvf_pair::MulMatVecPairGate;
 // [layer-step] the whole layer step in one launch
 pub mod gdn_layer_step;
 pub use gdn_layer_step::GdnLayerStep;
+// [replay] a replay layer's step in one launch
+pub mod gdn_layer_step_replay;
+pub use gdn_layer_step_replay::GdnLayerStepReplay;
 
 // [speed] fused SOFTPLUS·MUL (its file is unary.rs)
 pub use unary::UnaryMul;

@@ -226,6 +226,42 @@ macro_rules! entry_name {
     (gdn_layer_step_seqs, f16_f32acc, 5) => {
         "gdn_layer_step_seqs_f16_f32acc_d5"
     };
+    (gdn_layer_step_replay, f32, 3) => {
+        "gdn_layer_step_replay_f32_d3"
+    };
+    (gdn_layer_step_replay, f32, 4) => {
+        "gdn_layer_step_replay_f32_d4"
+    };
+    (gdn_layer_step_replay, f32, 5) => {
+        "gdn_layer_step_replay_f32_d5"
+    };
+    (gdn_layer_step_replay, bf16, 3) => {
+        "gdn_layer_step_replay_bf16_d3"
+    };
+    (gdn_layer_step_replay, bf16, 4) => {
+        "gdn_layer_step_replay_bf16_d4"
+    };
+    (gdn_layer_step_replay, bf16, 5) => {
+        "gdn_layer_step_replay_bf16_d5"
+    };
+    (gdn_layer_step_replay, f16, 3) => {
+        "gdn_layer_step_replay_f16_d3"
+    };
+    (gdn_layer_step_replay, f16, 4) => {
+        "gdn_layer_step_replay_f16_d4"
+    };
+    (gdn_layer_step_replay, f16, 5) => {
+        "gdn_layer_step_replay_f16_d5"
+    };
+    (gdn_layer_step_replay, f16_f32acc, 3) => {
+        "gdn_layer_step_replay_f16_f32acc_d3"
+    };
+    (gdn_layer_step_replay, f16_f32acc, 4) => {
+        "gdn_layer_step_replay_f16_f32acc_d4"
+    };
+    (gdn_layer_step_replay, f16_f32acc, 5) => {
+        "gdn_layer_step_replay_f16_f32acc_d5"
+    };
     (gated_delta_net_replay) => {
         "gated_delta_net_replay_f32_d128"
     };
@@ -1146,6 +1182,10 @@ pub const PTX_LAUNCH_BOUNDS: &[(&str, u32, u32)] = &[
     // n_s·H_v·16 warp items run in fewer rounds (n_s = 4: one round of 2112 warps instead of 1.3
     // of 1584). Same call on the H200 (`results/2026-12-03-h200-seq-pairs/`): n_s = 4, T = 1 / 4
     // 8.46 / 15.99 µs against 9.84 / 18.79 at three blocks.
+    // [replay] The replay layer step: two blocks a multiprocessor (255 registers). At three
+    // (168) the d_conv 4 entries spilled 204 bytes (ptxas 13.5): the first phase's and the
+    // replay-verify item's live values add up. Not yet measured on a GPU.
+    ("gdn_layer_step_replay_", GDN_LAYER_STEP_BLOCK, 2),
     ("gdn_layer_step_seqs_", GDN_LAYER_STEP_BLOCK, 4),
     ("gdn_layer_step_", GDN_LAYER_STEP_BLOCK, 3),
     // [replay] Six blocks of 128 threads per multiprocessor (≤ 80 registers; 85 without the
@@ -1421,6 +1461,20 @@ impl LayerStepItems {
         }
     }
 
+    /// \[replay\] The items of a GDN_LAYER_STEP_REPLAY launch: the single-sequence layer step's
+    /// over `p.n_seqs` sequences (the verify's key heads: GATED_DELTA_NET_REPLAY_VERIFY's).
+    #[inline(always)]
+    pub const fn of_replay(p: &GdnLayerStepReplayParams) -> LayerStepItems {
+        LayerStepItems {
+            n_heads: p.n_heads,
+            n_key_heads: p.rv.verify.n_key_heads,
+            chain_key_heads: p.chain.chain.n_k_heads,
+            n_chain_tiles: p.n_chain_tiles,
+            n_tokens: p.n_tokens,
+            n_seqs: p.n_seqs,
+        }
+    }
+
     /// Row items per column pair: one per (row, product), the product fastest.
     pub const fn row_items_per_pair(&self) -> u32 {
         2 * self.n_heads
@@ -1579,6 +1633,73 @@ pub const fn gdn_layer_step_batch_entry(kind: u32, d_conv: usize) -> Option<&'st
         (F16_F32, 5) => entry_name!(gdn_layer_step_batch, f16_f32acc, 5),
         _ => return None,
     })
+}
+
+/// \[replay\] The replay layer step's entry (GDN_LAYER_STEP_REPLAY: the window commit and the conv
+/// chain, the products, and GATED_DELTA_NET_REPLAY_VERIFY's items in one cooperative launch) for
+/// a [`mul_mat_vec_kind`] of the alpha/beta weights and `d_conv`.
+pub const fn gdn_layer_step_replay_entry(kind: u32, d_conv: usize) -> Option<&'static str> {
+    use mul_mat_vec_kind::*;
+    Some(match (kind, d_conv) {
+        (F32, 3) => entry_name!(gdn_layer_step_replay, f32, 3),
+        (F32, 4) => entry_name!(gdn_layer_step_replay, f32, 4),
+        (F32, 5) => entry_name!(gdn_layer_step_replay, f32, 5),
+        (BF16, 3) => entry_name!(gdn_layer_step_replay, bf16, 3),
+        (BF16, 4) => entry_name!(gdn_layer_step_replay, bf16, 4),
+        (BF16, 5) => entry_name!(gdn_layer_step_replay, bf16, 5),
+        (F16_HALF, 3) => entry_name!(gdn_layer_step_replay, f16, 3),
+        (F16_HALF, 4) => entry_name!(gdn_layer_step_replay, f16, 4),
+        (F16_HALF, 5) => entry_name!(gdn_layer_step_replay, f16, 5),
+        (F16_F32, 3) => entry_name!(gdn_layer_step_replay, f16_f32acc, 3),
+        (F16_F32, 4) => entry_name!(gdn_layer_step_replay, f16_f32acc, 4),
+        (F16_F32, 5) => entry_name!(gdn_layer_step_replay, f16_f32acc, 5),
+        _ => return None,
+    })
+}
+
+/// \[replay\] GDN_LAYER_STEP_REPLAY's dynamic shared memory: the single-sequence layer step's
+/// first phase ([`gdn_layer_step_shared_bytes`]: the conv chain's tile — the commit tile's is
+/// the same layout — or a row item's reduction and staging) or a second-phase item's
+/// (GATED_DELTA_NET_REPLAY_VERIFY's block with one group a warp,
+/// [`replay_verify_shared_bytes`]), whichever is larger: a block barrier between items.
+pub const fn gdn_layer_step_replay_shared_bytes(d_conv: usize, n_tokens: usize, log_tokens: usize) -> u32 {
+    let first = gdn_layer_step_shared_bytes(d_conv, n_tokens);
+    let second = replay_verify_shared_bytes(n_tokens, log_tokens, 1);
+    if first > second { first } else { second }
+}
+
+/// \[replay\] GDN_LAYER_STEP_REPLAY: second-phase block items per (sequence, value head), each
+/// GATED_DELTA_NET_REPLAY_VERIFY's block (h, s, z) with one column group a warp
+/// ([`replay_verify_grid_z`]`(1)` = 4: 32 columns a block).
+pub const REPLAY_STEP_ITEMS_PER_HEAD: u32 = replay_verify_grid_z(1);
+
+param_struct! {
+    /// \[replay\] GDN_LAYER_STEP_REPLAY's parameters, passed by value: the three fused ops' own
+    /// parameter structs (GDN_CONV_CHAIN's with the window commit, the pair-gate's with
+    /// `epilogue` = [`PAIR_EPILOGUE_GATE`], GATED_DELTA_NET_REPLAY_VERIFY's), the readiness state
+    /// and the sizes the single-sequence layer step's items are derived from
+    /// ([`LayerStepItems::of_replay`]). 1088 bytes, alignment 8, no padding.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    pub struct GdnLayerStepReplayParams {
+        pub chain: GdnConvChainCommitParams,
+        pub gate: MulMatVecPairGateParams,
+        pub rv: GatedDeltaNetReplayVerifyParams,
+        /// Device address of the cross-block readiness state ([`GRID_SYNC_BYTES`]).
+        pub sync_state: u64,
+        /// ggml's mul_mat_vec_f block size for the row length E (as [`GdnLayerStepParams`]).
+        pub pair_block: u32,
+        /// H_v: rows of each product and value heads.
+        pub n_heads: u32,
+        /// C / 128: conv-chain tiles of one sequence.
+        pub n_chain_tiles: u32,
+        /// n_t (1 ..= [`GDN_LAYER_STEP_MAX_TOKENS`]) per sequence.
+        pub n_tokens: u32,
+        /// n_s: sequences, each with its own items.
+        pub n_seqs: u32,
+        /// Zero; makes the size a multiple of 8.
+        pub _pad: u32,
+    }
 }
 
 /// GDN_LAYER_STEP: dynamic shared memory in bytes — the conv chain's tile and staging area,
@@ -2274,6 +2395,18 @@ const LISTED_ENTRIES: &[EntrySig] = &[
     EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step_seqs, f16_f32acc, 3)),
     EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step_seqs, f16_f32acc, 4)),
     EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step_seqs, f16_f32acc, 5)),
+    EntrySig::of::<GdnLayerStepReplayParams>(entry_name!(gdn_layer_step_replay, f32, 3)),
+    EntrySig::of::<GdnLayerStepReplayParams>(entry_name!(gdn_layer_step_replay, f32, 4)),
+    EntrySig::of::<GdnLayerStepReplayParams>(entry_name!(gdn_layer_step_replay, f32, 5)),
+    EntrySig::of::<GdnLayerStepReplayParams>(entry_name!(gdn_layer_step_replay, bf16, 3)),
+    EntrySig::of::<GdnLayerStepReplayParams>(entry_name!(gdn_layer_step_replay, bf16, 4)),
+    EntrySig::of::<GdnLayerStepReplayParams>(entry_name!(gdn_layer_step_replay, bf16, 5)),
+    EntrySig::of::<GdnLayerStepReplayParams>(entry_name!(gdn_layer_step_replay, f16, 3)),
+    EntrySig::of::<GdnLayerStepReplayParams>(entry_name!(gdn_layer_step_replay, f16, 4)),
+    EntrySig::of::<GdnLayerStepReplayParams>(entry_name!(gdn_layer_step_replay, f16, 5)),
+    EntrySig::of::<GdnLayerStepReplayParams>(entry_name!(gdn_layer_step_replay, f16_f32acc, 3)),
+    EntrySig::of::<GdnLayerStepReplayParams>(entry_name!(gdn_layer_step_replay, f16_f32acc, 4)),
+    EntrySig::of::<GdnLayerStepReplayParams>(entry_name!(gdn_layer_step_replay, f16_f32acc, 5)),
     EntrySig::of::<MathProbeParams>(MATH_PROBE_ENTRY),
     EntrySig::of::<CountMismatchesParams>(COUNT_MISMATCHES_ENTRY),
     EntrySig::of::<MufuEvalParams>(MUFU_EVAL_ENTRY),

@@ -325,7 +325,6 @@ unsafe fn verify_tokens(
 /// the block call it together.
 #[inline(always)]
 unsafe fn run(p: &abi::GatedDeltaNetReplayVerifyParams, head: u32, seq: u32, block_z: u32, warp: u32, lane: u32) {
-    let r = &p.replay;
     // G, the groups a warp runs, from the grid: D / (32·G) blocks along z.
     let grid_z = grid_dim_z();
     let groups = GDN_HEAD_DIM as u32 / (GDN_WARPS * BATCH_GDN_WARP_COLUMNS * grid_z.max(1));
@@ -333,6 +332,44 @@ unsafe fn run(p: &abi::GatedDeltaNetReplayVerifyParams, head: u32, seq: u32, blo
         // Not a grid the host launches (`abi::replay_verify_grid_z`): the launch aborts.
         trap();
     }
+    // SAFETY: forwarded from the contract above, G checked against the grid; nothing to wait for.
+    unsafe { replay_verify_item::<false>(p, head, seq, block_z, warp, lane, groups, || {}) }
+}
+
+/// \[replay\] Block (`head`, `seq`, `block_z`) of GATED_DELTA_NET_REPLAY_VERIFY with `groups`
+/// column groups a warp (the module docs' steps), run by the 128 threads of a block: the
+/// standalone launch's (`WAIT` = false: the verify's tokens staged with the log's) and, with
+/// `WAIT` = true and one group a warp, a second-phase item of GDN_LAYER_STEP_REPLAY
+/// (`gdn_layer_step_replay.rs`), whose verify inputs other blocks of the launch write: the
+/// replay runs and commits first (its log and rows are written by no block of the launch), then
+/// `ready` (the readiness wait: its acquire and block barrier), then the verify's tokens are
+/// staged and the verify runs. Only where the verify's tokens are staged differs; every
+/// operation and operand is the same.
+///
+/// # Safety
+/// As [`run`] for this block and `groups` (1 ..= [`REPLAY_VERIFY_MAX_WARP_GROUPS`], `block_z` <
+/// [`abi::replay_verify_grid_z`]`(groups)`), with `WAIT` = true only for `groups` = 1; every
+/// thread of the block calls it together; with `WAIT` = true `ready` is called once by every
+/// thread of the block and, when it returns, every verify input of the block is written and
+/// visible to the block's weak and `cp.async` loads, and nothing writes it during the item; the
+/// block's shared memory is this item's alone from the call (no earlier item reads it).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn replay_verify_item<const WAIT: bool>(
+    p: &abi::GatedDeltaNetReplayVerifyParams,
+    head: u32,
+    seq: u32,
+    block_z: u32,
+    warp: u32,
+    lane: u32,
+    groups: u32,
+    mut ready: impl FnMut(),
+) {
+    if WAIT && groups != 1 {
+        // A layer-step item runs one group a warp (host: `REPLAY_STEP_ITEMS_PER_HEAD`).
+        trap();
+    }
+    let r = &p.replay;
     let columns = BATCH_GDN_WARP_COLUMNS * groups;
     // The warp's first column; group g's are the 8 from `warp_col0 + 8·g`.
     let warp_col0 = ((block_z * GDN_WARPS + warp) * columns) as usize;
@@ -391,10 +428,12 @@ unsafe fn run(p: &abi::GatedDeltaNetReplayVerifyParams, head: u32, seq: u32, blo
     let layout = verify_layout(n_tokens, columns, stage_bytes_of(columns));
     let stage = shared::base();
     let log_stage = stage + n_tokens as u32 * abi::replay_verify_token_bytes(groups);
-    // SAFETY: warp `warp` of the block at its first column, tokens < n_tokens ≤ the stage's room
-    // (the launch's shared bytes), inputs validated and written by nobody; nothing touches the
-    // area before the barrier below.
-    unsafe { issue_token_copies(layout, h.token_source(lane_usize, warp_col0), n_tokens, warp, stage) };
+    if !WAIT {
+        // SAFETY: warp `warp` of the block at its first column, tokens < n_tokens ≤ the stage's
+        // room (the launch's shared bytes), inputs validated and written by nobody; nothing
+        // touches the area before the barrier below.
+        unsafe { issue_token_copies(layout, h.token_source(lane_usize, warp_col0), n_tokens, warp, stage) };
+    }
     let log = LogSource {
         k: r.k.at(key_head, seq),
         v: r.v.at(head, seq),
@@ -421,7 +460,8 @@ unsafe fn run(p: &abi::GatedDeltaNetReplayVerifyParams, head: u32, seq: u32, blo
         // [speed] The lane and the warp read again in each group (the launch's own indices): the
         // shared offsets derived from them are recomputed here rather than kept in registers
         // across the loop (80 registers, no spills).
-        let (lane, warp) = (lane_id_here(), thread_idx_y_here());
+        // (A layer-step item's block is one-dimensional: its warp and lane are the caller's.)
+        let (lane, warp) = if WAIT { (lane, warp) } else { (lane_id_here(), thread_idx_y_here()) };
         let lane_usize = lane as usize;
         let col0 = warp_col0 + C * group as usize;
         if a > 0 {
@@ -450,6 +490,19 @@ unsafe fn run(p: &abi::GatedDeltaNetReplayVerifyParams, head: u32, seq: u32, blo
                 unsafe { store_f32x4_stride32(dest_row, (column0 + j * GDN_HEAD_DIM + lane_usize) as u32, &s[j]) };
                 j += 1;
             }
+        }
+        if WAIT {
+            // [replay-step] The verify's inputs are other blocks' first-phase outputs: the
+            // readiness wait (its acquire and block barrier), then their staging (weak `cp.async`
+            // loads after the acquire) into the verify's area, which no thread has touched.
+            ready();
+            // SAFETY: as for the standalone staging above, once `ready` returned (caller: the
+            // inputs written and visible, written by nobody during the item); one group a warp.
+            unsafe { issue_token_copies(layout, h.token_source(lane_usize, warp_col0), n_tokens, warp, stage) };
+            shared::wait_async_copies();
+            // SAFETY: every thread of the block (no early exit); after it each thread's copies
+            // are visible to the whole block.
+            unsafe { sync_threads() };
         }
         // 4b. The verify: the group's recurrence from the state in registers, each token's
         // `out` elements, no state slot.

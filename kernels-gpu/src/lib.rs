@@ -42,6 +42,8 @@ pub mod gdn_conv_chain;
 
 // [layer-step] the whole GDN layer step in one launch
 pub mod gdn_layer_step;
+// [replay] a replay layer's whole step in one launch
+pub mod gdn_layer_step_replay;
 
 #[panic_handler]
 fn panic(_: &core::panic::PanicInfo) -> ! {
