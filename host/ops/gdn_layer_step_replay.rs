@@ -408,3 +408,107 @@ impl Op for GdnLayerStepReplay {
         v
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fusion::{Options, compile, sweep};
+    use crate::graph::exec::run_cpu;
+    use crate::graph::layer::{LayerSpec, Outputs, Rollback, StackSpec};
+    use crate::layer::{GdnShape, Step};
+    use crate::reference::math::ExactMufu;
+
+    const SMALL: GdnShape = GdnShape { n_embd: 64, n_k_heads: 1, n_v_heads: 2, head_dim: 128, d_conv: 4, eps: 1e-6 };
+
+    /// A built one-layer replay graph of `n_s` sequences (own cells) and `n_t` tokens.
+    fn replay_layer(n_s: usize, n_t: usize, seed: u64) -> crate::graph::layer::Built {
+        let more: Vec<(usize, usize)> = (1..n_s).map(|s| (s, 0)).collect();
+        let step = Step { cells: n_s, ..Step::new(n_t, 0) }.with_sequences(&more).unwrap();
+        let layer = LayerSpec { rollback: Rollback::Replay { log_set: 0 }, ..LayerSpec::new(SMALL, step) };
+        sweep::build(&StackSpec { layers: vec![layer], outputs: Outputs::Products }, seed, sweep::Planning::FusionAware).unwrap()
+    }
+
+    /// The fused step of a built replay layer (every fusion).
+    fn fused_step(b: &crate::graph::layer::Built) -> GdnLayerStepReplay {
+        let (nodes, report) = compile(b.replay_nodes(1).unwrap(), &b.live_out(), Options::ALL);
+        assert_eq!(report.fired("replay_step"), 1, "{report}");
+        nodes.iter().find_map(|n| n.get::<GdnLayerStepReplay>()).unwrap().clone()
+    }
+
+    #[test]
+    fn params_have_no_padding_and_entries_are_named() {
+        assert_eq!(std::mem::size_of::<abi::GdnLayerStepReplayParams>(), 1088);
+        for kind in
+            [abi::mul_mat_vec_kind::F32, abi::mul_mat_vec_kind::BF16, abi::mul_mat_vec_kind::F16_HALF, abi::mul_mat_vec_kind::F16_F32]
+        {
+            for d in 3..=5 {
+                let e = abi::gdn_layer_step_replay_entry(kind, d).unwrap();
+                assert!(e.starts_with("gdn_layer_step_replay_") && abi::ENTRIES.iter().any(|s| s.name == e), "{e}");
+            }
+        }
+        assert!(abi::gdn_layer_step_replay_entry(abi::mul_mat_vec_kind::F32, 6).is_none());
+    }
+
+    /// The whole replay graph with the step fused (one GDN_LAYER_STEP_REPLAY) equals it with the
+    /// three parts (`replay_step` off), byte for byte, on the CPU references: every buffer.
+    #[test]
+    fn the_fused_replay_step_equals_its_three_parts_on_the_cpu() {
+        for (n_s, n_t, seed) in [(1, 1, 1), (1, 4, 2), (2, 3, 3), (4, 16, 4)] {
+            let b = replay_layer(n_s, n_t, seed);
+            let run = |options: Options| {
+                let (nodes, _) = compile(b.replay_nodes(1).unwrap(), &b.live_out(), options);
+                let mut mem = b.mem.clone();
+                run_cpu(&nodes, &mut mem, &mut ExactMufu).unwrap();
+                mem
+            };
+            let (fused, parts) = (run(Options::ALL), run(Options::ALL.without("replay_step")));
+            for i in 0..fused.n_buffers() {
+                let id = crate::tensor::BufferId(i);
+                assert!(fused.bytes(id) == parts.bytes(id), "n_s = {n_s}, n_t = {n_t}: buffer {i} differs");
+            }
+        }
+    }
+
+    #[test]
+    fn a_valid_step_launches_its_entry_with_the_layer_steps_items() {
+        let b = replay_layer(2, 3, 5);
+        let op = fused_step(&b);
+        let shape = op.check(&b.mem).unwrap();
+        assert_eq!((shape.verify.n_seqs, shape.verify.n_tokens, shape.replay.n_tokens), (2, 3, 3));
+        // Addresses: the tensor's byte offset past a fixed base (no device needed).
+        struct At(u64);
+        impl KernelAddresses for At {
+            fn address(&self, t: &Tensor) -> u64 {
+                self.0 + t.layout.offset as u64
+            }
+        }
+        let launch = op.launch(&b.mem, &At(1 << 20), 64).unwrap();
+        assert_eq!(launch.params.sync_state, 64);
+        assert_eq!(launch.entry, "gdn_layer_step_replay_f32_d4");
+        // 2 sequences × C/128 = 4 tiles, 2·H_v·⌈n_t·n_s/2⌉ = 12 row items; n_s·H_v·4 blocks.
+        assert_eq!((launch.first_phase_items, launch.second_phase_items), (8 + 12, 16));
+        assert_eq!(launch.params.n_seqs, 2);
+        assert_eq!(launch.shared_bytes, abi::gdn_layer_step_replay_shared_bytes(4, 3, 3));
+    }
+
+    #[test]
+    fn refuses_steps_out_of_scope_unlinked_or_sharing_bytes_across_phases() {
+        let b = replay_layer(1, 4, 6);
+        let op = fused_step(&b);
+        // A chain without its commit: GDN_LAYER_STEP's.
+        let mut plain = op.clone();
+        plain.chain.commit = None;
+        assert!(matches!(plain.check(&b.mem), Err(Error::Unsupported { op: OP, .. })), "{:?}", plain.check(&b.mem));
+        // The verify reading q from elsewhere.
+        let mut unlinked = op.clone();
+        unlinked.gdn.q = unlinked.gdn.k;
+        assert!(matches!(unlinked.check(&b.mem), Err(Error::Invalid { op: OP, .. })), "{:?}", unlinked.check(&b.mem));
+        // The replay's log on bytes the first phase writes (this step's conv-input log): a
+        // second-phase block would read it while a conv item writes it.
+        let mut racing = op.clone();
+        let log_out = racing.chain.commit.as_ref().unwrap().log_out.unwrap();
+        racing.gdn.replay.k = log_out.view(racing.gdn.replay.k.ne(), racing.gdn.replay.k.layout.nb, 0);
+        assert!(matches!(racing.check(&b.mem), Err(Error::Aliasing { .. })), "{:?}", racing.check(&b.mem));
+        assert!(op.check(&b.mem).is_ok());
+    }
+}

@@ -1182,10 +1182,14 @@ pub const PTX_LAUNCH_BOUNDS: &[(&str, u32, u32)] = &[
     // n_s·H_v·16 warp items run in fewer rounds (n_s = 4: one round of 2112 warps instead of 1.3
     // of 1584). Same call on the H200 (`results/2026-12-03-h200-seq-pairs/`): n_s = 4, T = 1 / 4
     // 8.46 / 15.99 µs against 9.84 / 18.79 at three blocks.
-    // [replay] The replay layer step: two blocks a multiprocessor (255 registers). At three
-    // (168) the d_conv 4 entries spilled 204 bytes (ptxas 13.5): the first phase's and the
-    // replay-verify item's live values add up. Not yet measured on a GPU.
-    ("gdn_layer_step_replay_", GDN_LAYER_STEP_BLOCK, 2),
+    // [replay] The replay layer step: four blocks a multiprocessor (≤ 128 registers, no spills
+    // with its conv items' token slots unrolled to 16, ptxas 13.5; d_conv 5 three: 168, no
+    // spills — at four it spilled 32 bytes). Not yet measured on a GPU.
+    (entry_name!(gdn_layer_step_replay, f32, 5), GDN_LAYER_STEP_BLOCK, 3),
+    (entry_name!(gdn_layer_step_replay, bf16, 5), GDN_LAYER_STEP_BLOCK, 3),
+    (entry_name!(gdn_layer_step_replay, f16, 5), GDN_LAYER_STEP_BLOCK, 3),
+    (entry_name!(gdn_layer_step_replay, f16_f32acc, 5), GDN_LAYER_STEP_BLOCK, 3),
+    ("gdn_layer_step_replay_", GDN_LAYER_STEP_BLOCK, 4),
     ("gdn_layer_step_seqs_", GDN_LAYER_STEP_BLOCK, 4),
     ("gdn_layer_step_", GDN_LAYER_STEP_BLOCK, 3),
     // [replay] Six blocks of 128 threads per multiprocessor (≤ 80 registers; 85 without the

@@ -879,18 +879,7 @@ gdn_conv_chain_entries! {
 /// As [`gdn_conv_chain_commit_tile`] for this block, whatever n_t ≤ 16.
 #[inline(always)]
 unsafe fn gdn_conv_chain_commit_block<const D_CONV: usize>(p: &GdnConvChainCommitParams) {
-    // SAFETY: forwarded from the contract above (the block's tile and sequence).
-    unsafe { gdn_conv_chain_commit_tile_any::<D_CONV>(p, block_idx_x() as usize, block_idx_y() as usize) }
-}
-
-/// \[replay\] Commit tile `tile` of sequence `seq` ([`gdn_conv_chain_commit_tile`]) with the
-/// token slots unrolled to the fewest of 4, 8 or 16 that hold n_t: the commit entries' block,
-/// and GDN_LAYER_STEP_REPLAY's conv items.
-///
-/// # Safety
-/// As [`gdn_conv_chain_commit_tile`] for this tile, whatever n_t ≤ 16.
-#[inline(always)]
-pub(crate) unsafe fn gdn_conv_chain_commit_tile_any<const D_CONV: usize>(p: &GdnConvChainCommitParams, tile: usize, seq: usize) {
+    let (tile, seq) = (block_idx_x() as usize, block_idx_y() as usize);
     let n_t = p.chain.n_tokens;
     // SAFETY (each call): forwarded from the contract above; n_t ≤ MAX_T.
     unsafe {

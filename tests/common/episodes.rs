@@ -488,7 +488,20 @@ pub fn check_replay_report_of(report: &Report, options: Options) -> Check<()> {
                 && w.replaced_ops == ["GATED_DELTA_NET_REPLAY", "GATED_DELTA_NET_FROM_CACHE"] => {}
         o => return Err(format!("replay_verify: {o} (expected it to fuse the replay and the verify)")),
     }
-    Ok(())
+    // [replay] The three fused parts → one GDN_LAYER_STEP_REPLAY where its scope holds (up to
+    // `REPLAY_STEP_MAX_SEQS` sequences within the readiness flags); refused by that name above.
+    match outcome("replay_step")? {
+        Outcome::Fused(_) if !options.allows("replay_step") => Err("replay_step fired though the options leave it out".into()),
+        Outcome::Fused(w)
+            if w.fused_op == "GDN_LAYER_STEP_REPLAY"
+                && w.replaced_ops == ["GDN_CONV_CHAIN", "MUL_MAT_VEC_PAIR_GATE", "GATED_DELTA_NET_REPLAY_VERIFY"] =>
+        {
+            Ok(())
+        }
+        Outcome::Refused(rgdn::fusion::Refusal::TooManySequences { .. } | rgdn::fusion::Refusal::Off) => Ok(()),
+        _ if !options.allows("replay_step") => Ok(()),
+        o => Err(format!("replay_step: {o} (expected it to fuse the three parts, or to refuse more sequences than it takes)")),
+    }
 }
 
 /// A bug planted in the replay graph's inputs (the certificate must fail with each;
