@@ -40,6 +40,7 @@ pub mod gated_delta_net_replay_verify;
 
 // [layer-step]
 pub mod gdn_layer_step;
+pub mod gdn_layer_step_replay;
 
 use super::Case;
 
@@ -84,6 +85,8 @@ pub fn all() -> Vec<Case> {
 
     // [layer-step]
     cases.extend(gdn_layer_step::cases());
+    // [replay] a replay layer's step in one launch
+    cases.extend(gdn_layer_step_replay::cases());
 
     cases.extend(layer::cases());
     cases
