@@ -548,5 +548,45 @@ fn the_replay_step_kernel_source_equals_the_cpu_reference_on_replay_layers() {
             }
         }
     }
-    conclude("GDN_LAYER_STEP_REPLAY", "launches", n, &format!("{} replay layers", cases.len()), failures);
+    // The GPU suite's own match cases of up to 4 token columns n_t·n_s (9B, 4B: the presets'
+    // tile, head and key-head counts), one launch each.
+    let mut suite_cases = 0;
+    for c in rgdn::suite::cases::gdn_layer_step_replay::cases() {
+        if c.group != rgdn::suite::cases::gdn_layer_step_replay::GROUP {
+            continue;
+        }
+        let Ok(Expect::Match(scenario)) = c.build() else { panic!("{}: not a match case", c.name) };
+        let step = scenario.ops.iter().find_map(|op| op.as_ref().downcast_ref::<GdnLayerStepReplay>()).expect("a replay step");
+        if step.gdn.q.ne()[2] * step.gdn.q.ne()[3] > 4 {
+            continue;
+        }
+        suite_cases += 1;
+        n += 1;
+        let emulate = |op: &(dyn Op + 'static), host: &HostMemory, emulated: &StepBuffers| {
+            let step = op.downcast_ref::<GdnLayerStepReplay>()?;
+            let mut sync = vec![0u64; abi::GRID_SYNC_BYTES / 8];
+            let state = sync.as_mut_ptr() as u64;
+            Some(step.launch(host, emulated, state).map_err(|e| e.to_string()).map(|launch| {
+                let p: abi::GdnLayerStepReplayParams = same_abi(&launch.params);
+                let body =
+                    gdn_layer_step_replay::ENTRIES_EMULATED.iter().find(|(name, _)| *name == launch.entry).expect("an emulated entry").1;
+                // SAFETY: as above.
+                device::runtime::launch_cooperative(
+                    3,
+                    abi::GDN_LAYER_STEP_BLOCK,
+                    launch.shared_bytes as usize,
+                    Landing::AtWait,
+                    Pace::BlockZeroLast,
+                    &|| unsafe { body(&p) },
+                );
+            }))
+        };
+        let start = std::time::Instant::now();
+        let result = emulated_scenario(&c.name, &scenario, &emulate);
+        println!("{}: {} in {:.1} s", c.name, if result.is_ok() { "equal" } else { "DIFFERENT" }, start.elapsed().as_secs_f64());
+        if let Err(e) = result {
+            failures.push(e);
+        }
+    }
+    conclude("GDN_LAYER_STEP_REPLAY", "launches", n, &format!("{} replay layers, {suite_cases} GPU suite cases", cases.len()), failures);
 }

@@ -279,7 +279,8 @@ fn episode(n_s: usize, n_t: usize, seed: u64, plant: Plant) -> Result<Tally, Str
 }
 
 /// [`episode`] with a bug planted in the replay graphs' path too: the replay graph, unfused,
-/// compiled without `replay_verify` and with every fusion (the defaults), runs beside the reference, its outputs, log sets and committed
+/// compiled without `replay_verify`, with the defaults and with every fusion (the opt-in
+/// `replay_step` too), runs beside the reference, its outputs, log sets and committed
 /// rows compared with the reference's after every step.
 fn episode_with(n_s: usize, n_t: usize, seed: u64, plant: Plant, graph_plant: GraphPlant) -> Result<Tally, String> {
     let setup = Setup { exec: Executor::Cpu, shape: SHAPE, n_s, n_t, seed, snapshots: &[Options::OFF, Options::ALL] };
@@ -287,7 +288,7 @@ fn episode_with(n_s: usize, n_t: usize, seed: u64, plant: Plant, graph_plant: Gr
     episodes::episode(&setup, &label, &mut |weights: &Weights, start: &Rows| {
         let rep = ReplayPath::new(n_s, n_t, weights, start, plant);
         let mut others: Vec<Box<dyn ReplayArm>> = Vec::new();
-        for o in [Options::OFF, Options::ON.without("replay_verify"), Options::ALL] {
+        for o in [Options::OFF, Options::ON.without("replay_verify"), Options::ON, Options::ALL] {
             let mut g = ReplayGraph::new(Executor::Cpu, SHAPE, (n_s, n_t, seed), o, weights, start)?;
             g.plant = graph_plant;
             others.push(Box::new(g));
