@@ -472,6 +472,42 @@ fn the_layer_step_kernel_source_equals_the_cpu_reference_on_the_suite_cases() {
     conclude("GDN_LAYER_STEP", "launches equal the CPU reference", n, &format!("{sampled} of the suite's {total} cases"), failures);
 }
 
+/// One scenario holding a GDN_LAYER_STEP_REPLAY, the step emulated from the kernel's own source
+/// on `blocks` blocks (the scenario's other ops by their reference), against the CPU reference of
+/// the whole scenario: every byte of every buffer.
+fn replay_step_case(name: &str, scenario: &Scenario, blocks: u32, landing: Landing, pace: Pace) -> Result<(), String> {
+    use rgdn::ops::GdnLayerStepReplay;
+    let emulate = |op: &(dyn Op + 'static), host: &HostMemory, emulated: &StepBuffers| {
+        let step = op.downcast_ref::<GdnLayerStepReplay>()?;
+        // The readiness state: zero, as a fresh allocation.
+        let mut sync = vec![0u64; abi::GRID_SYNC_BYTES / 8];
+        let state = sync.as_mut_ptr() as u64;
+        Some(step.launch(host, emulated, state).map_err(|e| e.to_string()).map(|launch| {
+            let p: abi::GdnLayerStepReplayParams = same_abi(&launch.params);
+            let body = gdn_layer_step_replay::ENTRIES_EMULATED
+                .iter()
+                .find(|(entry, _)| *entry == launch.entry)
+                .unwrap_or_else(|| panic!("no emulated entry {}", launch.entry))
+                .1;
+            // SAFETY: the parameters address the host copies of the step's views, validated and
+            // proved by the host (`launch`); the shared bytes are the entry's; every block runs at
+            // once over a zeroed readiness state of its own, which outlives the launch.
+            device::runtime::launch_cooperative(
+                blocks,
+                abi::GDN_LAYER_STEP_BLOCK,
+                launch.shared_bytes as usize,
+                landing,
+                pace,
+                &|| unsafe { body(&p) },
+            );
+        }))
+    };
+    let start = std::time::Instant::now();
+    let result = emulated_scenario(name, scenario, &emulate);
+    println!("{name}: {} in {:.1} s", if result.is_ok() { "equal" } else { "DIFFERENT" }, start.elapsed().as_secs_f64());
+    result
+}
+
 /// \[replay\] GDN_LAYER_STEP_REPLAY's source — the commit-and-chain tiles, the mat-vec rows and
 /// GATED_DELTA_NET_REPLAY_VERIFY's blocks with the replay before the readiness wait, blocks
 /// running at once — emulated, equals the CPU reference of the whole replay layer it was fused
@@ -514,35 +550,8 @@ fn the_replay_step_kernel_source_equals_the_cpu_reference_on_replay_layers() {
         };
         for &(blocks, landing, pace) in &launches {
             n += 1;
-            let emulate = |op: &(dyn Op + 'static), host: &HostMemory, emulated: &StepBuffers| {
-                let step = op.downcast_ref::<GdnLayerStepReplay>()?;
-                let mut sync = vec![0u64; abi::GRID_SYNC_BYTES / 8];
-                let state = sync.as_mut_ptr() as u64;
-                Some(step.launch(host, emulated, state).map_err(|e| e.to_string()).map(|launch| {
-                    let p: abi::GdnLayerStepReplayParams = same_abi(&launch.params);
-                    let body = gdn_layer_step_replay::ENTRIES_EMULATED
-                        .iter()
-                        .find(|(name, _)| *name == launch.entry)
-                        .unwrap_or_else(|| panic!("no emulated entry {}", launch.entry))
-                        .1;
-                    // SAFETY: the parameters address the host copies of the step's views,
-                    // validated and proved by the host (`launch`); the shared bytes are the
-                    // entry's; every block runs at once over a zeroed readiness state of its own,
-                    // which outlives the launch.
-                    device::runtime::launch_cooperative(
-                        blocks,
-                        abi::GDN_LAYER_STEP_BLOCK,
-                        launch.shared_bytes as usize,
-                        landing,
-                        pace,
-                        &|| unsafe { body(&p) },
-                    );
-                }))
-            };
             let name = format!("replay step (H_k = {}, n_s = {n_s}, n_t = {n_t}, {blocks} blocks, {landing:?}, {pace:?})", shape.n_k_heads);
-            let start = std::time::Instant::now();
-            let result = emulated_scenario(&name, &scenario, &emulate);
-            println!("{name}: {} in {:.1} s", if result.is_ok() { "equal" } else { "DIFFERENT" }, start.elapsed().as_secs_f64());
+            let result = replay_step_case(&name, &scenario, blocks, landing, pace);
             if let Err(e) = result {
                 failures.push(e);
             }
@@ -562,28 +571,7 @@ fn the_replay_step_kernel_source_equals_the_cpu_reference_on_replay_layers() {
         }
         suite_cases += 1;
         n += 1;
-        let emulate = |op: &(dyn Op + 'static), host: &HostMemory, emulated: &StepBuffers| {
-            let step = op.downcast_ref::<GdnLayerStepReplay>()?;
-            let mut sync = vec![0u64; abi::GRID_SYNC_BYTES / 8];
-            let state = sync.as_mut_ptr() as u64;
-            Some(step.launch(host, emulated, state).map_err(|e| e.to_string()).map(|launch| {
-                let p: abi::GdnLayerStepReplayParams = same_abi(&launch.params);
-                let body =
-                    gdn_layer_step_replay::ENTRIES_EMULATED.iter().find(|(name, _)| *name == launch.entry).expect("an emulated entry").1;
-                // SAFETY: as above.
-                device::runtime::launch_cooperative(
-                    3,
-                    abi::GDN_LAYER_STEP_BLOCK,
-                    launch.shared_bytes as usize,
-                    Landing::AtWait,
-                    Pace::BlockZeroLast,
-                    &|| unsafe { body(&p) },
-                );
-            }))
-        };
-        let start = std::time::Instant::now();
-        let result = emulated_scenario(&c.name, &scenario, &emulate);
-        println!("{}: {} in {:.1} s", c.name, if result.is_ok() { "equal" } else { "DIFFERENT" }, start.elapsed().as_secs_f64());
+        let result = replay_step_case(&c.name, &scenario, 3, Landing::AtWait, Pace::BlockZeroLast);
         if let Err(e) = result {
             failures.push(e);
         }

@@ -16,10 +16,10 @@
 //! docs).
 
 use super::legality::Candidate;
-use super::{Fusion, Graph, Refusal};
+use super::{Fusion, Graph, Refusal, only_node};
 use crate::graph::layer::LayerSpec;
 use crate::kernels::abi;
-use crate::ops::{GatedDeltaNetFromCache, GdnConvChain, GdnLayerStep, MulMatVecPairGate, Op};
+use crate::ops::{GatedDeltaNetFromCache, GdnConvChain, GdnLayerStep, MulMatVecPairGate};
 use crate::tensor::Tensor;
 
 pub const FUSION: Fusion = Fusion {
@@ -42,23 +42,17 @@ fn fires_on(spec: &LayerSpec) -> bool {
         && spec.step.n_seqs() <= abi::GDN_LAYER_STEP_MAX_SEQS
 }
 
-/// The one node of `layer` that is a `T`, or why not.
-fn only<'a, T: Op + 'static>(graph: &'a Graph, layer: usize, missing: &'static str) -> Result<(usize, &'a T), Refusal> {
-    let found: Vec<(usize, &T)> =
-        graph.nodes.iter().enumerate().filter(|(_, n)| n.layer == Some(layer)).filter_map(|(i, n)| n.get::<T>().map(|t| (i, t))).collect();
-    match found[..] {
-        [one] => Ok(one),
-        _ => Err(Refusal::NoPattern(missing)),
-    }
-}
-
 /// The structural match of the layer step in `layer`.
 pub fn find(graph: &Graph, layer: usize) -> Result<Candidate, Refusal> {
     use Refusal::*;
-    let (c, chain) = only::<GdnConvChain>(graph, layer, "no GDN_CONV_CHAIN in the layer (the `conv_chain` fusion did not fire)")?;
-    let (g, gate) = only::<MulMatVecPairGate>(graph, layer, "no MUL_MAT_VEC_PAIR_GATE in the layer (the `gate_pair` fusion did not fire)")?;
-    let (n, gdn) =
-        only::<GatedDeltaNetFromCache>(graph, layer, "no GATED_DELTA_NET_FROM_CACHE in the layer (the `state_read` fusion did not fire)")?;
+    let (c, chain) = only_node::<GdnConvChain>(graph, layer, "no GDN_CONV_CHAIN in the layer (the `conv_chain` fusion did not fire)")?;
+    let (g, gate) =
+        only_node::<MulMatVecPairGate>(graph, layer, "no MUL_MAT_VEC_PAIR_GATE in the layer (the `gate_pair` fusion did not fire)")?;
+    let (n, gdn) = only_node::<GatedDeltaNetFromCache>(
+        graph,
+        layer,
+        "no GATED_DELTA_NET_FROM_CACHE in the layer (the `state_read` fusion did not fire)",
+    )?;
     if !(c < n && g < n) {
         return Err(NoPattern("GATED_DELTA_NET_FROM_CACHE does not come after the conv chain and the products"));
     }
@@ -105,6 +99,7 @@ mod tests {
     use crate::graph::Node;
     use crate::graph::layer::{LayerSpec, Outputs, StackSpec};
     use crate::layer::{GdnShape, Step};
+    use crate::ops::Op;
 
     const SMALL: GdnShape = GdnShape { n_embd: 64, n_k_heads: 1, n_v_heads: 2, head_dim: 128, d_conv: 4, eps: 1e-6 };
 

@@ -82,6 +82,22 @@ impl fmt::Debug for Fusion {
     }
 }
 
+/// The one node of `layer` that is a `T` (its index and the op), or [`Refusal::NoPattern`]
+/// with `missing` when the layer holds none or several: the matchers that take fused nodes of
+/// other fusions as their pattern (`layer_step`, `replay_verify`, `replay_step`).
+pub(crate) fn only_node<'a, T: crate::ops::Op + 'static>(
+    graph: &'a Graph,
+    layer: usize,
+    missing: &'static str,
+) -> Result<(usize, &'a T), Refusal> {
+    let found: Vec<(usize, &T)> =
+        graph.nodes.iter().enumerate().filter(|(_, n)| n.layer == Some(layer)).filter_map(|(i, n)| n.get::<T>().map(|t| (i, t))).collect();
+    match found[..] {
+        [one] => Ok(one),
+        _ => Err(Refusal::NoPattern(missing)),
+    }
+}
+
 /// Every fusion, in the order the pass tries them on a layer.
 pub static REGISTRY: &[Fusion] = &FUSIONS;
 

@@ -22,10 +22,10 @@
 //!   (head, sequence) block, the layer step's blocks would run them in rounds).
 
 use super::legality::Candidate;
-use super::{Fusion, Graph, Refusal};
+use super::{Fusion, Graph, Refusal, only_node};
 use crate::graph::layer::{LayerSpec, Rollback};
 use crate::kernels::abi;
-use crate::ops::{GatedDeltaNetReplayVerify, GdnConvChain, GdnLayerStepReplay, MulMatVecPairGate, Op};
+use crate::ops::{GatedDeltaNetReplayVerify, GdnConvChain, GdnLayerStepReplay, MulMatVecPairGate};
 use crate::tensor::Tensor;
 
 pub const FUSION: Fusion = Fusion {
@@ -57,22 +57,13 @@ fn fires_on(spec: &LayerSpec) -> bool {
         && spec.step.n_seqs() <= REPLAY_STEP_MAX_SEQS
 }
 
-/// The one node of `layer` that is a `T`, or why not.
-fn only<'a, T: Op + 'static>(graph: &'a Graph, layer: usize, missing: &'static str) -> Result<(usize, &'a T), Refusal> {
-    let found: Vec<(usize, &T)> =
-        graph.nodes.iter().enumerate().filter(|(_, n)| n.layer == Some(layer)).filter_map(|(i, n)| n.get::<T>().map(|t| (i, t))).collect();
-    match found[..] {
-        [one] => Ok(one),
-        _ => Err(Refusal::NoPattern(missing)),
-    }
-}
-
 /// The structural match of the replay step in `layer`.
 pub fn find(graph: &Graph, layer: usize) -> Result<Candidate, Refusal> {
     use Refusal::*;
-    let (c, chain) = only::<GdnConvChain>(graph, layer, "no GDN_CONV_CHAIN in the layer (the `conv_chain` fusion did not fire)")?;
-    let (g, gate) = only::<MulMatVecPairGate>(graph, layer, "no MUL_MAT_VEC_PAIR_GATE in the layer (the `gate_pair` fusion did not fire)")?;
-    let (n, gdn) = only::<GatedDeltaNetReplayVerify>(
+    let (c, chain) = only_node::<GdnConvChain>(graph, layer, "no GDN_CONV_CHAIN in the layer (the `conv_chain` fusion did not fire)")?;
+    let (g, gate) =
+        only_node::<MulMatVecPairGate>(graph, layer, "no MUL_MAT_VEC_PAIR_GATE in the layer (the `gate_pair` fusion did not fire)")?;
+    let (n, gdn) = only_node::<GatedDeltaNetReplayVerify>(
         graph,
         layer,
         "no GATED_DELTA_NET_REPLAY_VERIFY in the layer (the `replay_verify` fusion did not fire)",
@@ -125,6 +116,7 @@ mod tests {
     use super::*;
     use crate::fusion::{Options, fuse, sweep, try_fusion};
     use crate::graph::Node;
+    use crate::ops::Op;
 
     /// A one-layer replay graph (two sequences of `n_t` tokens, own cells) after the fusions
     /// before this one, and what the caller observes.

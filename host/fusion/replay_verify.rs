@@ -21,10 +21,10 @@
 //!   and takes the replayed state where it commits one and the row's own bits where not.
 
 use super::legality::Candidate;
-use super::{Fusion, Graph, Refusal};
+use super::{Fusion, Graph, Refusal, only_node};
 use crate::graph::layer::{LayerSpec, Rollback};
 use crate::kernels::abi;
-use crate::ops::{GatedDeltaNetFromCache, GatedDeltaNetReplay, GatedDeltaNetReplayVerify, Op};
+use crate::ops::{GatedDeltaNetFromCache, GatedDeltaNetReplay, GatedDeltaNetReplayVerify};
 
 pub const FUSION: Fusion = Fusion {
     name: "replay_verify",
@@ -46,21 +46,11 @@ fn fires_on(spec: &LayerSpec) -> bool {
         && spec.step.n_tokens <= abi::REPLAY_VERIFY_MAX_TOKENS
 }
 
-/// The one node of `layer` that is a `T` (its index), or why not.
-fn only<T: Op + 'static>(graph: &Graph, layer: usize, missing: &'static str) -> Result<usize, Refusal> {
-    let found: Vec<usize> =
-        graph.nodes.iter().enumerate().filter(|(_, n)| n.layer == Some(layer) && n.get::<T>().is_some()).map(|(i, _)| i).collect();
-    match found[..] {
-        [one] => Ok(one),
-        _ => Err(Refusal::NoPattern(missing)),
-    }
-}
-
 /// The structural match in `layer`.
 pub fn find(graph: &Graph, layer: usize) -> Result<Candidate, Refusal> {
     use Refusal::*;
-    let r = only::<GatedDeltaNetReplay>(graph, layer, "not one GATED_DELTA_NET_REPLAY in the layer (not a replay layer)")?;
-    let n = only::<GatedDeltaNetFromCache>(
+    let (r, replay) = only_node::<GatedDeltaNetReplay>(graph, layer, "not one GATED_DELTA_NET_REPLAY in the layer (not a replay layer)")?;
+    let (n, verify) = only_node::<GatedDeltaNetFromCache>(
         graph,
         layer,
         "not one GATED_DELTA_NET_FROM_CACHE in the layer (the `state_read` fusion did not fire)",
@@ -68,9 +58,6 @@ pub fn find(graph: &Graph, layer: usize) -> Result<Candidate, Refusal> {
     if n < r {
         return Err(NoPattern("GATED_DELTA_NET_FROM_CACHE comes before the replay"));
     }
-    let (Some(replay), Some(verify)) = (graph.nodes[r].get::<GatedDeltaNetReplay>(), graph.nodes[n].get::<GatedDeltaNetFromCache>()) else {
-        return Err(NoPattern("the nodes found are not a replay and a verify"));
-    };
     let fused = GatedDeltaNetReplayVerify::of_pair(replay, verify)
         .ok_or(Layout("the verify does not read its states through the replay's cache and destination index"))?;
     Ok(Candidate {
@@ -91,6 +78,7 @@ mod tests {
     use crate::graph::layer::{Outputs, StackSpec};
     use crate::graph::{Node, Stage};
     use crate::layer::{GdnShape, Step};
+    use crate::ops::Op;
 
     const SMALL: GdnShape = GdnShape { n_embd: 64, n_k_heads: 1, n_v_heads: 2, head_dim: 128, d_conv: 4, eps: 1e-6 };
 
