@@ -316,7 +316,7 @@ pub fn keys_for_names(names: &[&'static str]) -> Vec<(String, Option<&'static st
     let conv_state_fused = names.contains(&"GDN_CONV_CHAIN");
     // [replay] A replay layer's copies are the window commit's and the log's: the snapshot
     // layer's roles do not name them.
-    let replay = names.iter().any(|n| n.starts_with("GATED_DELTA_NET_REPLAY"));
+    let replay = names.iter().any(|n| n.starts_with("GATED_DELTA_NET_REPLAY") || *n == "GDN_LAYER_STEP_REPLAY");
     let mut seen = std::collections::HashMap::<&str, usize>::new();
     names
         .iter()

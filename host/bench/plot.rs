@@ -36,6 +36,7 @@ pub fn short_name(key: &str) -> String {
         "MUL_MAT_VEC_PAIR_GATE" => "pair+gate",
         "GATED_DELTA_NET_FROM_CACHE" => "gdn+read",
         "GDN_LAYER_STEP" => "step",
+        "GDN_LAYER_STEP_REPLAY" => "rstep",
         "UNARY_MUL" => "splus·mul",
         "GDN_CONV_CHAIN" => "chain",
         "SIGMOID" => "sigm",

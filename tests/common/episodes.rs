@@ -529,8 +529,9 @@ pub struct ReplayGraph {
     /// The nodes writing log set 0 and 1.
     nodes: [Vec<Node>; 2],
     mem: GraphMemory,
-    /// GATED_DELTA_NET_REPLAY_VERIFY when compiled with every fusion (one launch per run on
-    /// the GPU).
+    /// The fused op whose one launch per run the GPU checks: GDN_LAYER_STEP_REPLAY where
+    /// `replay_step` fired, else GATED_DELTA_NET_REPLAY_VERIFY (or GDN_CONV_CHAIN without
+    /// `replay_verify`).
     fused: Option<&'static str>,
     n_s: usize,
     /// A bug planted in the graph path's per-step index (`GraphPlant::None` unless a test
@@ -564,15 +565,20 @@ impl ReplayGraph {
         let (built, compiled, host) =
             build_and_compile(&spec, seed, options, &|b| [0, 1].map(|set| b.replay_nodes(set).expect("nodes")).to_vec());
         let mut nodes = [Vec::new(), Vec::new()];
+        // The launch the GPU checks for: the whole step's (`replay_step`, where it fired), else
+        // the fused replay and verify, or in a set without `replay_verify` the commit chain's.
+        let mut fused_op = "GDN_CONV_CHAIN";
         for (set, (n, report)) in compiled.into_iter().enumerate() {
             if options != Options::OFF {
                 check_replay_report_of(&report, options).map_err(|e| format!("n_s {n_s}, T {n_t}, log set {set}: {e}\n{report}"))?;
             }
+            if report.fired("replay_step") == 1 {
+                fused_op = "GDN_LAYER_STEP_REPLAY";
+            } else if report.fired("replay_verify") == 1 {
+                fused_op = "GATED_DELTA_NET_REPLAY_VERIFY";
+            }
             nodes[set] = n;
         }
-        // The launch the GPU checks for: the fused replay and verify, or in a set without
-        // `replay_verify` the commit chain's one launch.
-        let fused_op = if options.allows("replay_verify") { "GATED_DELTA_NET_REPLAY_VERIFY" } else { "GDN_CONV_CHAIN" };
         let (name, fused) = match options {
             Options::OFF => ("replay graph unfused", None),
             o if !o.allows("replay_verify") => ("replay graph fused without replay_verify", Some(fused_op)),
