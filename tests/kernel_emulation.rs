@@ -578,3 +578,167 @@ fn the_replay_step_kernel_source_equals_the_cpu_reference_on_replay_layers() {
     }
     conclude("GDN_LAYER_STEP_REPLAY", "launches", n, &format!("{} replay layers, {suite_cases} GPU suite cases", cases.len()), failures);
 }
+
+/// The bytes `t` spans in its buffer: (buffer, first byte, one past the last), or None when its
+/// extent does not fit usize (such a view must be refused anyway).
+fn byte_span(t: &Tensor) -> Option<(usize, usize, usize)> {
+    let (ne, nb) = (t.ne(), t.layout.nb);
+    if ne.iter().any(|&n| n == 0) {
+        return Some((t.buffer.0, t.layout.offset, t.layout.offset));
+    }
+    let last = (0..4).try_fold(t.layout.offset, |acc, d| acc.checked_add((ne[d] - 1).checked_mul(nb[d])?))?;
+    Some((t.buffer.0, t.layout.offset, last.checked_add(t.layout.dtype.size())?))
+}
+
+/// \[replay\] Adversarially: GDN_LAYER_STEP_REPLAY's host check on perturbed steps. From a valid
+/// step of a built replay layer (two sequences, three tokens), each trial moves one of its views
+/// — onto another view of the step (a link broken, two parts on one buffer), or a few elements
+/// along its buffer (a partial overlap, a misaligned or out-of-bounds view) — and asks `launch`.
+/// It must never panic; a refusal is a typed error; and every perturbed step it accepts must
+/// (a) keep what the kernel reads before its readiness wait (the replay's log, counts, rows and
+/// the ssm cache) and what its second phase writes (`out`, the ssm cache) off every first-phase
+/// output, by the bytes the views span (an oracle written here, apart from the op's check), and
+/// (b) run, emulated from the kernel's own source on three blocks with block 0 held, to the bytes
+/// of the three parts' CPU references run one after the other.
+#[test]
+fn every_perturbed_replay_step_the_host_accepts_runs_to_its_reference() {
+    use rand::{Rng, SeedableRng};
+    use rgdn::fusion::{Options, compile, sweep};
+    use rgdn::graph::layer::{LayerSpec, Outputs, Rollback, StackSpec};
+    use rgdn::layer::{GdnShape, Step};
+    use rgdn::ops::GdnLayerStepReplay;
+    const SHAPE: GdnShape = GdnShape { n_embd: 64, n_k_heads: 1, n_v_heads: 2, head_dim: 128, d_conv: 4, eps: 1e-6 };
+    let step = Step { cells: 2, ..Step::new(3, 0) }.with_sequences(&[(1, 0)]).expect("two sequences");
+    let layer = LayerSpec { rollback: Rollback::Replay { log_set: 0 }, ..LayerSpec::new(SHAPE, step) };
+    let b = sweep::build(&StackSpec { layers: vec![layer], outputs: Outputs::Products }, 7, sweep::Planning::FusionAware)
+        .expect("a replay layer");
+    let (nodes, _) = compile(b.replay_nodes(1).expect("nodes"), &b.live_out(), Options::ALL);
+    let valid = nodes.iter().find_map(|n| n.get::<GdnLayerStepReplay>()).expect("a replay step").clone();
+    // Every view of the step, by name.
+    type Field = (&'static str, fn(&mut GdnLayerStepReplay) -> &mut Tensor);
+    let fields: Vec<Field> = vec![
+        ("conv_cache", |o| &mut o.chain.conv_cache),
+        ("source_row", |o| &mut o.chain.source_row),
+        ("qkv", |o| &mut o.chain.qkv),
+        ("conv_weight", |o| &mut o.chain.weight),
+        ("conv_out", |o| &mut o.chain.conv_out),
+        ("q_norm", |o| &mut o.chain.q_norm),
+        ("k_norm", |o| &mut o.chain.k_norm),
+        ("log_qkv", |o| &mut o.chain.commit.as_mut().expect("a commit").log_qkv),
+        ("window_rows", |o| &mut o.chain.commit.as_mut().expect("a commit").window_rows),
+        ("log_out", |o| o.chain.commit.as_mut().expect("a commit").log_out.as_mut().expect("a log")),
+        ("log_k", |o| o.chain.commit.as_mut().expect("a commit").log_k.as_mut().expect("a log")),
+        ("log_v", |o| o.chain.commit.as_mut().expect("a commit").log_v.as_mut().expect("a log")),
+        ("alpha_weight", |o| &mut o.gate.pair.first.weight),
+        ("beta_weight", |o| &mut o.gate.pair.second.weight),
+        ("cur", |o| &mut o.gate.pair.first.input),
+        ("alpha", |o| &mut o.gate.pair.first.dst),
+        ("beta_raw", |o| &mut o.gate.pair.second.dst),
+        ("dt_bias", |o| &mut o.gate.dt_bias),
+        ("ssm_a", |o| &mut o.gate.ssm_a),
+        ("beta", |o| &mut o.gate.beta),
+        ("gate", |o| &mut o.gate.gate),
+        ("replay k", |o| &mut o.gdn.replay.k),
+        ("replay v", |o| &mut o.gdn.replay.v),
+        ("replay g", |o| &mut o.gdn.replay.g),
+        ("replay beta", |o| &mut o.gdn.replay.beta),
+        ("ssm_cache", |o| &mut o.gdn.replay.ssm_cache),
+        ("ssm source_rows", |o| &mut o.gdn.replay.source_rows),
+        ("ssm dest_rows", |o| &mut o.gdn.replay.dest_rows),
+        ("accepted", |o| &mut o.gdn.replay.accepted),
+        ("verify q", |o| &mut o.gdn.q),
+        ("verify k", |o| &mut o.gdn.k),
+        ("verify v", |o| &mut o.gdn.v),
+        ("verify g", |o| &mut o.gdn.g),
+        ("verify beta", |o| &mut o.gdn.beta),
+        ("out", |o| &mut o.gdn.out),
+    ];
+    // (a): the oracle's groups, by field name.
+    let first_phase_writes =
+        ["conv_cache", "conv_out", "q_norm", "k_norm", "log_out", "log_k", "log_v", "alpha", "beta_raw", "beta", "gate"];
+    let early_reads = ["replay k", "replay v", "replay g", "replay beta", "ssm_cache", "ssm source_rows", "ssm dest_rows", "accepted"];
+    let oracle = |op: &GdnLayerStepReplay| -> Option<String> {
+        let span = |name: &str| {
+            let get = fields.iter().find(|f| f.0 == name).expect("a field").1;
+            byte_span(get(&mut op.clone()))
+        };
+        let meet = |a: &str, b: &str| match (span(a), span(b)) {
+            (Some((ba, sa, ea)), Some((bb, sb, eb))) => ba == bb && sa < eb && sb < ea,
+            _ => true,
+        };
+        for w in first_phase_writes {
+            for r in early_reads.iter().chain(&["out"]) {
+                if meet(w, r) {
+                    return Some(format!("{r} shares bytes with the first phase's {w}"));
+                }
+            }
+        }
+        None
+    };
+    assert_eq!(oracle(&valid), None, "the valid step");
+    let trials = if full_tests() { 2000 } else { 400 };
+    let mut rng = rand::rngs::StdRng::seed_from_u64(24);
+    let (mut accepted, mut refused, mut failures) = (0usize, std::collections::BTreeMap::<String, usize>::new(), Vec::new());
+    for trial in 0..trials {
+        let mut op = valid.clone();
+        let (name, field) = fields[rng.random_range(0..fields.len())];
+        let how = match rng.random_range(0..3) {
+            0 => {
+                // Onto another view of the step.
+                let (other, get) = fields[rng.random_range(0..fields.len())];
+                *field(&mut op) = *get(&mut valid.clone());
+                format!("{name} := {other}")
+            }
+            1 => {
+                let t = *field(&mut op);
+                let shift = 4 * rng.random_range(1..64usize);
+                *field(&mut op) = t.view(t.ne(), t.layout.nb, shift);
+                format!("{name} shifted {shift} bytes")
+            }
+            _ => {
+                let t = *field(&mut op);
+                let shift = rng.random_range(1..4usize);
+                *field(&mut op) = t.view(t.ne(), t.layout.nb, shift);
+                format!("{name} misaligned by {shift}")
+            }
+        };
+        let mut sync = vec![0u64; abi::GRID_SYNC_BYTES / 8];
+        let state = sync.as_mut_ptr() as u64;
+        let emulated = StepBuffers::of(&b.mem);
+        let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| op.launch(&b.mem, &emulated, state).map(|_| ())));
+        match checked {
+            Err(_) => failures.push(format!("trial {trial} ({how}): the host check panicked")),
+            Ok(Err(e)) => {
+                // By kind: the variant's name (`Aliasing`, `Invalid`, …).
+                let kind: String = format!("{e:?}").chars().take_while(|c| c.is_alphanumeric()).collect();
+                *refused.entry(kind).or_default() += 1;
+            }
+            Ok(Ok(())) => {
+                accepted += 1;
+                if let Some(why) = oracle(&op) {
+                    failures.push(format!("trial {trial} ({how}): accepted, but {why}"));
+                    continue;
+                }
+                let scenario = Scenario {
+                    mem: b.mem.clone(),
+                    ops: vec![Box::new(op)],
+                    tolerance: rgdn::suite::Tolerance::BitExact,
+                    exact_nan_payloads: false,
+                };
+                if let Err(e) = replay_step_case(&format!("trial {trial} ({how})"), &scenario, 3, landing_of(trial), Pace::BlockZeroLast) {
+                    failures.push(e);
+                }
+            }
+        }
+    }
+    println!(
+        "perturbed replay steps: {trials} trials, {accepted} accepted (each emulated against its reference), refusals by kind: {refused:?}"
+    );
+    conclude(
+        "GDN_LAYER_STEP_REPLAY",
+        "perturbed steps handled",
+        trials,
+        "accepted ones emulated, the others refused by a typed error",
+        failures,
+    );
+}
