@@ -7,8 +7,8 @@
 //! [`gated_delta_net_replay_verify`](crate::gated_delta_net_replay_verify)). Scope: the
 //! single-sequence layer step's items over n_s sequences (one, and small batches), n_t and the
 //! log's T_log 1–16, d_conv 3–5, D = 128, F32 / BF16 / F16 weights; the host refuses the rest
-//! (`host/ops/gdn_layer_step_replay.rs`). Design: `docs/rollback.md`, "The replay step in one
-//! launch".
+//! (`host/ops/gdn_layer_step_replay.rs`). Design: `docs/rollback.md`, "Built so far:
+//! GDN_LAYER_STEP_REPLAY".
 //!
 //! # Design: GDN_LAYER_STEP's two phases, with the replay in front of the second's wait
 //!
