@@ -10,7 +10,8 @@
 # 4. a planted bug (plant-NAME.txz: `scripts/plant-bundle.sh`; the second phase skipping its
 #    readiness wait, `results/2026-12-05-local-replay-step/plant-replay-step-no-wait.patch`):
 #    its suite cases and episodes must fail;
-# 5. the one launch against the three (`--replay-arms fusions`) at n_s = 1, 2, 4, and the
+# 5. the one launch against the three (`--replay-arms fusions`) at n_s = 1, 2, 4 (and 8, 16 with
+#    the scope knob `RGDN_REPLAY_STEP_MAX_SEQS`), and the
 #    replay step (now one launch) against the snapshot step at n_s = 1 and 4 (issue 26: n_s = 1
 #    no slower than snapshots), a = T/2 and a = T;
 # 6. ncu of the one-launch step at n_s = 1, T = 4 (--clock-control none, always).
@@ -37,6 +38,9 @@ b() { local name=$1 limit=$2; shift 2; timeout "$limit" bundle/rgdn bench --no-p
 b step-vs-three-half 90 --seqs 1,2,4 --modes decode,mtp3,dflash7 --replay half --replay-arms fusions
 b step-vs-three-all 60 --seqs 1,4 --modes mtp3,dflash7 --replay all --replay-arms fusions
 b step-vs-snapshots-half 90 --seqs 1,4 --modes decode,mtp3,dflash7,t16 --replay half
+# Wider steps in one launch (the knob lifts the fusion's 4-sequence scope; the readiness flags
+# still bound it): where the one launch stops paying, for REPLAY_STEP_MAX_SEQS.
+(export RGDN_REPLAY_STEP_MAX_SEQS=16; b step-vs-three-wide 90 --seqs 8,16 --modes decode,mtp3 --replay half --replay-arms fusions)
 b step-vs-snapshots-all 60 --seqs 1 --modes mtp3,dflash7 --replay all
 k=gdn_layer_step_replay
 timeout 100 ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \

@@ -45,8 +45,17 @@ pub const FUSION: Fusion = Fusion {
 /// GATED_DELTA_NET_REPLAY_VERIFY's full grid.
 pub const REPLAY_STEP_MAX_SEQS: usize = 4;
 
-/// Replay layers where the three parts fire, D = 128, n_t ≤ 16, at most [`REPLAY_STEP_MAX_SEQS`]
-/// sequences.
+/// The most sequences the fusion takes: [`REPLAY_STEP_MAX_SEQS`], or `RGDN_REPLAY_STEP_MAX_SEQS`
+/// (1 … 256, read once per process) — a measurement knob, for the bench to time wider steps in
+/// one launch against the three; no test sets it, and no bit depends on it (either launch is
+/// the same step's bytes).
+pub fn max_seqs() -> usize {
+    static KNOB: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+    let knob = *KNOB.get_or_init(|| crate::ops::knob("RGDN_REPLAY_STEP_MAX_SEQS", 1, abi::GDN_LAYER_STEP_MAX_SEQS as u32));
+    knob.map_or(REPLAY_STEP_MAX_SEQS, |k| k as usize)
+}
+
+/// Replay layers where the three parts fire, D = 128, n_t ≤ 16, at most [`max_seqs`] sequences.
 fn fires_on(spec: &LayerSpec) -> bool {
     matches!(spec.rollback, Rollback::Replay { .. })
         && (super::conv_chain::FUSION.fires_on)(spec)
@@ -54,7 +63,7 @@ fn fires_on(spec: &LayerSpec) -> bool {
         && (super::replay_verify::FUSION.fires_on)(spec)
         && spec.shape.head_dim == abi::GDN_HEAD_DIM
         && spec.step.n_tokens <= abi::GDN_LAYER_STEP_MAX_TOKENS
-        && spec.step.n_seqs() <= REPLAY_STEP_MAX_SEQS
+        && spec.step.n_seqs() <= max_seqs()
 }
 
 /// The structural match of the replay step in `layer`.
@@ -87,7 +96,7 @@ pub fn find(graph: &Graph, layer: usize) -> Result<Candidate, Refusal> {
         .checked_mul(chain.conv_out.ne()[0] / abi::GDN_CONV_CHAIN_BLOCK as usize)
         .zip(n_t.checked_mul(sequences).and_then(|cols| cols.div_ceil(abi::GDN_LAYER_STEP_COLS).checked_mul(2 * gdn.v.ne()[1])))
         .and_then(|(tiles, rows)| tiles.checked_add(rows));
-    if sequences > REPLAY_STEP_MAX_SEQS || items.is_none_or(|i| i > abi::GRID_SYNC_FLAGS) {
+    if sequences > max_seqs() || items.is_none_or(|i| i > abi::GRID_SYNC_FLAGS) {
         return Err(TooManySequences { sequences });
     }
     if let Some(what) = op.broken_link() {
