@@ -159,7 +159,11 @@ impl GatedDeltaNetReplayVerify {
     }
 
     /// The kernel's parameters for a validated op.
-    fn params(&self, (replay, verify): &(ReplayShape, GdnShape), mem: &dyn KernelAddresses) -> abi::GatedDeltaNetReplayVerifyParams {
+    pub(crate) fn params(
+        &self,
+        (replay, verify): &(ReplayShape, GdnShape),
+        mem: &dyn KernelAddresses,
+    ) -> abi::GatedDeltaNetReplayVerifyParams {
         let mut gdn = self.as_from_cache().params(verify, mem).gdn;
         // No slot: `states` is the cache's row 0 and the kernel's slot pointer for (head, seq)
         // stays inside it (states_seq = 0); it is never dereferenced.

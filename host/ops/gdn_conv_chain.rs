@@ -415,46 +415,54 @@ impl GdnConvChain {
         let blocks = (shape.n_channels / abi::GDN_CONV_CHAIN_BLOCK as usize) as u32;
         let dims = LaunchDims::new((blocks, shape.n_seqs as u32, 1), (abi::GDN_CONV_CHAIN_BLOCK, 1, 1))
             .with_shared_bytes(abi::gdn_conv_chain_shared_bytes(shape.d_conv, shape.n_tokens));
-        let (entry, params) = match &self.commit {
+        let (entry, params) = match self.commit_params(params, addresses) {
             None => (abi::gdn_conv_chain_entry(shape.d_conv), ConvChainParams::Chain(params)),
-            Some(commit) => {
-                let [window_rows_seq, ..] = check::elem_strides(&commit.window_rows);
-                let [_, log_token, log_seq, _] = check::elem_strides(&commit.log_qkv);
-                let [_, log_out_token, log_out_seq, _] = commit.log_out.map_or([0; 4], |t| check::elem_strides(&t));
-                let [_, log_k_head, log_k_token, log_k_seq] = commit.log_k.map_or([0; 4], |t| check::elem_strides(&t));
-                let [_, log_v_head, log_v_token, log_v_seq] = commit.log_v.map_or([0; 4], |t| check::elem_strides(&t));
-                let with_commit = abi::GdnConvChainCommitParams {
-                    chain: params,
-                    window_rows: addresses.address(&commit.window_rows),
-                    log_qkv: addresses.address(&commit.log_qkv),
-                    log_out: commit.log_out.map_or(0, |t| addresses.address(&t)),
-                    window_rows_seq,
-                    log_token,
-                    log_seq,
-                    log_out_token,
-                    log_out_seq,
-                    log_k: commit.log_k.map_or(0, |t| addresses.address(&t)),
-                    log_k_head,
-                    log_k_token,
-                    log_k_seq,
-                    log_v: commit.log_v.map_or(0, |t| addresses.address(&t)),
-                    log_v_head,
-                    log_v_token,
-                    log_v_seq,
-                    // Validated: 1 ..= 16.
-                    log_tokens: commit.log_qkv.ne()[1] as u32,
-                    logs: [(commit.log_out, abi::COMMIT_LOG_QKV), (commit.log_k, abi::COMMIT_LOG_K), (commit.log_v, abi::COMMIT_LOG_V)]
-                        .iter()
-                        .filter(|(t, _)| t.is_some())
-                        .fold(0, |bits, (_, bit)| bits | bit),
-                };
-                (abi::gdn_conv_chain_commit_entry(shape.d_conv), ConvChainParams::Commit(with_commit))
-            }
+            Some(with_commit) => (abi::gdn_conv_chain_commit_entry(shape.d_conv), ConvChainParams::Commit(with_commit)),
         };
         // `check` accepts only the d_conv values with entries; a typed error all the same (a
         // public entry point never panics).
         let entry = entry.ok_or_else(|| Error::Unsupported { op: OP, what: format!("d_conv = {} (no kernel entry)", shape.d_conv) })?;
         Ok(PlainLaunch { entry, dims, params })
+    }
+
+    /// \[replay\] The commit entries' parameters: the chain's `params` and the window commit's
+    /// views over `addresses` (None without a commit), for a validated op.
+    pub(crate) fn commit_params(
+        &self,
+        params: abi::GdnConvChainParams,
+        addresses: &dyn KernelAddresses,
+    ) -> Option<abi::GdnConvChainCommitParams> {
+        let commit = self.commit.as_ref()?;
+        let [window_rows_seq, ..] = check::elem_strides(&commit.window_rows);
+        let [_, log_token, log_seq, _] = check::elem_strides(&commit.log_qkv);
+        let [_, log_out_token, log_out_seq, _] = commit.log_out.map_or([0; 4], |t| check::elem_strides(&t));
+        let [_, log_k_head, log_k_token, log_k_seq] = commit.log_k.map_or([0; 4], |t| check::elem_strides(&t));
+        let [_, log_v_head, log_v_token, log_v_seq] = commit.log_v.map_or([0; 4], |t| check::elem_strides(&t));
+        Some(abi::GdnConvChainCommitParams {
+            chain: params,
+            window_rows: addresses.address(&commit.window_rows),
+            log_qkv: addresses.address(&commit.log_qkv),
+            log_out: commit.log_out.map_or(0, |t| addresses.address(&t)),
+            window_rows_seq,
+            log_token,
+            log_seq,
+            log_out_token,
+            log_out_seq,
+            log_k: commit.log_k.map_or(0, |t| addresses.address(&t)),
+            log_k_head,
+            log_k_token,
+            log_k_seq,
+            log_v: commit.log_v.map_or(0, |t| addresses.address(&t)),
+            log_v_head,
+            log_v_token,
+            log_v_seq,
+            // Validated: 1 ..= 16.
+            log_tokens: commit.log_qkv.ne()[1] as u32,
+            logs: [(commit.log_out, abi::COMMIT_LOG_QKV), (commit.log_k, abi::COMMIT_LOG_K), (commit.log_v, abi::COMMIT_LOG_V)]
+                .iter()
+                .filter(|(t, _)| t.is_some())
+                .fold(0, |bits, (_, bit)| bits | bit),
+        })
     }
 
     /// The kernel's parameter block for a validated op.

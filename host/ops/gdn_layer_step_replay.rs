@@ -11,11 +11,11 @@
 
 use super::gated_delta_net::GdnShape;
 use super::gated_delta_net_replay::ReplayShape;
-use super::gdn_conv_chain::{ChainShape, ConvChainParams};
+use super::gdn_conv_chain::ChainShape;
 use super::gdn_layer_step::{StepShape, max_grid, own_items};
 use super::index_rules::IndexRules;
 use super::mmvf::MatVecShape;
-use super::{GatedDeltaNetReplayVerify, GdnConvChain, GdnLayerStep, MulMatVecPairGate, Op, PlainLaunch, check};
+use super::{GatedDeltaNetReplayVerify, GdnConvChain, GdnLayerStep, MulMatVecPairGate, Op, check};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock, PreparedLaunch};
 use crate::kernels::abi;
@@ -280,11 +280,12 @@ impl GdnLayerStepReplay {
         let (kind, d_conv, n_t) = (shape.products.kind, shape.chain.d_conv, shape.chain.n_tokens);
         let entry = abi::gdn_layer_step_replay_entry(kind, d_conv)
             .ok_or_else(|| Error::Unsupported { op: OP, what: format!("mat-vec kind {kind} with d_conv = {d_conv} has no entry") })?;
-        // The parts' own parameter blocks, as their launches build them.
-        let ConvChainParams::Commit(chain) = self.chain.launch(mem, addresses)?.params else {
+        // The parts' own parameter blocks, as their launches build them, from the shapes `check`
+        // validated (each part checked once).
+        let Some(chain) = self.chain.commit_params(self.chain.params(&shape.chain, addresses), addresses) else {
             return Err(Error::Unsupported { op: OP, what: "a conv chain without a window commit (GDN_LAYER_STEP runs it)".into() });
         };
-        let PlainLaunch { params: rv, .. } = self.gdn.launch_with_groups(mem, addresses, Some(1))?;
+        let rv = self.gdn.params(&(shape.replay, shape.verify), addresses);
         let (first_phase_items, second_phase_items) = self.items(&shape)?;
         // Validated: H_v, C/128, n_t and n_s fit u32 (the items do).
         let params = abi::GdnLayerStepReplayParams {
