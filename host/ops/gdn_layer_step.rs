@@ -952,6 +952,32 @@ pub(crate) fn max_grid() -> u32 {
     cap.unwrap_or(u32::MAX)
 }
 
+/// The persistent grid of a layer-step kind's cooperative launch (GDN_LAYER_STEP,
+/// GDN_LAYER_STEP_REPLAY): as many blocks of `GDN_LAYER_STEP_BLOCK` threads as are resident at
+/// once for `entry` with `shared` bytes ([`max_grid`] at most), so that the first-phase items and
+/// the second-phase units share blocks only when together they need more than the grid. Refused
+/// by name when the entry fits no multiprocessor, or when a work index plus the grid (the first
+/// phase's `first` items, the second phase's `second` units handed out `second_per_block` a
+/// block) would overflow u32.
+pub(crate) fn persistent_grid(
+    gpu: &Gpu,
+    op: &'static str,
+    entry: &'static str,
+    shared: u32,
+    (first, second, second_per_block): (u32, u32, u32),
+) -> Result<LaunchDims> {
+    let co_resident = gpu.co_resident_blocks(entry, abi::GDN_LAYER_STEP_BLOCK, shared)?;
+    if co_resident == 0 {
+        return Err(Error::Unsupported { op, what: format!("{entry} with {shared} bytes of shared memory fits no multiprocessor") });
+    }
+    let grid = co_resident.min(max_grid());
+    let units = grid.checked_mul(second_per_block);
+    if first.checked_add(grid).is_none() || units.and_then(|u| second.checked_add(u)).is_none() {
+        return Err(Error::Unsupported { op, what: "work items + grid overflow u32".into() });
+    }
+    Ok(LaunchDims::new((grid, 1, 1), (abi::GDN_LAYER_STEP_BLOCK, 1, 1)).with_shared_bytes(shared))
+}
+
 impl Op for GdnLayerStep {
     fn name(&self) -> &'static str {
         OP
@@ -977,23 +1003,9 @@ impl Op for GdnLayerStep {
     fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {
         let LayerStepLaunch { entry, shared_bytes: shared, params, first_phase_items: first, second_phase_items: second } =
             self.launch(mem, mem, gpu.grid_sync())?;
-        let co_resident = gpu.co_resident_blocks(entry, abi::GDN_LAYER_STEP_BLOCK, shared)?;
-        if co_resident == 0 {
-            return Err(Error::Unsupported {
-                op: OP,
-                what: format!("{entry} with {shared} bytes of shared memory fits no multiprocessor"),
-            });
-        }
         // Persistent blocks: block b runs the first-phase items b, b + G, … and block G − 1 − b's
-        // warp w the column groups 4·b + w, 4·b + w + 4·G, …; as many blocks as are resident at
-        // once, so that the items and the groups share blocks only when together they need
-        // more than the grid.
-        let grid = co_resident.min(max_grid());
-        let warps = grid.checked_mul(abi::GDN_LAYER_STEP_WARPS);
-        if first.checked_add(grid).is_none() || warps.and_then(|w| second.checked_add(w)).is_none() {
-            return Err(Error::Unsupported { op: OP, what: "work items + grid overflow u32".into() });
-        }
-        let dims = LaunchDims::new((grid, 1, 1), (abi::GDN_LAYER_STEP_BLOCK, 1, 1)).with_shared_bytes(shared);
+        // warp w the column groups 4·b + w, 4·b + w + 4·G, ….
+        let dims = persistent_grid(gpu, OP, entry, shared, (first, second, abi::GDN_LAYER_STEP_WARPS))?;
         let args = [KernelArg::Params(ParamBlock::of(&params)?)];
         // SAFETY: `check` proved each part valid for the views its kernel body reads and writes
         // (as its own launch would: the chain for C/128 tiles of n_s sequences, the products for

@@ -12,12 +12,12 @@
 use super::gated_delta_net::GdnShape;
 use super::gated_delta_net_replay::ReplayShape;
 use super::gdn_conv_chain::ChainShape;
-use super::gdn_layer_step::{StepShape, max_grid, own_items};
+use super::gdn_layer_step::{StepShape, own_items, persistent_grid};
 use super::index_rules::IndexRules;
 use super::mmvf::MatVecShape;
 use super::{GatedDeltaNetReplayVerify, GdnConvChain, GdnLayerStep, MulMatVecPairGate, Op, check};
 use crate::error::{Error, Result};
-use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock, PreparedLaunch};
+use crate::gpu::{Gpu, KernelArg, ParamBlock, PreparedLaunch};
 use crate::kernels::abi;
 use crate::memory::{DeviceMemory, HostMemory, KernelAddresses, Memory};
 use crate::reference::math::Mufu;
@@ -350,18 +350,8 @@ impl Op for GdnLayerStepReplay {
     fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {
         let ReplayStepLaunch { entry, shared_bytes: shared, params, first_phase_items: first, second_phase_items: second } =
             self.launch(mem, mem, gpu.grid_sync())?;
-        let co_resident = gpu.co_resident_blocks(entry, abi::GDN_LAYER_STEP_BLOCK, shared)?;
-        if co_resident == 0 {
-            return Err(Error::Unsupported {
-                op: OP,
-                what: format!("{entry} with {shared} bytes of shared memory fits no multiprocessor"),
-            });
-        }
-        let grid = co_resident.min(max_grid());
-        if first.checked_add(grid).is_none() || second.checked_add(grid).is_none() {
-            return Err(Error::Unsupported { op: OP, what: "work items + grid overflow u32".into() });
-        }
-        let dims = LaunchDims::new((grid, 1, 1), (abi::GDN_LAYER_STEP_BLOCK, 1, 1)).with_shared_bytes(shared);
+        // The second phase's units are replay-verify blocks, one a block at a time.
+        let dims = persistent_grid(gpu, OP, entry, shared, (first, second, 1))?;
         let args = [KernelArg::Params(ParamBlock::of(&params)?)];
         // SAFETY: `check` proved each part valid for the views its kernel body reads and writes
         // (as its own launch would: the commit-and-chain tiles for C/128 tiles of n_s sequences,
