@@ -92,6 +92,12 @@ bg racecheck-replay-verify compute-sanitizer --tool racecheck --error-exitcode 9
 # [replay] The conv chain with the window commit (its suite cases: every token-slot count).
 bg memcheck-commit compute-sanitizer --tool memcheck --error-exitcode 9 bundle/tests/gpu_ops "CONV_CHAIN(COMMIT"
 bg racecheck-commit compute-sanitizer --tool racecheck --error-exitcode 9 bundle/tests/gpu_ops "CONV_CHAIN(COMMIT"
+# [replay] GDN_LAYER_STEP_REPLAY (the replay step in one cooperative launch: the replay before
+# the readiness wait) under memcheck, racecheck and synccheck: the 4B cases of its two groups
+# (filters without commas: RGDN_OPS splits on them).
+RGDN_OPS='STEP_REPLAY(4B,PARTS(4B' bg memcheck-replay-step compute-sanitizer --tool memcheck --error-exitcode 9 bundle/tests/gpu_ops
+RGDN_OPS='STEP_REPLAY(4B,PARTS(4B' bg racecheck-replay-step compute-sanitizer --tool racecheck --error-exitcode 9 bundle/tests/gpu_ops
+RGDN_OPS='STEP_REPLAY(4B,PARTS(4B' bg synccheck-replay-step compute-sanitizer --tool synccheck --error-exitcode 9 bundle/tests/gpu_ops
 # [seq-batch] GATED_DELTA_NET_FROM_CACHE's cases (its batched entry from n_s = 2 on: slots over the
 # rows read) under memcheck and racecheck, and the 9B n_s = 16 layer-step cases under memcheck.
 bg memcheck-from-cache compute-sanitizer --tool memcheck --error-exitcode 9 bundle/tests/gpu_ops GATED_DELTA_NET_FROM_CACHE
