@@ -120,6 +120,12 @@ pub struct BenchArgs {
     /// arm with every fusion — what `replay_verify` buys.
     #[arg(long, default_value = "snapshots")]
     pub replay_arms: String,
+    /// \[seq-batch\] Runs nothing (no GPU needed): draws the figures (bench.png, and
+    /// bench-batch.png where a verify shape ran at two batch sizes) of saved report.json files
+    /// into `--out`, their modes merged in the order given. The reports must agree on the
+    /// preset, the GPU and the graph's layer count.
+    #[arg(long, value_delimiter = ',')]
+    pub plot_from: Vec<PathBuf>,
     /// Also write a CSV naming every kernel launch in order (mode, arm, op, kernel, columns,
     /// dtype): `scripts/ncu-kernels.sh` matches it with ncu's kernel IDs.
     #[arg(long)]
@@ -363,6 +369,15 @@ fn progress(total: u64, hidden: bool) -> indicatif::ProgressBar {
 
 /// Runs the benchmark with the default chain builder.
 pub fn run(args: &BenchArgs, out: &mut dyn std::io::Write) -> Result<Report> {
+    if !args.plot_from.is_empty() {
+        let report = merged_reports(&args.plot_from)?;
+        let io = |what: &str, e: &dyn std::fmt::Display| Error::Invalid { op: OP, what: format!("{what}: {e}") };
+        std::fs::create_dir_all(&args.out).map_err(|e| io(&format!("creating {}", args.out.display()), &e))?;
+        plot::write_png(&args.out.join("bench.png"), &report).map_err(|e| io("drawing bench.png", &e))?;
+        writeln!(out, "wrote {}/bench.png", args.out.display())?;
+        write_batch_figure(&args.out, &report, out)?;
+        return Ok(report);
+    }
     let fusions = crate::fusion::Options::parse(&args.fusions)?;
     match &args.replay {
         Some(accept) => {
@@ -674,6 +689,53 @@ pub fn write_outputs(dir: &std::path::Path, report: &Report, text: &str, out: &m
     plot::write_png(&dir.join("bench.png"), report).map_err(|e| io("drawing bench.png", &e))?;
     plot::write_svg(&dir.join("bench.svg"), report).map_err(|e| io("drawing bench.svg", &e))?;
     writeln!(out, "wrote {0}/report.json, {0}/report.txt, {0}/bench.png, {0}/bench.svg", dir.display())?;
+    write_batch_figure(dir, report, out)
+}
+
+/// \[seq-batch\] The reports at `paths` as one (`rgdn bench --plot-from`): the first one's run
+/// description with every distinct commit named, and every report's modes in order. A file that
+/// cannot be read or parsed, or reports of different presets, GPUs or graph layer counts (whose
+/// numbers a figure must not put side by side) are typed errors.
+pub fn merged_reports(paths: &[std::path::PathBuf]) -> Result<Report> {
+    let mut merged: Option<Report> = None;
+    let mut commits: Vec<String> = Vec::new();
+    for path in paths {
+        let bad = |what: String| Error::Invalid { op: OP, what: format!("--plot-from {}: {what}", path.display()) };
+        let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+        let r: Report = serde_json::from_str(&text).map_err(|e| bad(format!("not a bench report ({e})")))?;
+        let commit = r.meta.commit.split_whitespace().next().unwrap_or("?").to_string();
+        if !commits.contains(&commit) {
+            commits.push(commit);
+        }
+        match &mut merged {
+            None => merged = Some(r),
+            Some(m) => {
+                let (a, b) = (&m.meta, &r.meta);
+                if a.preset != b.preset || a.gpu != b.gpu || a.graph_layers != b.graph_layers {
+                    return Err(bad(format!(
+                        "its run ({}, {}, {} graph layers) differs from the first report's ({}, {}, {})",
+                        b.preset, b.gpu, b.graph_layers, a.preset, a.gpu, a.graph_layers
+                    )));
+                }
+                m.modes.extend(r.modes);
+            }
+        }
+    }
+    let mut report = merged.ok_or_else(|| Error::Invalid { op: OP, what: "--plot-from names no report".into() })?;
+    report.meta.commit = commits.join(" + ");
+    Ok(report)
+}
+
+/// \[seq-batch\] bench-batch.png and bench-batch.svg under `dir` when the report has a verify
+/// shape at two batch sizes or more ([`plot::draw_batch`]); nothing otherwise.
+fn write_batch_figure(dir: &std::path::Path, report: &Report, out: &mut dyn std::io::Write) -> Result<()> {
+    if plot::batch_panels(report).is_empty() {
+        return Ok(());
+    }
+    let io = |what: &str, e: &dyn std::fmt::Display| Error::Invalid { op: OP, what: format!("{what}: {e}") };
+    plot::write_batch_png(&dir.join("bench-batch.png"), report).map_err(|e| io("drawing bench-batch.png", &e))?;
+    plot::write_batch_svg(&dir.join("bench-batch.svg"), report).map_err(|e| io("drawing bench-batch.svg", &e))?;
+    writeln!(out, "wrote {0}/bench-batch.png, {0}/bench-batch.svg", dir.display())?;
     Ok(())
 }
 

@@ -1,8 +1,10 @@
 //! The report as a picture (PNG and SVG): per mode, each kernel's median off vs on (p10–p90
-//! whiskers); then the chain total and the graph span per mode. Text uses the DejaVu Sans
-//! font shipped by the `dejavu` crate (no system fonts, no fontconfig).
+//! whiskers); then the chain total and the graph span per mode. \[seq-batch\] A report with
+//! steps of several batch sizes also gets the batch figure ([`draw_batch`]): µs per layer step
+//! against n_s, one panel per T, beside the memory floor and the peers. Text uses the DejaVu
+//! Sans font shipped by the `dejavu` crate (no system fonts, no fontconfig).
 
-use super::report::Report;
+use super::report::{COPY_BYTES_PER_S, ModeReport, PEERS, Report, floor_us};
 use super::stats::Summary;
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -138,6 +140,198 @@ pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, r: &Report) -> Re
     Ok(())
 }
 
+/// \[seq-batch\] One line of the batch figure: its legend, colour, style and (n_s, µs) points.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BatchLine {
+    pub label: String,
+    pub color: RGBColor,
+    pub style: LineStyle,
+    pub points: Vec<(f64, f64)>,
+}
+
+/// \[seq-batch\] How a [`BatchLine`] is drawn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LineStyle {
+    /// A measured arm of this run: a solid line with dots.
+    Measured,
+    /// A floor (state bytes at [`COPY_BYTES_PER_S`]): dashed, no dots.
+    Floor,
+    /// A peer's figures from `peers-h200.md` (another run): a thin line with hollow dots.
+    Peer,
+}
+
+const FLOOR: RGBColor = RGBColor(0x30, 0x30, 0x30);
+const REPLAY: RGBColor = RGBColor(0x55, 0xA8, 0x68);
+const PEER_COLORS: [(&str, RGBColor); 4] = [
+    ("SGLang", RGBColor(0x81, 0x72, 0xB3)),
+    ("vLLM", RGBColor(0xC4, 0x4E, 0x52)),
+    ("FlashInfer", RGBColor(0x93, 0x78, 0x60)),
+    ("fla*", RGBColor(0x8C, 0x8C, 0x8C)),
+];
+
+/// \[seq-batch\] µs per layer step of one arm: its graph span over the graph's layers (launch
+/// gaps included, as the README's tables), or its chain total when the run had no graph.
+fn per_layer_step(r: &Report, arm: &super::report::ArmStats) -> Option<f64> {
+    match (arm.graph_span, r.meta.graph_layers) {
+        (Some(span), layers) if layers > 0 => Some(span.median / layers as f64),
+        _ => arm.chain_total.map(|c| c.median),
+    }
+}
+
+/// \[seq-batch\] The batch figure's panels: for every T with steps of at least two batch sizes,
+/// its lines over n_s — each arm of the run (the fused "on" and the unfused "off" arm; with
+/// `--replay`, the snapshot and the replay arm), each arm's floor, and the peers at the n_s
+/// the run covers. Empty when no T has two batch sizes.
+pub fn batch_panels(r: &Report) -> Vec<(usize, Vec<BatchLine>)> {
+    let mut tokens: Vec<usize> = r.modes.iter().map(|m| m.tokens).collect();
+    tokens.sort_unstable();
+    tokens.dedup();
+    let mut panels = Vec::new();
+    for t in tokens {
+        let mut modes: Vec<&ModeReport> = r.modes.iter().filter(|m| m.tokens == t).collect();
+        modes.sort_by_key(|m| m.seqs);
+        let mut seqs: Vec<usize> = modes.iter().map(|m| m.seqs).collect();
+        seqs.dedup();
+        if seqs.len() < 2 {
+            continue;
+        }
+        let mut lines = Vec::new();
+        let mut line = |label: String, color: RGBColor, style: LineStyle, points: Vec<(f64, f64)>| {
+            if !points.is_empty() {
+                lines.push(BatchLine { label, color, style, points });
+            }
+        };
+        let at = |m: &&ModeReport, y: Option<f64>| y.map(|y| (m.seqs as f64, y));
+        // Snapshot-mode steps (off = fusions off, on = the fused step) and replay-mode ones
+        // (off = the snapshot step, on = the replay step) are different arms: separate lines.
+        for replay in [false, true] {
+            let ms: Vec<&&ModeReport> = modes.iter().filter(|m| m.replay.is_some() == replay).collect();
+            if ms.is_empty() {
+                continue;
+            }
+            let (off_label, on_label) = if replay {
+                let a = ms[0].replay.map_or(0, |x| x.accepted);
+                ("snapshots".to_string(), format!("replay (a = {a})"))
+            } else {
+                ("rgdn, fusions off".to_string(), "rgdn, fusions on".to_string())
+            };
+            line(
+                on_label,
+                if replay { REPLAY } else { ON },
+                LineStyle::Measured,
+                ms.iter().filter_map(|m| at(m, per_layer_step(r, &m.on))).collect(),
+            );
+            line(off_label, OFF, LineStyle::Measured, ms.iter().filter_map(|m| at(m, per_layer_step(r, &m.off))).collect());
+            let floor = if replay { "snapshot floor" } else { "floor" };
+            line(floor.into(), FLOOR, LineStyle::Floor, ms.iter().filter_map(|m| at(m, floor_us(m))).collect());
+            if replay {
+                let rep = |m: &&&ModeReport| m.replay.map(|x| (m.seqs as f64, x.state_bytes as f64 / COPY_BYTES_PER_S * 1e6));
+                line("replay floor".into(), REPLAY, LineStyle::Floor, ms.iter().filter_map(rep).collect());
+            }
+        }
+        for (peer, color) in PEER_COLORS {
+            let points = PEERS
+                .iter()
+                .filter(|(n, tt, _)| *tt == t && seqs.contains(n))
+                .filter_map(|(n, _, ps)| ps.iter().find(|(name, _)| *name == peer).map(|&(_, us)| (*n as f64, us)))
+                .collect();
+            line(format!("{peer} (peers-h200.md)"), color, LineStyle::Peer, points);
+        }
+        panels.push((t, lines));
+    }
+    panels
+}
+
+/// \[seq-batch\] Draws the batch figure on `root`: one log-log panel per T of
+/// [`batch_panels`] (µs per layer step against n_s). An error when there is no panel.
+pub fn draw_batch<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, r: &Report) -> Result<(), String> {
+    let panels = batch_panels(r);
+    if panels.is_empty() {
+        return Err("no verify shape was run at two batch sizes".into());
+    }
+    register_font();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let title = format!(
+        "rgdn bench: µs per layer step against sequences per step — {} on {}, commit {}",
+        r.meta.preset,
+        if r.meta.gpu.is_empty() { "?" } else { &r.meta.gpu },
+        r.meta.commit.split_whitespace().next().unwrap_or("?")
+    );
+    let root = root.titled(&title, ("sans-serif", 22)).map_err(|e| e.to_string())?;
+    let areas = root.split_evenly((panels.len().div_ceil(2), 2));
+    for ((t, lines), area) in panels.iter().zip(&areas) {
+        // x is log2(n_s) on a linear axis, so that the ticks fall on the powers of two.
+        let lines: Vec<BatchLine> =
+            lines.iter().map(|l| BatchLine { points: l.points.iter().map(|&(x, y)| (x.log2(), y)).collect(), ..l.clone() }).collect();
+        let xs = lines.iter().flat_map(|l| l.points.iter().map(|p| p.0));
+        let ys = lines.iter().flat_map(|l| l.points.iter().map(|p| p.1));
+        let (x0, x1) = xs.fold((f64::MAX, f64::MIN), |(a, b), x| (a.min(x), b.max(x)));
+        let (y0, y1) = ys.fold((f64::MAX, 0.0f64), |(a, b), y| (a.min(y), b.max(y)));
+        let mut chart = ChartBuilder::on(area)
+            .caption(format!("T = {t}: µs per layer step"), ("sans-serif", 20))
+            .margin(10)
+            .x_label_area_size(35)
+            .y_label_area_size(60)
+            .build_cartesian_2d(x0 - 0.3..x1 + 0.3, (y0.max(1e-3) / 1.3..y1 * 1.3).log_scale())
+            .map_err(|e| e.to_string())?;
+        chart
+            .configure_mesh()
+            .x_desc("sequences per step (n_s)")
+            .y_desc("µs")
+            .x_labels(((x1 - x0).round() as usize + 1).max(2))
+            .x_label_formatter(&|x| if (x - x.round()).abs() < 1e-6 { format!("{}", 2f64.powf(x.round())) } else { String::new() })
+            .y_label_formatter(&|y| format!("{y:.0}"))
+            .light_line_style(WHITE)
+            .label_style(("sans-serif", 13))
+            .draw()
+            .map_err(|e| e.to_string())?;
+        for l in &lines {
+            let color = l.color;
+            let series = match l.style {
+                LineStyle::Measured => {
+                    chart.draw_series(l.points.iter().map(|&p| Circle::new(p, 4, color.filled()))).map_err(|e| e.to_string())?;
+                    chart.draw_series(LineSeries::new(l.points.clone(), color.stroke_width(2))).map_err(|e| e.to_string())?
+                }
+                LineStyle::Floor => {
+                    chart.draw_series(DashedLineSeries::new(l.points.clone(), 8, 5, color.stroke_width(2))).map_err(|e| e.to_string())?
+                }
+                LineStyle::Peer => {
+                    chart.draw_series(l.points.iter().map(|&p| Circle::new(p, 4, color.stroke_width(2)))).map_err(|e| e.to_string())?;
+                    chart.draw_series(LineSeries::new(l.points.clone(), color.stroke_width(1))).map_err(|e| e.to_string())?
+                }
+            };
+            series.label(l.label.clone()).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2)));
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 12))
+            .draw()
+            .map_err(|e| e.to_string())?;
+    }
+    root.present().map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// \[seq-batch\] The batch figure's size: two panels a row.
+pub fn batch_size(r: &Report) -> (u32, u32) {
+    (1500, 520 * batch_panels(r).len().div_ceil(2).max(1) as u32)
+}
+
+/// \[seq-batch\] Writes the batch figure as PNG ([`draw_batch`]).
+pub fn write_batch_png(path: &Path, r: &Report) -> Result<(), String> {
+    let root = BitMapBackend::new(path, batch_size(r)).into_drawing_area();
+    draw_batch(&root, r)
+}
+
+/// \[seq-batch\] Writes the batch figure as SVG ([`draw_batch`]).
+pub fn write_batch_svg(path: &Path, r: &Report) -> Result<(), String> {
+    let root = SVGBackend::new(path, batch_size(r)).into_drawing_area();
+    draw_batch(&root, r)
+}
+
 pub fn write_png(path: &Path, r: &Report) -> Result<(), String> {
     let root = BitMapBackend::new(path, SIZE).into_drawing_area();
     draw(&root, r)
@@ -167,6 +361,93 @@ mod tests {
                 s.p90 *= k;
             }
             self
+        }
+    }
+
+    /// [seq-batch] A synthetic report's modes at n_s = 1, 4 and 16 (each arm's time × n_s), with
+    /// the state bytes of each batch.
+    fn synthetic_batch(replay: bool) -> Report {
+        let mut r = synthetic(true);
+        let singles = r.modes.clone();
+        for n_s in [4usize, 16] {
+            for m in &singles {
+                let mut m = m.clone();
+                m.seqs = n_s;
+                m.mode = format!("{}-s{n_s}", m.mode);
+                m.state_bytes = m.state_bytes.map(|b| b * n_s as u64);
+                for arm in [&mut m.off, &mut m.on] {
+                    for s in [&mut arm.graph_span, &mut arm.chain_total].into_iter().flatten() {
+                        s.median *= n_s as f64;
+                    }
+                }
+                r.modes.push(m);
+            }
+        }
+        if replay {
+            for m in &mut r.modes {
+                let state_bytes = (m.seqs as u64 * 2) << 21;
+                m.replay = Some(crate::bench::report::ReplayArm {
+                    accepted: m.tokens / 2,
+                    state_bytes,
+                    memory_per_seq: 3 << 20,
+                    snapshot_memory_per_seq: 8 << 20,
+                });
+            }
+        }
+        r
+    }
+
+    #[test]
+    fn the_batch_figure_has_a_panel_per_t_with_the_arms_the_floor_and_the_peers() {
+        let r = synthetic_batch(false);
+        let panels = batch_panels(&r);
+        assert_eq!(panels.iter().map(|p| p.0).collect::<Vec<_>>(), [1, 4, 8, 16]);
+        let (_, t4) = &panels[1];
+        let labels: Vec<&str> = t4.iter().map(|l| l.label.as_str()).collect();
+        assert_eq!(
+            labels,
+            [
+                "rgdn, fusions on",
+                "rgdn, fusions off",
+                "floor",
+                "SGLang (peers-h200.md)",
+                "vLLM (peers-h200.md)",
+                "FlashInfer (peers-h200.md)",
+                "fla* (peers-h200.md)"
+            ]
+        );
+        // The "on" arm per layer step: its graph span over the graph's layers, at each n_s.
+        let on = &t4[0].points;
+        let mode = |n_s: usize| r.modes.iter().find(|m| m.tokens == 4 && m.seqs == n_s).unwrap();
+        let expect: Vec<(f64, f64)> =
+            [1, 4, 16].iter().map(|&n| (n as f64, mode(n).on.graph_span.unwrap().median / r.meta.graph_layers as f64)).collect();
+        assert_eq!(on, &expect);
+        assert_eq!(t4[2].points, [1, 4, 16].map(|n| (n as f64, floor_us(mode(n)).unwrap())));
+        // The peers at the run's n_s only (peers-h200.md has n_s = 64 too).
+        assert_eq!(t4[4].points, [(1.0, 12.73), (4.0, 18.13), (16.0, 62.25)]);
+        // Replay runs: snapshot and replay arms, each with its floor.
+        let r = synthetic_batch(true);
+        let labels: Vec<String> = batch_panels(&r)[1].1.iter().map(|l| l.label.clone()).take(4).collect();
+        assert_eq!(labels, ["replay (a = 2)", "snapshots", "snapshot floor", "replay floor"]);
+        // One batch size: no panel, and the figure says why instead of drawing nothing.
+        let single = synthetic(true);
+        assert!(batch_panels(&single).is_empty());
+        let dir = std::env::temp_dir().join(format!("rgdn-batch-plot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        assert!(write_batch_png(&dir.join("none.png"), &single).is_err());
+        for replay in [false, true] {
+            let png = dir.join(format!("batch-{replay}.png"));
+            write_batch_png(&png, &synthetic_batch(replay)).unwrap();
+            assert_eq!(&std::fs::read(&png).unwrap()[..8], b"\x89PNG\r\n\x1a\n");
+            let svg = dir.join(format!("batch-{replay}.svg"));
+            write_batch_svg(&svg, &synthetic_batch(replay)).unwrap();
+            let text = std::fs::read_to_string(&svg).unwrap();
+            assert!(text.contains("T = 16") && text.contains("floor"), "SVG lacks its text");
+        }
+        if std::env::var_os("RGDN_KEEP_PLOTS").is_none() {
+            let _ = std::fs::remove_dir_all(&dir);
+        } else {
+            println!("plots kept in {}", dir.display());
         }
     }
 
