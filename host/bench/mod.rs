@@ -804,6 +804,50 @@ mod tests {
     }
 
     #[test]
+    fn plot_from_merges_saved_reports_and_refuses_what_it_cannot_put_side_by_side() {
+        let dir = std::env::temp_dir().join(format!("rgdn-plot-from-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let write = |name: &str, r: &Report| {
+            let path = dir.join(name);
+            std::fs::write(&path, serde_json::to_string(r).unwrap()).unwrap();
+            path
+        };
+        let mut a = report::tests::synthetic(true);
+        a.meta.commit = "aaaaaaa (embedded at build time)".into();
+        let mut b = report::tests::synthetic(true);
+        b.meta.commit = "bbbbbbb (embedded at build time)".into();
+        for m in &mut b.modes {
+            m.seqs = 4;
+        }
+        let (pa, pb) = (write("a.json", &a), write("b.json", &b));
+        let merged = merged_reports(&[pa.clone(), pb.clone(), pa.clone()]).unwrap();
+        assert_eq!(merged.meta.commit, "aaaaaaa + bbbbbbb");
+        assert_eq!(merged.modes.len(), 3 * a.modes.len());
+        // Drawn: both figures, from the command line, with no GPU.
+        let out_dir = dir.join("figures");
+        let args = parse(&["--plot-from", &format!("{},{}", pa.display(), pb.display()), "--out", out_dir.to_str().unwrap()]);
+        let mut text = Vec::new();
+        run(&args, &mut text).unwrap();
+        assert!(out_dir.join("bench.png").is_file() && out_dir.join("bench-batch.png").is_file());
+        // Typed refusals, each naming the file.
+        let mut other_gpu = b.clone();
+        other_gpu.meta.gpu = "another GPU".into();
+        let po = write("o.json", &other_gpu);
+        let missing = dir.join("missing.json");
+        let junk = dir.join("junk.json");
+        std::fs::write(&junk, "{}").unwrap();
+        for (paths, says) in [(vec![pa.clone(), po.clone()], "o.json"), (vec![missing], "missing.json"), (vec![junk], "not a bench report")]
+        {
+            match merged_reports(&paths) {
+                Err(Error::Invalid { what, .. }) => assert!(what.contains(says), "{what}"),
+                other => panic!("{paths:?}: {other:?}"),
+            }
+        }
+        assert!(matches!(merged_reports(&[]), Err(Error::Invalid { .. })));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn defaults_are_the_9b_preset_and_the_four_modes() {
         let a = BenchArgs::default();
         assert_eq!(a.shape().unwrap().1, GdnShape::QWEN35_9B);
