@@ -34,7 +34,7 @@ for p in plant-*.txz; do
   env $pe timeout 90 "p-$n/bundle/tests/gpu_ops" GDN_LAYER_STEP_REPLAY > "$o/plant-$n-ops.txt" 2>&1; lg "plant-$n-ops (must fail)" $?
   env $pe RGDN_REPLAY_9B=0 timeout 90 "p-$n/bundle/tests/gpu_replay" > "$o/plant-$n-replay.txt" 2>&1; lg "plant-$n-replay (must fail)" $?
 done
-b() { local name=$1 limit=$2; shift 2; timeout "$limit" bundle/rgdn bench --no-progress --quick --layers 8 "$@" > "$o/$name.txt" 2>&1; lg "$name ($*)" $?; }
+b() { local name=$1 limit=$2; shift 2; timeout "$limit" bundle/rgdn bench --no-progress --quick --layers 8 --out "$o/$name" "$@" > "$o/$name.txt" 2>&1; lg "$name ($*)" $?; }
 b step-vs-three-half 90 --seqs 1,2,4 --modes decode,mtp3,dflash7 --replay half --replay-arms fusions
 b step-vs-three-all 60 --seqs 1,4 --modes mtp3,dflash7 --replay all --replay-arms fusions
 b step-vs-snapshots-half 90 --seqs 1,4 --modes decode,mtp3,dflash7,t16 --replay half
