@@ -742,3 +742,143 @@ fn every_perturbed_replay_step_the_host_accepts_runs_to_its_reference() {
         failures,
     );
 }
+
+/// \[hostile\] Adversarially: GDN_LAYER_STEP's host check on perturbed steps, as
+/// [`every_perturbed_replay_step_the_host_accepts_runs_to_its_reference`] does for the replay
+/// step. From a valid step of a built snapshot layer (two sequences, three tokens, one snapshot
+/// group), each trial moves one of its views — onto another view of the step (a link broken, two
+/// parts on one buffer), or a few elements along its buffer (a partial overlap, a misaligned or
+/// out-of-bounds view) — and asks `launch`. It must never panic; a refusal is a typed error; and
+/// every perturbed step it accepts must (a) keep what its second phase writes (`out`, the state
+/// slots) and the state rows it reads before its readiness wait off every first-phase input and
+/// output, by the bytes the views span (an oracle written here, apart from the op's check), and
+/// (b) run, emulated from the kernel's own source on three blocks with block 0 held, to the bytes
+/// of the three parts' CPU references run one after the other.
+#[test]
+fn every_perturbed_layer_step_the_host_accepts_runs_to_its_reference() {
+    use rand::{Rng, SeedableRng};
+    use rgdn::fusion::{Options, compile, sweep};
+    use rgdn::graph::layer::{LayerSpec, Outputs, StackSpec};
+    use rgdn::layer::{GdnShape, Step};
+    use rgdn::ops::gdn_layer_step::GdnLayerStep;
+    const SHAPE: GdnShape = GdnShape { n_embd: 64, n_k_heads: 1, n_v_heads: 2, head_dim: 128, d_conv: 4, eps: 1e-6 };
+    let step = Step { cells: 2, ..Step::new(3, 1) }.with_sequences(&[(1, 0)]).expect("two sequences");
+    let b =
+        sweep::build(&StackSpec { layers: vec![LayerSpec::new(SHAPE, step)], outputs: Outputs::Products }, 7, sweep::Planning::FusionAware)
+            .expect("a snapshot layer");
+    let (nodes, _) = compile(b.fresh_nodes().expect("nodes"), &b.live_out(), Options::ALL);
+    let valid = nodes.iter().find_map(|n| n.get::<GdnLayerStep>()).expect("a layer step").clone();
+    // Every view of the step, by name.
+    type Field = (&'static str, fn(&mut GdnLayerStep) -> &mut Tensor);
+    let fields: Vec<Field> = vec![
+        ("conv_cache", |o| &mut o.chain.conv_cache),
+        ("source_row", |o| &mut o.chain.source_row),
+        ("qkv", |o| &mut o.chain.qkv),
+        ("conv_weight", |o| &mut o.chain.weight),
+        ("conv_out", |o| &mut o.chain.conv_out),
+        ("q_norm", |o| &mut o.chain.q_norm),
+        ("k_norm", |o| &mut o.chain.k_norm),
+        ("alpha_weight", |o| &mut o.gate.pair.first.weight),
+        ("beta_weight", |o| &mut o.gate.pair.second.weight),
+        ("cur", |o| &mut o.gate.pair.first.input),
+        ("alpha", |o| &mut o.gate.pair.first.dst),
+        ("beta_raw", |o| &mut o.gate.pair.second.dst),
+        ("dt_bias", |o| &mut o.gate.dt_bias),
+        ("ssm_a", |o| &mut o.gate.ssm_a),
+        ("beta", |o| &mut o.gate.beta),
+        ("gate", |o| &mut o.gate.gate),
+        ("gdn q", |o| &mut o.gdn.q),
+        ("gdn k", |o| &mut o.gdn.k),
+        ("gdn v", |o| &mut o.gdn.v),
+        ("gdn g", |o| &mut o.gdn.g),
+        ("gdn beta", |o| &mut o.gdn.beta),
+        ("ssm_cache", |o| &mut o.gdn.ssm_cache),
+        ("ssm source_rows", |o| &mut o.gdn.source_rows),
+        ("out", |o| &mut o.gdn.out),
+        ("states", |o| &mut o.gdn.states),
+    ];
+    // (a): the oracle's groups, by field name. The conv cache is read at the source rows and
+    // written at the snapshot rows (the chain's own rule); the state slots are rows of the ssm
+    // cache, whose source rows the second phase reads before its wait; the second phase's q, k,
+    // v, g and β are the first phase's outputs, read after it (the links).
+    let first_writes = ["conv_cache", "conv_out", "q_norm", "k_norm", "alpha", "beta_raw", "beta", "gate"];
+    let first_reads = ["conv_cache", "source_row", "qkv", "conv_weight", "alpha_weight", "beta_weight", "cur", "dt_bias", "ssm_a"];
+    let (second_early_reads, second_writes) = (["ssm_cache", "ssm source_rows"], ["out", "states"]);
+    let oracle = |op: &GdnLayerStep| -> Option<String> {
+        let span = |name: &str| {
+            let get = fields.iter().find(|f| f.0 == name).expect("a field").1;
+            byte_span(get(&mut op.clone()))
+        };
+        let meet = |a: &str, b: &str| match (span(a), span(b)) {
+            (Some((ba, sa, ea)), Some((bb, sb, eb))) => ba == bb && sa < eb && sb < ea,
+            _ => true,
+        };
+        let first_written = first_writes.iter().flat_map(|w| second_early_reads.iter().chain(&second_writes).map(move |r| (*w, *r)));
+        let second_written = second_writes.iter().flat_map(|w| first_reads.iter().map(move |r| (*r, *w)));
+        first_written
+            .chain(second_written)
+            .find(|(a, b)| meet(a, b))
+            .map(|(a, b)| format!("the second phase's {b} shares bytes with the first phase's {a}"))
+    };
+    assert_eq!(oracle(&valid), None, "the valid step");
+    let trials = if full_tests() { 2000 } else { 300 };
+    let mut rng = rand::rngs::StdRng::seed_from_u64(25);
+    let (mut accepted, mut refused, mut failures) = (0usize, std::collections::BTreeMap::<String, usize>::new(), Vec::new());
+    for trial in 0..trials {
+        let mut op = valid.clone();
+        let (name, field) = fields[rng.random_range(0..fields.len())];
+        let how = match rng.random_range(0..3) {
+            0 => {
+                // Onto another view of the step.
+                let (other, get) = fields[rng.random_range(0..fields.len())];
+                *field(&mut op) = *get(&mut valid.clone());
+                format!("{name} := {other}")
+            }
+            1 => {
+                let t = *field(&mut op);
+                let shift = 4 * rng.random_range(1..64usize);
+                *field(&mut op) = t.view(t.ne(), t.layout.nb, shift);
+                format!("{name} shifted {shift} bytes")
+            }
+            _ => {
+                let t = *field(&mut op);
+                let shift = rng.random_range(1..4usize);
+                *field(&mut op) = t.view(t.ne(), t.layout.nb, shift);
+                format!("{name} misaligned by {shift}")
+            }
+        };
+        let mut sync = vec![0u64; abi::GRID_SYNC_BYTES / 8];
+        let state = sync.as_mut_ptr() as u64;
+        let emulated = StepBuffers::of(&b.mem);
+        let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| op.launch(&b.mem, &emulated, state).map(|_| ())));
+        match checked {
+            Err(_) => failures.push(format!("trial {trial} ({how}): the host check panicked")),
+            Ok(Err(e)) => {
+                // By kind: the variant's name (`Aliasing`, `Invalid`, …).
+                let kind: String = format!("{e:?}").chars().take_while(|c| c.is_alphanumeric()).collect();
+                *refused.entry(kind).or_default() += 1;
+            }
+            Ok(Ok(())) => {
+                accepted += 1;
+                if let Some(why) = oracle(&op) {
+                    failures.push(format!("trial {trial} ({how}): accepted, but {why}"));
+                    continue;
+                }
+                let scenario = Scenario {
+                    mem: b.mem.clone(),
+                    ops: vec![Box::new(op)],
+                    tolerance: rgdn::suite::Tolerance::BitExact,
+                    exact_nan_payloads: false,
+                };
+                let how_launch = StepLaunch { split: None, blocks: 3, landing: landing_of(trial), pace: Pace::BlockZeroLast };
+                if let Err(e) = layer_step_case(&format!("trial {trial} ({how})"), &scenario, how_launch) {
+                    failures.push(e);
+                }
+            }
+        }
+    }
+    println!(
+        "perturbed layer steps: {trials} trials, {accepted} accepted (each emulated against its reference), refusals by kind: {refused:?}"
+    );
+    conclude("GDN_LAYER_STEP", "perturbed steps handled", trials, "accepted ones emulated, the others refused by a typed error", failures);
+}
