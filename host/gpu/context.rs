@@ -76,8 +76,10 @@ pub enum KernelArg {
 /// default: 48 KiB).
 const DEFAULT_SHARED_BYTES: u32 = 48 * 1024;
 
-/// Capacity of a [`ParamBlock`] in bytes (CUDA allows 4 KiB of kernel parameters; ours are small).
-pub const PARAM_BLOCK_BYTES: usize = 1024;
+/// Capacity of a [`ParamBlock`] in bytes: CUDA's kernel-parameter limit before 12.1 (4 KiB),
+/// which every driver we load takes. The largest struct, GDN_LAYER_STEP_REPLAY's, is 1088 bytes;
+/// [`ParamBlock::of`] refuses a larger struct at compile time.
+pub const PARAM_BLOCK_BYTES: usize = 4096;
 
 /// The bytes of one by-value parameter struct. The driver copies exactly the parameter's
 /// declared size (from the PTX signature) from this block, so a block larger than the struct is
@@ -102,15 +104,18 @@ impl std::fmt::Debug for ParamBlock {
 pub unsafe trait KernelParams: Copy + 'static {}
 
 impl ParamBlock {
-    /// The bytes of `params`; refuses a struct larger than [`PARAM_BLOCK_BYTES`] or aligned above 8.
+    /// The bytes of `params` (a struct larger than [`PARAM_BLOCK_BYTES`] or aligned above 8 does
+    /// not compile).
     pub fn of<P: KernelParams>(params: &P) -> Result<Self> {
+        // Every parameter struct a launch passes is checked when the launch is compiled (session
+        // 25: a 1088-byte struct met a 1024-byte block only on the GPU).
+        const {
+            assert!(
+                std::mem::size_of::<P>() <= PARAM_BLOCK_BYTES && std::mem::align_of::<P>() <= 8,
+                "a parameter struct larger than PARAM_BLOCK_BYTES or aligned above 8"
+            )
+        };
         let len = std::mem::size_of::<P>();
-        if len > PARAM_BLOCK_BYTES || std::mem::align_of::<P>() > 8 {
-            return Err(Error::Unsupported {
-                op: "Gpu::launch",
-                what: format!("a {len}-byte parameter struct (block holds {PARAM_BLOCK_BYTES})"),
-            });
-        }
         let mut words = [0u64; PARAM_BLOCK_BYTES / 8];
         // SAFETY: `P: KernelParams` has no padding, so all `len` bytes are initialised; the
         // destination holds PARAM_BLOCK_BYTES ≥ len bytes and cannot overlap a stack value.
