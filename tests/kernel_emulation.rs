@@ -590,6 +590,94 @@ fn byte_span(t: &Tensor) -> Option<(usize, usize, usize)> {
     Some((t.buffer.0, t.layout.offset, last.checked_add(t.layout.dtype.size())?))
 }
 
+/// What [`perturbed_trials`] found: trials, accepted steps (distinct, emulated), refusals by
+/// error kind, and the failures.
+struct Perturbed {
+    trials: usize,
+    accepted: usize,
+    distinct: usize,
+    emulated: usize,
+    refused: std::collections::BTreeMap<String, usize>,
+    failures: Vec<String>,
+}
+
+/// \[hostile\] The perturbation trials of a fused op's host check (the two tests below): every
+/// view of `valid` (`fields`) onto every other view (its tensor, then its own shape at the
+/// other's first byte), then random shifts along its buffer (whole elements, or misaligned; 200,
+/// 2000 with RGDN_FULL_TESTS). Each trial asks `check` (the op's `launch`); a panic is a failure,
+/// a refusal is counted by its error kind, and an accepted step must pass `oracle` (None: no
+/// hazard); each distinct accepted step is then run by `emulate` (trial, what moved, the step),
+/// one in `emulate_every` of them (all with RGDN_FULL_TESTS).
+fn perturbed_trials<O: Clone + std::fmt::Debug>(
+    valid: &O,
+    fields: &[(&'static str, fn(&mut O) -> &mut Tensor)],
+    seed: u64,
+    check: impl Fn(&O) -> rgdn::Result<()>,
+    oracle: impl Fn(&O) -> Option<String>,
+    emulate_every: usize,
+    emulate: impl Fn(usize, &str, O) -> Result<(), String>,
+) -> Perturbed {
+    use rand::{Rng, SeedableRng};
+    let n = fields.len();
+    let shifts = if full_tests() { 2000 } else { 200 };
+    let trials = 2 * n * n + shifts;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut out = Perturbed { trials, accepted: 0, distinct: 0, emulated: 0, refused: Default::default(), failures: Vec::new() };
+    let mut seen = std::collections::HashSet::new();
+    for trial in 0..trials {
+        let mut op = valid.clone();
+        let how = if trial < 2 * n * n {
+            let ((name, field), (other, get)) = (fields[trial / 2 % n], fields[trial / 2 / n]);
+            let (t, at) = (*field(&mut op), *get(&mut valid.clone()));
+            if trial % 2 == 0 {
+                *field(&mut op) = at;
+                format!("{name} := {other}")
+            } else {
+                *field(&mut op) = Tensor::new(at.buffer, rgdn::tensor::Layout { offset: at.layout.offset, ..t.layout });
+                format!("{name} placed at {other}")
+            }
+        } else {
+            let (name, field) = fields[rng.random_range(0..n)];
+            let t = *field(&mut op);
+            let (shift, what) = if rng.random_bool(0.5) {
+                (4 * rng.random_range(1..64usize), "shifted")
+            } else {
+                (rng.random_range(1..4usize), "misaligned by")
+            };
+            *field(&mut op) = t.view(t.ne(), t.layout.nb, shift);
+            format!("{name} {what} {shift} bytes")
+        };
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(&op))) {
+            Err(_) => out.failures.push(format!("trial {trial} ({how}): the host check panicked")),
+            Ok(Err(e)) => {
+                // By kind: the variant's name (`Aliasing`, `Invalid`, …).
+                let kind: String = format!("{e:?}").chars().take_while(|c| c.is_alphanumeric()).collect();
+                *out.refused.entry(kind).or_default() += 1;
+            }
+            Ok(Ok(())) => {
+                out.accepted += 1;
+                if let Some(why) = oracle(&op) {
+                    out.failures.push(format!("trial {trial} ({how}): accepted, but {why}"));
+                    continue;
+                }
+                // Each distinct accepted step once (a view moved onto itself is the valid step).
+                if !seen.insert(format!("{op:?}")) {
+                    continue;
+                }
+                out.distinct += 1;
+                if !full_tests() && out.distinct % emulate_every != 1 % emulate_every {
+                    continue;
+                }
+                out.emulated += 1;
+                if let Err(e) = emulate(trial, &how, op) {
+                    out.failures.push(e);
+                }
+            }
+        }
+    }
+    out
+}
+
 /// \[replay\] Adversarially: GDN_LAYER_STEP_REPLAY's host check on perturbed steps. From a valid
 /// step of a built replay layer (two sequences, three tokens), each trial moves one of its views
 /// and asks `launch`: every view onto every other view of the step (a link broken, two parts on
@@ -605,7 +693,6 @@ fn byte_span(t: &Tensor) -> Option<(usize, usize, usize)> {
 /// of the three parts' CPU references run one after the other.
 #[test]
 fn every_perturbed_replay_step_the_host_accepts_runs_to_its_reference() {
-    use rand::{Rng, SeedableRng};
     use rgdn::fusion::{Options, compile, sweep};
     use rgdn::graph::layer::{LayerSpec, Outputs, Rollback, StackSpec};
     use rgdn::layer::{GdnShape, Step};
@@ -679,83 +766,30 @@ fn every_perturbed_replay_step_the_host_accepts_runs_to_its_reference() {
         None
     };
     assert_eq!(oracle(&valid), None, "the valid step");
-    // Every view onto every other view (its tensor, then its own shape at the other's first
-    // byte), then random shifts along its buffer (whole elements, or misaligned).
-    let n = fields.len();
-    let shifts = if full_tests() { 2000 } else { 200 };
-    let trials = 2 * n * n + shifts;
-    let mut rng = rand::rngs::StdRng::seed_from_u64(24);
-    let (mut accepted, mut refused, mut failures) = (0usize, std::collections::BTreeMap::<String, usize>::new(), Vec::new());
-    let (mut emulated_steps, mut n_emulated) = (std::collections::HashSet::new(), 0usize);
-    for trial in 0..trials {
-        let mut op = valid.clone();
-        let how = if trial < 2 * n * n {
-            let ((name, field), (other, get)) = (fields[trial / 2 % n], fields[trial / 2 / n]);
-            let (t, at) = (*field(&mut op), *get(&mut valid.clone()));
-            if trial % 2 == 0 {
-                *field(&mut op) = at;
-                format!("{name} := {other}")
-            } else {
-                *field(&mut op) = Tensor::new(at.buffer, rgdn::tensor::Layout { offset: at.layout.offset, ..t.layout });
-                format!("{name} placed at {other}")
-            }
-        } else {
-            let (name, field) = fields[rng.random_range(0..n)];
-            let t = *field(&mut op);
-            let (shift, what) = if rng.random_bool(0.5) {
-                (4 * rng.random_range(1..64usize), "shifted")
-            } else {
-                (rng.random_range(1..4usize), "misaligned by")
-            };
-            *field(&mut op) = t.view(t.ne(), t.layout.nb, shift);
-            format!("{name} {what} {shift} bytes")
-        };
+    let check = |op: &GdnLayerStepReplay| {
         let mut sync = vec![0u64; abi::GRID_SYNC_BYTES / 8];
-        let state = sync.as_mut_ptr() as u64;
-        let emulated = StepBuffers::of(&b.mem);
-        let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| op.launch(&b.mem, &emulated, state).map(|_| ())));
-        match checked {
-            Err(_) => failures.push(format!("trial {trial} ({how}): the host check panicked")),
-            Ok(Err(e)) => {
-                // By kind: the variant's name (`Aliasing`, `Invalid`, …).
-                let kind: String = format!("{e:?}").chars().take_while(|c| c.is_alphanumeric()).collect();
-                *refused.entry(kind).or_default() += 1;
-            }
-            Ok(Ok(())) => {
-                accepted += 1;
-                if let Some(why) = oracle(&op) {
-                    failures.push(format!("trial {trial} ({how}): accepted, but {why}"));
-                    continue;
-                }
-                // Each distinct accepted step emulated once (a view moved onto itself is the
-                // valid step again); one in three of them (≈ 1 s each on two cores), all with
-                // RGDN_FULL_TESTS.
-                if !emulated_steps.insert(format!("{op:?}")) || (!full_tests() && emulated_steps.len() % 3 != 1) {
-                    continue;
-                }
-                n_emulated += 1;
-                let scenario = Scenario {
-                    mem: b.mem.clone(),
-                    ops: vec![Box::new(op)],
-                    tolerance: rgdn::suite::Tolerance::BitExact,
-                    exact_nan_payloads: false,
-                };
-                if let Err(e) = replay_step_case(&format!("trial {trial} ({how})"), &scenario, 3, landing_of(trial), Pace::BlockZeroLast) {
-                    failures.push(e);
-                }
-            }
-        }
-    }
+        op.launch(&b.mem, &StepBuffers::of(&b.mem), sync.as_mut_ptr() as u64).map(|_| ())
+    };
+    // One in three distinct accepted steps emulated (≈ 1 s each on two cores).
+    let r = perturbed_trials(&valid, &fields, 24, check, oracle, 3, |trial, how, op| {
+        let scenario = Scenario {
+            mem: b.mem.clone(),
+            ops: vec![Box::new(op)],
+            tolerance: rgdn::suite::Tolerance::BitExact,
+            exact_nan_payloads: false,
+        };
+        replay_step_case(&format!("trial {trial} ({how})"), &scenario, 3, landing_of(trial), Pace::BlockZeroLast)
+    });
     println!(
-        "perturbed replay steps: {trials} trials, {accepted} accepted ({} distinct, {n_emulated} of them emulated against their reference), refusals by kind: {refused:?}",
-        emulated_steps.len()
+        "perturbed replay steps: {} trials, {} accepted ({} distinct, {} of them emulated against their reference), refusals by kind: {:?}",
+        r.trials, r.accepted, r.distinct, r.emulated, r.refused
     );
     conclude(
         "GDN_LAYER_STEP_REPLAY",
         "perturbed steps handled",
-        trials,
+        r.trials,
         "accepted ones emulated, the others refused by a typed error",
-        failures,
+        r.failures,
     );
 }
 
@@ -774,7 +808,6 @@ fn every_perturbed_replay_step_the_host_accepts_runs_to_its_reference() {
 /// of the three parts' CPU references run one after the other.
 #[test]
 fn every_perturbed_layer_step_the_host_accepts_runs_to_its_reference() {
-    use rand::{Rng, SeedableRng};
     use rgdn::fusion::{Options, compile, sweep};
     use rgdn::graph::layer::{LayerSpec, Outputs, StackSpec};
     use rgdn::layer::{GdnShape, Step};
@@ -839,75 +872,29 @@ fn every_perturbed_layer_step_the_host_accepts_runs_to_its_reference() {
             .map(|(a, b)| format!("the second phase's {b} shares bytes with the first phase's {a}"))
     };
     assert_eq!(oracle(&valid), None, "the valid step");
-    // Every view onto every other view (its tensor, then its own shape at the other's first
-    // byte), then random shifts along its buffer (whole elements, or misaligned).
-    let n = fields.len();
-    let shifts = if full_tests() { 2000 } else { 200 };
-    let trials = 2 * n * n + shifts;
-    let mut rng = rand::rngs::StdRng::seed_from_u64(25);
-    let (mut accepted, mut refused, mut failures) = (0usize, std::collections::BTreeMap::<String, usize>::new(), Vec::new());
-    let mut emulated_steps = std::collections::HashSet::new();
-    for trial in 0..trials {
-        let mut op = valid.clone();
-        let how = if trial < 2 * n * n {
-            let ((name, field), (other, get)) = (fields[trial / 2 % n], fields[trial / 2 / n]);
-            let (t, at) = (*field(&mut op), *get(&mut valid.clone()));
-            if trial % 2 == 0 {
-                *field(&mut op) = at;
-                format!("{name} := {other}")
-            } else {
-                *field(&mut op) = Tensor::new(at.buffer, rgdn::tensor::Layout { offset: at.layout.offset, ..t.layout });
-                format!("{name} placed at {other}")
-            }
-        } else {
-            let (name, field) = fields[rng.random_range(0..n)];
-            let t = *field(&mut op);
-            let (shift, what) = if rng.random_bool(0.5) {
-                (4 * rng.random_range(1..64usize), "shifted")
-            } else {
-                (rng.random_range(1..4usize), "misaligned by")
-            };
-            *field(&mut op) = t.view(t.ne(), t.layout.nb, shift);
-            format!("{name} {what} {shift} bytes")
-        };
+    let check = |op: &GdnLayerStep| {
         let mut sync = vec![0u64; abi::GRID_SYNC_BYTES / 8];
-        let state = sync.as_mut_ptr() as u64;
-        let emulated = StepBuffers::of(&b.mem);
-        let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| op.launch(&b.mem, &emulated, state).map(|_| ())));
-        match checked {
-            Err(_) => failures.push(format!("trial {trial} ({how}): the host check panicked")),
-            Ok(Err(e)) => {
-                // By kind: the variant's name (`Aliasing`, `Invalid`, …).
-                let kind: String = format!("{e:?}").chars().take_while(|c| c.is_alphanumeric()).collect();
-                *refused.entry(kind).or_default() += 1;
-            }
-            Ok(Ok(())) => {
-                accepted += 1;
-                if let Some(why) = oracle(&op) {
-                    failures.push(format!("trial {trial} ({how}): accepted, but {why}"));
-                    continue;
-                }
-                // Each distinct accepted step emulated once (a view moved onto itself is the
-                // valid step again).
-                if !emulated_steps.insert(format!("{op:?}")) {
-                    continue;
-                }
-                let scenario = Scenario {
-                    mem: b.mem.clone(),
-                    ops: vec![Box::new(op)],
-                    tolerance: rgdn::suite::Tolerance::BitExact,
-                    exact_nan_payloads: false,
-                };
-                let how_launch = StepLaunch { split: None, blocks: 3, landing: landing_of(trial), pace: Pace::BlockZeroLast };
-                if let Err(e) = layer_step_case(&format!("trial {trial} ({how})"), &scenario, how_launch) {
-                    failures.push(e);
-                }
-            }
-        }
-    }
+        op.launch(&b.mem, &StepBuffers::of(&b.mem), sync.as_mut_ptr() as u64).map(|_| ())
+    };
+    let r = perturbed_trials(&valid, &fields, 25, check, oracle, 1, |trial, how, op| {
+        let scenario = Scenario {
+            mem: b.mem.clone(),
+            ops: vec![Box::new(op)],
+            tolerance: rgdn::suite::Tolerance::BitExact,
+            exact_nan_payloads: false,
+        };
+        let launch = StepLaunch { split: None, blocks: 3, landing: landing_of(trial), pace: Pace::BlockZeroLast };
+        layer_step_case(&format!("trial {trial} ({how})"), &scenario, launch)
+    });
     println!(
-        "perturbed layer steps: {trials} trials, {accepted} accepted ({} distinct, each emulated against its reference), refusals by kind: {refused:?}",
-        emulated_steps.len()
+        "perturbed layer steps: {} trials, {} accepted ({} distinct, each emulated against its reference), refusals by kind: {:?}",
+        r.trials, r.accepted, r.distinct, r.refused
     );
-    conclude("GDN_LAYER_STEP", "perturbed steps handled", trials, "accepted ones emulated, the others refused by a typed error", failures);
+    conclude(
+        "GDN_LAYER_STEP",
+        "perturbed steps handled",
+        r.trials,
+        "accepted ones emulated, the others refused by a typed error",
+        r.failures,
+    );
 }
