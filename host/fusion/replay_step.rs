@@ -33,16 +33,19 @@ pub const FUSION: Fusion = Fusion {
     summary: "GDN_CONV_CHAIN (commit) + MUL_MAT_VEC_PAIR_GATE + GATED_DELTA_NET_REPLAY_VERIFY → GDN_LAYER_STEP_REPLAY",
     find,
     fires_on,
-    // Opt-in (`Options::ALL`, which the replay certificates, the kernel emulation, the GPU
-    // suite and the bench's replay arms use) until the H200 has run its whole evidence and
-    // measured it against the three launches it replaces: built in a session without a GPU.
-    default: false,
+    // Default since the H200 ran it (`results/2026-12-05-h200-replay-step/`): its suite
+    // groups, the replay episodes, compute-sanitizer and a planted skipped wait; faster than
+    // the three launches at every n_s ≤ 4 and T ≤ 8 measured (n_s = 1, T = 4: 7.70 against
+    // 10.31 µs a layer step).
+    default: true,
 };
 
-/// (speed, not measured yet) Most sequences a replay step runs in one launch: the single-sequence
-/// layer step's items pay over the batched schedule up to 4 sequences at every n_t on the
-/// snapshot step (`ops::gdn_layer_step::SEQ_ITEMS_SHAPES`); above, the three launches keep
-/// GATED_DELTA_NET_REPLAY_VERIFY's full grid.
+/// (speed) Most sequences a replay step runs in one launch. Measured on the H200 with the knob
+/// below (`results/2026-12-05-h200-replay-step/`): the one launch wins at n_s ≤ 4 (and at
+/// n_s = 8, T = 1 by 4 %), loses from n_s = 8, T = 4 on (23.69 against 22.34 µs a layer step;
+/// n_s = 16, T = 4 46.30 against 38.47): there the three launches keep
+/// GATED_DELTA_NET_REPLAY_VERIFY's full grid, while the layer step's blocks run its blocks in
+/// rounds.
 pub const REPLAY_STEP_MAX_SEQS: usize = 4;
 
 /// The most sequences the fusion takes: [`REPLAY_STEP_MAX_SEQS`], or `RGDN_REPLAY_STEP_MAX_SEQS`
