@@ -71,6 +71,33 @@ fn same_abi<Library: Copy, Kernel: Copy>(p: &Library) -> Kernel {
     unsafe { std::mem::transmute_copy(p) }
 }
 
+/// The views both fused layer steps share, by name: their conv chain's (`.chain`) and their
+/// pair-gate's (`.gate`), as `(name, accessor)` for the op type `$op`.
+macro_rules! chain_and_gate_fields {
+    ($op:ty) => {{
+        type F = (&'static str, fn(&mut $op) -> &mut Tensor);
+        let fields: [F; 16] = [
+            ("conv_cache", |o| &mut o.chain.conv_cache),
+            ("source_row", |o| &mut o.chain.source_row),
+            ("qkv", |o| &mut o.chain.qkv),
+            ("conv_weight", |o| &mut o.chain.weight),
+            ("conv_out", |o| &mut o.chain.conv_out),
+            ("q_norm", |o| &mut o.chain.q_norm),
+            ("k_norm", |o| &mut o.chain.k_norm),
+            ("alpha_weight", |o| &mut o.gate.pair.first.weight),
+            ("beta_weight", |o| &mut o.gate.pair.second.weight),
+            ("cur", |o| &mut o.gate.pair.first.input),
+            ("alpha", |o| &mut o.gate.pair.first.dst),
+            ("beta_raw", |o| &mut o.gate.pair.second.dst),
+            ("dt_bias", |o| &mut o.gate.dt_bias),
+            ("ssm_a", |o| &mut o.gate.ssm_a),
+            ("beta", |o| &mut o.gate.beta),
+            ("gate", |o| &mut o.gate.gate),
+        ];
+        fields
+    }};
+}
+
 /// Runs a plain launch an op prepared (`PlainLaunch`: entry, shape, parameters) over the host
 /// copies, from the entry's host twin `body`, its copies landing as `landing` says.
 fn run_plain<Library: Copy, Kernel: Copy + Sync>(
@@ -706,28 +733,13 @@ fn every_perturbed_replay_step_the_host_accepts_runs_to_its_reference() {
     let valid = nodes.iter().find_map(|n| n.get::<GdnLayerStepReplay>()).expect("a replay step").clone();
     // Every view of the step, by name.
     type Field = (&'static str, fn(&mut GdnLayerStepReplay) -> &mut Tensor);
-    let fields: Vec<Field> = vec![
-        ("conv_cache", |o| &mut o.chain.conv_cache),
-        ("source_row", |o| &mut o.chain.source_row),
-        ("qkv", |o| &mut o.chain.qkv),
-        ("conv_weight", |o| &mut o.chain.weight),
-        ("conv_out", |o| &mut o.chain.conv_out),
-        ("q_norm", |o| &mut o.chain.q_norm),
-        ("k_norm", |o| &mut o.chain.k_norm),
+    let mut fields: Vec<Field> = chain_and_gate_fields!(GdnLayerStepReplay).to_vec();
+    let rest: Vec<Field> = vec![
         ("log_qkv", |o| &mut o.chain.commit.as_mut().expect("a commit").log_qkv),
         ("window_rows", |o| &mut o.chain.commit.as_mut().expect("a commit").window_rows),
         ("log_out", |o| o.chain.commit.as_mut().expect("a commit").log_out.as_mut().expect("a log")),
         ("log_k", |o| o.chain.commit.as_mut().expect("a commit").log_k.as_mut().expect("a log")),
         ("log_v", |o| o.chain.commit.as_mut().expect("a commit").log_v.as_mut().expect("a log")),
-        ("alpha_weight", |o| &mut o.gate.pair.first.weight),
-        ("beta_weight", |o| &mut o.gate.pair.second.weight),
-        ("cur", |o| &mut o.gate.pair.first.input),
-        ("alpha", |o| &mut o.gate.pair.first.dst),
-        ("beta_raw", |o| &mut o.gate.pair.second.dst),
-        ("dt_bias", |o| &mut o.gate.dt_bias),
-        ("ssm_a", |o| &mut o.gate.ssm_a),
-        ("beta", |o| &mut o.gate.beta),
-        ("gate", |o| &mut o.gate.gate),
         ("replay k", |o| &mut o.gdn.replay.k),
         ("replay v", |o| &mut o.gdn.replay.v),
         ("replay g", |o| &mut o.gdn.replay.g),
@@ -743,6 +755,7 @@ fn every_perturbed_replay_step_the_host_accepts_runs_to_its_reference() {
         ("verify beta", |o| &mut o.gdn.beta),
         ("out", |o| &mut o.gdn.out),
     ];
+    fields.extend(rest);
     // (a): the oracle's groups, by field name.
     let first_phase_writes =
         ["conv_cache", "conv_out", "q_norm", "k_norm", "log_out", "log_k", "log_v", "alpha", "beta_raw", "beta", "gate"];
@@ -821,23 +834,8 @@ fn every_perturbed_layer_step_the_host_accepts_runs_to_its_reference() {
     let valid = nodes.iter().find_map(|n| n.get::<GdnLayerStep>()).expect("a layer step").clone();
     // Every view of the step, by name.
     type Field = (&'static str, fn(&mut GdnLayerStep) -> &mut Tensor);
-    let fields: Vec<Field> = vec![
-        ("conv_cache", |o| &mut o.chain.conv_cache),
-        ("source_row", |o| &mut o.chain.source_row),
-        ("qkv", |o| &mut o.chain.qkv),
-        ("conv_weight", |o| &mut o.chain.weight),
-        ("conv_out", |o| &mut o.chain.conv_out),
-        ("q_norm", |o| &mut o.chain.q_norm),
-        ("k_norm", |o| &mut o.chain.k_norm),
-        ("alpha_weight", |o| &mut o.gate.pair.first.weight),
-        ("beta_weight", |o| &mut o.gate.pair.second.weight),
-        ("cur", |o| &mut o.gate.pair.first.input),
-        ("alpha", |o| &mut o.gate.pair.first.dst),
-        ("beta_raw", |o| &mut o.gate.pair.second.dst),
-        ("dt_bias", |o| &mut o.gate.dt_bias),
-        ("ssm_a", |o| &mut o.gate.ssm_a),
-        ("beta", |o| &mut o.gate.beta),
-        ("gate", |o| &mut o.gate.gate),
+    let mut fields: Vec<Field> = chain_and_gate_fields!(GdnLayerStep).to_vec();
+    let rest: Vec<Field> = vec![
         ("gdn q", |o| &mut o.gdn.q),
         ("gdn k", |o| &mut o.gdn.k),
         ("gdn v", |o| &mut o.gdn.v),
@@ -848,6 +846,7 @@ fn every_perturbed_layer_step_the_host_accepts_runs_to_its_reference() {
         ("out", |o| &mut o.gdn.out),
         ("states", |o| &mut o.gdn.states),
     ];
+    fields.extend(rest);
     // (a): the oracle's groups, by field name. The conv cache is read at the source rows and
     // written at the snapshot rows (the chain's own rule); the state slots are rows of the ssm
     // cache, whose source rows the second phase reads before its wait; the second phase's q, k,
