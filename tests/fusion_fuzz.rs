@@ -10,7 +10,13 @@
 //! removed; values added to what the caller observes. Both buffer layouts, ggml's allocator
 //! and fusion-aware planning, 1–2 layers, with and without the GDN tail, n_t up to 16 (over 8
 //! the alpha/beta products are split launches, which the pair takes whole), 1–5 sequences
-//! reading any cache row (their own, a shared one, or one another sequence writes).
+//! reading any cache row (their own, a shared one, or one another sequence writes), 1–8 in
+//! replay layers.
+//!
+//! \[overlap\] `Options::ALL` runs the overlap pass too: on every compiled graph the launches it
+//! lets start early are checked pair by pair against the grids that may run beside them
+//! (`tests/common/overlap_check.rs`: no byte one touches before its wait is touched by the
+//! other), and the test fails when no launch ever started early.
 //!
 //! `RGDN_FUZZ_CASES` (default 1000; 2000 with `RGDN_FULL_TESTS=1`) sets the number of cases, `RGDN_FUZZ_SEED`
 //! the first seed. It prints how often each fusion fired and the refusals by reason: a fuzzer
@@ -18,6 +24,8 @@
 //! the layer-cases in its scope (a fusion of replay layers only: of the replay layer-cases).
 
 mod common;
+#[path = "common/overlap_check.rs"]
+mod overlap_check;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -135,11 +143,13 @@ fn random_replay_spec(rng: &mut StdRng) -> StackSpec {
     let d_conv = [3, 4, 5][rng.random_range(0..3)];
     let shape = GdnShape { n_embd: 64, n_k_heads: 1, n_v_heads: rng.random_range(1..=2), head_dim: 128, d_conv, eps: 1e-6 };
     let n_t = [1, 2, 3, 4, 8, 16][rng.random_range(0..6)];
-    let n_s = if rng.random_bool(0.5) { rng.random_range(2..=5) } else { 1 };
+    // [overlap] Up to 8 sequences: from 5 on a replay step is three launches the overlap pass
+    // may let run side by side (where the products run as tiles, n_t·n_s ≥ 32).
+    let n_s = if rng.random_bool(0.5) { rng.random_range(2..=8) } else { 1 };
     let cells = rng.random_range(n_s..=n_s + 2);
     let kv_head = rng.random_range(0..=cells - n_s);
     let more: Vec<(usize, usize)> = (1..n_s).map(|s| (kv_head + s, 0)).collect();
-    let step = Step { cells, kv_head, src_cell: kv_head, ..Step::new(n_t, 0) }.with_sequences(&more).expect("at most 5 sequences");
+    let step = Step { cells, kv_head, src_cell: kv_head, ..Step::new(n_t, 0) }.with_sequences(&more).expect("at most 8 sequences");
     let weights = [DType::F32, DType::F16, DType::BF16][rng.random_range(0..3)];
     let layers = (0..rng.random_range(1..=2))
         .map(|_| LayerSpec {
@@ -190,6 +200,25 @@ fn relocate(rng: &mut StdRng, t: &Tensor, onto: &Tensor) -> Option<Tensor> {
     let room = onto.layout.byte_range()?.len().checked_sub(span)?;
     let offset = onto.layout.offset + t.dtype().size() * rng.random_range(0..=room / t.dtype().size());
     Some(Tensor::new(onto.buffer, Layout { offset, ..t.layout }))
+}
+
+/// \[overlap\] `op` (a launch that may start early) with one of the views it touches before its
+/// wait moved onto `onto`'s bytes; None for another op or when nothing fits.
+fn moved_before_wait(rng: &mut StdRng, op: &(dyn Op + 'static), onto: &Tensor) -> Option<Box<dyn Op>> {
+    use rgdn::ops::{GatedDeltaNetReplayVerify, MulMatVecPairGate};
+    if let Some(x) = op.downcast_ref::<GatedDeltaNetReplayVerify>() {
+        let mut x = x.clone();
+        let r = &mut x.replay;
+        let fields = [&mut r.k, &mut r.v, &mut r.g, &mut r.beta, &mut r.ssm_cache];
+        let k = rng.random_range(0..fields.len());
+        *fields[k] = relocate(rng, fields[k], onto)?;
+        return Some(Box::new(x));
+    }
+    let mut x = op.downcast_ref::<MulMatVecPairGate>()?.clone();
+    let fields = [&mut x.gate, &mut x.beta, &mut x.pair.first.dst, &mut x.pair.second.dst, &mut x.pair.first.input];
+    let k = rng.random_range(0..fields.len());
+    *fields[k] = relocate(rng, fields[k], onto)?;
+    Some(Box::new(x))
 }
 
 /// One perturbation of `nodes`.
@@ -350,6 +379,12 @@ struct Stats {
     batched_layer_steps: usize,
     /// [replay] Layer-cases in replay mode.
     replay_layer_cases: usize,
+    /// [overlap] Launches the overlap pass let start early, those it refused (by reason), and
+    /// the (launch, grid beside it) pairs checked.
+    overlap_early: usize,
+    overlap_refused: BTreeMap<String, usize>,
+    overlap_pairs: usize,
+    overlap_twins: usize,
     /// Time building, running unfused, compiling, running fused, comparing.
     seconds: [f64; 5],
 }
@@ -431,6 +466,38 @@ fn case(seed: u64, stats: &mut Stats) -> std::result::Result<(), String> {
     let t0 = std::time::Instant::now();
     let (on_nodes, report) = compile_for(nodes, &live_out, Options::ALL, Some(&b.mem));
     stats.seconds[2] += t0.elapsed().as_secs_f64();
+    // [overlap] What may run side by side touches no common byte (before the waits).
+    stats.overlap_pairs += overlap_check::check_overlaps(&on_nodes)
+        .map_err(|e| format!("seed {seed}: an unsafe overlap: {e}\nperturbations {applied:?}\n{report}"))?;
+    for d in &report.overlaps {
+        match &d.outcome {
+            Ok(_) => stats.overlap_early += 1,
+            Err(r) => *stats.overlap_refused.entry(format!("{r:?}").split([' ', '{']).next().unwrap_or("").to_string()).or_default() += 1,
+        }
+    }
+    // [overlap] An adversarial twin of a graph where a launch started early: one view that launch
+    // touches before its wait moved onto a view of a grid beside it (what a planner reusing a
+    // block would do), the pass rerun on the twin; the property must hold on what it decides.
+    if let Some(Ok(beside)) = report.overlaps.iter().map(|d| d.outcome.as_ref().map(|b| (d.node, b.clone()))).find(|o| o.is_ok()) {
+        let (i, beside) = beside;
+        let mut twin: Vec<Node> = on_nodes
+            .iter()
+            .map(|n| match n.get::<rgdn::ops::Overlapped>() {
+                Some(o) => Node::new(o.op.clone(), n.layer),
+                None => n.clone(),
+            })
+            .collect();
+        let j = beside[rng.random_range(0..beside.len())];
+        let theirs: Vec<Tensor> = twin[j].op.inputs().into_iter().chain(twin[j].op.outputs()).collect();
+        let onto = theirs[rng.random_range(0..theirs.len())];
+        if let Some(op) = moved_before_wait(&mut rng, twin[i].op.as_ref(), &onto) {
+            twin[i].op = op;
+            let (marked, _) = rgdn::fusion::overlap::mark(twin);
+            overlap_check::check_overlaps(&marked)
+                .map_err(|e| format!("seed {seed}: an unsafe overlap on a twin (node {i} moved onto node {j}): {e}\n{report}"))?;
+            stats.overlap_twins += 1;
+        }
+    }
     let mut any = false;
     for l in &report.layers {
         for (name, o) in &l.outcomes {
@@ -541,6 +608,10 @@ fn fusion_never_changes_an_observed_byte() {
         stats.batched_layer_steps, stats.batched_layer_cases
     );
     eprintln!("  [replay] {} layer-cases in replay mode", stats.replay_layer_cases);
+    eprintln!(
+        "  [overlap] {} launches started early ({} pairs with a grid beside them checked), refused: {:?}; {} adversarial twins",
+        stats.overlap_early, stats.overlap_pairs, stats.overlap_refused, stats.overlap_twins
+    );
     eprintln!("  perturbations: {:?}", stats.perturbations);
     let s = stats.seconds;
     eprintln!("  seconds: build {:.1}, unfused run {:.1}, compile {:.1}, fused run {:.1}, compare {:.1}", s[0], s[1], s[2], s[3], s[4]);
@@ -550,6 +621,7 @@ fn fusion_never_changes_an_observed_byte() {
         eprintln!("  refused {n:>6}× {r}");
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    assert!(stats.overlap_early > 0, "the overlap pass never let a launch start early: the fuzzer proves nothing about it");
     if env("RGDN_FUZZ_REPLAY_ONLY", 0) == 1 {
         // Replay layers alone: the conv chain and the layer step refuse them by name (NOTES,
         // docs/rollback.md), so the coverage floors below do not apply.

@@ -186,6 +186,136 @@ fn the_replay_verify_kernel_source_equals_the_cpu_reference_on_the_suite_cases()
     conclude("GATED_DELTA_NET_REPLAY_VERIFY", "equal the CPU reference", n, &format!("{sampled} of the suite's {total} cases"), failures);
 }
 
+/// \[overlap\] Bytes of the emulated buffers a test watches or poisons: (address, length).
+fn regions_of(views: &[Tensor], buffers: &StepBuffers) -> Vec<(usize, usize)> {
+    use rgdn::memory::KernelAddresses;
+    views
+        .iter()
+        .filter_map(|t| {
+            let bytes = t.layout.byte_range()?;
+            let start = buffers.address(t) as usize - t.layout.offset;
+            Some((start + bytes.start, bytes.end - bytes.start))
+        })
+        .collect()
+}
+
+/// \[overlap\] GATED_DELTA_NET_REPLAY_VERIFY's programmatically launched entry, emulated, equals
+/// the CPU reference on the GPU suite's cases of the op (one in eight; all with
+/// `RGDN_FULL_TESTS=1`), launched as the op prepares it (`launch_overlapped`), and touches
+/// before its wait only what the op declares (`Op::overlap_forms`, what the overlap pass proves
+/// no neighbouring grid touches): every block starts with the op's other inputs (the verify's
+/// q, k, v, g, β) poisoned — NaNs, restored only when the block reaches its wait — and its other
+/// outputs (`out`) are checked unchanged at the wait. A read of a verify input before the wait
+/// changes the results; a write of `out` fails at once.
+#[test]
+fn the_replay_verify_overlap_entry_touches_only_its_declared_views_before_its_wait() {
+    use rgdn::ops::gated_delta_net_replay_verify::GatedDeltaNetReplayVerify;
+    use rgdn::ops::overlap::Overlap;
+    use rgdn::suite::cases::gated_delta_net_replay_verify::{GROUP, cases};
+    use std::sync::{Arc, Mutex};
+    let matching: Vec<_> = cases().into_iter().filter(|c| c.group == GROUP && !c.name.contains("refuse")).collect();
+    let total = matching.len();
+    let chosen = if full_tests() { matching } else { sample(matching, 8) };
+    let (mut failures, mut n, poisoned_views) = (Vec::new(), 0, std::cell::Cell::new(0));
+    let early = Overlap { lets_next_start: false, starts_early: true };
+    for c in chosen {
+        let Ok(Expect::Match(scenario)) = c.build() else { panic!("{}: not a match case", c.name) };
+        let landing = landing_of(n);
+        n += 1;
+        let emulate = |op: &(dyn Op + 'static), host: &HostMemory, emulated: &StepBuffers| {
+            let op = op.downcast_ref::<GatedDeltaNetReplayVerify>()?;
+            let declared = op.overlap_forms().early.expect("the op can start early");
+            let touched: Vec<rgdn::graph::Access> =
+                declared.reads.iter().chain(&declared.writes).filter_map(rgdn::graph::Access::of).collect();
+            // Views not declared, and sharing no byte with a declared one (a suite case may
+            // alias a verify input with the log: both only read).
+            let undeclared = |views: Vec<Tensor>| -> Vec<Tensor> {
+                views.into_iter().filter(|t| rgdn::graph::Access::of(t).is_some_and(|a| !touched.iter().any(|d| d.overlaps(&a)))).collect()
+            };
+            let (poison, watch) = (regions_of(&undeclared(op.inputs()), emulated), regions_of(&undeclared(op.outputs()), emulated));
+            poisoned_views.set(poisoned_views.get() + poison.len());
+            let launch = match op.launch_overlapped(host, emulated, early) {
+                Ok(l) => l,
+                Err(e) => return Some(Err(e.to_string())),
+            };
+            assert_eq!(launch.entry, abi::GATED_DELTA_NET_REPLAY_VERIFY_OVERLAP_ENTRY);
+            let saved: Vec<Vec<u8>> = poison
+                .iter()
+                .map(|&(at, len)| {
+                    // SAFETY: `len` bytes of a host buffer the launch addresses; no launch runs.
+                    unsafe { std::slice::from_raw_parts(at as *const u8, len) }.to_vec()
+                })
+                .collect();
+            // The watched bytes as each block found them.
+            let at_start: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
+            let read = |regions: &[(usize, usize)]| -> Vec<Vec<u8>> {
+                regions
+                    .iter()
+                    .map(|&(at, len)| {
+                        // SAFETY: as above; the block's threads are held at a barrier.
+                        unsafe { std::slice::from_raw_parts(at as *const u8, len) }.to_vec()
+                    })
+                    .collect()
+            };
+            {
+                let (watch, at_start, poison, saved) = (watch.clone(), at_start.clone(), poison.clone(), saved.clone());
+                device::grid::set_prerequisite_wait(Some(Box::new(move || {
+                    let now = read(&watch);
+                    assert!(*at_start.lock().unwrap() == now, "a block wrote a view it does not declare before its wait (`out`)");
+                    for (&(at, len), bytes) in poison.iter().zip(&saved) {
+                        // SAFETY: as above: the previous grids' bytes back for the block's
+                        // threads after the wait.
+                        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), at as *mut u8, len) };
+                    }
+                })));
+            }
+            let (p, d): (abi::GatedDeltaNetReplayVerifyParams, _) = (same_abi(&launch.params), launch.dims);
+            let body = gated_delta_net_replay_verify::gated_delta_net_replay_verify_overlap_emulated;
+            let block_start = || {
+                use device::thread::{thread_idx_x, thread_idx_y, thread_idx_z};
+                if thread_idx_x() == 0 && thread_idx_y() == 0 && thread_idx_z() == 0 {
+                    for &(at, len) in &poison {
+                        // SAFETY: as above: the block's inputs not yet written, as far as its
+                        // pre-wait part may know (a quiet NaN in every float).
+                        unsafe { std::slice::from_raw_parts_mut(at as *mut u8, len) }
+                            .chunks_mut(4)
+                            .for_each(|f| f.copy_from_slice(&0x7fc0_0bad_u32.to_le_bytes()[..f.len()]));
+                    }
+                    *at_start.lock().unwrap() = read(&watch);
+                }
+                // SAFETY: every thread of the block.
+                unsafe { device::thread::sync_threads() };
+                // SAFETY: the parameters address the host copies of the op's views, validated
+                // by the op; the grid, block and shared bytes are the ones it launches.
+                unsafe { body(&p) };
+            };
+            device::runtime::launch(
+                [d.grid.0, d.grid.1, d.grid.2],
+                [d.block.0, d.block.1, d.block.2],
+                d.shared_bytes as usize,
+                landing,
+                &block_start,
+            );
+            device::grid::set_prerequisite_wait(None);
+            Some(Ok(()))
+        };
+        let name = format!("{} (overlap entry, copies landing {landing:?})", c.name);
+        if let Err(e) = emulated_scenario(&name, &scenario, &emulate) {
+            failures.push(e);
+        }
+    }
+    let poisoned_views = poisoned_views.get();
+    assert!(poisoned_views >= n, "every case poisons the verify's inputs ({poisoned_views} views over {n} cases)");
+    let sampled = if full_tests() { "all" } else { "one in eight" };
+    conclude(
+        "GATED_DELTA_NET_REPLAY_VERIFY overlap entry",
+        "equal the CPU reference",
+        n,
+        &format!("{sampled} of the suite's {total} cases"),
+        failures,
+    );
+}
+
 /// GDN_CONV_CHAIN's entries from their own source — the chain, and the replay layers' commit
 /// entries with the window commit in front (token slots unrolled to 4, 8 or 16) — against the CPU
 /// reference, on every GPU suite case of the op,
@@ -197,14 +327,19 @@ fn the_conv_chain_kernel_source_equals_the_cpu_reference_on_the_suite_cases() {
     let matching: Vec<_> = cases().into_iter().filter(|c| c.group == GROUP && !c.name.contains("refuse")).collect();
     let total = matching.len();
     // Every case: a plain launch of one block a (tile, sequence) takes milliseconds here.
-    let (mut failures, mut n, mut commits) = (Vec::new(), 0, 0);
+    let (mut failures, mut n, mut commits, mut overlapped) = (Vec::new(), 0, 0, 0);
     for c in matching {
         let Ok(Expect::Match(scenario)) = c.build() else { continue };
         let landing = landing_of(n);
         n += 1;
+        // [overlap] Every other commit case launches the commit entries' twins that let the
+        // next grid start early (`launch_overlapped`: the same body after the hint).
+        let lets_next_start = commits % 2 == 1;
+        let overlap = rgdn::ops::overlap::Overlap { lets_next_start, starts_early: false };
         let emulate = |op: &(dyn Op + 'static), host: &HostMemory, emulated: &StepBuffers| {
             let op = op.downcast_ref::<GdnConvChain>()?;
-            let launch = match op.launch(host, emulated) {
+            let launch = if op.commit.is_some() { op.launch_overlapped(host, emulated, overlap) } else { op.launch(host, emulated) };
+            let launch = match launch {
                 Ok(l) => l,
                 Err(e) => return Some(Err(e.to_string())),
             };
@@ -226,6 +361,7 @@ fn the_conv_chain_kernel_source_equals_the_cpu_reference_on_the_suite_cases() {
         };
         if scenario.ops.iter().any(|op| op.downcast_ref::<GdnConvChain>().is_some_and(|op| op.commit.is_some())) {
             commits += 1;
+            overlapped += usize::from(lets_next_start);
         }
         if let Err(e) = emulated_scenario(&format!("{} (copies landing {landing:?})", c.name), &scenario, &emulate) {
             failures.push(e);
@@ -235,7 +371,9 @@ fn the_conv_chain_kernel_source_equals_the_cpu_reference_on_the_suite_cases() {
         "GDN_CONV_CHAIN",
         "equal the CPU reference",
         n,
-        &format!("all of the suite's {total} cases, {commits} with the window commit"),
+        &format!(
+            "all of the suite's {total} cases, {commits} with the window commit, {overlapped} of them on the entries that let the next grid start"
+        ),
         failures,
     );
 }

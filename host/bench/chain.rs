@@ -153,7 +153,51 @@ impl ChainBuilder for ReplayVsSnapshot {
         if !fusion {
             return Ok(crate::engine::layer_step_with(t, &cfg.shape, &cfg.step, &cfg.init, self.snapshots, mem)?.ops);
         }
-        replay_layer(mem, cfg, self.accept.count(cfg.step.n_tokens), crate::fusion::Options::ALL)
+        replay_layer(mem, cfg, self.accept.count(cfg.step.n_tokens), every_fusion())
+    }
+}
+
+/// \[replay\] The replay arms' "every fusion": every registered fusion, not the overlap pass (its
+/// own arms, [`ReplayOverlap`], measure it).
+fn every_fusion() -> crate::fusion::Options {
+    crate::fusion::Options::ALL.without(crate::fusion::overlap::OVERLAP)
+}
+
+/// \[overlap\] Two replay-mode layers (R = 0, every sequence having accepted `accept` of its
+/// logged step) compiled with the `fusions` set: the "off" arm without the overlap pass, the
+/// "on" arm with it (`fusion::overlap`: from 5 sequences on, the step's three launches
+/// overlapped where the products run as tiles) — what programmatic dependent launch buys. The
+/// same kernels' bits either way; each arm builds its layer over tensors of its own, so nothing
+/// is compared between them (the GPU replay episodes compare the overlapped graph with the
+/// others).
+pub struct ReplayOverlap {
+    pub fusions: crate::fusion::Options,
+    pub accept: ReplayAccept,
+}
+
+impl ChainBuilder for ReplayOverlap {
+    fn fusion_available(&self) -> bool {
+        true
+    }
+
+    fn equivalent(&self) -> bool {
+        false
+    }
+
+    fn label(&self, fusion: bool) -> String {
+        let options = self.options(fusion);
+        self.accept.layer_label(&format!("{}{}", Fused(options).label(true), if fusion { ", overlapped" } else { "" }))
+    }
+
+    fn layer_ops(&self, mem: &mut HostMemory, _t: &LayerTensors, cfg: &ChainConfig, fusion: bool) -> Result<Vec<Box<dyn Op>>> {
+        replay_layer(mem, cfg, self.accept.count(cfg.step.n_tokens), self.options(fusion))
+    }
+}
+
+impl ReplayOverlap {
+    fn options(&self, overlap: bool) -> crate::fusion::Options {
+        use crate::fusion::overlap::OVERLAP;
+        if overlap { self.fusions.with(OVERLAP) } else { self.fusions.without(OVERLAP) }
     }
 }
 
@@ -184,7 +228,7 @@ impl ChainBuilder for ReplayFusions {
     }
 
     fn layer_ops(&self, mem: &mut HostMemory, _t: &LayerTensors, cfg: &ChainConfig, fusion: bool) -> Result<Vec<Box<dyn Op>>> {
-        let options = if fusion { crate::fusion::Options::ALL } else { self.unfused() };
+        let options = if fusion { every_fusion() } else { self.unfused() };
         replay_layer(mem, cfg, self.accept.count(cfg.step.n_tokens), options)
     }
 }
@@ -450,6 +494,25 @@ mod tests {
         for op in built.off.iter().chain(&built.on) {
             op.reference(&mut mem, &mut ExactMufu).unwrap();
         }
+    }
+
+    /// \[overlap\] `--replay-arms overlap`: both arms the same replay layer's launches (16
+    /// sequences: three of them, the products as tiles), the "on" arm's overlapped (the chain
+    /// lets the products start, they and the replay-verify start early), the "off" arm's plain.
+    #[test]
+    fn the_overlap_arms_differ_only_in_the_launch_forms() {
+        use crate::ops::overlap::{Overlap, Overlapped};
+        let b = ReplayOverlap { fusions: crate::fusion::Options::ON, accept: ReplayAccept::Half };
+        assert!(!b.equivalent() && b.label(true).contains("overlapped") && !b.label(false).contains("overlapped"));
+        let cfg = ChainConfig { step: crate::bench::seqs_step(4, 3, 16).unwrap(), ..cfg(4, 3) };
+        let built = ChainPair::new(&b, &cfg, 1).unwrap();
+        let names = |ops: &[Box<dyn Op>]| ops.iter().map(|o| o.name()).collect::<Vec<_>>();
+        assert_eq!(names(&built.off), names(&built.on));
+        assert_eq!(names(&built.on), ["GDN_CONV_CHAIN", "MUL_MAT_VEC_PAIR_GATE", "GATED_DELTA_NET_REPLAY_VERIFY"]);
+        let form = |op: &(dyn Op + 'static)| op.downcast_ref::<Overlapped>().map_or(Overlap::NONE, |o| o.overlap);
+        assert!(built.off.iter().all(|op| form(op.as_ref()) == Overlap::NONE));
+        let on: Vec<Overlap> = built.on.iter().map(|op| form(op.as_ref())).collect();
+        assert!(on[0].lets_next_start && on[1].lets_next_start && on[1].starts_early && on[2].starts_early, "{on:?}");
     }
 
     #[test]

@@ -67,8 +67,9 @@ pub struct BenchArgs {
     #[arg(long, default_value = "f32")]
     pub weights: String,
     /// Fusions of the "on" arm: `default` (the registry's default set), `all` (every registered
-    /// fusion, also any outside the default set), `none`, or registered names, comma-separated
-    /// (e.g. `conv_chain,pair`).
+    /// fusion, also any outside the default set, and the overlap pass), `none`, or registered
+    /// names (and `overlap`, the overlap pass), comma-separated, each adding to the set (e.g.
+    /// `conv_chain,pair`, `default,overlap`).
     #[arg(long, default_value = "default")]
     pub fusions: String,
     /// Sequences per verify step, comma-separated (1 to 64): every mode runs at each n_s
@@ -117,7 +118,9 @@ pub struct BenchArgs {
     pub replay: Option<String>,
     /// \[replay\] With `--replay`: `snapshots` (the default) as above, or `fusions`: both arms
     /// replay-mode layers, the "off" arm with the `--fusions` set less `replay_verify`, the "on"
-    /// arm with every fusion — what `replay_verify` buys.
+    /// arm with every fusion — what `replay_verify` buys; or `overlap`: both arms replay-mode
+    /// layers with the `--fusions` set, the "on" arm with the overlap pass too (programmatic
+    /// dependent launch of the step's three launches) — what the overlap buys.
     #[arg(long, default_value = "snapshots")]
     pub replay_arms: String,
     /// \[seq-batch\] Runs nothing (no GPU needed): draws the figures (bench.png, and
@@ -385,7 +388,8 @@ pub fn run(args: &BenchArgs, out: &mut dyn std::io::Write) -> Result<Report> {
             match args.replay_arms.trim() {
                 "snapshots" => run_with(args, &chain::ReplayVsSnapshot { snapshots: fusions, accept }, out),
                 "fusions" => run_with(args, &chain::ReplayFusions { fusions, accept }, out),
-                other => Err(Error::Invalid { op: OP, what: format!("--replay-arms `{other}` (snapshots or fusions)") }),
+                "overlap" => run_with(args, &chain::ReplayOverlap { fusions, accept }, out),
+                other => Err(Error::Invalid { op: OP, what: format!("--replay-arms `{other}` (snapshots, fusions or overlap)") }),
             }
         }
         None => run_with(args, &chain::Fused(fusions), out),

@@ -27,11 +27,18 @@
 //! - `replay_verify` ([`replay_verify`]): \[replay\] in a replay-mode layer, GATED_DELTA_NET_REPLAY
 //!   and the verify's GATED_DELTA_NET_FROM_CACHE → one GATED_DELTA_NET_REPLAY_VERIFY (the state
 //!   read once and written once per sequence; the verify's scratch slot eliminated).
+//!
+//! After them, when [`Options`] allows `overlap`, the overlap pass ([`overlap`], not a fusion):
+//! which launches of the compiled list start before the one before them completes
+//! (programmatic dependent launch), by a byte check of its own.
 
 pub mod conv_chain;
 pub mod gate_pair;
 pub mod layer_step;
 pub mod legality;
+// [overlap] programmatic dependent launch between a plan's launches (not a fusion: a pass over
+// the compiled list, allowed by the same options)
+pub mod overlap;
 pub mod pair;
 pub mod replay_step;
 pub mod replay_verify;
@@ -129,46 +136,73 @@ pub fn fusion(name: &str) -> Option<&'static Fusion> {
     REGISTRY.iter().find(|f| f.name == name)
 }
 
-/// Which registered fusions the pass may apply (a set of [`REGISTRY`] indices).
+/// Which registered fusions the pass may apply (a set of [`REGISTRY`] indices), and whether the
+/// overlap pass runs on the result ([`overlap::OVERLAP`], the last bit).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Options(u64);
 
+/// [`Options`]' bit for the overlap pass (after every registry index).
+const OVERLAP_BIT: u64 = 1 << 63;
+const _: () = assert!(FUSIONS.len() < 63, "the registry's bits stay below the overlap pass's");
+
+/// The bit `name` (a registered fusion or the overlap pass) has in [`Options`].
+fn bit_of(name: &str) -> Option<u64> {
+    if name == overlap::OVERLAP {
+        return Some(OVERLAP_BIT);
+    }
+    REGISTRY.iter().position(|f| f.name == name).map(|i| 1 << i)
+}
+
 impl Options {
     pub const OFF: Options = Options(0);
-    /// The default set: every registered fusion marked `default` (the fastest measured).
+    /// The default set: every registered fusion marked `default` (the fastest measured). The
+    /// overlap pass is not in it: it is not measured yet.
     pub const ON: Options = Options(default_bits());
-    /// Every registered fusion (what the proofs exercise; `RGDN_GDN_FUSION=1`, `RGDN_FUSION=all`).
+    /// Every registered fusion and the overlap pass (what the proofs exercise;
+    /// `RGDN_GDN_FUSION=1`, `RGDN_FUSION=all`).
     pub const ALL: Options = Options(u64::MAX);
 
-    /// Exactly the fusions named (unknown names are an error naming the known ones).
+    /// Exactly the fusions named, and the overlap pass if `overlap` is among them (unknown names
+    /// are an error naming the known ones).
     pub fn only(names: &[&str]) -> Result<Options> {
         let mut bits = 0;
         for name in names {
-            let i = REGISTRY.iter().position(|f| f.name == *name).ok_or_else(|| Error::Invalid {
+            bits |= bit_of(name).ok_or_else(|| Error::Invalid {
                 op: "FUSION",
-                what: format!("unknown fusion `{name}` (registered: {})", REGISTRY.iter().map(|f| f.name).collect::<Vec<_>>().join(", ")),
+                what: format!(
+                    "unknown fusion `{name}` (registered: {}; and the pass `{}`)",
+                    REGISTRY.iter().map(|f| f.name).collect::<Vec<_>>().join(", "),
+                    overlap::OVERLAP
+                ),
             })?;
-            bits |= 1 << i;
         }
         Ok(Options(bits))
     }
 
-    /// True when `fusion` may fire.
+    /// True when `fusion` may fire (or, for [`overlap::OVERLAP`], when the overlap pass runs).
     pub fn allows(&self, fusion: &str) -> bool {
-        REGISTRY.iter().position(|f| f.name == fusion).is_some_and(|i| self.0 & (1 << i) != 0)
+        bit_of(fusion).is_some_and(|b| self.0 & b != 0)
     }
 
     /// This set without `fusion` (the same set when `fusion` is not in it).
     pub fn without(self, fusion: &str) -> Options {
-        match REGISTRY.iter().position(|f| f.name == fusion) {
-            Some(i) => Options(self.0 & !(1 << i)),
+        match bit_of(fusion) {
+            Some(b) => Options(self.0 & !b),
             None => self,
         }
     }
 
-    /// The fusions allowed, in registry order.
+    /// This set with `fusion` (the same set for an unknown name).
+    pub fn with(self, fusion: &str) -> Options {
+        match bit_of(fusion) {
+            Some(b) => Options(self.0 | b),
+            None => self,
+        }
+    }
+
+    /// The fusions allowed, in registry order, then the overlap pass if it runs.
     pub fn names(&self) -> Vec<&'static str> {
-        REGISTRY.iter().map(|f| f.name).filter(|n| self.allows(n)).collect()
+        REGISTRY.iter().map(|f| f.name).chain([overlap::OVERLAP]).filter(|n| self.allows(n)).collect()
     }
 
     /// `RGDN_FUSION=name,name,…` (or `all`, `default`, `none`); else `RGDN_GDN_FUSION=1` turns
@@ -180,15 +214,20 @@ impl Options {
         }
     }
 
-    /// `all`, `default`, `none` (or empty), or registered names, comma-separated (what
-    /// `RGDN_FUSION` and `rgdn bench --fusions` take). An unknown name is an error.
+    /// `all`, `default`, `none` (or empty), or registered names (and `overlap`), comma-separated,
+    /// each adding to the set (`default,overlap`: the defaults and the overlap pass) — what
+    /// `RGDN_FUSION` and `rgdn bench --fusions` take. An unknown name is an error.
     pub fn parse(spec: &str) -> Result<Options> {
-        match spec.trim() {
-            "all" => Ok(Options::ALL),
-            "default" => Ok(Options::ON),
-            "" | "none" => Ok(Options::OFF),
-            names => Options::only(&names.split(',').map(str::trim).collect::<Vec<_>>()),
+        let mut bits = 0;
+        for name in spec.split(',').map(str::trim) {
+            bits |= match name {
+                "all" => Options::ALL.0,
+                "default" => Options::ON.0,
+                "" | "none" => 0,
+                name => Options::only(&[name])?.0,
+            };
         }
+        Ok(Options(bits))
     }
 }
 
@@ -386,13 +425,16 @@ impl LayerReport {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Report {
     pub layers: Vec<LayerReport>,
+    /// \[overlap\] The overlap pass's decisions, one per launch that could start early (empty
+    /// when the pass did not run).
+    pub overlaps: Vec<overlap::Decision>,
 }
 
 impl Report {
     /// Layer `layer` with every registered fusion turned off (what [`Options::OFF`] reports).
     pub fn all_off(layer: usize) -> Report {
         let outcomes = REGISTRY.iter().map(|f| (f.name, Outcome::Refused(Refusal::Off))).collect();
-        Report { layers: vec![LayerReport { layer, outcomes }] }
+        Report { layers: vec![LayerReport { layer, outcomes }], overlaps: Vec::new() }
     }
 
     /// Layers where fusion `name` fired.
@@ -420,6 +462,12 @@ impl fmt::Display for Report {
             let parts: Vec<String> = l.outcomes.iter().map(|(n, o)| format!("{n} {o}")).collect();
             writeln!(f, "layer {}: {}", l.layer, parts.join("; "))?;
         }
+        for d in &self.overlaps {
+            match &d.outcome {
+                Ok(beside) => writeln!(f, "node {} ({}): starts early beside nodes {beside:?}", d.node, d.op)?,
+                Err(r) => writeln!(f, "node {} ({}): starts after the launch before it: {r}", d.node, d.op)?,
+            }
+        }
         Ok(())
     }
 }
@@ -435,9 +483,19 @@ pub fn compile(nodes: Vec<Node>, live_out: &ByteSet, options: Options) -> (Vec<N
 /// (an op's own rules the byte-set check does not know, e.g. GDN_CONV_CHAIN's qkv sharing a
 /// buffer region with the conv cache) is refused instead ([`Refusal::FusedInvalid`]), so the
 /// pass never turns a graph that runs into one that does not.
+///
+/// \[overlap\] With [`overlap::OVERLAP`] allowed, the overlap pass runs last ([`overlap::mark`]):
+/// the launches it proves may start early are left as [`crate::ops::Overlapped`] ops, its
+/// decisions in [`Report::overlaps`].
 pub fn compile_for(nodes: Vec<Node>, live_out: &ByteSet, options: Options, mem: Option<&dyn Memory>) -> (Vec<Node>, Report) {
-    let (nodes, report) = fuse_for(nodes, live_out, options, mem);
-    (crate::graph::layer::batch_snapshot_copies(nodes), report)
+    let (nodes, mut report) = fuse_for(nodes, live_out, options, mem);
+    let nodes = crate::graph::layer::batch_snapshot_copies(nodes);
+    if !options.allows(overlap::OVERLAP) {
+        return (nodes, report);
+    }
+    let (nodes, decisions) = overlap::mark(nodes);
+    report.overlaps = decisions;
+    (nodes, report)
 }
 
 /// The fusion pass alone: each layer (in order of first appearance) gets every allowed fusion
@@ -448,7 +506,17 @@ pub fn fuse(nodes: Vec<Node>, live_out: &ByteSet, options: Options) -> (Vec<Node
 }
 
 /// [`fuse`], validating each fused op against `mem` when given (see [`compile_for`]).
-pub fn fuse_for(mut nodes: Vec<Node>, live_out: &ByteSet, options: Options, mem: Option<&dyn Memory>) -> (Vec<Node>, Report) {
+pub fn fuse_for(nodes: Vec<Node>, live_out: &ByteSet, options: Options, mem: Option<&dyn Memory>) -> (Vec<Node>, Report) {
+    let (nodes, report, _) = fuse_traced(nodes, live_out, options, mem);
+    (nodes, report)
+}
+
+/// For a node of a rewritten list: the nodes of the input graph it stands for, and where it sits
+/// there (its anchor).
+type Origin = (Vec<usize>, usize);
+
+/// [`fuse_for`], and each node's [`Origin`].
+fn fuse_traced(mut nodes: Vec<Node>, live_out: &ByteSet, options: Options, mem: Option<&dyn Memory>) -> (Vec<Node>, Report, Vec<Origin>) {
     let mut layers: Vec<usize> = Vec::new();
     for n in &nodes {
         if let Some(l) = n.layer
@@ -458,7 +526,7 @@ pub fn fuse_for(mut nodes: Vec<Node>, live_out: &ByteSet, options: Options, mem:
         }
     }
     // The nodes of the input graph each current node stands for, and where it sits there.
-    let mut origin: Vec<(Vec<usize>, usize)> = (0..nodes.len()).map(|i| (vec![i], i)).collect();
+    let mut origin: Vec<Origin> = (0..nodes.len()).map(|i| (vec![i], i)).collect();
     let mut report = Report::default();
     let mut effects: Vec<Effects> = nodes.iter().map(Node::effects).collect();
     for layer in layers {
@@ -498,13 +566,19 @@ pub fn fuse_for(mut nodes: Vec<Node>, live_out: &ByteSet, options: Options, mem:
         }
         report.layers.push(LayerReport { layer, outcomes });
     }
-    (nodes, report)
+    (nodes, report, origin)
 }
 
 /// The groups of nodes the pass would fuse in `nodes` (a symbolic graph, typically: one
 /// buffer per value), for fusion-aware planning ([`crate::graph::plan::plan_with_groups`]).
+///
+/// \[overlap\] With [`overlap::OVERLAP`] allowed, also each run of launches the overlap pass
+/// would let run side by side on that graph: the nodes they stand for, twice, anchored at the
+/// run's first and at its last launch — so that every value the run touches is live from its
+/// first launch to its last, and no value of it shares a block with another value of it (a grid
+/// would write a block another still reads). The pass itself decides on the planned graph.
 pub fn groups(nodes: &[Node], live_out: &ByteSet, options: Options) -> Vec<crate::graph::plan::Group> {
-    let (_, report) = fuse(nodes.to_vec(), live_out, options);
+    let (fused, report, origin) = fuse_traced(nodes.to_vec(), live_out, options, None);
     let mut out: Vec<crate::graph::plan::Group> = Vec::new();
     for l in &report.layers {
         for (_, o) in &l.outcomes {
@@ -513,6 +587,23 @@ pub fn groups(nodes: &[Node], live_out: &ByteSet, options: Options) -> Vec<crate
                 out.retain(|g| !g.nodes.iter().all(|n| r.original.contains(n)));
                 out.push(crate::graph::plan::Group { nodes: r.original.clone(), anchor: r.anchor });
             }
+        }
+    }
+    if options.allows(overlap::OVERLAP) {
+        let (forms, _) = overlap::plan(&fused);
+        let mut first = 0;
+        for k in 1..=forms.len() {
+            if k < forms.len() && forms[k].starts_early {
+                continue;
+            }
+            // Nodes first .. k − 1 form a run (k is past its end or starts after it).
+            if k - first > 1 {
+                let mut members: Vec<usize> = origin[first..k].iter().flat_map(|(o, _)| o.iter().copied()).collect();
+                members.sort_unstable();
+                out.push(crate::graph::plan::Group { nodes: members.clone(), anchor: origin[first].1 });
+                out.push(crate::graph::plan::Group { nodes: members, anchor: origin[k - 1].1 });
+            }
+            first = k;
         }
     }
     out
@@ -603,7 +694,8 @@ mod tests {
     #[test]
     fn options_name_registered_fusions() {
         assert_eq!(Options::only(&["pair"]).unwrap().names(), ["pair"]);
-        assert_eq!(Options::ALL.names(), REGISTRY.iter().map(|f| f.name).collect::<Vec<_>>());
+        // Every registered fusion, then the overlap pass.
+        assert_eq!(Options::ALL.names(), REGISTRY.iter().map(|f| f.name).chain([overlap::OVERLAP]).collect::<Vec<_>>());
         assert_eq!(Options::ON.names(), REGISTRY.iter().filter(|f| f.default).map(|f| f.name).collect::<Vec<_>>());
         assert!(Options::ON.allows("layer_step") && Options::ALL.allows("layer_step"));
         assert!(Options::OFF.names().is_empty());

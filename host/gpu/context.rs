@@ -167,6 +167,12 @@ pub enum LaunchKind {
     /// Not a kernel: a stream-ordered device-to-device copy (the graph's STAGE nodes). Never
     /// in the launch log.
     Copy,
+    /// \[overlap\] `cuLaunchKernelEx` with programmatic stream serialization: the grid may start
+    /// once every block of the stream's previous grid ran `griddepcontrol.launch_dependents`,
+    /// before that grid completed; its kernel waits (`griddepcontrol.wait`) before it touches
+    /// anything the previous grids may touch. Only the overlap pass (`fusion::overlap`), which
+    /// proves that rule on the plan, makes an op launch so.
+    Programmatic,
 }
 
 /// One kernel launch, prepared by an op's [`crate::ops::Op::prepare`] after its validation:
@@ -466,12 +472,23 @@ impl Gpu {
         self.prepared(entry, dims, args, LaunchKind::Cooperative)
     }
 
+    /// \[overlap\] A programmatic launch of `entry` ([`LaunchKind::Programmatic`]), prepared to run
+    /// later: it may start before the stream's previous grid completed.
+    ///
+    /// # Safety
+    /// As [`Gpu::launch`], and the overlap rule for the previous grids of the stream whenever it
+    /// runs: what the entry touches before its `griddepcontrol.wait` is touched by no grid that
+    /// may still run beside it (`fusion::overlap` proves it for a compiled plan).
+    pub unsafe fn prepare_programmatic(&self, entry: &'static str, dims: LaunchDims, args: &[KernelArg]) -> Result<PreparedLaunch> {
+        self.prepared(entry, dims, args, LaunchKind::Programmatic)
+    }
+
     fn prepared(&self, entry: &'static str, dims: LaunchDims, args: &[KernelArg], kind: LaunchKind) -> Result<PreparedLaunch> {
         let func = self.function(entry)?;
         check_dims(entry, &dims)?;
         let co_resident = match kind {
             LaunchKind::Cooperative => self.co_resident_of(&func, entry, block_threads(&dims), dims.shared_bytes)?,
-            LaunchKind::Plain | LaunchKind::Copy => {
+            LaunchKind::Plain | LaunchKind::Programmatic | LaunchKind::Copy => {
                 self.raise_shared_limit(&func, entry, dims.shared_bytes)?;
                 0
             }
@@ -584,6 +601,55 @@ impl Gpu {
         unsafe { self.launch_with(func, label, dims, args, LaunchKind::Plain, 0) }
     }
 
+    /// \[overlap\] `cuLaunchKernelEx` of `func` on this stream with one attribute, programmatic
+    /// stream serialization (cudarc's launch builder has no attribute list).
+    ///
+    /// # Safety
+    /// As [`Gpu::prepare_programmatic`].
+    unsafe fn launch_programmatic(&self, func: &CudaFunction, cfg: &LaunchConfig, args: &[KernelArg]) -> Result<()> {
+        use cudarc::driver::sys;
+        // Raw driver calls do not bind the context themselves.
+        self.ctx.bind_to_thread()?;
+        // The kernel's parameter list: one pointer to each argument's value, which `args`
+        // holds for the whole call.
+        let mut params: Vec<*mut std::ffi::c_void> = args
+            .iter()
+            .map(|a| match a {
+                KernelArg::Ptr(v) | KernelArg::Usize(v) => v as *const u64 as *mut std::ffi::c_void,
+                KernelArg::U32(v) => v as *const u32 as *mut std::ffi::c_void,
+                KernelArg::I32(v) => v as *const i32 as *mut std::ffi::c_void,
+                KernelArg::F32(v) => v as *const f32 as *mut std::ffi::c_void,
+                KernelArg::Params(block) => block.words.as_ptr() as *mut std::ffi::c_void,
+            })
+            .collect();
+        // SAFETY: an all-zero attribute value is a valid union value; the field set is the
+        // attribute's.
+        let mut value: sys::CUlaunchAttributeValue = unsafe { std::mem::zeroed() };
+        value.programmaticStreamSerializationAllowed = 1;
+        let mut attribute = sys::CUlaunchAttribute {
+            id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+            pad: [0; 4],
+            value,
+        };
+        let config = sys::CUlaunchConfig {
+            gridDimX: cfg.grid_dim.0,
+            gridDimY: cfg.grid_dim.1,
+            gridDimZ: cfg.grid_dim.2,
+            blockDimX: cfg.block_dim.0,
+            blockDimY: cfg.block_dim.1,
+            blockDimZ: cfg.block_dim.2,
+            sharedMemBytes: cfg.shared_mem_bytes,
+            hStream: self.stream.cu_stream(),
+            attrs: &mut attribute,
+            numAttrs: 1,
+        };
+        // SAFETY: `config` and its one attribute live through the call; `params` holds one
+        // pointer per kernel parameter, each to a value `args` keeps alive (the caller's promise
+        // that they match the entry); the function is this context's.
+        unsafe { sys::cuLaunchKernelEx(&config, func.cu_function(), params.as_mut_ptr(), std::ptr::null_mut()) }.result()?;
+        Ok(())
+    }
+
     /// The one launch path, for both kinds and every recorder state: the kind is the caller's
     /// (an op's), and the recorder and timing only add a record and events around the launch.
     /// `co_resident`: a cooperative launch's co-resident block count (see [`Work::Kernel`]).
@@ -625,6 +691,12 @@ impl Gpu {
                 check_co_resident(label, &dims, co_resident)?;
                 // SAFETY: as above; the grid fits the device at once (just checked).
                 unsafe { builder.launch_cooperative(cfg) }?
+            }
+            LaunchKind::Programmatic => {
+                // SAFETY: the caller guarantees the argument list and extents (see `launch`) and
+                // the overlap rule (`prepare_programmatic`).
+                unsafe { self.launch_programmatic(func, &cfg, args) }?;
+                None
             }
             LaunchKind::Copy => return Err(Error::Invalid { op: label, what: "a copy is not a kernel launch".into() }),
         };

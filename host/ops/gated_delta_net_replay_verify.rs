@@ -7,6 +7,7 @@
 use super::gated_delta_net::{GdnShape, StateSource, Views, attention_scale, check_views, reference_views};
 use super::gated_delta_net_replay::{ReplayIndexRules, ReplayShape};
 use super::index_rules::IndexRules;
+use super::overlap::{BeforeWait, Forms, Overlap};
 use super::{GatedDeltaNetFromCache, GatedDeltaNetReplay, Op, PlainLaunch, check};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, KernelArg, LaunchDims, ParamBlock, PreparedLaunch};
@@ -158,6 +159,27 @@ impl GatedDeltaNetReplayVerify {
         })
     }
 
+    /// \[overlap\] [`Self::launch`] in form `overlap`: starting early, the entry that runs the
+    /// replay and its commit, then waits for the grids before it, then the verify
+    /// ([`abi::GATED_DELTA_NET_REPLAY_VERIFY_OVERLAP_ENTRY`], one column group a warp); the plain
+    /// form is [`Self::launch`]'s. The kernel lets nothing start early after it: that form is
+    /// [`Error::Unsupported`].
+    pub fn launch_overlapped(
+        &self,
+        mem: &dyn Memory,
+        addresses: &dyn KernelAddresses,
+        overlap: Overlap,
+    ) -> Result<PlainLaunch<abi::GatedDeltaNetReplayVerifyParams>> {
+        if !self.overlap_forms().allow(overlap) {
+            return Err(super::overlap::unsupported(OP, overlap));
+        }
+        if !overlap.starts_early {
+            return self.launch(mem, addresses);
+        }
+        let launch = self.launch_with_groups(mem, addresses, Some(1))?;
+        Ok(PlainLaunch { entry: abi::GATED_DELTA_NET_REPLAY_VERIFY_OVERLAP_ENTRY, ..launch })
+    }
+
     /// The kernel's parameters for a validated op.
     pub(crate) fn params(
         &self,
@@ -225,7 +247,19 @@ impl Op for GatedDeltaNetReplayVerify {
     }
 
     fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {
-        let PlainLaunch { dims, params, .. } = self.launch(mem, mem)?;
+        self.prepare_overlapped(gpu, mem, Overlap::NONE)
+    }
+
+    /// \[overlap\] It may start early: before its wait the kernel reads the replay's views (the
+    /// log, the index views, the cache rows) and writes the cache's destination rows; the verify's
+    /// q, k, v, g and β are read and `out` written only after it (`tests/kernel_emulation.rs`
+    /// holds the kernel to that).
+    fn overlap_forms(&self) -> Forms {
+        Forms { lets_next_start: false, early: Some(BeforeWait { reads: self.replay.inputs(), writes: vec![self.replay.ssm_cache] }) }
+    }
+
+    fn prepare_overlapped(&self, gpu: &Gpu, mem: &DeviceMemory, overlap: Overlap) -> Result<PreparedLaunch> {
+        let PlainLaunch { entry, dims, params } = self.launch_overlapped(mem, mem, overlap)?;
         let args = [KernelArg::Params(ParamBlock::of(&params)?)];
         // SAFETY: `check` proved the replay's launch contract (every log view inside its buffer
         // for the heads < H_v, sequences < n_s and columns < D = 128 the grid (H_v, n_s,
@@ -239,8 +273,11 @@ impl Op for GatedDeltaNetReplayVerify {
         // out off the log and indices (the kernel's race-free case, see its docs); the verify's
         // `states` is the cache's row 0 with states_seq = 0 (in bounds, never written); both
         // token counts ≤ REPLAY_VERIFY_MAX_TOKENS, the dynamic shared memory the kernel's for them
-        // (`launch_dims`); and `params` is the entry's parameter struct.
-        unsafe { gpu.prepare(abi::GATED_DELTA_NET_REPLAY_VERIFY_ENTRY, dims, &args) }
+        // (`launch_dims`); and `params` is the entry's parameter struct. [overlap] Starting early,
+        // the entry with one group a warp (its grid) touches only its `BeforeWait` until every
+        // grid before it completed, and the overlap pass proved that no grid that may run beside
+        // it touches those bytes (`fusion::overlap`).
+        unsafe { if overlap.starts_early { gpu.prepare_programmatic(entry, dims, &args) } else { gpu.prepare(entry, dims, &args) } }
     }
 
     /// The pair's references, composed: GATED_DELTA_NET_REPLAY's, then GATED_DELTA_NET_FROM_CACHE's

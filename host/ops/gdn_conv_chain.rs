@@ -7,6 +7,7 @@
 //! (`kernels-gpu/src/gdn_conv_chain.rs`) and its reference.
 
 use super::index_rules::{IndexRules, IndexView, MAX_TOUCHES, RowReaders, Values};
+use super::overlap::{Forms, Overlap};
 use super::{Op, PlainLaunch, check};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, KernelArg, KernelParams, LaunchDims, ParamBlock, PreparedLaunch};
@@ -410,6 +411,22 @@ impl GdnConvChain {
     /// What the op launches once `mem` validated it ([`Self::check`]): its entry (with the
     /// window commit in front for a replay layer), shape and parameters over `addresses`.
     pub fn launch(&self, mem: &dyn Memory, addresses: &dyn KernelAddresses) -> Result<PlainLaunch<ConvChainParams>> {
+        self.launch_overlapped(mem, addresses, Overlap::NONE)
+    }
+
+    /// \[overlap\] [`Self::launch`] in form `overlap`: with `lets_next_start` the commit entries'
+    /// twins that let the stream's next grid start once every block began (the same body; a
+    /// chain without a commit has none); the chain never starts early. Another form is
+    /// [`Error::Unsupported`].
+    pub fn launch_overlapped(
+        &self,
+        mem: &dyn Memory,
+        addresses: &dyn KernelAddresses,
+        overlap: Overlap,
+    ) -> Result<PlainLaunch<ConvChainParams>> {
+        if !self.overlap_forms().allow(overlap) {
+            return Err(super::overlap::unsupported(OP, overlap));
+        }
         let shape = self.check(mem)?;
         let params = self.params(&shape, addresses);
         let blocks = (shape.n_channels / abi::GDN_CONV_CHAIN_BLOCK as usize) as u32;
@@ -417,6 +434,9 @@ impl GdnConvChain {
             .with_shared_bytes(abi::gdn_conv_chain_shared_bytes(shape.d_conv, shape.n_tokens));
         let (entry, params) = match self.commit_params(params, addresses) {
             None => (abi::gdn_conv_chain_entry(shape.d_conv), ConvChainParams::Chain(params)),
+            Some(with_commit) if overlap.lets_next_start => {
+                (abi::gdn_conv_chain_commit_overlap_entry(shape.d_conv), ConvChainParams::Commit(with_commit))
+            }
             Some(with_commit) => (abi::gdn_conv_chain_commit_entry(shape.d_conv), ConvChainParams::Commit(with_commit)),
         };
         // `check` accepts only the d_conv values with entries; a typed error all the same (a
@@ -772,7 +792,16 @@ impl Op for GdnConvChain {
     }
 
     fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {
-        let PlainLaunch { entry, dims, params } = self.launch(mem, mem)?;
+        self.prepare_overlapped(gpu, mem, Overlap::NONE)
+    }
+
+    /// \[overlap\] With a commit, the entry that lets the next grid start early.
+    fn overlap_forms(&self) -> Forms {
+        Forms { lets_next_start: self.commit.is_some(), early: None }
+    }
+
+    fn prepare_overlapped(&self, gpu: &Gpu, mem: &DeviceMemory, overlap: Overlap) -> Result<PreparedLaunch> {
+        let PlainLaunch { entry, dims, params } = self.launch_overlapped(mem, mem, overlap)?;
         let args = match params {
             ConvChainParams::Chain(p) => [KernelArg::Params(ParamBlock::of(&p)?)],
             ConvChainParams::Commit(p) => [KernelArg::Params(ParamBlock::of(&p)?)],
@@ -788,7 +817,8 @@ impl Op for GdnConvChain {
         // [replay] With a commit: every window row is j·n_s + s (j ≤ T_log), every sequence reads
         // the row it commits (so no other sequence's), each commit float read then written by
         // one thread, the logs cover C channels × their tokens × n_s and are off every other view
-        // the launch writes.
+        // the launch writes. [overlap] The entry that lets the next grid start runs the same body
+        // after a scheduling hint; this launch itself is plain.
         unsafe { gpu.prepare(entry, dims, &args) }
     }
 

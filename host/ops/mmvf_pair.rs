@@ -14,6 +14,7 @@
 //! epilogue, the same entries with [`abi::PAIR_EPILOGUE_GATE`].
 
 use super::mmvf::MatVecShape;
+use super::overlap::{BeforeWait, Forms, Overlap};
 use super::{MulMatVec, Op, check, knob};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, KernelArg, KernelParams, LaunchDims, ParamBlock, PreparedLaunch};
@@ -160,10 +161,28 @@ pub fn pair_tiles(ncols: usize) -> bool {
     }
 }
 
-/// The tiled launch of a validated pair (`params` with its epilogue set): grid (⌈rows/4⌉,
-/// ⌈ncols/4⌉), 128 threads, the item's shared memory.
-fn tiles_launch(gpu: &Gpu, shape: &MatVecShape, params: abi::MulMatVecPairGateParams) -> Result<PreparedLaunch> {
-    let entry = abi::mul_mat_vec_pair_tiles_entry(shape.kind).expect("checked: the kind has an entry");
+/// \[overlap\] The overlap forms of a pair whose input `input` has the columns: with tiles, the
+/// tiles' twin entry that lets the next grid start at its start and may itself start early, and
+/// waits for the grids before it only after all its work — so everything it touches is touched
+/// before its wait. Without tiles, none.
+fn pair_forms(op: &dyn Op, input: &Tensor) -> Forms {
+    if !pair_tiles(input.ne()[1]) {
+        return Forms::NONE;
+    }
+    Forms { lets_next_start: true, early: Some(BeforeWait { reads: op.inputs(), writes: op.outputs() }) }
+}
+
+/// The tiled launch of a validated pair (`params` with its epilogue set) in form `overlap`
+/// (validated against the op's forms): grid (⌈rows/4⌉, ⌈ncols/4⌉), 128 threads, the item's
+/// shared memory; with any overlap the twin entry, launched programmatically when it starts
+/// early.
+fn tiles_launch(gpu: &Gpu, shape: &MatVecShape, params: abi::MulMatVecPairGateParams, overlap: Overlap) -> Result<PreparedLaunch> {
+    let entry = if overlap == Overlap::NONE {
+        abi::mul_mat_vec_pair_tiles_entry(shape.kind)
+    } else {
+        abi::mul_mat_vec_pair_tiles_overlap_entry(shape.kind)
+    }
+    .expect("checked: the kind has an entry");
     let tiles = abi::MulMatVecPairTilesParams {
         gate: params,
         pair_block: shape.block_size,
@@ -181,8 +200,11 @@ fn tiles_launch(gpu: &Gpu, shape: &MatVecShape, params: abi::MulMatVecPairGatePa
     // as GDN_LAYER_STEP's mat-vec items do (the same validation); the grid covers them in tiles
     // of 4 heads × 4 columns (the entry clips the last ones), the block is 128 threads with the
     // item's reduction buffer and rings as dynamic shared memory, and `pair_block` is ggml's
-    // block size for E (≤ 256).
-    unsafe { gpu.prepare(entry, dims, &args) }
+    // block size for E (≤ 256). [overlap] The twin entry runs the same body between its two
+    // `griddepcontrol` instructions; launched programmatically only in the form the overlap pass
+    // gave the op, which proved that nothing this grid touches is touched by a grid that may run
+    // beside it (`fusion::overlap`).
+    unsafe { if overlap.starts_early { gpu.prepare_programmatic(entry, dims, &args) } else { gpu.prepare(entry, dims, &args) } }
 }
 
 // SAFETY: `#[repr(C)]`, `Copy`: the 144-byte MulMatVecPairGateParams and four u32 — 160 bytes,
@@ -200,13 +222,26 @@ impl Op for MulMatVecPair {
     }
 
     fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {
+        self.prepare_overlapped(gpu, mem, Overlap::NONE)
+    }
+
+    /// \[overlap\] As tiles (from `PAIR_TILES_MIN_COLS` columns): the tiles' twin entry, which lets
+    /// the next grid start, may start early, and waits only after all its work.
+    fn overlap_forms(&self) -> Forms {
+        pair_forms(self, &self.first.input)
+    }
+
+    fn prepare_overlapped(&self, gpu: &Gpu, mem: &DeviceMemory, overlap: Overlap) -> Result<PreparedLaunch> {
+        if !self.overlap_forms().allow(overlap) {
+            return Err(super::overlap::unsupported(OP, overlap));
+        }
         let shape = self.check(mem)?;
         let per_block = super::mmvf::pair_cols_per_block(shape.ncols);
         let entry = abi::mul_mat_vec_pair_entry(shape.kind, per_block).expect("checked: kind and ncols have an entry");
         let params =
             abi::MulMatVecPairGateParams { pair: self.params(mem, &shape), epilogue: abi::PAIR_EPILOGUE_NONE, ..Default::default() };
         if pair_tiles(shape.ncols) {
-            return tiles_launch(gpu, &shape, params);
+            return tiles_launch(gpu, &shape, params, overlap);
         }
         let groups = (shape.ncols / per_block) as u32;
         let dims =
@@ -365,12 +400,25 @@ impl Op for MulMatVecPairGate {
     }
 
     fn prepare(&self, gpu: &Gpu, mem: &DeviceMemory) -> Result<PreparedLaunch> {
+        self.prepare_overlapped(gpu, mem, Overlap::NONE)
+    }
+
+    /// \[overlap\] As tiles (from `PAIR_TILES_MIN_COLS` columns): the tiles' twin entry, which lets
+    /// the next grid start, may start early, and waits only after all its work.
+    fn overlap_forms(&self) -> Forms {
+        pair_forms(self, &self.pair.first.input)
+    }
+
+    fn prepare_overlapped(&self, gpu: &Gpu, mem: &DeviceMemory, overlap: Overlap) -> Result<PreparedLaunch> {
+        if !self.overlap_forms().allow(overlap) {
+            return Err(super::overlap::unsupported(GATE_OP, overlap));
+        }
         let shape = self.check(mem)?;
         let per_block = super::mmvf::pair_cols_per_block(shape.ncols);
         let entry = abi::mul_mat_vec_pair_gate_entry(shape.kind, per_block).expect("checked: kind and ncols have an entry");
         let params = self.params(mem, &shape);
         if pair_tiles(shape.ncols) {
-            return tiles_launch(gpu, &shape, params);
+            return tiles_launch(gpu, &shape, params, overlap);
         }
         let groups = (shape.ncols / per_block) as u32;
         let dims =

@@ -51,6 +51,9 @@ pub struct PlainLaunch<P> {
 
 pub mod gated_delta_net;
 pub use gated_delta_net::GatedDeltaNet;
+// [overlap] programmatic dependent launch: the forms an op's kernel has, the pass's wrapper
+pub mod overlap;
+pub use overlap::Overlapped;
 // [gdn-from-cache]
 pub use gated_delta_net::GatedDeltaNetFromCache;
 // [replay] the unfused replay op: logged tokens into one state row per sequence
@@ -164,13 +167,32 @@ pub trait Op: std::fmt::Debug + AsAny + CloneOp {
     /// cache of which it fills some rows, state slots beyond n_t) lists just that part here.
     /// Required, with no default, so that no op claims to overwrite what it leaves alone.
     fn must_write(&self) -> Vec<Tensor>;
+    /// \[overlap\] The programmatic-launch forms this op's kernel has ([`overlap::Forms`]): the
+    /// default has none.
+    fn overlap_forms(&self) -> overlap::Forms {
+        overlap::Forms::NONE
+    }
+    /// \[overlap\] Validates, then prepares the launch in form `overlap`, one of
+    /// [`Op::overlap_forms`] (the overlap pass decides which, `crate::fusion::overlap`); any other
+    /// form is [`crate::Error::Unsupported`]. The default has only the plain launch.
+    fn prepare_overlapped(&self, gpu: &Gpu, mem: &DeviceMemory, overlap: overlap::Overlap) -> Result<PreparedLaunch> {
+        if overlap != overlap::Overlap::NONE {
+            return Err(overlap::unsupported(self.name(), overlap));
+        }
+        self.prepare(gpu, mem)
+    }
 }
 
 impl dyn Op {
     /// The concrete op, if it is a `T` (for graph passes that match op patterns). Call it on
     /// `&dyn Op` (`op.as_ref()` for a `Box<dyn Op>`), never on the box itself.
+    ///
+    /// \[overlap\] Through an [`Overlapped`] op (a launch form, not another op) it finds the op
+    /// inside, unless `T` is [`Overlapped`] itself.
     pub fn downcast_ref<T: Op + 'static>(&self) -> Option<&T> {
-        self.as_any().downcast_ref::<T>()
+        self.as_any()
+            .downcast_ref::<T>()
+            .or_else(|| self.as_any().downcast_ref::<Overlapped>().and_then(|o| o.op.as_ref().downcast_ref::<T>()))
     }
 }
 

@@ -118,6 +118,15 @@ macro_rules! entry_name {
     (gdn_conv_chain_commit, 5) => {
         "gdn_conv_chain_commit_f32_d5"
     };
+    (gdn_conv_chain_commit_overlap, 3) => {
+        "gdn_conv_chain_commit_f32_d3_overlap"
+    };
+    (gdn_conv_chain_commit_overlap, 4) => {
+        "gdn_conv_chain_commit_f32_d4_overlap"
+    };
+    (gdn_conv_chain_commit_overlap, 5) => {
+        "gdn_conv_chain_commit_f32_d5_overlap"
+    };
     (gdn_layer_step, f32, 3) => {
         "gdn_layer_step_f32_d3"
     };
@@ -270,6 +279,9 @@ macro_rules! entry_name {
     };
     (gated_delta_net_replay_verify) => {
         "gated_delta_net_replay_verify_f32_d128"
+    };
+    (gated_delta_net_replay_verify_overlap) => {
+        "gated_delta_net_replay_verify_f32_d128_overlap"
     };
     (math_probe) => {
         "test_math_probe_f32"
@@ -890,6 +902,10 @@ param_struct! {
 /// `groups` of [`BATCH_GDN_WARP_COLUMNS`] columns a warp, one after the other;
 /// [`replay_verify_shared_bytes`] of dynamic shared memory.
 pub const GATED_DELTA_NET_REPLAY_VERIFY_ENTRY: &str = entry_name!(gated_delta_net_replay_verify);
+/// \[overlap\] GATED_DELTA_NET_REPLAY_VERIFY launched programmatically: one column group a warp,
+/// the replay and its commit first, then `griddepcontrol.wait` (the grids before it complete and
+/// visible), then the verify's staging and tokens.
+pub const GATED_DELTA_NET_REPLAY_VERIFY_OVERLAP_ENTRY: &str = entry_name!(gated_delta_net_replay_verify_overlap);
 /// \[seq-batch\] The batched GDN layout (GATED_DELTA_NET_REPLAY_VERIFY,
 /// [`GATED_DELTA_NET_FROM_CACHE_BATCH_ENTRY`]): value columns one warp runs, interleaved (the
 /// batched layer step's two groups a warp run as one).
@@ -1016,6 +1032,17 @@ pub const fn gdn_conv_chain_commit_entry(d_conv: usize) -> Option<&'static str> 
         3 => entry_name!(gdn_conv_chain_commit, 3),
         4 => entry_name!(gdn_conv_chain_commit, 4),
         5 => entry_name!(gdn_conv_chain_commit, 5),
+        _ => return None,
+    })
+}
+
+/// \[overlap\] [`gdn_conv_chain_commit_entry`]'s twin that lets the stream's next grid start
+/// once every block of it has begun (`griddepcontrol.launch_dependents` first, the same body).
+pub const fn gdn_conv_chain_commit_overlap_entry(d_conv: usize) -> Option<&'static str> {
+    Some(match d_conv {
+        3 => entry_name!(gdn_conv_chain_commit_overlap, 3),
+        4 => entry_name!(gdn_conv_chain_commit_overlap, 4),
+        5 => entry_name!(gdn_conv_chain_commit_overlap, 5),
         _ => return None,
     })
 }
@@ -1311,6 +1338,20 @@ pub const fn mul_mat_vec_pair_tiles_entry(kind: u32) -> Option<&'static str> {
         mul_mat_vec_kind::BF16 => "mul_mat_vec_pair_tiles_bf16",
         mul_mat_vec_kind::F16_HALF => "mul_mat_vec_pair_tiles_f16",
         mul_mat_vec_kind::F16_F32 => "mul_mat_vec_pair_tiles_f16_f32acc",
+        _ => return None,
+    })
+}
+
+/// \[overlap\] [`mul_mat_vec_pair_tiles_entry`]'s twin for programmatic dependent launch: it lets
+/// the stream's next grid start once every block of it has begun, and each block waits for the
+/// grids before it (`griddepcontrol.wait`) only after its own work — so a grid that waits for
+/// it also waits for every grid it may have overlapped.
+pub const fn mul_mat_vec_pair_tiles_overlap_entry(kind: u32) -> Option<&'static str> {
+    Some(match kind {
+        mul_mat_vec_kind::F32 => "mul_mat_vec_pair_tiles_f32_overlap",
+        mul_mat_vec_kind::BF16 => "mul_mat_vec_pair_tiles_bf16_overlap",
+        mul_mat_vec_kind::F16_HALF => "mul_mat_vec_pair_tiles_f16_overlap",
+        mul_mat_vec_kind::F16_F32 => "mul_mat_vec_pair_tiles_f16_f32acc_overlap",
         _ => return None,
     })
 }
@@ -2363,6 +2404,13 @@ const LISTED_ENTRIES: &[EntrySig] = &[
     EntrySig::of::<GdnConvChainCommitParams>(entry_name!(gdn_conv_chain_commit, 3)),
     EntrySig::of::<GdnConvChainCommitParams>(entry_name!(gdn_conv_chain_commit, 4)),
     EntrySig::of::<GdnConvChainCommitParams>(entry_name!(gdn_conv_chain_commit, 5)),
+    EntrySig::of::<MulMatVecPairTilesParams>("mul_mat_vec_pair_tiles_f32_overlap"),
+    EntrySig::of::<MulMatVecPairTilesParams>("mul_mat_vec_pair_tiles_bf16_overlap"),
+    EntrySig::of::<MulMatVecPairTilesParams>("mul_mat_vec_pair_tiles_f16_overlap"),
+    EntrySig::of::<MulMatVecPairTilesParams>("mul_mat_vec_pair_tiles_f16_f32acc_overlap"),
+    EntrySig::of::<GdnConvChainCommitParams>(entry_name!(gdn_conv_chain_commit_overlap, 3)),
+    EntrySig::of::<GdnConvChainCommitParams>(entry_name!(gdn_conv_chain_commit_overlap, 4)),
+    EntrySig::of::<GdnConvChainCommitParams>(entry_name!(gdn_conv_chain_commit_overlap, 5)),
     EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step, f32, 3)),
     EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step, f32, 4)),
     EntrySig::of::<GdnLayerStepParams>(entry_name!(gdn_layer_step, f32, 5)),
@@ -2419,6 +2467,7 @@ const LISTED_ENTRIES: &[EntrySig] = &[
     EntrySig::of::<GatedDeltaNetFromCacheParams>(GATED_DELTA_NET_FROM_CACHE_BATCH_ENTRY),
     EntrySig::of::<GatedDeltaNetReplayParams>(GATED_DELTA_NET_REPLAY_ENTRY),
     EntrySig::of::<GatedDeltaNetReplayVerifyParams>(GATED_DELTA_NET_REPLAY_VERIFY_ENTRY),
+    EntrySig::of::<GatedDeltaNetReplayVerifyParams>(GATED_DELTA_NET_REPLAY_VERIFY_OVERLAP_ENTRY),
 ];
 
 /// The MUL_MAT_VEC and MUL_MAT_VEC_PAIR entries (names from [`mul_mat_vec_entry`] and

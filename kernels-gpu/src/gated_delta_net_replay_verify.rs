@@ -53,6 +53,7 @@ use crate::abi::{
     self, BATCH_GDN_WARP_COLUMNS, GDN_HEAD_DIM, GDN_LAYER_STEP_GROUP_COLUMNS, GDN_WARPS, REPLAY_VERIFY_MAX_WARP_COLUMNS,
     REPLAY_VERIFY_MAX_WARP_GROUPS,
 };
+use crate::device::grid::wait_prerequisite_grids;
 use crate::device::math::mul;
 use crate::device::memory::{prefetch_l2, store_f32_at, store_f32x4_stride32};
 use crate::device::shared;
@@ -336,6 +337,34 @@ unsafe fn run(p: &abi::GatedDeltaNetReplayVerifyParams, head: u32, seq: u32, blo
     unsafe { replay_verify_item::<false>(p, head, seq, block_z, warp, lane, groups, || {}) }
 }
 
+/// \[overlap\] The programmatically launched form
+/// ([`abi::GATED_DELTA_NET_REPLAY_VERIFY_OVERLAP_ENTRY`]): it may start while the stream's
+/// previous grids still run, so each block runs the replay and its commit (the accepted count,
+/// the index views, the log and the cache rows: what the host's overlap pass proved no grid
+/// beside it touches), then waits for those grids ([`wait_prerequisite_grids`]: complete, their
+/// writes visible), then stages and runs the verify — [`replay_verify_item`]'s waiting schedule,
+/// one column group a warp; every operation and operand the standalone launch's.
+///
+/// # Safety
+/// As [`run`] with one column group a warp (grid z [`abi::replay_verify_grid_z`]`(1)`, checked),
+/// and launched programmatically only where the host's overlap rule holds (`fusion::overlap`).
+#[inline(always)]
+unsafe fn run_overlapped(p: &abi::GatedDeltaNetReplayVerifyParams, head: u32, seq: u32, block_z: u32, warp: u32, lane: u32) {
+    if grid_dim_z() != abi::replay_verify_grid_z(1) {
+        // Not the grid the host launches for this entry: the launch aborts.
+        trap();
+    }
+    let ready = || {
+        // SAFETY: a wait only.
+        unsafe { wait_prerequisite_grids() }
+    };
+    // SAFETY: forwarded from the contract above; `ready` is called by every thread of the block
+    // (the item's contract), and once it returns the grids before this one are complete and
+    // their writes visible to this thread's weak and `cp.async` loads, and no grid of the stream
+    // runs any more that could write the verify's inputs.
+    unsafe { replay_verify_item::<true>(p, head, seq, block_z, warp, lane, 1, ready) }
+}
+
 /// \[replay\] Block (`head`, `seq`, `block_z`) of GATED_DELTA_NET_REPLAY_VERIFY with `groups`
 /// column groups a warp (the module docs' steps), run by the 128 threads of a block: the
 /// standalone launch's (`WAIT` = false: the verify's tokens staged with the log's) and, with
@@ -529,6 +558,29 @@ pub(crate) unsafe fn replay_verify_item<const WAIT: bool>(
 pub unsafe extern "ptx-kernel" fn gated_delta_net_replay_verify_f32_d128(p: abi::GatedDeltaNetReplayVerifyParams) {
     // SAFETY: forwarded from the launch contract (the indices are the launch's own).
     unsafe { run(&p, block_idx_x(), block_idx_y(), block_idx_z(), thread_idx_y(), thread_idx_x()) }
+}
+
+/// \[overlap\] The programmatically launched entry: [`run_overlapped`].
+///
+/// # Safety
+/// As [`run_overlapped`]: launched with block (32, [`GDN_WARPS`], 1), grid (H_v, n_s,
+/// [`abi::replay_verify_grid_z`]`(1)`) and [`abi::replay_verify_shared_bytes`]`(T, T_log, 1)` of
+/// dynamic shared memory, on parameters the host validated.
+#[cfg(target_arch = "nvptx64")]
+#[unsafe(export_name = crate::abi::entry_name!(gated_delta_net_replay_verify_overlap))]
+pub unsafe extern "ptx-kernel" fn gated_delta_net_replay_verify_f32_d128_overlap(p: abi::GatedDeltaNetReplayVerifyParams) {
+    // SAFETY: forwarded from the launch contract (the indices are the launch's own).
+    unsafe { run_overlapped(&p, block_idx_x(), block_idx_y(), block_idx_z(), thread_idx_y(), thread_idx_x()) }
+}
+
+/// [test] The overlap entry's body for a host emulation of the launch.
+///
+/// # Safety
+/// As the overlap entry point, on the emulation's threads.
+#[cfg(not(target_arch = "nvptx64"))]
+pub unsafe fn gated_delta_net_replay_verify_overlap_emulated(p: &abi::GatedDeltaNetReplayVerifyParams) {
+    // SAFETY: forwarded to the caller.
+    unsafe { run_overlapped(p, block_idx_x(), block_idx_y(), block_idx_z(), thread_idx_y(), thread_idx_x()) }
 }
 
 /// [test] The entry's body for a host emulation of the launch (`tests/kernel_emulation.rs`: the

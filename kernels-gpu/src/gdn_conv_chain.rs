@@ -51,6 +51,7 @@ use crate::abi::{
     COMMIT_LOG_K, COMMIT_LOG_QKV, COMMIT_LOG_V, GDN_CONV_CHAIN_BLOCK, GDN_CONV_CHAIN_MAX_ROWS, GDN_CONV_CHAIN_MAX_TOKENS,
     GdnConvChainCommitParams, GdnConvChainParams, div_or_zero, gdn_conv_chain_tile_stride, rem_or_zero,
 };
+use crate::device::grid::allow_dependent_launch;
 use crate::device::shared;
 use crate::device::thread::{block_idx_x, block_idx_y, sync_threads, thread_idx_x};
 use crate::l2_norm::{lane_sum_sq_with, row_scale, scale_row_with};
@@ -894,7 +895,7 @@ unsafe fn gdn_conv_chain_commit_block<const D_CONV: usize>(p: &GdnConvChainCommi
 }
 
 macro_rules! gdn_conv_chain_commit_entries {
-    ($table:ident; $($name:ident = $d:tt;)*) => {
+    ($table:ident; $($name:ident, $overlap_name:ident = $d:tt;)*) => {
         $(
         /// \[replay\] Entry point with the window commit in front; see
         /// [`gdn_conv_chain_commit_tile`].
@@ -907,8 +908,26 @@ macro_rules! gdn_conv_chain_commit_entries {
             // SAFETY: forwarded from the launch contract above.
             unsafe { gdn_conv_chain_commit_block::<$d>(&p) }
         }
+
+        /// \[overlap\] The same entry letting the stream's next grid start once every block of
+        /// this one has begun ([`allow_dependent_launch`] first, then the same body): the next
+        /// grid is launched programmatically and waits for this one before it touches anything
+        /// this one touches (the host's overlap pass, `fusion::overlap`).
+        ///
+        /// # Safety
+        /// As the entry above, and the overlap pass's rule for the grid after it.
+        #[cfg(target_arch = "nvptx64")]
+        #[unsafe(export_name = crate::abi::entry_name!(gdn_conv_chain_commit_overlap, $d))]
+        pub unsafe extern "ptx-kernel" fn $overlap_name(p: GdnConvChainCommitParams) {
+            // SAFETY: forwarded from the launch contract above.
+            unsafe {
+                allow_dependent_launch();
+                gdn_conv_chain_commit_block::<$d>(&p)
+            }
+        }
         )*
-        /// [test] These entries' bodies on the host, by entry name.
+        /// [test] These entries' bodies on the host, by entry name (the overlap entries' hint is
+        /// a no-op there).
         #[cfg(not(target_arch = "nvptx64"))]
         pub const $table: &[(&str, unsafe fn(&GdnConvChainCommitParams))] = &[$(
             (crate::abi::entry_name!(gdn_conv_chain_commit, $d), {
@@ -920,13 +939,25 @@ macro_rules! gdn_conv_chain_commit_entries {
                 }
                 body
             }),
+            (crate::abi::entry_name!(gdn_conv_chain_commit_overlap, $d), {
+                /// # Safety
+                /// The entry's contract (above), on an emulated launch.
+                unsafe fn body(p: &GdnConvChainCommitParams) {
+                    // SAFETY: forwarded from the contract above.
+                    unsafe {
+                        allow_dependent_launch();
+                        gdn_conv_chain_commit_block::<$d>(p)
+                    }
+                }
+                body
+            }),
         )*];
     };
 }
 
 gdn_conv_chain_commit_entries! {
     COMMIT_ENTRIES_EMULATED;
-    gdn_conv_chain_commit_f32_d3 = 3;
-    gdn_conv_chain_commit_f32_d4 = 4;
-    gdn_conv_chain_commit_f32_d5 = 5;
+    gdn_conv_chain_commit_f32_d3, gdn_conv_chain_commit_f32_d3_overlap = 3;
+    gdn_conv_chain_commit_f32_d4, gdn_conv_chain_commit_f32_d4_overlap = 4;
+    gdn_conv_chain_commit_f32_d5, gdn_conv_chain_commit_f32_d5_overlap = 5;
 }

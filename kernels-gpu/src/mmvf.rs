@@ -43,6 +43,8 @@
 //! column for the cross-warp step of the reduction.
 
 use crate::abi::{self, MUL_MAT_VEC_MAX_WARPS};
+#[cfg(target_arch = "nvptx64")]
+use crate::device::grid::{allow_dependent_launch, wait_prerequisite_grids};
 use crate::device::half::{f16_to_f32, f32_to_f16_rn, fma_f16x2, pack_f16x2};
 use crate::device::load::{nc_f32x2, nc_u32};
 use crate::device::math::{add, fma};
@@ -1542,36 +1544,72 @@ mul_mat_vec_entries! {
                mul_mat_vec_f16_f32acc_c7, mul_mat_vec_pair_f16_f32acc_c7 = 7; mul_mat_vec_f16_f32acc_c8, mul_mat_vec_pair_f16_f32acc_c8 = 8];
 }
 
+/// \[speed\] MUL_MAT_VEC_PAIR(_GATE) as tiles (`abi::MulMatVecPairTilesParams`): block (x, y)
+/// runs [`pair_gate_tile`] for heads x·BATCH_ROW_HEADS … and columns y·BATCH_ROW_COLS … (the
+/// last tile of each clipped), each element with the pair's bits.
+///
+/// # Safety
+/// The host validated the pair (and the gate views with the epilogue on) for `n_rows` rows and
+/// `n_cols` columns, the grid covers them exactly in tiles, the block has
+/// [`abi::PAIR_TILES_BLOCK`] threads and [`abi::PAIR_TILES_SHARED_BYTES`] of dynamic shared memory
+/// (16-byte aligned), and `pair_block` is ggml's block size for E.
+#[cfg(target_arch = "nvptx64")]
+#[inline(always)]
+unsafe fn pair_tiles_block<A: Accumulation>(p: &abi::MulMatVecPairTilesParams) {
+    let (first_head, first_col) = (block_idx_x() * abi::BATCH_ROW_HEADS, block_idx_y() * abi::BATCH_ROW_COLS);
+    // The grid covers the rows and columns in tiles: first_head < n_rows, first_col < n_cols.
+    let n_heads = if p.n_rows - first_head < abi::BATCH_ROW_HEADS { p.n_rows - first_head } else { abi::BATCH_ROW_HEADS };
+    let n_cols = if p.n_cols - first_col < abi::BATCH_ROW_COLS { p.n_cols - first_col } else { abi::BATCH_ROW_COLS };
+    let buf = shared::base();
+    // SAFETY: forwarded from the launch contract above: heads and columns inside the validated
+    // products, all 128 threads, the reduction buffer then the rings in the block's own dynamic
+    // shared memory (no other code, no cp.async into it).
+    unsafe { pair_gate_tile::<A>(&p.gate, first_head, n_heads, first_col, n_cols, p.pair_block, buf, buf + abi::BATCH_ROW_REDUCE_BYTES) }
+}
+
 macro_rules! pair_tiles_entries {
-    ($($acc:ty => $name:literal, $fn_name:ident;)*) => {$(
-        /// \[speed\] MUL_MAT_VEC_PAIR(_GATE) as tiles (`abi::MulMatVecPairTilesParams`): block
-        /// (x, y) runs [`pair_gate_tile`] for heads x·BATCH_ROW_HEADS … and columns
-        /// y·BATCH_ROW_COLS … (the last tile of each clipped), each element with the pair's bits.
+    ($($acc:ty => $name:literal, $fn_name:ident, $overlap_name:literal, $overlap_fn:ident;)*) => {$(
+        /// \[speed\] The tiled pair: [`pair_tiles_block`].
         ///
         /// # Safety
-        /// The host validated the pair (and the gate views with the epilogue on) for `n_rows`
-        /// rows and `n_cols` columns, the grid covers them exactly in tiles, the block has
-        /// [`abi::PAIR_TILES_BLOCK`] threads and [`abi::PAIR_TILES_SHARED_BYTES`] of dynamic shared
-        /// memory (16-byte aligned), and `pair_block` is ggml's block size for E.
+        /// As [`pair_tiles_block`].
         #[cfg(target_arch = "nvptx64")]
         #[unsafe(export_name = $name)]
         pub unsafe extern "ptx-kernel" fn $fn_name(p: abi::MulMatVecPairTilesParams) {
-            let (first_head, first_col) = (block_idx_x() * abi::BATCH_ROW_HEADS, block_idx_y() * abi::BATCH_ROW_COLS);
-            // The grid covers the rows and columns in tiles: first_head < n_rows, first_col < n_cols.
-            let n_heads = if p.n_rows - first_head < abi::BATCH_ROW_HEADS { p.n_rows - first_head } else { abi::BATCH_ROW_HEADS };
-            let n_cols = if p.n_cols - first_col < abi::BATCH_ROW_COLS { p.n_cols - first_col } else { abi::BATCH_ROW_COLS };
-            let buf = shared::base();
-            // SAFETY: forwarded from the launch contract above: heads and columns inside the
-            // validated products, all 128 threads, the reduction buffer then the rings in the
-            // block's own dynamic shared memory (no other code, no cp.async into it).
-            unsafe { pair_gate_tile::<$acc>(&p.gate, first_head, n_heads, first_col, n_cols, p.pair_block, buf, buf + abi::BATCH_ROW_REDUCE_BYTES) }
+            // SAFETY: forwarded from the launch contract above.
+            unsafe { pair_tiles_block::<$acc>(&p) }
+        }
+
+        /// \[overlap\] The tiled pair for programmatic dependent launch: the stream's next grid
+        /// may start once every block of this one has begun ([`allow_dependent_launch`] first);
+        /// the same body; then [`wait_prerequisite_grids`], so that this grid completes only after
+        /// every grid before it completed, and a grid waiting for this one also waits for those
+        /// (it may have run beside them).
+        ///
+        /// # Safety
+        /// As [`pair_tiles_block`], and, launched programmatically, the host's overlap rule
+        /// (`fusion::overlap`): nothing this grid touches is touched by a grid still running
+        /// beside it.
+        #[cfg(target_arch = "nvptx64")]
+        #[unsafe(export_name = $overlap_name)]
+        pub unsafe extern "ptx-kernel" fn $overlap_fn(p: abi::MulMatVecPairTilesParams) {
+            // SAFETY: forwarded from the launch contract above.
+            unsafe {
+                allow_dependent_launch();
+                pair_tiles_block::<$acc>(&p);
+                wait_prerequisite_grids();
+            }
         }
     )*};
 }
 
 pair_tiles_entries! {
-    F32 => "mul_mat_vec_pair_tiles_f32", mul_mat_vec_pair_tiles_f32;
-    Bf16 => "mul_mat_vec_pair_tiles_bf16", mul_mat_vec_pair_tiles_bf16;
-    F16Half => "mul_mat_vec_pair_tiles_f16", mul_mat_vec_pair_tiles_f16;
-    F16F32 => "mul_mat_vec_pair_tiles_f16_f32acc", mul_mat_vec_pair_tiles_f16_f32acc;
+    F32 => "mul_mat_vec_pair_tiles_f32", mul_mat_vec_pair_tiles_f32,
+        "mul_mat_vec_pair_tiles_f32_overlap", mul_mat_vec_pair_tiles_f32_overlap;
+    Bf16 => "mul_mat_vec_pair_tiles_bf16", mul_mat_vec_pair_tiles_bf16,
+        "mul_mat_vec_pair_tiles_bf16_overlap", mul_mat_vec_pair_tiles_bf16_overlap;
+    F16Half => "mul_mat_vec_pair_tiles_f16", mul_mat_vec_pair_tiles_f16,
+        "mul_mat_vec_pair_tiles_f16_overlap", mul_mat_vec_pair_tiles_f16_overlap;
+    F16F32 => "mul_mat_vec_pair_tiles_f16_f32acc", mul_mat_vec_pair_tiles_f16_f32acc,
+        "mul_mat_vec_pair_tiles_f16_f32acc_overlap", mul_mat_vec_pair_tiles_f16_f32acc_overlap;
 }

@@ -488,6 +488,19 @@ pub fn check_replay_report_of(report: &Report, options: Options) -> Check<()> {
                 && w.replaced_ops == ["GATED_DELTA_NET_REPLAY", "GATED_DELTA_NET_FROM_CACHE"] => {}
         o => return Err(format!("replay_verify: {o} (expected it to fuse the replay and the verify)")),
     }
+    // [overlap] With the overlap pass, a step of three launches overlaps them wherever the
+    // products run as tiles (the planner keeps the run's values apart: no conflict); without
+    // it, no decision.
+    if !options.allows(rgdn::fusion::overlap::OVERLAP) && !report.overlaps.is_empty() {
+        return Err("the overlap pass ran though the options leave it out".into());
+    }
+    for d in &report.overlaps {
+        match &d.outcome {
+            Ok(_) => {}
+            Err(rgdn::fusion::overlap::Refusal::PreviousWaits { .. }) => {}
+            Err(r) => return Err(format!("node {} ({}) did not start early: {r}", d.node, d.op)),
+        }
+    }
     // [replay] The three fused parts → one GDN_LAYER_STEP_REPLAY where its scope holds (up to
     // `REPLAY_STEP_MAX_SEQS` sequences within the readiness flags); refused by that name above.
     match outcome("replay_step")? {
@@ -568,7 +581,10 @@ impl ReplayGraph {
         // The launch the GPU checks for: the whole step's (`replay_step`, where it fired), else
         // the fused replay and verify, or in a set without `replay_verify` the commit chain's.
         let mut fused_op = "GDN_CONV_CHAIN";
+        // [overlap] Whether the pass let the replay-verify start early (both log sets alike).
+        let mut overlapped = false;
         for (set, (n, report)) in compiled.into_iter().enumerate() {
+            overlapped |= report.overlaps.iter().any(|d| d.op == "GATED_DELTA_NET_REPLAY_VERIFY" && d.outcome.is_ok());
             if options != Options::OFF {
                 check_replay_report_of(&report, options).map_err(|e| format!("n_s {n_s}, T {n_t}, log set {set}: {e}\n{report}"))?;
             }
@@ -582,6 +598,7 @@ impl ReplayGraph {
         let (name, fused) = match options {
             Options::OFF => ("replay graph unfused", None),
             o if !o.allows("replay_verify") => ("replay graph fused without replay_verify", Some(fused_op)),
+            _ if overlapped => ("replay graph fused, its launches overlapped", Some(fused_op)),
             _ => ("replay graph fused", Some(fused_op)),
         };
         let mut g = ReplayGraph { name, built, nodes, mem: GraphMemory::new(exec, host)?, fused, n_s, plant: GraphPlant::None };

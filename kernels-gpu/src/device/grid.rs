@@ -306,3 +306,33 @@ pub unsafe fn close_batch_launch(state: *mut u64, target: u64, n_chunks: u32) {
         }
     }
 }
+
+/// \[overlap\] `griddepcontrol.launch_dependents`: once every block of this grid has run it (or
+/// exited), the stream's next grid, if it was launched with programmatic stream serialization
+/// (`LaunchKind::Programmatic` on the host), may start while this one still runs. It orders
+/// nothing: the next grid sees this one's writes only after its own
+/// [`wait_prerequisite_grids`]. A no-op when the next launch is not programmatic.
+///
+/// # Safety
+/// The host may start the next grid early only where what that grid touches before its wait
+/// commutes with everything this grid touches (`fusion::overlap`, checked once per plan).
+#[inline(always)]
+pub unsafe fn allow_dependent_launch() {
+    // SAFETY: a scheduling hint with no memory effect (the caller's rule above is what makes the
+    // early start sound).
+    unsafe { asm!("griddepcontrol.launch_dependents;", options(nostack, preserves_flags)) };
+}
+
+/// \[overlap\] `griddepcontrol.wait`: returns in this thread once every grid this grid depends on
+/// programmatically (the stream's previous grid, launched before it) has completed and its
+/// memory operations are performed and visible to this grid. Returns at once in a grid launched
+/// plainly (its previous grids completed before it started).
+///
+/// # Safety
+/// None beyond the call: it only waits. What a grid may touch before it is the host's rule
+/// ([`allow_dependent_launch`]).
+#[inline(always)]
+pub unsafe fn wait_prerequisite_grids() {
+    // SAFETY: a wait with acquire-like visibility of the previous grids' writes; no operands.
+    unsafe { asm!("griddepcontrol.wait;", options(nostack, preserves_flags)) };
+}

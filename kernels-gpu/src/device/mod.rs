@@ -10,7 +10,8 @@
 //! - [`shared`]: the dynamic shared-memory window, addressed with 32-bit shared addresses;
 //! - [`atomic`]: global atomics (used by test-support kernels only);
 //! - [`memory`]: read-only (`ld.global.nc`) global loads;
-//! - [`grid`]: the grid-wide barrier of GDN_LAYER_STEP (fences, acquire/release atomics).
+//! - [`grid`]: the grid-wide barrier of GDN_LAYER_STEP (fences, acquire/release atomics), and
+//!   programmatic dependent launch (`griddepcontrol`) between grids of one stream.
 //!
 //! Why inline PTX instead of Rust float operators: LLVM's NVPTX backend lowers `a + b` to
 //! `add.rn.f32` (no flush-to-zero) and never contracts, while ggml's build runs `.ftz` forms

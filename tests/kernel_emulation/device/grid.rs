@@ -118,3 +118,35 @@ pub unsafe fn close_batch_launch(state: *mut u64, target: u64, n_chunks: u32) {
         at(state).store(target, Ordering::Relaxed);
     }
 }
+
+/// \[overlap\] What an emulated programmatic grid's [`wait_prerequisite_grids`] runs, once per
+/// block, while every thread of the block is held there: the test's check of what the block
+/// did before its wait and its stand-in for the previous grids completing (it restores the
+/// bytes the test poisoned). None: nothing.
+type PrerequisiteWait = Box<dyn Fn() + Send + Sync>;
+static PREREQUISITE_WAIT: std::sync::Mutex<Option<PrerequisiteWait>> = std::sync::Mutex::new(None);
+
+/// Sets (or clears) what [`wait_prerequisite_grids`] runs.
+pub fn set_prerequisite_wait(wait: Option<PrerequisiteWait>) {
+    *PREREQUISITE_WAIT.lock().unwrap_or_else(|p| p.into_inner()) = wait;
+}
+
+/// `griddepcontrol.launch_dependents`: a scheduling hint; the emulation runs grids one after
+/// another, so there is nothing to let start.
+pub unsafe fn allow_dependent_launch() {}
+
+/// `griddepcontrol.wait`, emulated as a block barrier around the test's hook: the kernels call
+/// it in every thread of the block (block-uniform), so the hook runs after every thread's work
+/// before the wait and before any thread's work after it — a stricter order than the GPU's
+/// per-thread wait, which only makes a pre-wait access easier to see.
+pub unsafe fn wait_prerequisite_grids() {
+    // SAFETY: every thread of the block calls it (above).
+    unsafe { sync_threads() };
+    if is_first_thread()
+        && let Some(wait) = PREREQUISITE_WAIT.lock().unwrap_or_else(|p| p.into_inner()).as_ref()
+    {
+        wait();
+    }
+    // SAFETY: as above.
+    unsafe { sync_threads() };
+}

@@ -1,0 +1,130 @@
+//! \[overlap\] The overlap pass: which launches of a compiled node list start before the launch
+//! before them completes (programmatic dependent launch, `docs/rollback.md` "Overlapping the
+//! three launches"). It runs once per compiled plan, after the fusion pass, when
+//! [`super::Options`] allows it ([`OVERLAP`]).
+//!
+//! Node i starts early when
+//! - its op's kernel has a form that starts early ([`crate::ops::overlap::Forms::early`]: what
+//!   it touches before its `griddepcontrol.wait`),
+//! - node i − 1's kernel has a form that lets the next grid start (it runs
+//!   `griddepcontrol.launch_dependents` first), and
+//! - what node i touches before its wait **commutes** with everything every grid that may still
+//!   run beside it touches: no byte it writes is read or written by one of them, no byte it
+//!   reads is written by one of them ([`crate::graph::Effects`], byte for byte).
+//!
+//! The grids that may run beside node i: node i − 1, and, while node j started early itself,
+//! node j − 1 (it may still run beside j, which let i start). Every kernel that starts early
+//! waits for the grids before it before it completes, so once node i's wait returns every grid
+//! before it is complete and its writes are visible: after its wait, node i runs as if launched
+//! plainly, and a plain launch after it starts after all of them. So the node list computes the
+//! same bytes, in the same order of every conflicting access, as launched plainly.
+//!
+//! The pass leaves the nodes it gives a form as [`Overlapped`] ops; the rest as they were.
+
+use crate::graph::{Bound, ByteSet, Effects, Node};
+use crate::ops::overlap::{Overlap, Overlapped};
+use std::fmt;
+
+/// The name [`super::Options`] gives the pass (`RGDN_FUSION=…,overlap`, `--fusions`).
+pub const OVERLAP: &str = "overlap";
+
+/// Why a launch that could start early does not.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The first node of the list: nothing before it to overlap.
+    First,
+    /// The node before it has no form that lets the next grid start (its op's name).
+    PreviousWaits { previous: &'static str },
+    /// What it touches before its wait meets what node `with` (its op's name) touches.
+    Conflict { with: usize, op: &'static str, what: &'static str },
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::First => write!(f, "the first launch"),
+            Refusal::PreviousWaits { previous } => write!(f, "the launch before it ({previous}) lets nothing start early"),
+            Refusal::Conflict { with, op, what } => write!(f, "before its wait it {what} node {with} ({op})"),
+        }
+    }
+}
+
+/// The pass's decision for one node whose op can start early.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decision {
+    /// The node's index in the list.
+    pub node: usize,
+    pub op: &'static str,
+    /// Ok: it starts early; the grids it may run beside (node indices, nearest first).
+    pub outcome: Result<Vec<usize>, Refusal>,
+}
+
+/// How `before` (a kernel's accesses before its wait) meets `other` (a grid's accesses), if it
+/// does: a write of `before` on a byte `other` reads or writes, or a read of `before` on a byte
+/// `other` writes.
+pub fn conflict(before: &Effects, other: &Effects) -> Option<&'static str> {
+    if before.may_write.intersects(&other.may_write) {
+        Some("writes bytes written by")
+    } else if before.may_write.intersects(&other.reads) {
+        Some("writes bytes read by")
+    } else if before.reads.intersects(&other.may_write) {
+        Some("reads bytes written by")
+    } else {
+        None
+    }
+}
+
+/// The overlap form of every node of `nodes` (in order) and the decisions behind them, one per
+/// node whose op can start early.
+pub fn plan(nodes: &[Node]) -> (Vec<Overlap>, Vec<Decision>) {
+    let forms: Vec<_> = nodes.iter().map(|n| n.op.overlap_forms()).collect();
+    let mut overlap = vec![Overlap::NONE; nodes.len()];
+    let mut decisions = Vec::new();
+    for (i, node) in nodes.iter().enumerate() {
+        let Some(before) = &forms[i].early else { continue };
+        let outcome = (|| {
+            if i == 0 {
+                return Err(Refusal::First);
+            }
+            if !forms[i - 1].lets_next_start {
+                return Err(Refusal::PreviousWaits { previous: nodes[i - 1].op.name() });
+            }
+            let mut beside = vec![i - 1];
+            let mut j = i - 1;
+            // Node 0 never starts early (Refusal::First), so j stays ≥ 1 while it loops.
+            while overlap[j].starts_early {
+                j -= 1;
+                beside.push(j);
+            }
+            let before = Effects {
+                reads: ByteSet::of_all(&before.reads, Bound::Over),
+                may_write: ByteSet::of_all(&before.writes, Bound::Over),
+                must_write: ByteSet::new(),
+            };
+            for &b in &beside {
+                if let Some(what) = conflict(&before, &nodes[b].effects()) {
+                    return Err(Refusal::Conflict { with: b, op: nodes[b].op.name(), what });
+                }
+            }
+            Ok(beside)
+        })();
+        if outcome.is_ok() {
+            overlap[i].starts_early = true;
+            overlap[i - 1].lets_next_start = true;
+        }
+        decisions.push(Decision { node: i, op: node.op.name(), outcome });
+    }
+    (overlap, decisions)
+}
+
+/// The pass: [`plan`], then every node with a form other than the plain one wrapped as
+/// [`Overlapped`].
+pub fn mark(nodes: Vec<Node>) -> (Vec<Node>, Vec<Decision>) {
+    let (overlap, decisions) = plan(&nodes);
+    let nodes = nodes
+        .into_iter()
+        .zip(overlap)
+        .map(|(n, o)| if o == Overlap::NONE { n } else { Node { op: Box::new(Overlapped { op: n.op, overlap: o }), layer: n.layer } })
+        .collect();
+    (nodes, decisions)
+}
