@@ -385,6 +385,7 @@ struct Stats {
     overlap_refused: BTreeMap<String, usize>,
     overlap_pairs: usize,
     overlap_twins: usize,
+    overlap_twins_refused: usize,
     /// Time building, running unfused, compiling, running fused, comparing.
     seconds: [f64; 5],
 }
@@ -492,10 +493,14 @@ fn case(seed: u64, stats: &mut Stats) -> std::result::Result<(), String> {
         let onto = theirs[rng.random_range(0..theirs.len())];
         if let Some(op) = moved_before_wait(&mut rng, twin[i].op.as_ref(), &onto) {
             twin[i].op = op;
-            let (marked, _) = rgdn::fusion::overlap::mark(twin);
+            let (marked, decisions) = rgdn::fusion::overlap::mark(twin);
             overlap_check::check_overlaps(&marked)
                 .map_err(|e| format!("seed {seed}: an unsafe overlap on a twin (node {i} moved onto node {j}): {e}\n{report}"))?;
             stats.overlap_twins += 1;
+            let refused = |d: &rgdn::fusion::overlap::Decision| {
+                d.node == i && matches!(d.outcome, Err(rgdn::fusion::overlap::Refusal::Conflict { .. }))
+            };
+            stats.overlap_twins_refused += usize::from(decisions.iter().any(refused));
         }
     }
     let mut any = false;
@@ -609,8 +614,8 @@ fn fusion_never_changes_an_observed_byte() {
     );
     eprintln!("  [replay] {} layer-cases in replay mode", stats.replay_layer_cases);
     eprintln!(
-        "  [overlap] {} launches started early ({} pairs with a grid beside them checked), refused: {:?}; {} adversarial twins",
-        stats.overlap_early, stats.overlap_pairs, stats.overlap_refused, stats.overlap_twins
+        "  [overlap] {} launches started early ({} pairs with a grid beside them checked), refused: {:?}; {} adversarial twins, {} of them refused by name",
+        stats.overlap_early, stats.overlap_pairs, stats.overlap_refused, stats.overlap_twins, stats.overlap_twins_refused
     );
     eprintln!("  perturbations: {:?}", stats.perturbations);
     let s = stats.seconds;
