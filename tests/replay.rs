@@ -318,6 +318,17 @@ fn replay_episodes_of_four_sequences() {
     certify(4);
 }
 
+/// [overlap] n_s = 8, T = 4: a step of three launches with the products as tiles (32 columns),
+/// so the replay graph with every fusion runs with its launches overlapped (`Options::ALL` has
+/// the overlap pass) beside the defaults' plain ones, and both equal the reference.
+#[test]
+fn replay_episodes_of_eight_sequences_cover_the_overlapped_step() {
+    let t = episode(8, 4, 0x26_84, Plant::None).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(t.steps, STEPS);
+    assert!(t.overlapped, "no arm ran overlapped: {t:?}");
+    println!("replay episode n_s 8, T 4: {t:?}");
+}
+
 /// n_s = 64 (minutes on the CPU): `RGDN_FULL_TESTS=1`.
 #[test]
 fn replay_episodes_of_64_sequences() {

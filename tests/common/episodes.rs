@@ -686,6 +686,9 @@ pub struct Tally {
     pub all: usize,
     pub some: usize,
     pub moves: usize,
+    /// [overlap] An arm's launches overlapped (the overlap pass let its replay-verify start
+    /// early), so the certificate covers that form of the step.
+    pub overlapped: bool,
 }
 
 /// The previous step of an episode: its inputs, the replay path's outputs, the accepted counts.
@@ -753,7 +756,8 @@ pub fn episode(setup: &Setup, label: &str, arms: &mut dyn FnMut(&Weights, &Rows)
     let start = snaps[0].start();
     let Arms { mut primary, mut others } = arms(&weights, &start)?;
     let mut seq = SequentialPath::new(exec, shape, &weights, start, seed)?;
-    let mut tally = Tally::default();
+    let overlapped = primary.name().contains("overlapped") || others.iter().any(|g| g.name().contains("overlapped"));
+    let mut tally = Tally { overlapped, ..Tally::default() };
     let to_bytes = |v: Vec<f32>| v.into_iter().flat_map(f32::to_le_bytes).collect::<Vec<u8>>();
     let cols = n_t * n_s;
     let mut previous: Option<Previous> = None;
