@@ -35,6 +35,7 @@
 //! [`Gpu::new`] sets on its own context), ordering across streams is the engine's.
 
 pub mod hf;
+pub mod replay;
 mod plan;
 
 use crate::error::{Error, Result};
