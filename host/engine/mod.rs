@@ -35,8 +35,8 @@
 //! [`Gpu::new`] sets on its own context), ordering across streams is the engine's.
 
 pub mod hf;
-pub mod replay;
 mod plan;
+pub mod replay;
 
 use crate::error::{Error, Result};
 use crate::gpu::{DeviceBuffer, Gpu};

@@ -150,7 +150,9 @@ impl LogLayout {
     pub fn moves(&self, from: usize, first: usize, n: usize) -> Result<Vec<Box<dyn Op>>> {
         check_set(from)?;
         self.check_cells("cells", first, n)?;
-        Ok((0..5).map(|i| Box::new(Stage { src: self.view(from, i, first, n), dst: self.view(1 - from, i, first, n) }) as Box<dyn Op>).collect())
+        Ok((0..5)
+            .map(|i| Box::new(Stage { src: self.view(from, i, first, n), dst: self.view(1 - from, i, first, n) }) as Box<dyn Op>)
+            .collect())
     }
 }
 
@@ -329,7 +331,10 @@ impl ReplayCells {
             });
         }
         if a > 0 && new {
-            return Err(Error::Invalid { op: OP, what: format!("sequence {position}: new cell {cell} has no log to accept {a} tokens of") });
+            return Err(Error::Invalid {
+                op: OP,
+                what: format!("sequence {position}: new cell {cell} has no log to accept {a} tokens of"),
+            });
         }
         if a > 0 && self.pending(cell).is_none() {
             return Err(Error::Invalid {
