@@ -36,7 +36,7 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, RngCore, SeedableRng};
 use rgdn::Error;
-use rgdn::engine::hf::{HostWeights, WeightLayout, ids as hf_ids};
+use rgdn::engine::hf::{HostWeights, StepRows, WeightLayout, engine_lengths, ids as hf_ids};
 use rgdn::engine::replay::{LogLayout, ReplayCells, ReplayRows, ReplayStep, ids, replay_step_with, replay_tensors};
 use rgdn::fusion::Options;
 use rgdn::inputs::{self, Values};
@@ -161,6 +161,14 @@ impl EngineArm {
     /// The step on a memory bound as the layer binds its buffers (`hf::ids`, `replay::ids`).
     fn run(&mut self, st: &ReplayStep, qkv: &[u8], cur: &[u8]) -> rgdn::Result<Vec<u8>> {
         let step = st.step()?;
+        // The engine's buffers against the step's lengths first, as the GPU layer checks them.
+        let sources: Vec<u32> = (0..st.n_seqs()).map(|s| (st.kv_head + s) as u32).collect();
+        let step_rows =
+            StepRows { n_tokens: st.n_tokens, cells: CELLS, rollback: 0, kv_head: st.kv_head, sources: &sources, zero_cell: None };
+        let [_, _, (_, qkv_len), (_, cur_len), _] = engine_lengths(&SHAPE, &step_rows)?;
+        if (qkv.len(), cur.len()) != (4 * qkv_len, 4 * cur_len) {
+            return Err(Error::Invalid { op: "test", what: format!("qkv, hidden of {} and {} bytes", qkv.len(), cur.len()) });
+        }
         let (t, r, scratch) = replay_tensors(&SHAPE, &step, DType::F32, &self.weight_layout, &self.logs)?;
         let mut mem = HostMemory::new();
         let buffer = |mem: &mut HostMemory, bytes: &[u8]| {
@@ -186,17 +194,19 @@ impl EngineArm {
         let (acc, win) = (mem.alloc_indices(&accepted).buffer, mem.alloc_indices(&windows).buffer);
         assert_eq!(bound[0], hf_ids::CONV_CACHE);
         assert_eq!((bound[6], index, logs, acc, win), (hf_ids::SCRATCH, hf_ids::INDEX, ids::LOGS, ids::ACCEPTED, ids::WINDOW_ROWS));
-        for op in st.pre_ops(&self.logs, &t.conv_cache, &t.ssm_cache)? {
-            op.validate(&mem)?;
-            op.reference(&mut mem, &mut ExactMufu)?;
-        }
-        self.book.moved(st);
+        // As `GdnReplayLayer` runs a step: the plan (compiled against this memory), then the
+        // pre-ops, then the plan's ops.
         let compiled = replay_step_with(&t, &r, &SHAPE, &step, &LayerInit::default(), st.log_set, self.fusions, &mem)?;
         if self.fusions != Options::OFF
             && let Err(e) = check_replay_report_of(&compiled.report, self.fusions)
         {
             panic!("{}: n_s {}, kv_head {}: {e}\n{}", self.name, st.n_seqs(), st.kv_head, compiled.report);
         }
+        for op in st.pre_ops(&self.logs, &t.conv_cache, &t.ssm_cache)? {
+            op.validate(&mem)?;
+            op.reference(&mut mem, &mut ExactMufu)?;
+        }
+        self.book.moved(st);
         for op in &compiled.ops {
             op.validate(&mem)?;
             op.reference(&mut mem, &mut ExactMufu)?;
@@ -545,4 +555,46 @@ fn engine_layout_replay_episodes_are_exact() {
         assert!(t.new_cells > 0 && t.commit_steps > 0 && done.reads > 0 && done.decoded > 0, "T {n_t}: {done:?}");
         assert!(done.joins > CELLS && done.finishes > 0 && done.resumes > 0 && done.preemptions > 0, "T {n_t}: {done:?}");
     }
+}
+
+/// Bad input to the engine's replay layer is a typed error, and a refused step or commit
+/// changes nothing (bookkeeping, caches, logs).
+#[test]
+fn bad_input_is_a_typed_error_and_changes_nothing() {
+    let n_t = 4;
+    let mut g = LayerGraph::new(Executor::Cpu, SHAPE, Step::new(1, 0), 7, Options::OFF).expect("a graph");
+    let weights: Weights = WEIGHTS.iter().map(|w| (*w, g.get(w).expect("a weight"))).collect();
+    let mut arm = EngineArm::new("engine", Options::ON, n_t, &weights, 7);
+    let inputs = |n_s: usize| (vec![0u8; 4 * SHAPE.channels() * n_t * n_s], vec![0u8; 4 * SHAPE.n_embd * n_t * n_s]);
+    let (q2, c2) = inputs(2);
+    arm.step(&ReplayRows { kv_head: 0, accepted: &[0, 0], new_cells: &[0, 1] }, &q2, &c2).expect("a first step");
+    let state = |a: &EngineArm| (a.book.clone(), a.conv.clone(), a.ssm.clone(), a.log.clone());
+    let before = state(&arm);
+    let rows = |kv_head, accepted: &'static [usize], new_cells: &'static [usize]| ReplayRows { kv_head, accepted, new_cells };
+    let refusals: Vec<(&str, rgdn::Result<()>)> = vec![
+        ("a count on a new cell", arm.step(&rows(0, &[2, 0], &[0]), &q2, &c2).map(|_| ())),
+        ("a count above T", arm.step(&rows(0, &[5, 0], &[]), &q2, &c2).map(|_| ())),
+        ("a count on a cell never stepped", arm.step(&rows(2, &[1, 0], &[]), &q2, &c2).map(|_| ())),
+        ("cells past M", arm.step(&rows(CELLS - 1, &[0, 0], &[]), &q2, &c2).map(|_| ())),
+        ("a new cell named twice", arm.step(&rows(0, &[0, 0], &[1, 1]), &q2, &c2).map(|_| ())),
+        ("a new cell outside the step", arm.step(&rows(0, &[0, 0], &[3]), &q2, &c2).map(|_| ())),
+        ("no sequence", arm.step(&rows(0, &[], &[]), &q2, &c2).map(|_| ())),
+        ("qkv of another step's size", arm.step(&rows(0, &[1], &[]), &q2, &c2).map(|_| ())),
+        ("a commit of a cell past M", arm.commit(&[0, CELLS], &[1, 0])),
+        ("a commit naming a cell twice", arm.commit(&[1, 0, 1], &[1, 1, 1])),
+        ("a commit with a count on a cell never stepped", arm.commit(&[0, 3], &[1, 1])),
+        ("a commit with a count above T", arm.commit(&[0], &[n_t + 1])),
+        ("a commit with counts and cells of different lengths", arm.commit(&[0, 1], &[1])),
+    ];
+    for (what, r) in refusals {
+        match r {
+            Err(Error::Invalid { .. } | Error::IndexOutOfRange { .. }) => {}
+            r => panic!("{what}: {r:?}"),
+        }
+        assert!(state(&arm) == before, "{what}: the refused call changed the layer");
+    }
+    // A committed cell takes a = 0 only.
+    arm.commit(&[1], &[3]).expect("a commit");
+    assert!(matches!(arm.step(&rows(0, &[1, 1], &[]), &q2, &c2), Err(Error::Invalid { what, .. }) if what.contains("cell 1")));
+    arm.step(&rows(0, &[1, 0], &[]), &q2, &c2).expect("cell 0 replays one token, cell 1 none");
 }

@@ -371,7 +371,7 @@ impl HostWeights {
 
 /// Where every buffer gets aligned to (device allocations start at 256 bytes; every kernel's
 /// alignment need is below).
-const ALIGN: usize = 256;
+pub(super) const ALIGN: usize = 256;
 
 fn align(n: usize) -> Result<usize> {
     n.checked_next_multiple_of(ALIGN).ok_or_else(|| Error::Overflow { op: OP, arg: "weights", what: format!("{n} bytes aligned") })
@@ -554,22 +554,22 @@ struct PlanKey {
 }
 
 /// Plans kept per layer (the shapes an engine alternates between); the oldest goes first.
-const PLANS_KEPT: usize = 16;
+pub(super) const PLANS_KEPT: usize = 16;
 
 /// One GDN layer on the GPU: its weights and scratch in device buffers of its own, the
 /// steps it planned. See the module docs for every convention.
 pub struct GdnLayer {
-    config: GdnConfig,
-    shape: GdnShape,
-    dtype: DType,
-    weight_layout: WeightLayout,
+    pub(super) config: GdnConfig,
+    pub(super) shape: GdnShape,
+    pub(super) dtype: DType,
+    pub(super) weight_layout: WeightLayout,
     /// The `Gpu`'s context the buffers live in.
-    ctx: usize,
-    weights: CudaSlice<u8>,
-    scratch: CudaSlice<u8>,
-    output: CudaSlice<f32>,
-    index: CudaSlice<i32>,
-    fusions: Options,
+    pub(super) ctx: usize,
+    pub(super) weights: CudaSlice<u8>,
+    pub(super) scratch: CudaSlice<u8>,
+    pub(super) output: CudaSlice<f32>,
+    pub(super) index: CudaSlice<i32>,
+    pub(super) fusions: Options,
     plans: Vec<Planned>,
     last: Option<usize>,
 }
@@ -676,12 +676,7 @@ impl GdnLayer {
         }
         let step = rows.step()?;
         let lengths = engine_lengths(&self.shape, rows)?;
-        let got = engine.lengths(lengths[4].1);
-        for ((name, want), got) in lengths.iter().zip(got) {
-            if got != *want {
-                return Err(Error::Invalid { op: OP, what: format!("`{name}` holds {got} f32, the step needs exactly {want}") });
-            }
-        }
+        engine.check_lengths(&lengths)?;
         let sources = rows.source_values(step.try_cache_rows()?)?;
         let key = PlanKey {
             gpu: (gpu.context().cu_ctx() as usize, gpu.grid_sync()),
@@ -703,31 +698,8 @@ impl GdnLayer {
             self.scratch = gpu.stream().alloc_zeros::<u8>(scratch_bytes)?;
         }
         let GdnLayer { shape, dtype, weights, scratch, output, index, plans, last, .. } = self;
-        // A refused binding (an engine view at an unaligned address, say) names the buffer.
-        let named = |name: &'static str| move |e: Error| Error::Invalid { op: OP, what: format!("`{name}`: {e}") };
         let mut mem = CallerMemory::new(gpu);
-        match engine {
-            Engine::Views { conv_cache, ssm_cache, qkv, hidden, out } => {
-                let out_len = lengths[4].1;
-                mem.bind_view_mut(conv_cache).map_err(named("conv_cache"))?;
-                mem.bind_view_mut(ssm_cache).map_err(named("ssm_cache"))?;
-                mem.bind_view(qkv).map_err(named("qkv"))?;
-                mem.bind_view(hidden).map_err(named("hidden"))?;
-                match out {
-                    Some(view) => mem.bind_view_mut(view).map_err(named("out"))?,
-                    None => mem.bind_view_mut(output.slice_mut(0..out_len))?,
-                };
-            }
-            Engine::Raw(raw) => {
-                for ((name, writable), b) in
-                    [("conv_cache", true), ("ssm_cache", true), ("qkv", false), ("hidden", false), ("out", true)].into_iter().zip(raw.all())
-                {
-                    // SAFETY: `step_raw`'s caller promises the ranges' lifetime and exclusivity;
-                    // `bind_raw` checks each lies in one allocation of this device.
-                    unsafe { mem.bind_raw(b.ptr, b.len.saturating_mul(4), writable) }.map_err(named(name))?;
-                }
-            }
-        }
+        engine.bind(&mut mem, output, lengths[4].1)?;
         mem.bind(&*weights)?;
         mem.bind_mut(scratch)?;
         mem.bind_indices(index, &sources)?;
@@ -772,7 +744,7 @@ impl GdnLayer {
 }
 
 /// The engine's five buffers of a step.
-enum Engine<'v> {
+pub(super) enum Engine<'v> {
     /// cudarc views (the layer's own output buffer when `out` is None).
     Views {
         conv_cache: CudaViewMut<'v, f32>,
@@ -785,7 +757,47 @@ enum Engine<'v> {
     Raw(RawBuffers),
 }
 
-impl Engine<'_> {
+impl<'v> Engine<'v> {
+    /// Refuses a buffer whose length is not the step's (`lengths`, [`engine_lengths`]), naming it.
+    pub(super) fn check_lengths(&self, lengths: &[(&'static str, usize); 5]) -> Result<()> {
+        for ((name, want), got) in lengths.iter().zip(self.lengths(lengths[4].1)) {
+            if got != *want {
+                return Err(Error::Invalid { op: OP, what: format!("`{name}` holds {got} f32, the step needs exactly {want}") });
+            }
+        }
+        Ok(())
+    }
+
+    /// Binds the five buffers under [`ids`] 0 … 4 (`out`: the first `out_len` f32 of the layer's
+    /// `output` when the engine gave none).
+    pub(super) fn bind(self, mem: &mut CallerMemory<'v>, output: &'v mut CudaSlice<f32>, out_len: usize) -> Result<()> {
+        // A refused binding (an engine view at an unaligned address, say) names the buffer.
+        let named = |name: &'static str| move |e: Error| Error::Invalid { op: OP, what: format!("`{name}`: {e}") };
+        match self {
+            Engine::Views { conv_cache, ssm_cache, qkv, hidden, out } => {
+                mem.bind_view_mut(conv_cache).map_err(named("conv_cache"))?;
+                mem.bind_view_mut(ssm_cache).map_err(named("ssm_cache"))?;
+                mem.bind_view(qkv).map_err(named("qkv"))?;
+                mem.bind_view(hidden).map_err(named("hidden"))?;
+                match out {
+                    Some(view) => mem.bind_view_mut(view).map_err(named("out"))?,
+                    None => mem.bind_view_mut(output.slice_mut(0..out_len))?,
+                };
+            }
+            Engine::Raw(raw) => {
+                for ((name, writable), b) in
+                    [("conv_cache", true), ("ssm_cache", true), ("qkv", false), ("hidden", false), ("out", true)].into_iter().zip(raw.all())
+                {
+                    // SAFETY: the raw step's caller promises the ranges' lifetime and
+                    // exclusivity (`GdnLayer::step_raw`, `GdnReplayLayer::step_raw`); `bind_raw`
+                    // checks each lies in one allocation of this device.
+                    unsafe { mem.bind_raw(b.ptr, b.len.saturating_mul(4), writable) }.map_err(named(name))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The f32 lengths of conv_cache, ssm_cache, qkv, hidden and out (`own_out` for the
     /// layer's own).
     fn lengths(&self, own_out: usize) -> [usize; 5] {

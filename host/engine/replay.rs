@@ -39,17 +39,20 @@
 //! snapshot step. The checks that cost (the graph, the fusion pass, every op's validation)
 //! run once per plan; per step only the bookkeeping here (O(n_s)) and the index rules.
 
-use super::CompiledStep;
-use super::hf::{WeightLayout, layer_tensors};
+use super::hf::{Engine, GdnConfig, GdnLayer, GdnWeights, PLANS_KEPT, RawBuffers, StepRows, WeightLayout, engine_lengths, layer_tensors};
+use super::{CallerMemory, CompiledStep, StepPlan};
 use crate::error::{Error, Result};
-use crate::fusion::Options;
+use crate::fusion::{Options, Report};
+use crate::gpu::Gpu;
 use crate::graph::layer::{LayerSpec, ReplayTensors, Rollback, replay_layer_ops};
 use crate::graph::{Bound, ByteSet, Node, Stage};
 use crate::layer::{GdnShape, LayerInit, LayerTensors, Step};
 use crate::memory::Memory;
+use crate::ops::Precision;
 use crate::ops::{Op, Scale};
 use crate::reference::replay::TokenLog;
 use crate::tensor::{BufferId, DType, Layout, Tensor};
+use cudarc::driver::{CudaSlice, CudaView, CudaViewMut};
 
 const OP: &str = "GdnLayer (replay)";
 
@@ -505,6 +508,261 @@ pub fn replay_step_with(
     let live_out = ByteSet::of_all(&observed, Bound::Over);
     let (nodes, report) = crate::fusion::compile_for(nodes, &live_out, fusions, Some(mem));
     Ok(CompiledStep { ops: nodes.into_iter().map(|n| n.op).collect(), report })
+}
+
+/// What selects a replay plan besides the buffers: the step's shape, the set it writes, the
+/// `Gpu` it runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct ReplayKey {
+    gpu: (usize, u64),
+    n_seqs: usize,
+    kv_head: usize,
+    log_set: usize,
+    fusions: Options,
+}
+
+/// A planned replay step shape: its plan and the views it was planned with.
+struct ReplayPlanned {
+    key: ReplayKey,
+    tensors: LayerTensors,
+    replay: ReplayTensors,
+    scratch_bytes: usize,
+    plan: StepPlan,
+}
+
+/// One GDN layer on the GPU whose rollback is exact replay (the module docs): a
+/// [`GdnLayer`]'s weights, scratch and conventions (`engine::hf`'s module docs; caches of M rows,
+/// R = 0), the two log sets of T tokens for M cells, and the cells' bookkeeping. Its steps take
+/// [`ReplayRows`]; [`GdnReplayLayer::commit`] writes the states an engine is about to read or
+/// move.
+pub struct GdnReplayLayer {
+    layer: GdnLayer,
+    logs: LogLayout,
+    log_buffer: CudaSlice<u8>,
+    accepted: CudaSlice<i32>,
+    window_rows: CudaSlice<i32>,
+    /// Zero-valued qkv and hidden inputs of a commit step (never written: bound read-only).
+    zeros: Option<CudaSlice<f32>>,
+    book: ReplayCells,
+    plans: Vec<ReplayPlanned>,
+    last: Option<usize>,
+}
+
+impl GdnReplayLayer {
+    /// [`GdnLayer::new`]'s checks and upload, and the log sets for steps of `n_tokens` (T,
+    /// 1 ..= 16: the engine's draft length + 1) on `cells` (M) cells, zeroed, no cell pending.
+    pub fn new(gpu: &Gpu, config: GdnConfig, weights: &GdnWeights, fusions: Options, n_tokens: usize, cells: usize) -> Result<Self> {
+        let layer = GdnLayer::new(gpu, config, weights, fusions)?;
+        let logs = LogLayout::of(&layer.shape, n_tokens, cells)?;
+        let stream = gpu.stream();
+        Ok(GdnReplayLayer {
+            log_buffer: stream.alloc_zeros::<u8>(logs.bytes)?,
+            accepted: stream.alloc_zeros::<i32>(crate::layer::MAX_SEQS)?,
+            window_rows: stream.alloc_zeros::<i32>(crate::layer::MAX_SEQS)?,
+            zeros: None,
+            book: ReplayCells::new(n_tokens, cells),
+            logs,
+            layer,
+            plans: Vec::new(),
+            last: None,
+        })
+    }
+
+    /// The cells' bookkeeping (which set holds each cell's pending log).
+    pub fn cells(&self) -> &ReplayCells {
+        &self.book
+    }
+
+    /// What the fusion pass decided for the last step's plan; None before the first step.
+    pub fn report(&self) -> Option<&Report> {
+        self.last_plan().map(StepPlan::report)
+    }
+
+    /// The plan the last step ran.
+    pub fn last_plan(&self) -> Option<&StepPlan> {
+        self.last.and_then(|i| self.plans.get(i)).map(|p| &p.plan)
+    }
+
+    /// How many step shapes (and log sets) the layer holds plans for (at most 16).
+    pub fn planned_shapes(&self) -> usize {
+        self.plans.len()
+    }
+
+    /// One step into a buffer of the layer's own; returns its view, `[n_s][T][H_v][D]` F32.
+    /// `conv_cache` and `ssm_cache` are M rows each; `qkv` and `hidden` hold T tokens of each of
+    /// the n_s = `rows.accepted.len()` sequences.
+    pub fn step<'s>(
+        &'s mut self,
+        gpu: &Gpu,
+        conv_cache: CudaViewMut<'_, f32>,
+        ssm_cache: CudaViewMut<'_, f32>,
+        qkv: CudaView<'_, f32>,
+        hidden: CudaView<'_, f32>,
+        rows: &ReplayRows,
+    ) -> Result<CudaView<'s, f32>> {
+        let st = self.book.prepare(rows)?;
+        let out_len = self.own_output(gpu, &st)?;
+        self.run(gpu, Engine::Views { conv_cache, ssm_cache, qkv, hidden, out: None }, &st)?;
+        Ok(self.layer.output.slice(0..out_len))
+    }
+
+    /// One step writing the engine's `out` (`[n_s][T][H_v][D]` F32, exactly that long).
+    #[allow(clippy::too_many_arguments)]
+    pub fn step_into(
+        &mut self,
+        gpu: &Gpu,
+        conv_cache: CudaViewMut<'_, f32>,
+        ssm_cache: CudaViewMut<'_, f32>,
+        qkv: CudaView<'_, f32>,
+        hidden: CudaView<'_, f32>,
+        out: CudaViewMut<'_, f32>,
+        rows: &ReplayRows,
+    ) -> Result<()> {
+        let st = self.book.prepare(rows)?;
+        self.run(gpu, Engine::Views { conv_cache, ssm_cache, qkv, hidden, out: Some(out) }, &st)
+    }
+
+    /// One step on buffers the engine names by address ([`GdnLayer::step_raw`]'s checks).
+    ///
+    /// # Safety
+    /// As [`GdnLayer::step_raw`]: every range stays allocated until the step has run on
+    /// `gpu`'s stream, and while it may run nothing else writes any of them, nor reads
+    /// `conv_cache`, `ssm_cache` or `out`.
+    pub unsafe fn step_raw(&mut self, gpu: &Gpu, buffers: RawBuffers, rows: &ReplayRows) -> Result<()> {
+        let st = self.book.prepare(rows)?;
+        self.run(gpu, Engine::Raw(buffers), &st)
+    }
+
+    /// Commits `cells`, each with the accepted count of its previous step, before the engine
+    /// reads or moves their states ([`ReplayCells::commit_steps`]: steps of zero-valued tokens,
+    /// one per run of adjacent cells with a > 0, their outputs dropped). Afterwards the cells
+    /// have no pending log: row `c` of each cache is cell c's whole state, and its next step
+    /// takes a = 0. Typed errors (nothing launched) as [`ReplayCells::commit_steps`] says.
+    pub fn commit(
+        &mut self,
+        gpu: &Gpu,
+        mut conv_cache: CudaViewMut<'_, f32>,
+        mut ssm_cache: CudaViewMut<'_, f32>,
+        cells: &[usize],
+        accepted: &[usize],
+    ) -> Result<()> {
+        let (c, e) = (self.layer.shape.try_channels()?, self.layer.shape.n_embd);
+        for st in self.book.commit_steps(cells, accepted)? {
+            let cols = st.n_tokens * st.n_seqs();
+            let need = c.max(e) * cols;
+            let zeros = match self.zeros.take() {
+                Some(z) if z.len() >= need => z,
+                _ => gpu.stream().alloc_zeros::<f32>(need)?,
+            };
+            let ran = self.own_output(gpu, &st).and_then(|_| {
+                let (qkv, hidden) = (zeros.slice(0..c * cols), zeros.slice(0..e * cols));
+                let engine =
+                    Engine::Views { conv_cache: conv_cache.slice_mut(..), ssm_cache: ssm_cache.slice_mut(..), qkv, hidden, out: None };
+                self.run(gpu, engine, &st)
+            });
+            self.zeros = Some(zeros);
+            ran?;
+        }
+        self.book.committed(cells);
+        Ok(())
+    }
+
+    /// Grows the layer's own output buffer to the step's output; its length.
+    fn own_output(&mut self, gpu: &Gpu, st: &ReplayStep) -> Result<usize> {
+        let out_len = crate::tensor::try_product(
+            OP,
+            "out",
+            "f32 elements",
+            &[self.layer.shape.head_dim, self.layer.shape.n_v_heads, st.n_tokens, st.n_seqs()],
+        )?;
+        if self.layer.output.len() < out_len {
+            self.layer.output = gpu.stream().alloc_zeros::<f32>(out_len)?;
+        }
+        Ok(out_len)
+    }
+
+    /// Checks the engine's buffers, binds them with the layer's own (`hf::ids`, then [`ids`]),
+    /// finds (or makes) the plan for this shape, set and these addresses, enqueues the step's
+    /// pre-ops and runs the plan; the bookkeeping follows what was enqueued.
+    fn run(&mut self, gpu: &Gpu, engine: Engine<'_>, st: &ReplayStep) -> Result<()> {
+        if gpu.context().cu_ctx() as usize != self.layer.ctx {
+            return Err(Error::Invalid { op: OP, what: "the Gpu runs on another CUDA context than the layer's weights".into() });
+        }
+        let step = st.step()?;
+        let [sources, accepted, windows] = st.index_values();
+        let rows: Vec<u32> = sources.iter().map(|&v| v as u32).collect();
+        let step_rows =
+            StepRows { n_tokens: st.n_tokens, cells: st.cells, rollback: 0, kv_head: st.kv_head, sources: &rows, zero_cell: None };
+        let lengths = engine_lengths(&self.layer.shape, &step_rows)?;
+        engine.check_lengths(&lengths)?;
+        let key = ReplayKey {
+            gpu: (gpu.context().cu_ctx() as usize, gpu.grid_sync()),
+            n_seqs: st.n_seqs(),
+            kv_head: st.kv_head,
+            log_set: st.log_set,
+            fusions: self.layer.fusions,
+        };
+        let known = self.plans.iter().position(|p| p.key == key);
+        let (tensors, replay, scratch_bytes) = match known {
+            Some(i) => (self.plans[i].tensors.clone(), self.plans[i].replay, self.plans[i].scratch_bytes),
+            None => replay_tensors(&self.layer.shape, &step, self.layer.dtype, &self.layer.weight_layout, &self.logs)?,
+        };
+        if self.layer.scratch.len() < scratch_bytes {
+            self.layer.scratch = gpu.stream().alloc_zeros::<u8>(scratch_bytes)?;
+        }
+        let GdnReplayLayer { layer, logs, log_buffer, accepted: accepted_buf, window_rows, book, plans, last, .. } = self;
+        let GdnLayer { shape, dtype, weights, scratch, output, index, .. } = layer;
+        let mut mem = CallerMemory::new(gpu);
+        engine.bind(&mut mem, output, lengths[4].1)?;
+        mem.bind(&*weights)?;
+        mem.bind_mut(scratch)?;
+        mem.bind_indices(index, &sources)?;
+        mem.bind_mut(log_buffer)?;
+        mem.bind_indices(accepted_buf, &accepted)?;
+        mem.bind_indices(window_rows, &windows)?;
+        let plan = |plans: &mut Vec<ReplayPlanned>, key: ReplayKey, known: Option<usize>| -> Result<usize> {
+            if let Some(i) = known.filter(|&i| plans[i].plan.fits(&mem)) {
+                return Ok(i);
+            }
+            // A new shape or set, or the same on other buffers: plan it (once).
+            let init = LayerInit { mat_vec_weights: *dtype, precision: Precision::Default, specials: false };
+            let compiled = replay_step_with(&tensors, &replay, shape, &step, &init, key.log_set, key.fusions, &mem)?;
+            let planned = ReplayPlanned { key, tensors: tensors.clone(), replay, scratch_bytes, plan: mem.plan(compiled)? };
+            Ok(match known {
+                Some(i) => {
+                    plans[i] = planned;
+                    i
+                }
+                None => {
+                    if plans.len() >= PLANS_KEPT {
+                        plans.remove(0);
+                    }
+                    plans.push(planned);
+                    plans.len() - 1
+                }
+            })
+        };
+        let at = plan(plans, key, known)?;
+        // The moves and the zeroing: validated and launched as every op is, on the same stream,
+        // so the plan's launches run after them.
+        mem.enqueue(&st.pre_ops(logs, &tensors.conv_cache, &tensors.ssm_cache)?)?;
+        book.moved(st);
+        *last = Some(at);
+        match mem.run(&plans[at].plan) {
+            // As `GdnLayer`'s step: a fused op's index rules stricter than the unfused chain's
+            // refuse before any launch, and the step runs unfused.
+            Err(Error::Aliasing { .. }) if key.fusions != Options::OFF => {
+                let unfused = ReplayKey { fusions: Options::OFF, ..key };
+                let known = plans.iter().position(|p| p.key == unfused);
+                let at = plan(plans, unfused, known)?;
+                *last = Some(at);
+                mem.run(&plans[at].plan)?;
+            }
+            ran => ran?,
+        }
+        book.stepped(st);
+        Ok(())
+    }
 }
 
 #[cfg(test)]
