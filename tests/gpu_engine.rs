@@ -80,6 +80,10 @@ fn main() -> ExitCode {
     run("a captured step replayed with new source rows = planned steps; a bad row refused", captured_steps(&gpu));
     run("two layer steps at once on two streams of one context, 200 times = serial", two_streams(&stream));
     run("engine::hf::GdnLayer from Hugging Face tensors: fused = unfused over steps; refusals name the buffer", hf_layer(&stream, &gpu));
+    run(
+        "engine::replay::GdnReplayLayer: new cells, a log move, commits: fused = unfused = sequential decode; refusals typed",
+        hf_replay_layer(&stream, &gpu),
+    );
     if failed > 0 {
         println!("{failed} engine check(s) FAILED");
         return ExitCode::FAILURE;
@@ -601,27 +605,14 @@ fn two_streams(stream: &Arc<CudaStream>) -> Check {
 /// plan for the step): every output and both caches bit for bit; the fused plan's report says the layer step fired; a plan per shape; a buffer of
 /// the wrong length or at an unaligned address is refused, naming it.
 fn hf_layer(stream: &Arc<CudaStream>, gpu: &Gpu) -> Check {
-    use half::bf16;
-    use rgdn::engine::hf::{BetaAlpha, Decay, Floats, GdnConfig, GdnLayer, GdnWeights, HfTensor, KeyHeads, StepRows};
+    use rgdn::engine::hf::{GdnConfig, GdnLayer, KeyHeads, StepRows};
     let cfg = GdnConfig::qwen3_5_9b(KeyHeads::Modulo);
     let shape = cfg.shape().map_err(e)?;
-    let (c, k, en, hv) = (shape.channels(), shape.d_conv, shape.n_embd, shape.n_v_heads);
+    let (c, en) = (shape.channels(), shape.n_embd);
     let mut rng = StdRng::seed_from_u64(0x27);
+    let ck = Checkpoint::new(&shape, &mut rng);
+    let weights = ck.weights();
     let mut floats = |n: usize, scale: f32| -> Vec<f32> { (0..n).map(|_| rng.random_range(-scale..scale)).collect() };
-    let conv1d = floats(c * k, 0.5);
-    let b: Vec<bf16> = floats(hv * en, 0.05).into_iter().map(bf16::from_f32).collect();
-    let a: Vec<bf16> = floats(hv * en, 0.05).into_iter().map(bf16::from_f32).collect();
-    let (dt_bias, a_log) = (floats(hv, 1.0), floats(hv, 1.0));
-    let (s_conv, s_proj, s_head) = ([c, 1, k], [hv, en], [hv]);
-    let weights = GdnWeights {
-        conv1d_weight: HfTensor { data: Floats::F32(&conv1d), shape: &s_conv },
-        beta_alpha: BetaAlpha::Split {
-            in_proj_b: HfTensor { data: Floats::BF16(&b), shape: &s_proj },
-            in_proj_a: HfTensor { data: Floats::BF16(&a), shape: &s_proj },
-        },
-        dt_bias: HfTensor { data: Floats::F32(&dt_bias), shape: &s_head },
-        decay: Decay::ALog(HfTensor { data: Floats::F32(&a_log), shape: &s_head }),
-    };
     let mut fused = GdnLayer::new(gpu, cfg, &weights, Options::ON).map_err(e)?;
     let mut unfused = GdnLayer::new(gpu, cfg, &weights, Options::OFF).map_err(e)?;
     let (cells, rollback) = (2usize, 3usize);
@@ -694,6 +685,220 @@ fn hf_layer(stream: &Arc<CudaStream>, gpu: &Gpu) -> Check {
     let unaligned = fused.step(gpu, conv.slice_mut(1..), ssm.slice_mut(..), q.slice(..), h.slice(..), &rows).map(|_| ());
     if !matches!(&unaligned, Err(Error::Invalid { what, .. }) if what.contains("conv_cache") && what.contains("aligned")) {
         return Err(format!("a conv cache at an unaligned address gave {unaligned:?}"));
+    }
+    Ok(())
+}
+
+/// A Qwen3.5-9B layer's checkpoint tensors, random (b and a in BF16), as Hugging Face names them.
+struct Checkpoint {
+    conv1d: Vec<f32>,
+    b: Vec<half::bf16>,
+    a: Vec<half::bf16>,
+    dt_bias: Vec<f32>,
+    a_log: Vec<f32>,
+    shapes: ([usize; 3], [usize; 2], [usize; 1]),
+}
+
+impl Checkpoint {
+    fn new(shape: &GdnShape, rng: &mut StdRng) -> Checkpoint {
+        use half::bf16;
+        let (c, k, en, hv) = (shape.channels(), shape.d_conv, shape.n_embd, shape.n_v_heads);
+        let mut floats = |n: usize, scale: f32| -> Vec<f32> { (0..n).map(|_| rng.random_range(-scale..scale)).collect() };
+        let conv1d = floats(c * k, 0.5);
+        let b: Vec<bf16> = floats(hv * en, 0.05).into_iter().map(bf16::from_f32).collect();
+        let a: Vec<bf16> = floats(hv * en, 0.05).into_iter().map(bf16::from_f32).collect();
+        let (dt_bias, a_log) = (floats(hv, 1.0), floats(hv, 1.0));
+        Checkpoint { conv1d, b, a, dt_bias, a_log, shapes: ([c, 1, k], [hv, en], [hv]) }
+    }
+
+    fn weights(&self) -> rgdn::engine::hf::GdnWeights<'_> {
+        use rgdn::engine::hf::{BetaAlpha, Decay, Floats, GdnWeights, HfTensor};
+        let (s_conv, s_proj, s_head) = (&self.shapes.0, &self.shapes.1, &self.shapes.2);
+        GdnWeights {
+            conv1d_weight: HfTensor { data: Floats::F32(&self.conv1d), shape: s_conv },
+            beta_alpha: BetaAlpha::Split {
+                in_proj_b: HfTensor { data: Floats::BF16(&self.b), shape: s_proj },
+                in_proj_a: HfTensor { data: Floats::BF16(&self.a), shape: s_proj },
+            },
+            dt_bias: HfTensor { data: Floats::F32(&self.dt_bias), shape: s_head },
+            decay: Decay::ALog(HfTensor { data: Floats::F32(&self.a_log), shape: s_head }),
+        }
+    }
+}
+
+/// One call of the replay script: a step on cells `kv_head …` with these counts and new cells,
+/// or a commit of cells with their counts.
+enum Call {
+    Step(usize, &'static [usize], &'static [usize]),
+    Commit(&'static [usize], &'static [usize]),
+}
+
+/// [replay] `engine::replay::GdnReplayLayer` at 9B, T = 4, M = 4, on caches that start with
+/// random bits: a script of steps and commits — new cells (zeroed by the layer), a step whose
+/// replaying cells hold their logs in both sets (cell 0's log moves), commits of non-adjacent
+/// cells (two commit steps), a step after a commit, a final commit of every cell. The fused
+/// layer (defaults: `replay_verify` must fire) and the unfused one agree bit for bit on every
+/// output and both caches after every call; every output of every accepted token, and every
+/// cell's state after the final commit, equal a sequential decode of the accepted tokens (a
+/// `GdnLayer` snapshot step of one token on the cell's own row, unfused, from a zero state).
+/// Bad counts are typed errors. The CPU certificate of the same layer in many more
+/// compositions is `tests/engine_replay.rs`.
+fn hf_replay_layer(stream: &Arc<CudaStream>, gpu: &Gpu) -> Check {
+    use rgdn::engine::hf::{GdnConfig, GdnLayer, KeyHeads, StepRows};
+    use rgdn::engine::replay::{GdnReplayLayer, ReplayRows};
+    let cfg = GdnConfig::qwen3_5_9b(KeyHeads::Modulo);
+    let shape = cfg.shape().map_err(e)?;
+    let (c, en, hvd) = (shape.channels(), shape.n_embd, shape.n_v_heads * shape.head_dim);
+    let (n_t, cells) = (4usize, 4usize);
+    let mut rng = StdRng::seed_from_u64(0x26);
+    let ck = Checkpoint::new(&shape, &mut rng);
+    let weights = ck.weights();
+    let mut floats = |n: usize, scale: f32| -> Vec<f32> { (0..n).map(|_| rng.random_range(-scale..scale)).collect() };
+    let script = [
+        Call::Step(0, &[0, 0], &[0, 1]),
+        Call::Step(1, &[2, 0], &[2]),
+        Call::Step(0, &[3, 4, 1], &[]),
+        Call::Commit(&[2, 0], &[4, 2]),
+        Call::Step(0, &[0, 3, 0, 0], &[3]),
+        Call::Commit(&[0, 1, 2, 3], &[4, 1, 0, 2]),
+    ];
+    let inputs: Vec<(Vec<f32>, Vec<f32>)> = script
+        .iter()
+        .map(|call| match call {
+            Call::Step(_, a, _) => (floats(c * n_t * a.len(), 1.0), floats(en * n_t * a.len(), 1.0)),
+            Call::Commit(..) => (Vec::new(), Vec::new()),
+        })
+        .collect();
+    let conv0 = floats(shape.conv_row() * cells, 1.0);
+    let ssm0 = floats(shape.ssm_row() * cells, 0.05);
+    let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    let download = |x: &cudarc::driver::CudaView<'_, f32>| -> Result<Vec<f32>, String> {
+        let mut host = vec![0f32; x.len()];
+        stream.memcpy_dtoh(x, &mut host).map_err(e)?;
+        stream.synchronize().map_err(e)?;
+        Ok(host)
+    };
+    // Per layer: every call's output (steps) and both caches after it.
+    let mut runs: Vec<Vec<(Vec<f32>, Vec<f32>, Vec<f32>)>> = Vec::new();
+    for fusions in [Options::ON, Options::OFF] {
+        let mut layer = GdnReplayLayer::new(gpu, cfg, &weights, fusions, n_t, cells).map_err(e)?;
+        let mut conv = stream.clone_htod(&conv0).map_err(e)?;
+        let mut ssm = stream.clone_htod(&ssm0).map_err(e)?;
+        let mut calls = Vec::new();
+        for (i, (call, (qkv, hidden))) in script.iter().zip(&inputs).enumerate() {
+            let out = match call {
+                Call::Step(kv_head, accepted, new_cells) => {
+                    let (q, h) = (stream.clone_htod(qkv).map_err(e)?, stream.clone_htod(hidden).map_err(e)?);
+                    let rows = ReplayRows { kv_head: *kv_head, accepted, new_cells };
+                    // A count on a new cell, or above T, is refused before anything runs.
+                    if let Some(&cell) = new_cells.first() {
+                        let mut bad = accepted.to_vec();
+                        bad[cell - kv_head] = 1;
+                        let r = layer.step(
+                            gpu,
+                            conv.slice_mut(..),
+                            ssm.slice_mut(..),
+                            q.slice(..),
+                            h.slice(..),
+                            &ReplayRows { accepted: &bad, ..rows },
+                        );
+                        if !matches!(r, Err(Error::Invalid { .. })) {
+                            return Err(format!("call {i}: a count on new cell {cell} gave {:?}", r.map(|_| ())));
+                        }
+                    }
+                    let big = vec![n_t + 1; accepted.len()];
+                    let r = layer.step(
+                        gpu,
+                        conv.slice_mut(..),
+                        ssm.slice_mut(..),
+                        q.slice(..),
+                        h.slice(..),
+                        &ReplayRows { accepted: &big, new_cells: &[], ..rows },
+                    );
+                    if !matches!(r, Err(Error::IndexOutOfRange { arg: "accepted", .. })) {
+                        return Err(format!("call {i}: counts above T gave {:?}", r.map(|_| ())));
+                    }
+                    let out = layer
+                        .step(gpu, conv.slice_mut(..), ssm.slice_mut(..), q.slice(..), h.slice(..), &rows)
+                        .map_err(|x| format!("call {i}: {x}"))?;
+                    let out = download(&out)?;
+                    if fusions == Options::ON {
+                        let report = layer.report().ok_or("no report after a step")?;
+                        if report.fired("replay_verify") != 1 {
+                            return Err(format!("call {i}: replay_verify did not fire:\n{report}"));
+                        }
+                    }
+                    out
+                }
+                Call::Commit(cells, accepted) => {
+                    layer.commit(gpu, conv.slice_mut(..), ssm.slice_mut(..), cells, accepted).map_err(|x| format!("call {i}: {x}"))?;
+                    Vec::new()
+                }
+            };
+            calls.push((out, download(&conv.slice(..))?, download(&ssm.slice(..))?));
+        }
+        runs.push(calls);
+    }
+    for (i, (f, u)) in runs[0].iter().zip(&runs[1]).enumerate() {
+        if bits(&f.0) != bits(&u.0) || bits(&f.1) != bits(&u.1) || bits(&f.2) != bits(&u.2) {
+            return Err(format!("call {i}: the fused and unfused replay layers differ (output, conv or ssm cache)"));
+        }
+    }
+    // The sequential decode: per cell, its tokens pending until their count is given.
+    let mut seq = GdnLayer::new(gpu, cfg, &weights, Options::OFF).map_err(e)?;
+    let mut conv = stream.alloc_zeros::<f32>(shape.conv_row() * cells).map_err(e)?;
+    let mut ssm = stream.alloc_zeros::<f32>(shape.ssm_row() * cells).map_err(e)?;
+    // Per cell: (call, position in it) of its last step.
+    let mut pending: Vec<Option<(usize, usize)>> = vec![None; cells];
+    let mut decoded = 0;
+    let mut resolve = |cell: usize, a: usize, pending: &mut Vec<Option<(usize, usize)>>| -> Check {
+        let Some((call, s)) = pending[cell].take() else { return Ok(()) };
+        let (qkv, hidden) = &inputs[call];
+        for t in 0..a {
+            let col = s * n_t + t;
+            let (q, h) = (
+                stream.clone_htod(&qkv[col * c..(col + 1) * c]).map_err(e)?,
+                stream.clone_htod(&hidden[col * en..(col + 1) * en]).map_err(e)?,
+            );
+            let sources = [cell as u32];
+            let rows = StepRows { n_tokens: 1, cells, rollback: 0, kv_head: cell, sources: &sources, zero_cell: None };
+            let out = download(&seq.step(gpu, conv.slice_mut(..), ssm.slice_mut(..), q.slice(..), h.slice(..), &rows).map_err(e)?)?;
+            if bits(&out) != bits(&runs[0][call].0[col * hvd..(col + 1) * hvd]) {
+                return Err(format!("call {call}: cell {cell}, token {t}: the replay layer's output differs from the sequential decode"));
+            }
+            decoded += 1;
+        }
+        Ok(())
+    };
+    for (i, call) in script.iter().enumerate() {
+        match call {
+            Call::Step(kv_head, accepted, _) => {
+                for (s, &a) in accepted.iter().enumerate() {
+                    resolve(kv_head + s, a, &mut pending)?;
+                    pending[kv_head + s] = Some((i, s));
+                }
+            }
+            Call::Commit(cs, accepted) => {
+                for (&cell, &a) in cs.iter().zip(accepted.iter()) {
+                    resolve(cell, a, &mut pending)?;
+                }
+            }
+        }
+    }
+    let (last_conv, last_ssm) = (&runs[0].last().ok_or("no call")?.1, &runs[0].last().ok_or("no call")?.2);
+    if bits(&download(&conv.slice(..))?) != bits(last_conv) || bits(&download(&ssm.slice(..))?) != bits(last_ssm) {
+        return Err("after the final commit the caches differ from the sequential decode's".into());
+    }
+    // Every count above 0 in the script is on a cell with a pending log (the layer refuses
+    // any other), so each of those tokens was decoded and compared.
+    let counts: usize = script
+        .iter()
+        .map(|call| match call {
+            Call::Step(_, a, _) | Call::Commit(_, a) => a.iter().sum::<usize>(),
+        })
+        .sum();
+    if decoded != counts {
+        return Err(format!("{decoded} tokens decoded of {counts} accepted"));
     }
     Ok(())
 }
