@@ -59,6 +59,8 @@ const STEPS: usize = 60;
 
 type Check<T> = Result<T, String>;
 type RowPair = (Vec<u8>, Vec<u8>);
+/// A snapshot step's outputs and, per sequence, its slots' rows.
+type SnapshotRun = (Vec<Vec<u8>>, Vec<Vec<RowPair>>);
 
 fn f32_bytes(v: &[u8]) -> Vec<f32> {
     v.chunks_exact(4).map(|w| f32::from_le_bytes(w.try_into().expect("4 bytes"))).collect()
@@ -74,6 +76,8 @@ struct Tally {
     /// Steps writing set 0 and set 1.
     sets: [usize; 2],
     new_cells: usize,
+    /// Plans in which the whole step fused into one launch (`replay_step`).
+    one_launch: usize,
 }
 
 /// The engine's replay layer on the CPU: its caches (M rows), its log buffer, its weights and
@@ -202,6 +206,7 @@ impl EngineArm {
         {
             panic!("{}: n_s {}, kv_head {}: {e}\n{}", self.name, st.n_seqs(), st.kv_head, compiled.report);
         }
+        self.tally.one_launch += compiled.report.fired("replay_step");
         for op in st.pre_ops(&self.logs, &t.conv_cache, &t.ssm_cache)? {
             op.validate(&mem)?;
             op.reference(&mut mem, &mut ExactMufu)?;
@@ -253,7 +258,7 @@ struct Snapshots {
 
 impl Snapshots {
     /// Every output ([`episodes::OUTPUTS`] order) and per sequence its T slots' rows.
-    fn step(&mut self, states: &[RowPair], qkv: &[u8], cur: &[u8]) -> Check<(Vec<Vec<u8>>, Vec<Vec<RowPair>>)> {
+    fn step(&mut self, states: &[RowPair], qkv: &[u8], cur: &[u8]) -> Check<SnapshotRun> {
         let (n_s, n_t) = (states.len(), self.n_t);
         let m = 2 * n_s;
         if !self.graphs.contains_key(&n_s) {
@@ -382,13 +387,13 @@ fn episode(n_t: usize, seed: u64) -> Check<Certified> {
             let n = rng.random_range(1..=MAX_BATCH.min(live.len()));
             let kv_head = rng.random_range(0..=CELLS - n);
             let mut batch = Vec::new();
-            for cell in kv_head..kv_head + n {
+            for &here in &occupant[kv_head..kv_head + n] {
                 let waiting = live.iter().copied().find(|&id| seqs[id].cell.is_none() && !batch.contains(&id));
                 let outside = live
                     .iter()
                     .copied()
                     .find(|&id| seqs[id].cell.is_some_and(|c| !(kv_head..kv_head + n).contains(&c)) && !batch.contains(&id));
-                match occupant[cell].or(waiting).or(outside) {
+                match here.or(waiting).or(outside) {
                     Some(id) => batch.push(id),
                     None => break,
                 }
@@ -510,11 +515,11 @@ fn episode(n_t: usize, seed: u64) -> Check<Certified> {
         // The snapshot step from the snapshot path's states: every token's attention output.
         let states: Vec<RowPair> = batch.iter().map(|&id| seqs[id].snapshot.clone()).collect();
         let (snap_out, slots) = snaps.step(&states, &qkv, &cur)?;
-        for s in 0..n_s {
+        for (s, id) in batch.iter().enumerate() {
             for t in 0..n_t {
                 let col = s * n_t + t;
                 same(
-                    &format!("{ctx}: sequence {}, token {t}", batch[s]),
+                    &format!("{ctx}: sequence {id}, token {t}"),
                     "attn_out, engine vs snapshots",
                     part(&outs[0], cols, col),
                     part(&snap_out[7], cols, col),
@@ -552,6 +557,9 @@ fn engine_layout_replay_episodes_are_exact() {
         // The episode exercised what it claims: log moves between sets, both sets written, new
         // cells, commits, reads, moves, preemptions and resumptions, accepted tokens decoded.
         assert!(t.moved_cells > 0 && t.sets[0] > 0 && t.sets[1] > 0, "T {n_t}: {t:?}");
+        // The arm under test ran every step and commit step in one launch (`replay_step`: its
+        // scope holds at n_s ≤ 4).
+        assert_eq!(t.one_launch, t.steps + t.commit_steps, "T {n_t}: {t:?}");
         assert!(t.new_cells > 0 && t.commit_steps > 0 && done.reads > 0 && done.decoded > 0, "T {n_t}: {done:?}");
         assert!(done.joins > CELLS && done.finishes > 0 && done.resumes > 0 && done.preemptions > 0, "T {n_t}: {done:?}");
     }

@@ -726,6 +726,10 @@ impl Checkpoint {
     }
 }
 
+/// After a call of the replay script: its output (a step's; empty for a commit), the conv and
+/// ssm caches.
+type AfterCall = (Vec<f32>, Vec<f32>, Vec<f32>);
+
 /// One call of the replay script: a step on cells `kv_head …` with these counts and new cells,
 /// or a commit of cells with their counts.
 enum Call {
@@ -779,7 +783,7 @@ fn hf_replay_layer(stream: &Arc<CudaStream>, gpu: &Gpu) -> Check {
         Ok(host)
     };
     // Per layer: every call's output (steps) and both caches after it.
-    let mut runs: Vec<Vec<(Vec<f32>, Vec<f32>, Vec<f32>)>> = Vec::new();
+    let mut runs: Vec<Vec<AfterCall>> = Vec::new();
     for fusions in [Options::ON, Options::OFF] {
         let mut layer = GdnReplayLayer::new(gpu, cfg, &weights, fusions, n_t, cells).map_err(e)?;
         let mut conv = stream.clone_htod(&conv0).map_err(e)?;
