@@ -219,7 +219,8 @@ impl ReplayStep {
     /// ([`ids::WINDOW_ROWS`], `ReplayTensors::set_accepted`'s rule).
     pub fn index_values(&self) -> [Vec<i32>; 3] {
         let n_s = self.n_seqs();
-        // Every value is below M ≤ i32::MAX or (T + 1)·n_s ≤ 17·256 (checked by `prepare`).
+        // Every value is below M ≤ i32::MAX (`ReplayCells::new`) or (T + 1)·n_s ≤ 17·256
+        // (`prepare`).
         let sources = (0..n_s).map(|s| (self.kv_head + s) as i32).collect();
         let accepted = self.accepted.iter().map(|&a| a as i32).collect();
         let windows = self.accepted.iter().enumerate().map(|(s, &a)| ((self.n_tokens - a) * n_s + s) as i32).collect();
@@ -253,9 +254,21 @@ pub struct ReplayCells {
 }
 
 impl ReplayCells {
-    /// M cells, none with a pending log; steps of `n_tokens` (T) tokens.
-    pub fn new(n_tokens: usize, cells: usize) -> Self {
-        ReplayCells { n_tokens, pending: vec![None; cells] }
+    /// M cells, none with a pending log; steps of `n_tokens` (T) tokens. T outside 1 ..= 16 is
+    /// an [`Error::Unsupported`]; M = 0, or more cells than I32 index values address, an
+    /// [`Error::Invalid`]; a record the host cannot allocate an [`Error::OutOfMemory`].
+    pub fn new(n_tokens: usize, cells: usize) -> Result<Self> {
+        if !(1..=crate::layer::MAX_TOKENS).contains(&n_tokens) {
+            return Err(Error::Unsupported { op: OP, what: format!("T = {n_tokens} tokens a step (1 ..= {})", crate::layer::MAX_TOKENS) });
+        }
+        if cells == 0 || cells > i32::MAX as usize {
+            return Err(Error::Invalid { op: OP, what: format!("M = {cells} cells (1 ..= {}: the rows are I32 index values)", i32::MAX) });
+        }
+        let mut pending = Vec::new();
+        let bytes = cells.saturating_mul(std::mem::size_of::<Option<usize>>());
+        pending.try_reserve_exact(cells).map_err(|_| Error::OutOfMemory { op: OP, requested: bytes, available: 0, budget: 0 })?;
+        pending.resize(cells, None);
+        Ok(ReplayCells { n_tokens, pending })
     }
 
     /// T.
@@ -381,7 +394,8 @@ impl ReplayCells {
     /// The steps of zero-valued tokens that commit `cells` (each with the accepted count of
     /// its previous step): one per run of adjacent cells with a > 0, in ascending cell order.
     /// Run each (its pre-ops, its plan, on zero-valued qkv and hidden inputs, its outputs
-    /// dropped) and then [`ReplayCells::committed`]. Typed errors, nothing changed: counts and
+    /// dropped), recording [`ReplayCells::committed`] for its cells as it is enqueued (its log,
+    /// the zero tokens', must never be replayed), and then for all of `cells`. Typed errors, nothing changed: counts and
     /// cells of different lengths, a cell past M or named twice, a count above T or above 0 on
     /// a cell with no pending log.
     pub fn commit_steps(&self, cells: &[usize], accepted: &[usize]) -> Result<Vec<ReplayStep>> {
@@ -560,7 +574,7 @@ impl GdnReplayLayer {
             accepted: stream.alloc_zeros::<i32>(crate::layer::MAX_SEQS)?,
             window_rows: stream.alloc_zeros::<i32>(crate::layer::MAX_SEQS)?,
             zeros: None,
-            book: ReplayCells::new(n_tokens, cells),
+            book: ReplayCells::new(n_tokens, cells)?,
             logs,
             layer,
             plans: Vec::new(),
@@ -662,6 +676,9 @@ impl GdnReplayLayer {
             });
             self.zeros = Some(zeros);
             ran?;
+            // This run's cells are committed now, whatever a later run does: their pending log
+            // is the zero tokens', which must never be replayed.
+            self.book.committed(&(st.kv_head..st.kv_head + st.n_seqs()).collect::<Vec<_>>());
         }
         self.book.committed(cells);
         Ok(())
@@ -794,7 +811,7 @@ mod tests {
 
     #[test]
     fn the_set_is_the_one_most_replaying_cells_do_not_hold() {
-        let mut book = ReplayCells::new(4, 8);
+        let mut book = ReplayCells::new(4, 8).unwrap();
         // First step: nothing pending; p = 1 (a tie), no move.
         let s = book.prepare(&ReplayRows { kv_head: 0, accepted: &[0, 0, 0, 0], new_cells: &[0, 1, 2, 3] }).unwrap();
         assert_eq!((s.log_set, s.moves.clone()), (1, vec![]));
@@ -815,7 +832,11 @@ mod tests {
 
     #[test]
     fn bad_steps_are_typed_errors() {
-        let mut book = ReplayCells::new(4, 4);
+        assert!(matches!(ReplayCells::new(0, 4), Err(Error::Unsupported { .. })));
+        assert!(matches!(ReplayCells::new(17, 4), Err(Error::Unsupported { .. })));
+        assert!(matches!(ReplayCells::new(4, 0), Err(Error::Invalid { .. })));
+        assert!(matches!(ReplayCells::new(4, usize::MAX), Err(Error::Invalid { .. })));
+        let mut book = ReplayCells::new(4, 4).unwrap();
         let rows = |kv_head, accepted: &'static [usize], new_cells: &'static [usize]| ReplayRows { kv_head, accepted, new_cells };
         assert!(matches!(book.prepare(&rows(0, &[], &[])), Err(Error::Invalid { .. })));
         assert!(matches!(book.prepare(&rows(3, &[0, 0], &[])), Err(Error::IndexOutOfRange { arg: "kv_head", rows: 4, .. })));
