@@ -43,12 +43,26 @@ fn the_overlap_pass_is_an_option_off_by_default() {
 
 /// The bench's replay layers (`rgdn bench --replay`), 9B: from 5 sequences on, a step is three
 /// launches; where the products run as tiles (n_t·n_s ≥ 32 columns) the chain lets the products
-/// start, the products start early and let the replay-verify start, which starts early; below
-/// that the products have no overlap form, so nothing overlaps. With the defaults (no overlap
-/// pass) every launch is plain.
+/// start, the products start early and let the replay-verify start, which starts early — up to
+/// n_s = 32, whose overlapped replay-verify parks 32·32·4 = 4096 blocks on its wait
+/// (`EARLY_START_MAX_PARKED_BLOCKS`); from 33 sequences on it is refused by that rule, by name,
+/// and only the chain and the products overlap. Below the tiles the products have no overlap
+/// form, so nothing overlaps. With the defaults (no overlap pass) every launch is plain.
 #[test]
 fn the_bench_replay_layers_overlap_where_the_products_run_as_tiles() {
-    for (n_s, n_t, overlaps) in [(5, 4, false), (8, 4, true), (16, 2, true), (16, 4, true), (64, 1, true), (64, 4, true), (12, 16, true)] {
+    // (n_s, n_t, the forms with the pass)
+    let cases = [
+        (5, 4, [Overlap::NONE; 3]),
+        (8, 4, [LETS, BOTH, EARLY]),
+        (16, 2, [LETS, BOTH, EARLY]),
+        (16, 4, [LETS, BOTH, EARLY]),
+        (32, 4, [LETS, BOTH, EARLY]),
+        (33, 4, [LETS, EARLY, Overlap::NONE]),
+        (64, 1, [LETS, EARLY, Overlap::NONE]),
+        (64, 4, [LETS, EARLY, Overlap::NONE]),
+        (12, 16, [LETS, BOTH, EARLY]),
+    ];
+    for (n_s, n_t, with_pass) in cases {
         let cfg = ChainConfig { shape: GdnShape::QWEN35_9B, step: rgdn::bench::seqs_step(n_t, 0, n_s).unwrap(), init: Default::default() };
         for options in [Options::ON, Options::ON.with(OVERLAP)] {
             let mut mem = HostMemory::new();
@@ -57,12 +71,39 @@ fn the_bench_replay_layers_overlap_where_the_products_run_as_tiles() {
             let names: Vec<&str> = nodes.iter().map(|n| n.op.name()).collect();
             assert_eq!(names, STEP, "n_s {n_s}, T {n_t}");
             let forms: Vec<Overlap> = nodes.iter().map(form_of).collect();
-            let want = if overlaps && options.allows(OVERLAP) { [LETS, BOTH, EARLY] } else { [Overlap::NONE; 3] };
+            let want = if options.allows(OVERLAP) { with_pass } else { [Overlap::NONE; 3] };
             assert_eq!(forms, want, "n_s {n_s}, T {n_t}, {:?}", options.names());
             let pairs = check_overlaps(&nodes).unwrap();
             // The products beside the chain; the replay-verify beside both.
-            assert_eq!(pairs, if forms[2].starts_early { 3 } else { 0 });
+            let early = forms.iter().filter(|f| f.starts_early).count();
+            assert_eq!(pairs, [0, 1, 3][early], "n_s {n_s}, T {n_t}");
         }
+    }
+}
+
+/// \[speed\] The pass's cost rule names its refusal: the replay-verify of 33 sequences (9B) would
+/// park 32·33·4 = 4224 blocks on its wait, one more sequence than the 4096 it takes.
+#[test]
+fn an_early_start_that_would_park_many_blocks_is_refused_by_name() {
+    use rgdn::fusion::overlap::{EARLY_START_MAX_PARKED_BLOCKS, plan};
+    for (n_s, refused) in [(32, false), (33, true), (64, true)] {
+        let cfg = ChainConfig { shape: GdnShape::QWEN35_9B, step: rgdn::bench::seqs_step(4, 0, n_s).unwrap(), init: Default::default() };
+        let mut mem = HostMemory::new();
+        let ops = replay_layer(&mut mem, &cfg, 2, Options::ON).unwrap();
+        let nodes: Vec<Node> = ops.into_iter().map(|op| Node::new(op, Some(0))).collect();
+        let (_, decisions) = plan(&nodes);
+        let rv = decisions.iter().find(|d| d.op == "GATED_DELTA_NET_REPLAY_VERIFY").expect("a decision for the replay-verify");
+        let blocks = 32 * n_s * 4;
+        match &rv.outcome {
+            Err(r @ Refusal::ManyParked { blocks: b, limit }) if refused => {
+                assert_eq!((*b, *limit), (blocks, EARLY_START_MAX_PARKED_BLOCKS), "n_s {n_s}");
+                assert!(r.to_string().contains(&format!("{blocks} of its blocks")), "{r}");
+            }
+            Ok(_) if !refused => {}
+            o => panic!("n_s {n_s}: {o:?}"),
+        }
+        // The products start early either way.
+        assert!(decisions.iter().any(|d| d.op == "MUL_MAT_VEC_PAIR_GATE" && d.outcome.is_ok()), "n_s {n_s}: {decisions:?}");
     }
 }
 

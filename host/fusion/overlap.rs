@@ -8,6 +8,8 @@
 //!   it touches before its `griddepcontrol.wait`),
 //! - node i − 1's kernel has a form that lets the next grid start (it runs
 //!   `griddepcontrol.launch_dependents` first), and
+//! - \[speed\] at most [`EARLY_START_MAX_PARKED_BLOCKS`] of its blocks would wait with work left
+//!   (a cost rule, not a safety one: measured, see the constant), and
 //! - what node i touches before its wait **commutes** with everything every grid that may still
 //!   run beside it touches: no byte it writes is read or written by one of them, no byte it
 //!   reads is written by one of them ([`crate::graph::Effects`], byte for byte).
@@ -28,6 +30,15 @@ use std::fmt;
 /// The name [`super::Options`] gives the pass (`RGDN_FUSION=…,overlap`, `--fusions`).
 pub const OVERLAP: &str = "overlap";
 
+/// \[speed\] The most blocks a launch that starts early may park on its wait with work left
+/// ([`crate::ops::overlap::BeforeWait::parked_blocks`]). Measured on an H100
+/// (`results/2026-12-06-h100-overlap/`, 9B replay steps, the overlapped replay-verify's grid
+/// being H_v·n_s·4 blocks): the overlap bought 4–10 % of the layer step at n_s = 8, 16 and 32
+/// (up to 4096 blocks), was mixed at n_s = 48 (6144: T = 4 −3.6 %, T = 8 +1.2 %) and cost 1–5 % at
+/// n_s = 64 (8192): the parked blocks' slots, taken from the grids before it for many waves,
+/// cost more than the early start buys.
+pub const EARLY_START_MAX_PARKED_BLOCKS: usize = 4096;
+
 /// Why a launch that could start early does not.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Refusal {
@@ -35,6 +46,9 @@ pub enum Refusal {
     First,
     /// The node before it has no form that lets the next grid start (its op's name).
     PreviousWaits { previous: &'static str },
+    /// \[speed\] More than `limit` of its blocks would wait with work left
+    /// ([`EARLY_START_MAX_PARKED_BLOCKS`]).
+    ManyParked { blocks: usize, limit: usize },
     /// What it touches before its wait meets what node `with` (its op's name) touches.
     Conflict { with: usize, op: &'static str, what: &'static str },
 }
@@ -44,6 +58,12 @@ impl fmt::Display for Refusal {
         match self {
             Refusal::First => write!(f, "the first launch"),
             Refusal::PreviousWaits { previous } => write!(f, "the launch before it ({previous}) lets nothing start early"),
+            Refusal::ManyParked { blocks, limit } => {
+                write!(
+                    f,
+                    "{blocks} of its blocks would wait with work left, holding multiprocessors from the grids before it (at most {limit})"
+                )
+            }
             Refusal::Conflict { with, op, what } => write!(f, "before its wait it {what} node {with} ({op})"),
         }
     }
@@ -85,6 +105,9 @@ pub fn plan(nodes: &[Node]) -> (Vec<Overlap>, Vec<Decision>) {
         let outcome = (|| {
             if i == 0 {
                 return Err(Refusal::First);
+            }
+            if before.parked_blocks > EARLY_START_MAX_PARKED_BLOCKS {
+                return Err(Refusal::ManyParked { blocks: before.parked_blocks, limit: EARLY_START_MAX_PARKED_BLOCKS });
             }
             if !forms[i - 1].lets_next_start {
                 return Err(Refusal::PreviousWaits { previous: nodes[i - 1].op.name() });

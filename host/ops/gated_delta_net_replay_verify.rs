@@ -255,7 +255,13 @@ impl Op for GatedDeltaNetReplayVerify {
     /// q, k, v, g and β are read and `out` written only after it (`tests/kernel_emulation.rs`
     /// holds the kernel to that).
     fn overlap_forms(&self) -> Forms {
-        Forms { lets_next_start: false, early: Some(BeforeWait { reads: self.replay.inputs(), writes: vec![self.replay.ssm_cache] }) }
+        // Every block of the early entry's grid (H_v, n_s, 4) waits with its verify left.
+        let [_, heads, _, seqs] = self.v.ne();
+        let parked_blocks = heads.saturating_mul(seqs).saturating_mul(abi::replay_verify_grid_z(1) as usize);
+        Forms {
+            lets_next_start: false,
+            early: Some(BeforeWait { reads: self.replay.inputs(), writes: vec![self.replay.ssm_cache], parked_blocks }),
+        }
     }
 
     fn prepare_overlapped(&self, gpu: &Gpu, mem: &DeviceMemory, overlap: Overlap) -> Result<PreparedLaunch> {

@@ -164,12 +164,12 @@ pub fn pair_tiles(ncols: usize) -> bool {
 /// \[overlap\] The overlap forms of a pair whose input `input` has the columns: with tiles, the
 /// tiles' twin entry that lets the next grid start at its start and may itself start early, and
 /// waits for the grids before it only after all its work — so everything it touches is touched
-/// before its wait. Without tiles, none.
+/// before its wait, and no block waits with work left. Without tiles, none.
 fn pair_forms(op: &dyn Op, input: &Tensor) -> Forms {
     if !pair_tiles(input.ne()[1]) {
         return Forms::NONE;
     }
-    Forms { lets_next_start: true, early: Some(BeforeWait { reads: op.inputs(), writes: op.outputs() }) }
+    Forms { lets_next_start: true, early: Some(BeforeWait { reads: op.inputs(), writes: op.outputs(), parked_blocks: 0 }) }
 }
 
 /// The tiled launch of a validated pair (`params` with its epilogue set) in form `overlap`

@@ -39,11 +39,17 @@ impl Overlap {
 }
 
 /// What a kernel that starts early touches before its `griddepcontrol.wait`: views it may read
-/// and views it may write (whole byte spans, as the graph's effects take them).
+/// and views it may write (whole byte spans, as the graph's effects take them); and how many of
+/// its blocks reach the wait with work left after it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct BeforeWait {
     pub reads: Vec<Tensor>,
     pub writes: Vec<Tensor>,
+    /// \[speed\] The grid's blocks that reach the wait with work still to do after it (0 where the
+    /// wait follows all of a block's work). While the grids before it run, each such block holds
+    /// a multiprocessor's slots without progress; the pass refuses the early start when there are
+    /// many ([`crate::fusion::overlap::EARLY_START_MAX_PARKED_BLOCKS`]).
+    pub parked_blocks: usize,
 }
 
 /// The overlap forms an op's kernel has.
