@@ -556,6 +556,87 @@ struct PlanKey {
 /// Plans kept per layer (the shapes an engine alternates between); the oldest goes first.
 pub(super) const PLANS_KEPT: usize = 16;
 
+/// The plans a layer keeps: per key `K` (a step's shape and whatever else its plan depends on)
+/// the layout `L` it was planned over (its views, its scratch size) and its plan, at most
+/// [`PLANS_KEPT`], the oldest going first; and the one that ran last. [`GdnLayer`]'s and the
+/// replay layer's steps share it.
+pub(super) struct Plans<K, L> {
+    kept: Vec<Kept<K, L>>,
+    last: Option<usize>,
+}
+
+/// A planned step: its key, the layout it was planned over, its plan.
+struct Kept<K, L> {
+    key: K,
+    layout: L,
+    plan: StepPlan,
+}
+
+/// What makes a key's plan when none fits: its layout and its plan, on the step's memory.
+pub(super) type MakePlan<'m, K, L> = dyn Fn(&K) -> Result<(L, StepPlan)> + 'm;
+
+impl<K: Copy + PartialEq, L: Clone> Plans<K, L> {
+    pub(super) fn new() -> Self {
+        Plans { kept: Vec::new(), last: None }
+    }
+
+    /// How many plans are kept.
+    pub(super) fn len(&self) -> usize {
+        self.kept.len()
+    }
+
+    /// The plan the last step ran.
+    pub(super) fn last_plan(&self) -> Option<&StepPlan> {
+        self.last.and_then(|i| self.kept.get(i)).map(|p| &p.plan)
+    }
+
+    /// The layout `key` was planned over, if it was: a shape planned before is not laid out again.
+    pub(super) fn layout(&self, key: &K) -> Option<L> {
+        self.kept.iter().find(|p| p.key == *key).map(|p| p.layout.clone())
+    }
+
+    /// The kept plan of `key` if it fits `mem`'s buffers; else one made now by `make` (a new
+    /// shape, or the same shape on other buffers: planned once), replacing the key's old one or
+    /// the oldest. Its index.
+    pub(super) fn plan(&mut self, key: K, mem: &CallerMemory, make: &MakePlan<'_, K, L>) -> Result<usize> {
+        let known = self.kept.iter().position(|p| p.key == key);
+        if let Some(i) = known.filter(|&i| self.kept[i].plan.fits(mem)) {
+            return Ok(i);
+        }
+        let (layout, plan) = make(&key)?;
+        let kept = Kept { key, layout, plan };
+        Ok(match known {
+            Some(i) => {
+                self.kept[i] = kept;
+                i
+            }
+            None => {
+                if self.kept.len() >= PLANS_KEPT {
+                    self.kept.remove(0);
+                }
+                self.kept.push(kept);
+                self.kept.len() - 1
+            }
+        })
+    }
+
+    /// Runs plan `at` on `mem`. A fused op's index rules can be stricter than the unfused
+    /// chain's (a sequence reading a row another sequence writes, which GET_ROWS then
+    /// GATED_DELTA_NET take): refused before any launch, the step then runs the plan of
+    /// `unfused` (the key with the fusions off; None when they are off already).
+    pub(super) fn run(&mut self, at: usize, mem: &CallerMemory, unfused: Option<K>, make: &MakePlan<'_, K, L>) -> Result<()> {
+        self.last = Some(at);
+        match (mem.run(&self.kept[at].plan), unfused) {
+            (Err(Error::Aliasing { .. }), Some(key)) => {
+                let at = self.plan(key, mem, make)?;
+                self.last = Some(at);
+                mem.run(&self.kept[at].plan)
+            }
+            (ran, _) => ran,
+        }
+    }
+}
+
 /// One GDN layer on the GPU: its weights and scratch in device buffers of its own, the
 /// steps it planned. See the module docs for every convention.
 pub struct GdnLayer {
@@ -570,8 +651,7 @@ pub struct GdnLayer {
     pub(super) output: CudaSlice<f32>,
     pub(super) index: CudaSlice<i32>,
     pub(super) fusions: Options,
-    plans: Vec<Planned>,
-    last: Option<usize>,
+    plans: Plans<PlanKey, (LayerTensors, usize)>,
 }
 
 impl GdnLayer {
@@ -595,8 +675,7 @@ impl GdnLayer {
             output: stream.alloc_zeros::<f32>(1)?,
             index: stream.alloc_zeros::<i32>(crate::layer::MAX_SEQS)?,
             fusions,
-            plans: Vec::new(),
-            last: None,
+            plans: Plans::new(),
         })
     }
 
@@ -613,7 +692,7 @@ impl GdnLayer {
 
     /// The plan the last step ran (its ops and prepared launches).
     pub fn last_plan(&self) -> Option<&StepPlan> {
-        self.last.and_then(|i| self.plans.get(i)).map(|p| &p.plan)
+        self.plans.last_plan()
     }
 
     /// How many step shapes the layer holds plans for (at most 16; the oldest goes first).
@@ -689,57 +768,27 @@ impl GdnLayer {
             fusions: self.fusions,
         };
         // The views and the scratch size of a shape planned before; else laid out now.
-        let known = self.plans.iter().position(|p| p.key == key);
-        let (tensors, scratch_bytes) = match known {
-            Some(i) => (self.plans[i].tensors.clone(), self.plans[i].scratch_bytes),
+        let (tensors, scratch_bytes) = match self.plans.layout(&key) {
+            Some(layout) => layout,
             None => layer_tensors(&self.shape, &step, self.dtype, &self.weight_layout)?,
         };
         if self.scratch.len() < scratch_bytes {
             self.scratch = gpu.stream().alloc_zeros::<u8>(scratch_bytes)?;
         }
-        let GdnLayer { shape, dtype, weights, scratch, output, index, plans, last, .. } = self;
+        let GdnLayer { shape, dtype, weights, scratch, output, index, plans, .. } = self;
         let mut mem = CallerMemory::new(gpu);
         engine.bind(&mut mem, output, lengths[4].1)?;
         mem.bind(&*weights)?;
         mem.bind_mut(scratch)?;
         mem.bind_indices(index, &sources)?;
-        let plan = |plans: &mut Vec<Planned>, key: PlanKey, known: Option<usize>| -> Result<usize> {
-            if let Some(i) = known.filter(|&i| plans[i].plan.fits(&mem)) {
-                return Ok(i);
-            }
-            // A new shape, or the same shape on other buffers: plan it (once).
+        let make = |key: &PlanKey| -> Result<((LayerTensors, usize), StepPlan)> {
             let init = LayerInit { mat_vec_weights: *dtype, precision: Precision::Default, specials: false };
             let compiled = layer_step_with(&tensors, shape, &step, &init, key.fusions, &mem)?;
-            let planned = Planned { key, tensors: tensors.clone(), scratch_bytes, plan: mem.plan(compiled)? };
-            Ok(match known {
-                Some(i) => {
-                    plans[i] = planned;
-                    i
-                }
-                None => {
-                    if plans.len() >= PLANS_KEPT {
-                        plans.remove(0);
-                    }
-                    plans.push(planned);
-                    plans.len() - 1
-                }
-            })
+            Ok(((tensors.clone(), scratch_bytes), mem.plan(compiled)?))
         };
-        let at = plan(plans, key, known)?;
-        *last = Some(at);
-        match mem.run(&plans[at].plan) {
-            // A fused op's index rules can be stricter than the unfused chain's (a sequence
-            // reading a row another sequence writes, which GET_ROWS then GATED_DELTA_NET take):
-            // refused before any launch, so this step runs unfused.
-            Err(Error::Aliasing { .. }) if key.fusions != Options::OFF => {
-                let unfused = PlanKey { fusions: Options::OFF, ..key };
-                let known = plans.iter().position(|p| p.key == unfused);
-                let at = plan(plans, unfused, known)?;
-                *last = Some(at);
-                mem.run(&plans[at].plan)
-            }
-            ran => ran,
-        }
+        let at = plans.plan(key, &mem, &make)?;
+        let unfused = (key.fusions != Options::OFF).then_some(PlanKey { fusions: Options::OFF, ..key });
+        plans.run(at, &mem, unfused, &make)
     }
 }
 
@@ -839,14 +888,6 @@ impl RawBuffers {
     fn all(&self) -> [DeviceF32; 5] {
         [self.conv_cache, self.ssm_cache, self.qkv, self.hidden, self.out]
     }
-}
-
-/// A planned step shape: its plan and the views it was planned with.
-struct Planned {
-    key: PlanKey,
-    tensors: LayerTensors,
-    scratch_bytes: usize,
-    plan: StepPlan,
 }
 
 #[cfg(test)]

@@ -39,7 +39,7 @@
 //! snapshot step. The checks that cost (the graph, the fusion pass, every op's validation)
 //! run once per plan; per step only the bookkeeping here (O(n_s)) and the index rules.
 
-use super::hf::{Engine, GdnConfig, GdnLayer, GdnWeights, PLANS_KEPT, RawBuffers, StepRows, WeightLayout, engine_lengths, layer_tensors};
+use super::hf::{Engine, GdnConfig, GdnLayer, GdnWeights, Plans, RawBuffers, StepRows, WeightLayout, engine_lengths, layer_tensors};
 use super::{CallerMemory, CompiledStep, StepPlan};
 use crate::error::{Error, Result};
 use crate::fusion::{Options, Report};
@@ -535,14 +535,8 @@ struct ReplayKey {
     fusions: Options,
 }
 
-/// A planned replay step shape: its plan and the views it was planned with.
-struct ReplayPlanned {
-    key: ReplayKey,
-    tensors: LayerTensors,
-    replay: ReplayTensors,
-    scratch_bytes: usize,
-    plan: StepPlan,
-}
+/// What a replay step's plan was laid out over: the layer's views, the log's, the scratch size.
+type ReplayLayout = (LayerTensors, ReplayTensors, usize);
 
 /// One GDN layer on the GPU whose rollback is exact replay (the module docs): a
 /// [`GdnLayer`]'s weights, scratch and conventions (`engine::hf`'s module docs; caches of M rows,
@@ -558,8 +552,7 @@ pub struct GdnReplayLayer {
     /// Zero-valued qkv and hidden inputs of a commit step (never written: bound read-only).
     zeros: Option<CudaSlice<f32>>,
     book: ReplayCells,
-    plans: Vec<ReplayPlanned>,
-    last: Option<usize>,
+    plans: Plans<ReplayKey, ReplayLayout>,
 }
 
 impl GdnReplayLayer {
@@ -577,8 +570,7 @@ impl GdnReplayLayer {
             book: ReplayCells::new(n_tokens, cells)?,
             logs,
             layer,
-            plans: Vec::new(),
-            last: None,
+            plans: Plans::new(),
         })
     }
 
@@ -594,7 +586,7 @@ impl GdnReplayLayer {
 
     /// The plan the last step ran.
     pub fn last_plan(&self) -> Option<&StepPlan> {
-        self.last.and_then(|i| self.plans.get(i)).map(|p| &p.plan)
+        self.plans.last_plan()
     }
 
     /// How many step shapes (and log sets) the layer holds plans for (at most 16).
@@ -719,15 +711,14 @@ impl GdnReplayLayer {
             log_set: st.log_set,
             fusions: self.layer.fusions,
         };
-        let known = self.plans.iter().position(|p| p.key == key);
-        let (tensors, replay, scratch_bytes) = match known {
-            Some(i) => (self.plans[i].tensors.clone(), self.plans[i].replay, self.plans[i].scratch_bytes),
+        let (tensors, replay, scratch_bytes) = match self.plans.layout(&key) {
+            Some(layout) => layout,
             None => replay_tensors(&self.layer.shape, &step, self.layer.dtype, &self.layer.weight_layout, &self.logs)?,
         };
         if self.layer.scratch.len() < scratch_bytes {
             self.layer.scratch = gpu.stream().alloc_zeros::<u8>(scratch_bytes)?;
         }
-        let GdnReplayLayer { layer, logs, log_buffer, accepted: accepted_buf, window_rows, book, plans, last, .. } = self;
+        let GdnReplayLayer { layer, logs, log_buffer, accepted: accepted_buf, window_rows, book, plans, .. } = self;
         let GdnLayer { shape, dtype, weights, scratch, output, index, .. } = layer;
         let mut mem = CallerMemory::new(gpu);
         engine.bind(&mut mem, output, lengths[4].1)?;
@@ -737,46 +728,21 @@ impl GdnReplayLayer {
         mem.bind_mut(log_buffer)?;
         mem.bind_indices(accepted_buf, &accepted)?;
         mem.bind_indices(window_rows, &windows)?;
-        let plan = |plans: &mut Vec<ReplayPlanned>, key: ReplayKey, known: Option<usize>| -> Result<usize> {
-            if let Some(i) = known.filter(|&i| plans[i].plan.fits(&mem)) {
-                return Ok(i);
-            }
-            // A new shape or set, or the same on other buffers: plan it (once).
+        // A new shape or set, or the same on other buffers: planned once.
+        let make = |key: &ReplayKey| -> Result<(ReplayLayout, StepPlan)> {
             let init = LayerInit { mat_vec_weights: *dtype, precision: Precision::Default, specials: false };
             let compiled = replay_step_with(&tensors, &replay, shape, &step, &init, key.log_set, key.fusions, &mem)?;
-            let planned = ReplayPlanned { key, tensors: tensors.clone(), replay, scratch_bytes, plan: mem.plan(compiled)? };
-            Ok(match known {
-                Some(i) => {
-                    plans[i] = planned;
-                    i
-                }
-                None => {
-                    if plans.len() >= PLANS_KEPT {
-                        plans.remove(0);
-                    }
-                    plans.push(planned);
-                    plans.len() - 1
-                }
-            })
+            Ok(((tensors.clone(), replay, scratch_bytes), mem.plan(compiled)?))
         };
-        let at = plan(plans, key, known)?;
+        let at = plans.plan(key, &mem, &make)?;
         // The moves and the zeroing: validated and launched as every op is, on the same stream,
         // so the plan's launches run after them.
         mem.enqueue(&st.pre_ops(logs, &tensors.conv_cache, &tensors.ssm_cache)?)?;
         book.moved(st);
-        *last = Some(at);
-        match mem.run(&plans[at].plan) {
-            // As `GdnLayer`'s step: a fused op's index rules stricter than the unfused chain's
-            // refuse before any launch, and the step runs unfused.
-            Err(Error::Aliasing { .. }) if key.fusions != Options::OFF => {
-                let unfused = ReplayKey { fusions: Options::OFF, ..key };
-                let known = plans.iter().position(|p| p.key == unfused);
-                let at = plan(plans, unfused, known)?;
-                *last = Some(at);
-                mem.run(&plans[at].plan)?;
-            }
-            ran => ran?,
-        }
+        // As `GdnLayer`'s step: a fused op's index rules stricter than the unfused chain's
+        // refuse before any launch, and the step runs unfused.
+        let unfused = (key.fusions != Options::OFF).then_some(ReplayKey { fusions: Options::OFF, ..key });
+        plans.run(at, &mem, unfused, &make)?;
         book.stepped(st);
         Ok(())
     }
