@@ -627,6 +627,7 @@ fn measure_mode(
             snapshot_memory_per_seq: ((1 + *r) * (ssm_row + conv_row)) as u64,
         }),
         kernels: rows(&off, &on),
+        on_overlapped: overlapped(built.ops(true)),
         chain_ratio: ratio(off_s.chain_total.as_ref(), on_s.chain_total.as_ref()),
         graph_ratio: ratio(off_s.graph_span.as_ref(), on_s.graph_span.as_ref()),
         off: off_s,
@@ -635,6 +636,13 @@ fn measure_mode(
         host: Some(host),
     };
     Ok((report, n_sets))
+}
+
+/// \[overlap\] Whether any launch of `ops` overlaps another (the overlap pass gave it a form).
+fn overlapped(ops: &[Box<dyn crate::ops::Op>]) -> bool {
+    ops.iter().any(|op| {
+        op.as_any().downcast_ref::<crate::ops::overlap::Overlapped>().is_some_and(|o| o.overlap != crate::ops::overlap::Overlap::NONE)
+    })
 }
 
 /// \[replay\] Bytes one token of one sequence adds to a replay log set: its conv inputs (C floats),
@@ -1031,5 +1039,19 @@ mod tests {
         assert!(r[0].on.is_none() && r[3].off.is_none());
         assert_eq!(off.stats().chain_total.unwrap().median, 14.0);
         assert_eq!(on.stats().kernels_per_layer, 2);
+    }
+
+    /// \[overlap\] The report's `on_overlapped`: the bench's replay layer with the overlap pass
+    /// (16 sequences, T = 4: the three launches overlap) is, without it, or below the tiles
+    /// (5 sequences), is not.
+    #[test]
+    fn a_replay_layer_with_the_overlap_pass_reads_as_overlapped() {
+        use crate::fusion::{Options, overlap::OVERLAP};
+        for (n_s, with_pass, want) in [(16, true, true), (16, false, false), (5, true, false)] {
+            let cfg = chain::ChainConfig { shape: GdnShape::QWEN35_9B, step: seqs_step(4, 0, n_s).unwrap(), init: Default::default() };
+            let options = if with_pass { Options::ON.with(OVERLAP) } else { Options::ON };
+            let ops = chain::replay_layer(&mut crate::memory::HostMemory::new(), &cfg, 2, options).unwrap();
+            assert_eq!(overlapped(&ops), want, "n_s {n_s}, pass {with_pass}");
+        }
     }
 }

@@ -96,6 +96,12 @@ pub struct ModeReport {
     pub kernels: Vec<KernelRow>,
     pub off: ArmStats,
     pub on: ArmStats,
+    /// \[overlap\] Whether the "on" arm's launches overlap (the overlap pass let some start
+    /// early): its kernel times then include the time a grid waits for the ones before it, so
+    /// its chain total is not its time, and only the graph span compares (absent in reports
+    /// written before it).
+    #[serde(default)]
+    pub on_overlapped: bool,
     /// median(on chain total) / median(off chain total).
     pub chain_ratio: Option<f64>,
     pub graph_ratio: Option<f64>,
@@ -423,6 +429,13 @@ pub fn render_text(r: &Report) -> String {
             ratio_text(mode.graph_ratio),
             mode.round_ratios.iter().map(|x| format!("{x:.3}")).collect::<Vec<_>>().join(" ")
         );
+        if mode.on_overlapped {
+            let _ = writeln!(
+                o,
+                "on: launches overlapped — a kernel's time includes its wait for the grids before it, so the chain total is not \
+                 the step's time: compare the graph span"
+            );
+        }
     }
     // [replay] Replay against snapshots: both arms per layer step, each against its own floor
     // and with its memory per sequence.
@@ -574,6 +587,7 @@ pub(crate) mod tests {
                         state_bytes: Some(((1 + t.min(r + 1)) as u64 * 2) << 20),
                         replay: None,
                         kernels,
+                        on_overlapped: false,
                         chain_ratio: ratio(off.chain_total.as_ref(), on.chain_total.as_ref()),
                         graph_ratio: ratio(off.graph_span.as_ref(), on.graph_span.as_ref()),
                         off,
@@ -627,6 +641,7 @@ pub(crate) mod tests {
             kernels: vec![],
             off: ArmStats::default(),
             on: ArmStats::default(),
+            on_overlapped: false,
             chain_ratio: None,
             graph_ratio: None,
             round_ratios: vec![],
@@ -661,6 +676,23 @@ pub(crate) mod tests {
         assert!(fused.contains("host µs per layer, 24-layer step as one CUDA graph"), "{fused}");
         assert!(fused.contains("1.00 / 0.50 / 1.50") && fused.contains("1.00 / 0.25 / 0.25"), "{fused}");
         assert!(fused.contains("recorder off (the engine's path): fused = unfused in all 10 buffers"));
+    }
+
+    /// \[overlap\] An "on" arm whose launches overlap says that its kernel times include the
+    /// waits and that only the graph span compares; a report without the field reads as not
+    /// overlapped.
+    #[test]
+    fn an_overlapped_arm_says_its_chain_total_does_not_compare() {
+        const NOTE: &str = "on: launches overlapped";
+        let mut r = synthetic(true);
+        assert!(!render_text(&r).contains(NOTE));
+        r.modes[0].on_overlapped = true;
+        let text = render_text(&r);
+        assert_eq!(text.matches(NOTE).count(), 1, "{text}");
+        assert!(text.contains("compare the graph span"), "{text}");
+        let mut json = serde_json::to_value(&r.modes[0]).unwrap();
+        json.as_object_mut().unwrap().remove("on_overlapped");
+        assert!(!serde_json::from_value::<ModeReport>(json).unwrap().on_overlapped);
     }
 
     /// \[replay\] With a replay arm the per-layer table shows both arms, each against its own
