@@ -108,6 +108,28 @@ pub(crate) unsafe fn index_at(index_view: u64, stride: u64, seq: usize) -> u32 {
     unsafe { load_nc_u32((index_view as usize as *const u32).add(seq * stride as usize)) }
 }
 
+/// [speed] Sequence `seq`'s accepted count, source row and destination row (each as
+/// [`index_at`] reads it) in one round trip: lane 0 loads the count, lane 1 the source row, the
+/// other lanes the destination row, and each value is broadcast from its lane. (Three loads of
+/// warp-uniform addresses let ptxas move the count into a uniform register, waiting for it,
+/// before it issues the rows' loads: two dependent round trips before the state's loads.)
+///
+/// # Safety
+/// All 32 lanes of the warp call it together, `lane` their own; seq < n_s of the launch's
+/// validated index views, which no thread writes.
+#[inline(always)]
+pub(crate) unsafe fn replay_indices_at(p: &abi::GatedDeltaNetReplayParams, seq: usize, lane: u32) -> (u32, u32, u32) {
+    let (view, stride) = match lane {
+        0 => (p.accepted, p.accepted_stride),
+        1 => (p.source_rows, p.source_rows_stride),
+        _ => (p.dest_rows, p.dest_rows_stride),
+    };
+    // SAFETY: forwarded to the caller: an element of a validated index view nobody writes.
+    let mine = f32::from_bits(unsafe { index_at(view, stride, seq) });
+    // SAFETY: the whole warp (caller); a shuffle moves the bits unchanged.
+    unsafe { (shfl_idx(mine, 0).to_bits(), shfl_idx(mine, 1).to_bits(), shfl_idx(mine, 2).to_bits()) }
+}
+
 /// [replay] One logged token's inputs for `C` value columns of one warp: this lane's k entries
 /// (rows `32·r + lane` of the key head's row), the v of the column whose sum this lane holds
 /// after the reduce-scatter (column `lane / (32 / C)`: [`columns_token_update`] takes its δ

@@ -8,7 +8,8 @@
 //! and sequence s as G groups of 8, one after the other (group g: columns
 //! `col0 = 32·G·z + 8·G·w + 8·g` … `col0 + 7`, interleaved as in the batched layer step's second
 //! phase); lane l holds rows `32·r + l` of each. Dynamic shared memory: [`abi::replay_verify_shared_bytes`]`(T, T_log, G)`. Per block:
-//! 1. `a = accepted[s]` (0 ..= T_log, validated by the host; a violated contract traps).
+//! 1. `a = accepted[s]` (0 ..= T_log, validated by the host; a violated contract traps), loaded
+//!    with `source_rows[s]` and `dest_rows[s]` in one round trip.
 //! 2. Group 0's state (this lane's 4 rows of each of its 8 columns) with coherent loads: from
 //!    row `source_rows[s]` when a > 0 (what GATED_DELTA_NET_REPLAY reads), from row
 //!    `dest_rows[s]` when a = 0 (the replay writes nothing, so that row holds what
@@ -65,7 +66,7 @@ use crate::device::warp::{shfl_idx, warp_sum_eight_scattered, warp_sum_sixteen_s
 use crate::gated_delta_net::{
     HeadViews, ROWS_PER_LANE, WarpGroups, decay, delta, issue_token_copies, lane_dot, load_lane_coherent, stage_slots, update,
 };
-use crate::gated_delta_net_replay::{LogSource, LoggedColumns, columns_token_update, index_at};
+use crate::gated_delta_net_replay::{LogSource, LoggedColumns, columns_token_update, replay_indices_at};
 
 /// Value columns of one group (one reduce-scatter's worth).
 const C: usize = BATCH_GDN_WARP_COLUMNS as usize;
@@ -327,12 +328,17 @@ unsafe fn verify_tokens(
 #[inline(always)]
 unsafe fn run(p: &abi::GatedDeltaNetReplayVerifyParams, head: u32, seq: u32, block_z: u32, warp: u32, lane: u32) {
     // G, the groups a warp runs, from the grid: D / (32·G) blocks along z.
+    // [speed] Compared with the two grids the host launches rather than divided out (an integer
+    // division is a few dozen instructions a warp).
     let grid_z = grid_dim_z();
-    let groups = GDN_HEAD_DIM as u32 / (GDN_WARPS * BATCH_GDN_WARP_COLUMNS * grid_z.max(1));
-    if groups == 0 || groups > REPLAY_VERIFY_MAX_WARP_GROUPS || abi::replay_verify_grid_z(groups) != grid_z {
+    let groups = if grid_z == abi::replay_verify_grid_z(1) {
+        1
+    } else if grid_z == abi::replay_verify_grid_z(REPLAY_VERIFY_MAX_WARP_GROUPS) {
+        REPLAY_VERIFY_MAX_WARP_GROUPS
+    } else {
         // Not a grid the host launches (`abi::replay_verify_grid_z`): the launch aborts.
-        trap();
-    }
+        trap()
+    };
     // SAFETY: forwarded from the contract above, G checked against the grid; nothing to wait for.
     unsafe { replay_verify_item::<false>(p, head, seq, block_z, warp, lane, groups, || {}) }
 }
@@ -406,9 +412,14 @@ pub(crate) unsafe fn replay_verify_item<const WAIT: bool>(
     // SAFETY: head < H_v, seq < n_s of the validated verify views (launch contract).
     let h = unsafe { HeadViews::at(&p.verify, head, seq) };
     let (head, seq) = (head as usize, seq as usize);
-    // 1. The accepted count.
-    // SAFETY: seq < n_s: an element of the validated index view, never written.
-    let a = unsafe { index_at(r.accepted, r.accepted_stride, seq) };
+    // 1. The accepted count and both rows, in one round trip: the rows do not depend on a, so
+    // their loads are issued before a is examined ([speed]: a second dependent round trip before
+    // the state loads held ≈ 5 % of the stall samples at n_s = 64, T = 4).
+    // SAFETY: the whole warp with its own lane (caller); seq < n_s: elements of the validated
+    // index views, each a count or a row of the cache, never written; the cast of a non-negative
+    // i32 is lossless.
+    let (a, source, dest) = unsafe { replay_indices_at(r, seq, lane) };
+    let (source, dest) = (source as usize, dest as usize);
     if a > r.n_tokens {
         // The host validated a ≤ T_log; a violated contract aborts the launch (every thread of
         // the block: a is the block's).
@@ -418,10 +429,6 @@ pub(crate) unsafe fn replay_verify_item<const WAIT: bool>(
     // out of the PTX.
     let Some(key_head) = (head as u32).checked_rem(r.n_key_heads) else { trap() };
     let key_head = key_head as usize;
-    // SAFETY: seq < n_s: elements of the validated index views, each a row of the cache, never
-    // written; the cast of a non-negative i32 is lossless.
-    let (source, dest) =
-        unsafe { (index_at(r.source_rows, r.source_rows_stride, seq) as usize, index_at(r.dest_rows, r.dest_rows_stride, seq) as usize) };
     let cache = r.cache as usize as *mut f32;
     let row_stride = r.cache_row as usize;
     // The row the replay reads, or with a = 0 the row the verify reads; column col's elements in
@@ -595,3 +602,4 @@ pub unsafe fn gated_delta_net_replay_verify_emulated(p: &abi::GatedDeltaNetRepla
 }
 
 const _: () = assert!(ROWS_PER_LANE == 4, "store_f32x4_stride32 stores four rows a lane");
+const _: () = assert!(REPLAY_VERIFY_MAX_WARP_GROUPS == 2, "`run` tells G from the grid for G = 1 and 2 only");
