@@ -1223,12 +1223,6 @@ pub const PTX_LAUNCH_BOUNDS: &[(&str, u32, u32)] = &[
     // bounds, no spills either way): the recurrence's token loop is latency-bound, and a
     // pipelined variant with fewer resident warps was no faster (`results/2026-12-04-h200-tiles/`).
     (GATED_DELTA_NET_REPLAY_VERIFY_ENTRY, 32 * GDN_WARPS, 6),
-    // [replay] The commit chain at d_conv 3 and 4: ten blocks of 128 threads a multiprocessor
-    // (48 registers, no spills; 56 and nine blocks without the bounds — d_conv 5 spills 16 bytes
-    // at ten, so it keeps nine): at n_s = 64 its 4096 blocks run in waves whose blocks mostly wait
-    // on memory round trips, so more resident blocks overlap more of them.
-    ("gdn_conv_chain_commit_f32_d3", GDN_CONV_CHAIN_BLOCK, 10),
-    ("gdn_conv_chain_commit_f32_d4", GDN_CONV_CHAIN_BLOCK, 10),
 ];
 
 /// The MUL_MAT_VEC_PAIR entry for a [`mul_mat_vec_kind`] and 1 ≤ `ncols` ≤ 8 input columns.

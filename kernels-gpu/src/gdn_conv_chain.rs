@@ -52,10 +52,8 @@ use crate::abi::{
     GdnConvChainCommitParams, GdnConvChainParams, div_or_zero, gdn_conv_chain_tile_stride, rem_or_zero,
 };
 use crate::device::grid::allow_dependent_launch;
-use crate::device::load::{coherent_f32, nc_f32x4};
 use crate::device::shared;
 use crate::device::thread::{block_idx_x, block_idx_y, sync_threads, thread_idx_x};
-use crate::device::warp::sync_warp;
 use crate::l2_norm::{lane_sum_sq_with, row_scale, scale_row_with};
 use crate::ssm_conv::conv_output;
 
@@ -166,34 +164,6 @@ pub(crate) unsafe fn tile_weights<const D_CONV: usize>(p: &GdnConvChainParams, t
         j += 1;
     }
     w
-}
-
-/// \[replay\] [`tile_weights`] for the commit entries: with d_conv = 4 taps contiguous
-/// (`w_channel` = 4) and the weights 16-byte aligned — ggml's layout — one 16-byte load a
-/// channel (the warp's 512 contiguous bytes) instead of four 4-byte loads 16 bytes apart; the
-/// same floats, moved. Otherwise [`tile_weights`].
-///
-/// # Safety
-/// As [`tile_weights`]; nothing writes the weights during the launch (the host refuses any
-/// output overlapping them).
-#[inline(always)]
-unsafe fn commit_weights<const D_CONV: usize>(p: &GdnConvChainParams, tile: usize) -> [f32; D_CONV] {
-    if D_CONV == 4 && p.w_channel == 4 && p.weight % 16 == 0 {
-        let c = tile * BLOCK + thread_idx_x() as usize;
-        // SAFETY: channel c < C of the validated weight view: its 4 taps, 16-byte aligned
-        // (checked: aligned base, 16 bytes a channel), read-only (above).
-        let taps = unsafe { nc_f32x4((p.weight as *const f32).add(4 * c)) };
-        let mut w = [0.0f32; D_CONV];
-        let mut j = 0;
-        while j < D_CONV && j < 4 {
-            w[j] = taps[j];
-            j += 1;
-        }
-        w
-    } else {
-        // SAFETY: forwarded to the caller.
-        unsafe { tile_weights::<D_CONV>(p, tile) }
-    }
 }
 
 /// Sequence `seq`'s conv-cache source row (the index GET_ROWS reads).
@@ -607,7 +577,7 @@ pub(crate) unsafe fn gdn_conv_chain_commit_tile<const D_CONV: usize, const MAX_T
     let stride = gdn_conv_chain_tile_stride(D_CONV, n_t);
     // SAFETY (the whole body): forwarded to the caller (the views and indices above).
     unsafe {
-        let w = commit_weights::<D_CONV>(chain, tile);
+        let w = tile_weights::<D_CONV>(chain, tile);
         let src_row = tile_source_row(chain, seq);
         // a = T_log − j, j the window's row group (validated: w = j·n_s + s, j ≤ T_log).
         let window_row = *(p.window_rows as *const i32).add(seq * p.window_rows_seq as usize) as u32;
@@ -621,62 +591,21 @@ pub(crate) unsafe fn gdn_conv_chain_commit_tile<const D_CONV: usize, const MAX_T
             }
             t += 1;
         }
-        // [speed] The warp's slice of the committed row — its 32 channels' 32·(d_conv − 1)
-        // contiguous floats — read and (below) written back whole: lane l moves floats
-        // 32·m + l (coalesced), through this warp's rows of the tile, instead of each lane its
-        // own channel's d_conv − 1 floats at a stride of d_conv − 1 (three partial-sector
-        // accesses per sector). The tile rows belong to this warp's channels; `sync_warp`
-        // orders the lanes' shared stores before the other lanes' loads.
-        let tile_at = shared::base();
-        let my_row = at(tile_at, tid * stride);
-        let lane = tid % 32;
-        let warp_slice = (chain.cache as *mut f32).add(src_row * chain.cache_row as usize + (channel - lane) * state_len);
-        let warp_tile = at(tile_at, (tid - lane) * stride);
-        // Float f of the warp's slice is slot f % (d_conv − 1) of the warp's channel f / (d_conv − 1).
-        let slice_slot = |m: usize| {
-            let f = 32 * m + lane;
-            at(warp_tile, (f / state_len) * stride + f % state_len)
-        };
-        // The window's logged columns (column i = a + j ≥ d_conv − 1 is the log's column
-        // i − (d_conv − 1) < a), loaded before the slice's shared stores, which would hold them back.
-        let log = (p.log_qkv as *const f32).add(seq * p.log_seq as usize + channel);
-        let mut logged = [0.0f32; 4];
-        let mut j = 0;
-        while j < state_len {
-            let i = accepted as usize + j;
-            if i >= state_len {
-                logged[j] = *log.add((i - state_len) * p.log_token as usize);
-            }
-            j += 1;
-        }
-        // All the slice's loads, then the shared stores: a shared store between two loads would
-        // hold the second one back (every load is ordered after the asm stores before it).
-        let mut slice = [0.0f32; 4];
-        let mut m = 0;
-        while m < state_len {
-            slice[m] = coherent_f32(warp_slice.add(32 * m + lane));
-            m += 1;
-        }
-        let mut m = 0;
-        while m < state_len {
-            shared::store_f32(slice_slot(m), slice[m]);
-            m += 1;
-        }
-        sync_warp();
+        let row = (chain.cache as *mut f32).add(src_row * chain.cache_row as usize + channel * state_len);
         let mut old = [0.0f32; 4];
         let mut k = 0;
         while k < state_len {
-            old[k] = shared::load_f32(at(my_row, k));
+            old[k] = *row.add(k);
             k += 1;
         }
-        // window(a): column i = a + j of [old ; log], the log's column i − (d_conv − 1) < a
-        // (loaded above).
+        // window(a): column i = a + j of [old ; log], the log's column i − (d_conv − 1) < a.
+        let log = (p.log_qkv as *const f32).add(seq * p.log_seq as usize + channel);
         let mut window = [0.0f32; 4];
         let mut j = 0;
         while j < state_len {
             let i = accepted as usize + j;
             if i >= state_len {
-                window[j] = logged[j];
+                window[j] = *log.add((i - state_len) * p.log_token as usize);
             } else {
                 // A literal index per candidate (a runtime index would put `old` in local memory).
                 let mut k = 0;
@@ -689,27 +618,11 @@ pub(crate) unsafe fn gdn_conv_chain_commit_tile<const D_CONV: usize, const MAX_T
             }
             j += 1;
         }
-        // The commit: window(a) into this channel's old-state columns of the tile (CONCAT's
-        // place for it, which the chain reads next), then the warp's slice of the row from
-        // there, coalesced. Every lane's loads of the slice are done (their values were
-        // stored to the tile before the `sync_warp` above), so no store overtakes a read.
+        // The commit.
         let mut k = 0;
         while k < state_len {
-            shared::store_f32(at(my_row, k), window[k]);
+            *row.add(k) = window[k];
             k += 1;
-        }
-        sync_warp();
-        // The shared loads first, then the global stores (a generic store would hold back a
-        // later shared load).
-        let mut m = 0;
-        while m < state_len {
-            slice[m] = shared::load_f32(slice_slot(m));
-            m += 1;
-        }
-        let mut m = 0;
-        while m < state_len {
-            *warp_slice.add(32 * m + lane) = slice[m];
-            m += 1;
         }
         if p.logs & COMMIT_LOG_QKV != 0 {
             let log_out = (p.log_out as *mut f32).add(seq * p.log_out_seq as usize + channel);
@@ -721,8 +634,14 @@ pub(crate) unsafe fn gdn_conv_chain_commit_tile<const D_CONV: usize, const MAX_T
                 t += 1;
             }
         }
-        // This channel's old-state columns of the tile hold window(a) already (the commit).
-        let store_old = |_tile: u32, _my_row: u32, _stride: usize| {};
+        // This channel's old-state columns of the tile: its own row.
+        let store_old = |_tile: u32, my_row: u32, _stride: usize| {
+            let mut k = 0;
+            while k < D_CONV - 1 {
+                shared::store_f32(at(my_row, k), window[k]);
+                k += 1;
+            }
+        };
         // The v log: channel c ≥ 2·H_k·D is element (c − 2·H_k·D) % D of v head (c − 2·H_k·D) / D.
         let (d, qk) = (chain.head_dim as usize, 2 * chain.n_k_heads as usize * chain.head_dim as usize);
         let log_conv = |staged: u32| {

@@ -72,26 +72,3 @@ pub unsafe fn coherent_f32(p: *const f32) -> f32 {
     }
     r
 }
-
-/// [replay] Four adjacent f32 at `p`, one 16-byte `ld.global.nc.v4.f32`.
-///
-/// # Safety
-/// `p` must point to 16 readable bytes of global memory, 16-byte aligned, that no thread of the
-/// grid writes while the kernel runs.
-#[inline(always)]
-pub unsafe fn nc_f32x4(p: *const f32) -> [f32; 4] {
-    let (a, b, c, d): (f32, f32, f32, f32);
-    // SAFETY: forwarded to the caller (aligned, readable, read-only for the kernel's lifetime).
-    unsafe {
-        asm!(
-            "{{ .reg .b64 %g; cvta.to.global.u64 %g, {p}; ld.global.nc.v4.f32 {{{a}, {b}, {c}, {d}}}, [%g]; }}",
-            p = in(reg64) p,
-            a = out(reg32) a,
-            b = out(reg32) b,
-            c = out(reg32) c,
-            d = out(reg32) d,
-            options(pure, readonly, nostack)
-        );
-    }
-    [a, b, c, d]
-}

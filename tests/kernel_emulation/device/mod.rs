@@ -41,15 +41,6 @@ pub mod load {
         // SAFETY: forwarded to the caller.
         unsafe { (p.read_unaligned(), p.add(1).read_unaligned()) }
     }
-    /// `ld.global.nc.v4.f32`: a misaligned address (a fault on the GPU) panics.
-    ///
-    /// # Safety
-    /// Four readable floats at `p`.
-    pub unsafe fn nc_f32x4(p: *const f32) -> [f32; 4] {
-        assert_eq!(p as usize % 16, 0, "ld.global.nc.v4.f32 at a misaligned address");
-        // SAFETY: forwarded to the caller.
-        unsafe { [p.read(), p.add(1).read(), p.add(2).read(), p.add(3).read()] }
-    }
     /// `ld.global.nc.u32`.
     ///
     /// # Safety
