@@ -772,10 +772,13 @@ struct Perturbed {
 /// 2000 with RGDN_FULL_TESTS). Each trial asks `check` (the op's `launch`); a panic is a failure,
 /// a refusal is counted by its error kind, and an accepted step must pass `oracle` (None: no
 /// hazard); each distinct accepted step is then run by `emulate` (trial, what moved, the step),
-/// one in `emulate_every` of them (all with RGDN_FULL_TESTS).
+/// one in `emulate_every` of them (all with RGDN_FULL_TESTS). `replacements` add one trial each:
+/// field `fields[i]` replaced by a prepared tensor (an index view holding other values, in the
+/// memory the closures use), described by the string.
 fn perturbed_trials<O: Clone + std::fmt::Debug>(
     valid: &O,
     fields: &[(&'static str, fn(&mut O) -> &mut Tensor)],
+    replacements: &[(String, usize, Tensor)],
     seed: u64,
     check: impl Fn(&O) -> rgdn::Result<()>,
     oracle: impl Fn(&O) -> Option<String>,
@@ -785,13 +788,16 @@ fn perturbed_trials<O: Clone + std::fmt::Debug>(
     use rand::{Rng, SeedableRng};
     let n = fields.len();
     let shifts = if full_tests() { 2000 } else { 200 };
-    let trials = 2 * n * n + shifts;
+    let trials = 2 * n * n + replacements.len() + shifts;
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut out = Perturbed { trials, accepted: 0, distinct: 0, emulated: 0, refused: Default::default(), failures: Vec::new() };
     let mut seen = std::collections::HashSet::new();
     for trial in 0..trials {
         let mut op = valid.clone();
-        let how = if trial < 2 * n * n {
+        let how = if let Some((what, i, t)) = trial.checked_sub(2 * n * n).and_then(|r| replacements.get(r)) {
+            *fields[*i].1(&mut op) = *t;
+            what.clone()
+        } else if trial < 2 * n * n {
             let ((name, field), (other, get)) = (fields[trial / 2 % n], fields[trial / 2 / n]);
             let (t, at) = (*field(&mut op), *get(&mut valid.clone()));
             if trial % 2 == 0 {
@@ -844,11 +850,14 @@ fn perturbed_trials<O: Clone + std::fmt::Debug>(
 }
 
 /// \[replay\] Adversarially: GDN_LAYER_STEP_REPLAY's host check on perturbed steps. From a valid
-/// step of a built replay layer (two sequences, three tokens), each trial moves one of its views
-/// and asks `launch`: every view onto every other view of the step (a link broken, two parts on
-/// one buffer), every view's own shape placed at every other view's first byte (a write onto
-/// another part's bytes), and random shifts along its buffer (a partial overlap, a misaligned or
-/// out-of-bounds view; 200, 2000 with `RGDN_FULL_TESTS`); the oracle below checks every accepted
+/// step of a built replay layer (two sequences in four cells, three tokens), each trial moves one
+/// of its views or changes an index view's values, and asks `launch`: every view onto every other
+/// view of the step (a link broken, two parts on one buffer), every view's own shape placed at
+/// every other view's first byte (a write onto another part's bytes), each sequence's source row,
+/// destination row (a spare row: a commit elsewhere), accepted count and commit window row set to
+/// every value in its range and one past it, and random shifts along its buffer (a partial
+/// overlap, a misaligned or out-of-bounds view; 200, 2000 with `RGDN_FULL_TESTS`); the oracle
+/// below checks every accepted
 /// step, and one in three distinct ones is emulated (all with `RGDN_FULL_TESTS`).
 /// It must never panic; a refusal is a typed error; and every perturbed step it accepts must
 /// (a) keep what the kernel reads before its readiness wait (the replay's log, counts, rows and
@@ -863,7 +872,8 @@ fn every_perturbed_replay_step_the_host_accepts_runs_to_its_reference() {
     use rgdn::layer::{GdnShape, Step};
     use rgdn::ops::GdnLayerStepReplay;
     const SHAPE: GdnShape = GdnShape { n_embd: 64, n_k_heads: 1, n_v_heads: 2, head_dim: 128, d_conv: 4, eps: 1e-6 };
-    let step = Step { cells: 2, ..Step::new(3, 0) }.with_sequences(&[(1, 0)]).expect("two sequences");
+    // Four cells for two sequences: rows 2 and 3 of the ssm cache are spare (the index trials).
+    let step = Step { cells: 4, ..Step::new(3, 0) }.with_sequences(&[(1, 0)]).expect("two sequences");
     let layer = LayerSpec { rollback: Rollback::Replay { log_set: 0 }, ..LayerSpec::new(SHAPE, step) };
     let b = sweep::build(&StackSpec { layers: vec![layer], outputs: Outputs::Products }, 7, sweep::Planning::FusionAware)
         .expect("a replay layer");
@@ -917,18 +927,36 @@ fn every_perturbed_replay_step_the_host_accepts_runs_to_its_reference() {
         None
     };
     assert_eq!(oracle(&valid), None, "the valid step");
+    // The index trials: each sequence's source row, destination row (spare rows 2 and 3
+    // included: a commit elsewhere, which the graph never builds), accepted count and commit
+    // window row replaced by every value in its range and one past it, the other sequence's kept.
+    use rgdn::memory::Memory;
+    let mut mem = b.mem.clone();
+    let rows = valid.gdn.replay.ssm_cache.ne()[1] as i32;
+    let t_log = valid.gdn.replay.k.ne()[2] as i32;
+    let window_rows = (t_log + 1) * 2;
+    let mut replacements = Vec::new();
+    for (name, top) in [("ssm source_rows", rows), ("ssm dest_rows", rows), ("accepted", t_log + 1), ("window_rows", window_rows)] {
+        let i = fields.iter().position(|f| f.0 == name).expect("a field");
+        let now = mem.index_values(fields[i].1(&mut valid.clone())).expect("index values");
+        for s in 0..now.len() {
+            for value in 0..=top {
+                let mut values = now.clone();
+                values[s] = value;
+                if values != now {
+                    replacements.push((format!("{name} := {values:?}"), i, mem.alloc_indices(&values)));
+                }
+            }
+        }
+    }
     let check = |op: &GdnLayerStepReplay| {
         let mut sync = vec![0u64; abi::GRID_SYNC_BYTES / 8];
-        op.launch(&b.mem, &StepBuffers::of(&b.mem), sync.as_mut_ptr() as u64).map(|_| ())
+        op.launch(&mem, &StepBuffers::of(&mem), sync.as_mut_ptr() as u64).map(|_| ())
     };
     // One in three distinct accepted steps emulated (≈ 1 s each on two cores).
-    let r = perturbed_trials(&valid, &fields, 24, check, oracle, 3, |trial, how, op| {
-        let scenario = Scenario {
-            mem: b.mem.clone(),
-            ops: vec![Box::new(op)],
-            tolerance: rgdn::suite::Tolerance::BitExact,
-            exact_nan_payloads: false,
-        };
+    let r = perturbed_trials(&valid, &fields, &replacements, 24, check, oracle, 3, |trial, how, op| {
+        let scenario =
+            Scenario { mem: mem.clone(), ops: vec![Box::new(op)], tolerance: rgdn::suite::Tolerance::BitExact, exact_nan_payloads: false };
         replay_step_case(&format!("trial {trial} ({how})"), &scenario, 3, landing_of(trial), Pace::BlockZeroLast)
     });
     println!(
@@ -947,9 +975,10 @@ fn every_perturbed_replay_step_the_host_accepts_runs_to_its_reference() {
 /// \[hostile\] Adversarially: GDN_LAYER_STEP's host check on perturbed steps, as
 /// [`every_perturbed_replay_step_the_host_accepts_runs_to_its_reference`] does for the replay
 /// step. From a valid step of a built snapshot layer (two sequences, three tokens, one snapshot
-/// group), each trial moves one of its views and asks `launch`: every view onto every other view
-/// of the step (a link broken, two parts on one buffer), every view's own shape placed at every
-/// other view's first byte (a write onto another part's bytes), and random shifts along its
+/// group), each trial moves one of its views or changes its source rows, and asks `launch`: every
+/// view onto every other view of the step (a link broken, two parts on one buffer), every view's
+/// own shape placed at every other view's first byte (a write onto another part's bytes), each
+/// sequence's ssm source row set to every row and one past the last, and random shifts along its
 /// buffer (a partial overlap, a misaligned or out-of-bounds view; 200, 2000 with
 /// `RGDN_FULL_TESTS`). It must never panic; a refusal is a typed error; and
 /// every perturbed step it accepts must (a) keep what its second phase writes (`out`, the state
@@ -1009,17 +1038,30 @@ fn every_perturbed_layer_step_the_host_accepts_runs_to_its_reference() {
             .map(|(a, b)| format!("the second phase's {b} shares bytes with the first phase's {a}"))
     };
     assert_eq!(oracle(&valid), None, "the valid step");
+    // The index trials: each sequence's source row of the ssm cache replaced by every row and
+    // one past the last, the other sequence's kept.
+    use rgdn::memory::Memory;
+    let mut mem = b.mem.clone();
+    let i = fields.iter().position(|f| f.0 == "ssm source_rows").expect("a field");
+    let now = mem.index_values(&valid.gdn.source_rows).expect("index values");
+    let rows = valid.gdn.ssm_cache.ne()[1] as i32;
+    let mut replacements = Vec::new();
+    for s in 0..now.len() {
+        for value in 0..=rows {
+            let mut values = now.clone();
+            values[s] = value;
+            if values != now {
+                replacements.push((format!("ssm source_rows := {values:?}"), i, mem.alloc_indices(&values)));
+            }
+        }
+    }
     let check = |op: &GdnLayerStep| {
         let mut sync = vec![0u64; abi::GRID_SYNC_BYTES / 8];
-        op.launch(&b.mem, &StepBuffers::of(&b.mem), sync.as_mut_ptr() as u64).map(|_| ())
+        op.launch(&mem, &StepBuffers::of(&mem), sync.as_mut_ptr() as u64).map(|_| ())
     };
-    let r = perturbed_trials(&valid, &fields, 25, check, oracle, 1, |trial, how, op| {
-        let scenario = Scenario {
-            mem: b.mem.clone(),
-            ops: vec![Box::new(op)],
-            tolerance: rgdn::suite::Tolerance::BitExact,
-            exact_nan_payloads: false,
-        };
+    let r = perturbed_trials(&valid, &fields, &replacements, 25, check, oracle, 1, |trial, how, op| {
+        let scenario =
+            Scenario { mem: mem.clone(), ops: vec![Box::new(op)], tolerance: rgdn::suite::Tolerance::BitExact, exact_nan_payloads: false };
         let launch = StepLaunch { split: None, blocks: 3, landing: landing_of(trial), pace: Pace::BlockZeroLast };
         layer_step_case(&format!("trial {trial} ({how})"), &scenario, launch)
     });
