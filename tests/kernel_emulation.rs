@@ -849,6 +849,33 @@ fn perturbed_trials<O: Clone + std::fmt::Debug>(
     out
 }
 
+/// \[hostile\] The index-value trials of [`perturbed_trials`]: for each `(name, top)`, the index
+/// view `name` of `valid` (a field) with one sequence's value set to each of 0 ..= `top` (the
+/// others kept; the unchanged values left out), each as a new index buffer in `mem`.
+fn index_trials<O: Clone>(
+    mem: &mut HostMemory,
+    valid: &O,
+    fields: &[(&'static str, fn(&mut O) -> &mut Tensor)],
+    tops: &[(&str, i32)],
+) -> Vec<(String, usize, Tensor)> {
+    use rgdn::memory::Memory;
+    let mut out = Vec::new();
+    for &(name, top) in tops {
+        let i = fields.iter().position(|f| f.0 == name).unwrap_or_else(|| panic!("no field {name}"));
+        let now = mem.index_values(fields[i].1(&mut valid.clone())).expect("index values");
+        for s in 0..now.len() {
+            for value in 0..=top {
+                let mut values = now.clone();
+                values[s] = value;
+                if values != now {
+                    out.push((format!("{name} := {values:?}"), i, mem.alloc_indices(&values)));
+                }
+            }
+        }
+    }
+    out
+}
+
 /// \[replay\] Adversarially: GDN_LAYER_STEP_REPLAY's host check on perturbed steps. From a valid
 /// step of a built replay layer (two sequences in four cells, three tokens), each trial moves one
 /// of its views or changes an index view's values, and asks `launch`: every view onto every other
@@ -930,25 +957,11 @@ fn every_perturbed_replay_step_the_host_accepts_runs_to_its_reference() {
     // The index trials: each sequence's source row, destination row (spare rows 2 and 3
     // included: a commit elsewhere, which the graph never builds), accepted count and commit
     // window row replaced by every value in its range and one past it, the other sequence's kept.
-    use rgdn::memory::Memory;
     let mut mem = b.mem.clone();
     let rows = valid.gdn.replay.ssm_cache.ne()[1] as i32;
     let t_log = valid.gdn.replay.k.ne()[2] as i32;
-    let window_rows = (t_log + 1) * 2;
-    let mut replacements = Vec::new();
-    for (name, top) in [("ssm source_rows", rows), ("ssm dest_rows", rows), ("accepted", t_log + 1), ("window_rows", window_rows)] {
-        let i = fields.iter().position(|f| f.0 == name).expect("a field");
-        let now = mem.index_values(fields[i].1(&mut valid.clone())).expect("index values");
-        for s in 0..now.len() {
-            for value in 0..=top {
-                let mut values = now.clone();
-                values[s] = value;
-                if values != now {
-                    replacements.push((format!("{name} := {values:?}"), i, mem.alloc_indices(&values)));
-                }
-            }
-        }
-    }
+    let tops = [("ssm source_rows", rows), ("ssm dest_rows", rows), ("accepted", t_log + 1), ("window_rows", (t_log + 1) * 2)];
+    let replacements = index_trials(&mut mem, &valid, &fields, &tops);
     let check = |op: &GdnLayerStepReplay| {
         let mut sync = vec![0u64; abi::GRID_SYNC_BYTES / 8];
         op.launch(&mem, &StepBuffers::of(&mem), sync.as_mut_ptr() as u64).map(|_| ())
@@ -1040,21 +1053,9 @@ fn every_perturbed_layer_step_the_host_accepts_runs_to_its_reference() {
     assert_eq!(oracle(&valid), None, "the valid step");
     // The index trials: each sequence's source row of the ssm cache replaced by every row and
     // one past the last, the other sequence's kept.
-    use rgdn::memory::Memory;
     let mut mem = b.mem.clone();
-    let i = fields.iter().position(|f| f.0 == "ssm source_rows").expect("a field");
-    let now = mem.index_values(&valid.gdn.source_rows).expect("index values");
     let rows = valid.gdn.ssm_cache.ne()[1] as i32;
-    let mut replacements = Vec::new();
-    for s in 0..now.len() {
-        for value in 0..=rows {
-            let mut values = now.clone();
-            values[s] = value;
-            if values != now {
-                replacements.push((format!("ssm source_rows := {values:?}"), i, mem.alloc_indices(&values)));
-            }
-        }
-    }
+    let replacements = index_trials(&mut mem, &valid, &fields, &[("ssm source_rows", rows)]);
     let check = |op: &GdnLayerStep| {
         let mut sync = vec![0u64; abi::GRID_SYNC_BYTES / 8];
         op.launch(&mem, &StepBuffers::of(&mem), sync.as_mut_ptr() as u64).map(|_| ())
