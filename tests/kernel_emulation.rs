@@ -884,8 +884,8 @@ fn index_trials<O: Clone>(
 /// destination row (a spare row: a commit elsewhere), accepted count and commit window row set to
 /// every value in its range and one past it, and random shifts along its buffer (a partial
 /// overlap, a misaligned or out-of-bounds view; 200, 2000 with `RGDN_FULL_TESTS`); the oracle
-/// below checks every accepted
-/// step, and one in three distinct ones is emulated (all with `RGDN_FULL_TESTS`).
+/// below checks every accepted step, and one in three distinct ones is emulated (all with
+/// `RGDN_FULL_TESTS`).
 /// It must never panic; a refusal is a typed error; and every perturbed step it accepts must
 /// (a) keep what the kernel reads before its readiness wait (the replay's log, counts, rows and
 /// the ssm cache) and what its second phase writes (`out`, the ssm cache) off every first-phase
@@ -959,8 +959,9 @@ fn every_perturbed_replay_step_the_host_accepts_runs_to_its_reference() {
     // window row replaced by every value in its range and one past it, the other sequence's kept.
     let mut mem = b.mem.clone();
     let rows = valid.gdn.replay.ssm_cache.ne()[1] as i32;
-    let t_log = valid.gdn.replay.k.ne()[2] as i32;
-    let tops = [("ssm source_rows", rows), ("ssm dest_rows", rows), ("accepted", t_log + 1), ("window_rows", (t_log + 1) * 2)];
+    let (t_log, n_s) = (valid.gdn.replay.k.ne()[2] as i32, valid.gdn.replay.k.ne()[3] as i32);
+    // Window rows j·n_s + s with j ≤ T_log; (T_log + 1)·n_s is one past the last.
+    let tops = [("ssm source_rows", rows), ("ssm dest_rows", rows), ("accepted", t_log + 1), ("window_rows", (t_log + 1) * n_s)];
     let replacements = index_trials(&mut mem, &valid, &fields, &tops);
     let check = |op: &GdnLayerStepReplay| {
         let mut sync = vec![0u64; abi::GRID_SYNC_BYTES / 8];
