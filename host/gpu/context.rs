@@ -578,6 +578,12 @@ impl Gpu {
         Ok(())
     }
 
+    /// The device's multiprocessor count (0 if the driver reported a negative one).
+    pub fn multiprocessors(&self) -> Result<u32> {
+        let sms = self.ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+        Ok(u32::try_from(sms).unwrap_or(0))
+    }
+
     fn co_resident_of(&self, func: &CudaFunction, entry: &'static str, block_threads: u32, shared_bytes: u32) -> Result<u32> {
         let key = (entry, block_threads, shared_bytes);
         if let Some(&n) = self.co_resident.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
@@ -585,8 +591,7 @@ impl Gpu {
         }
         self.raise_shared_limit(func, entry, shared_bytes)?;
         let per_sm = func.occupancy_max_active_blocks_per_multiprocessor(block_threads, shared_bytes as usize, None)?;
-        let sms = self.ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
-        let n = per_sm.saturating_mul(u32::try_from(sms).unwrap_or(0));
+        let n = per_sm.saturating_mul(self.multiprocessors()?);
         self.co_resident.lock().unwrap_or_else(|p| p.into_inner()).insert(key, n);
         Ok(n)
     }

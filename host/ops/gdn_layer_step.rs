@@ -959,15 +959,20 @@ pub(crate) fn max_grid() -> u32 {
 /// more blocks than the work has ([`work_blocks`]). Refused by name when the entry fits no
 /// multiprocessor, or when a work index plus the grid (the first phase's `first` items, the
 /// second phase's `second` units handed out `second_per_block` a block) would overflow u32.
-/// [speed] The blocks a step's work fills when every block runs one kind of work: its `first`
+/// [speed] The blocks a step's work fills when every block runs one kind of work — its `first`
 /// first-phase items one a block, then its `second` second-phase units `second_per_block` a block
-/// (≥ 1 block; `second_per_block` 0 counts as 1). A block past them runs nothing but still starts,
+/// (≥ 1 block; `second_per_block` 0 counts as 1) — rounded up to whole rounds of the device's
+/// `multiprocessors` (1 at least), so that the second phase, counted from the grid's last block,
+/// takes the last round, which the device spreads one block a multiprocessor. A block past the work runs nothing but still starts,
 /// reads the launch's state and arrives: at n_s = 1, T = 1 the replay step's 528-block grid on the
-/// H100 (four a multiprocessor) needs 256, and 256 blocks took 6.03 µs a layer step against 6.42
-/// (`results/2026-12-06-grid-fit/`, measured with the knob `RGDN_LAYER_STEP_MAX_GRID`). The items
-/// and units are the same at any grid, so no bit depends on it ([`max_grid`]).
-pub(crate) fn work_blocks(first: u32, second: u32, second_per_block: u32) -> u32 {
-    first.saturating_add(second.div_ceil(second_per_block.max(1))).max(1)
+/// H100 (four a multiprocessor) needs 256, and 264 blocks took 6.00 µs a layer step against 6.42;
+/// an unrounded 320 at T = 4 was slower than 528 (7.94 against 7.79: its second-phase blocks
+/// doubled up on some multiprocessors) (`results/2026-12-06-grid-fit/`). The items and units are
+/// the same at any grid, so no bit depends on it ([`max_grid`]).
+pub(crate) fn work_blocks(first: u32, second: u32, second_per_block: u32, multiprocessors: u32) -> u32 {
+    let sms = multiprocessors.max(1);
+    let work = first.saturating_add(second.div_ceil(second_per_block.max(1))).max(1);
+    work.div_ceil(sms).saturating_mul(sms)
 }
 
 pub(crate) fn persistent_grid(
@@ -981,7 +986,7 @@ pub(crate) fn persistent_grid(
     if co_resident == 0 {
         return Err(Error::Unsupported { op, what: format!("{entry} with {shared} bytes of shared memory fits no multiprocessor") });
     }
-    let grid = co_resident.min(max_grid()).min(work_blocks(first, second, second_per_block));
+    let grid = co_resident.min(max_grid()).min(work_blocks(first, second, second_per_block, gpu.multiprocessors()?));
     let units = grid.checked_mul(second_per_block);
     if first.checked_add(grid).is_none() || units.and_then(|u| second.checked_add(u)).is_none() {
         return Err(Error::Unsupported { op, what: "work items + grid overflow u32".into() });
@@ -1100,17 +1105,21 @@ mod tests {
     }
 
     /// The grid's work bound: every first-phase item a block, the second phase's units rounded
-    /// up to whole blocks; never 0 blocks, never a wrapped sum.
+    /// up to whole blocks, the sum to whole rounds of the multiprocessors; never 0 blocks, never
+    /// a wrapped sum.
     #[test]
-    fn work_blocks_counts_whole_blocks() {
-        // 9B at n_s = 1, T = 1: 64 tiles + 64 row items, then 1024 column groups four a block
-        // (GDN_LAYER_STEP) or 128 replay-verify blocks one a block (GDN_LAYER_STEP_REPLAY).
-        assert_eq!(work_blocks(128, 1024, abi::GDN_LAYER_STEP_WARPS), 384);
-        assert_eq!(work_blocks(128, 128, 1), 256);
-        assert_eq!(work_blocks(3, 5, 4), 5);
-        assert_eq!(work_blocks(0, 0, 4), 1);
-        assert_eq!(work_blocks(7, 0, 0), 7);
-        assert_eq!(work_blocks(u32::MAX, 9, 1), u32::MAX);
+    fn work_blocks_counts_whole_rounds_of_blocks() {
+        // 9B at n_s = 1 on 132 multiprocessors: 64 tiles + 64 row items at T = 1, then 1024
+        // column groups four a block (GDN_LAYER_STEP: 384 → 396) or 128 replay-verify blocks one a
+        // block (GDN_LAYER_STEP_REPLAY: 256 → 264); at T = 4 the replay step's 192 + 128 → 396.
+        assert_eq!(work_blocks(128, 1024, abi::GDN_LAYER_STEP_WARPS, 132), 396);
+        assert_eq!(work_blocks(128, 128, 1, 132), 264);
+        assert_eq!(work_blocks(192, 128, 1, 132), 396);
+        assert_eq!(work_blocks(3, 5, 4, 1), 5);
+        assert_eq!(work_blocks(3, 5, 4, 4), 8);
+        assert_eq!(work_blocks(0, 0, 4, 132), 132);
+        assert_eq!(work_blocks(7, 0, 0, 0), 7);
+        assert_eq!(work_blocks(u32::MAX, 9, 1, 132), u32::MAX);
     }
 
     #[test]
