@@ -952,29 +952,47 @@ pub(crate) fn max_grid() -> u32 {
     cap.unwrap_or(u32::MAX)
 }
 
-/// The persistent grid of a layer-step kind's cooperative launch (GDN_LAYER_STEP,
-/// GDN_LAYER_STEP_REPLAY): as many blocks of `GDN_LAYER_STEP_BLOCK` threads as are resident at
-/// once for `entry` with `shared` bytes ([`max_grid`] at most), so that the first-phase items and
-/// the second-phase units share blocks only when together they need more than the grid — and no
-/// more blocks than the work has ([`work_blocks`]). Refused by name when the entry fits no
-/// multiprocessor, or when a work index plus the grid (the first phase's `first` items, the
-/// second phase's `second` units handed out `second_per_block` a block) would overflow u32.
+/// [speed] How many rounds of one block a multiprocessor a step's work may fill and still get a
+/// grid fitted to it ([`fitted_grid`]).
+pub(crate) const FIT_MAX_ROUNDS: u32 = 2;
+
+/// [speed] The grid of a layer-step kind's launch from `co_resident` (the blocks resident at
+/// once): the blocks its work fills ([`work_blocks`]) when that is at most [`FIT_MAX_ROUNDS`]
+/// rounds of the `multiprocessors`, else every co-resident block. Measured on the H100 (132
+/// multiprocessors; `results/2026-12-06-grid-fit/`), the replay step at n_s = 1, µs a layer step:
+/// - T = 1 needs 256 blocks (264 in whole rounds): 6.01 against 6.49 with all 528; T = 2 the
+///   same 264: 6.87 against 6.98;
+/// - T = 4 needs 320 (396 in whole rounds): 7.94 at 320 and 7.98 at 396 against 7.78 at 528;
+///   T = 6 needs 384 (396): 9.55 against 9.25.
+///
+/// So the idle blocks cost at the smallest steps and pay from three rounds of work on. What the
+/// idle blocks buy there is not known: every block past the work only starts, reads the launch's
+/// state and arrives. The threshold is those measurements, not a model. The H200 has not measured
+/// it. The items and units are the same at any grid, so no bit depends on it ([`max_grid`]).
+pub(crate) fn fitted_grid(co_resident: u32, (first, second, second_per_block): (u32, u32, u32), multiprocessors: u32) -> u32 {
+    let work = work_blocks(first, second, second_per_block, multiprocessors);
+    if work <= FIT_MAX_ROUNDS.saturating_mul(multiprocessors.max(1)) { co_resident.min(work) } else { co_resident }
+}
+
 /// [speed] The blocks a step's work fills when every block runs one kind of work — its `first`
 /// first-phase items one a block, then its `second` second-phase units `second_per_block` a block
 /// (≥ 1 block; `second_per_block` 0 counts as 1) — rounded up to whole rounds of the device's
 /// `multiprocessors` (1 at least), so that the second phase, counted from the grid's last block,
-/// takes the last round, which the device spreads one block a multiprocessor. A block past the work runs nothing but still starts,
-/// reads the launch's state and arrives: at n_s = 1, T = 1 the replay step's 528-block grid on the
-/// H100 (four a multiprocessor) needs 256, and 264 blocks took 6.00 µs a layer step against 6.42;
-/// an unrounded 320 at T = 4 was slower than 528 (7.94 against 7.79: its second-phase blocks
-/// doubled up on some multiprocessors) (`results/2026-12-06-grid-fit/`). The items and units are
-/// the same at any grid, so no bit depends on it ([`max_grid`]).
+/// takes the last round.
 pub(crate) fn work_blocks(first: u32, second: u32, second_per_block: u32, multiprocessors: u32) -> u32 {
     let sms = multiprocessors.max(1);
     let work = first.saturating_add(second.div_ceil(second_per_block.max(1))).max(1);
     work.div_ceil(sms).saturating_mul(sms)
 }
 
+/// The persistent grid of a layer-step kind's cooperative launch (GDN_LAYER_STEP,
+/// GDN_LAYER_STEP_REPLAY): as many blocks of `GDN_LAYER_STEP_BLOCK` threads as are resident at
+/// once for `entry` with `shared` bytes ([`max_grid`] at most), so that the first-phase items and
+/// the second-phase units share blocks only when together they need more than the grid; fewer
+/// where a small step's work leaves most of them idle ([`fitted_grid`]). Refused by name when the
+/// entry fits no multiprocessor, or when a work index plus the grid (the first phase's `first`
+/// items, the second phase's `second` units handed out `second_per_block` a block) would overflow
+/// u32.
 pub(crate) fn persistent_grid(
     gpu: &Gpu,
     op: &'static str,
@@ -986,7 +1004,7 @@ pub(crate) fn persistent_grid(
     if co_resident == 0 {
         return Err(Error::Unsupported { op, what: format!("{entry} with {shared} bytes of shared memory fits no multiprocessor") });
     }
-    let grid = co_resident.min(max_grid()).min(work_blocks(first, second, second_per_block, gpu.multiprocessors()?));
+    let grid = fitted_grid(co_resident, (first, second, second_per_block), gpu.multiprocessors()?).min(max_grid());
     let units = grid.checked_mul(second_per_block);
     if first.checked_add(grid).is_none() || units.and_then(|u| second.checked_add(u)).is_none() {
         return Err(Error::Unsupported { op, what: "work items + grid overflow u32".into() });
@@ -1106,9 +1124,9 @@ mod tests {
 
     /// The grid's work bound: every first-phase item a block, the second phase's units rounded
     /// up to whole blocks, the sum to whole rounds of the multiprocessors; never 0 blocks, never
-    /// a wrapped sum.
+    /// a wrapped sum. The grid is fitted to it only up to two rounds of work.
     #[test]
-    fn work_blocks_counts_whole_rounds_of_blocks() {
+    fn the_grid_is_fitted_to_small_work_only() {
         // 9B at n_s = 1 on 132 multiprocessors: 64 tiles + 64 row items at T = 1, then 1024
         // column groups four a block (GDN_LAYER_STEP: 384 → 396) or 128 replay-verify blocks one a
         // block (GDN_LAYER_STEP_REPLAY: 256 → 264); at T = 4 the replay step's 192 + 128 → 396.
@@ -1120,6 +1138,16 @@ mod tests {
         assert_eq!(work_blocks(0, 0, 4, 132), 132);
         assert_eq!(work_blocks(7, 0, 0, 0), 7);
         assert_eq!(work_blocks(u32::MAX, 9, 1, 132), u32::MAX);
+        // The replay step (528 co-resident blocks) fitted at T = 1 and 2, not from T = 3 on; the
+        // layer step (396) never at 9B's n_s = 1.
+        assert_eq!(fitted_grid(528, (128, 128, 1), 132), 264);
+        assert_eq!(fitted_grid(528, (192, 128, 1), 132), 528);
+        assert_eq!(fitted_grid(396, (128, 1024, abi::GDN_LAYER_STEP_WARPS), 132), 396);
+        // Small steps on small grids: never above the co-resident blocks.
+        assert_eq!(fitted_grid(3, (2, 1, 1), 132), 3);
+        assert_eq!(fitted_grid(528, (1, 1, 1), 1), 2);
+        assert_eq!(fitted_grid(528, (1, 1, 1), 0), 2);
+        assert_eq!(fitted_grid(528, (2, 1, 1), 1), 528);
     }
 
     #[test]
