@@ -1148,6 +1148,20 @@ mod tests {
         assert_eq!(fitted_grid(528, (1, 1, 1), 1), 2);
         assert_eq!(fitted_grid(528, (1, 1, 1), 0), 2);
         assert_eq!(fitted_grid(528, (2, 1, 1), 1), 528);
+        // Over a range of steps and devices: never above the co-resident blocks, and a grid
+        // fitted below them still gives every first-phase item and every second-phase block a
+        // block of its own (no block runs both phases, the property the full grid has).
+        for co_resident in [1, 3, 132, 264, 396, 528, 1056] {
+            for sms in [1, 7, 132] {
+                for (first, second, per_block) in [(1, 0, 4), (2, 9, 4), (64, 64, 1), (128, 1024, 4), (192, 128, 1), (4096, 8192, 4)] {
+                    let grid = fitted_grid(co_resident, (first, second, per_block), sms);
+                    assert!(grid >= 1 && grid <= co_resident, "{grid} blocks of {co_resident}");
+                    if grid < co_resident {
+                        assert!(grid >= first + second.div_ceil(per_block), "{grid} blocks for {first} + {second}/{per_block}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]
