@@ -479,7 +479,7 @@ unsafe fn tile_compute_with<const D_CONV: usize, const MAX_T: usize>(
     tile_base: u32,
     store_old: impl FnOnce(u32, u32, usize),
     log_conv: impl FnOnce(u32),
-    log_norms: impl FnOnce(),
+    k_log: impl Fn(usize, usize, usize) -> Option<*mut f32>,
 ) {
     const { assert!(MAX_T <= GDN_CONV_CHAIN_MAX_TOKENS, "the columns hold up to 16 tokens") };
     const { assert!(D_CONV >= 2 && D_CONV <= 5, "the state arrays hold up to 4 columns") };
@@ -534,15 +534,13 @@ unsafe fn tile_compute_with<const D_CONV: usize, const MAX_T: usize>(
     if !holds_qk(p, c0) {
         return; // v channels only (block-uniform: the whole block leaves, no barrier follows).
     }
-    // SAFETY: block-uniform condition above; every thread of a q/k block reaches the barriers,
-    // after which the staged outputs (then the block's norms) are complete and visible.
+    // SAFETY: block-uniform condition above; every thread of a q/k block reaches the barrier,
+    // after which the staged outputs are complete. [replay] Each k head's row goes to the k log
+    // as the norm computes it (`k_log`: the same value, a second store).
     unsafe {
         sync_threads();
-        tile_norms(p, c0, n_t, staged, |r| (seq, r as usize));
-        sync_threads();
+        tile_norms_copying_k(p, c0, n_t, staged, |r| (seq, r as usize), k_log);
     }
-    // [replay] The block's k heads (written by its warps before the barrier) to the k log.
-    log_norms();
 }
 
 /// \[replay\] The conv chain of tile `tile` of sequence `seq` with the window commit in front
@@ -551,8 +549,9 @@ unsafe fn tile_compute_with<const D_CONV: usize, const MAX_T: usize>(
 /// column a + j of [committed window ; logged inputs 0 … a − 1] for j < d_conv − 1, bit moves
 /// only — which goes back over the row (the commit), into the tile as the old state, and (as
 /// `logs` says) the step's tokens to the log; then the chain exactly as [`gdn_conv_chain_tile`]
-/// ([`tile_compute_with`]: the same barrier, rows, conv and norms), after which its v channels'
-/// outputs and its k heads' norms are copied to their logs (bit moves). Each float of the committed row is
+/// ([`tile_compute_with`]: the same barrier, rows, conv and norms), its v channels' outputs
+/// copied to their log after the conv and its k heads' norms stored to theirs as they are
+/// computed (bit moves). Each float of the committed row is
 /// read and written by one thread, the read first; the host refuses a committed row that another
 /// sequence reads or writes.
 ///
@@ -657,24 +656,15 @@ pub(crate) unsafe fn gdn_conv_chain_commit_tile<const D_CONV: usize, const MAX_T
                 }
             }
         };
-        // The k log: channel H_k·D ≤ c < 2·H_k·D is element (c − H_k·D) % D of k head
-        // (c − H_k·D) / D, read back from k_norm (this block's warps wrote it before the barrier).
-        let log_norms = || {
-            let k0 = qk / 2;
-            if p.logs & COMMIT_LOG_K != 0 && channel >= k0 && channel < qk {
-                let (h, i) = (div_or_zero((channel - k0) as u32, d as u32) as usize, rem_or_zero((channel - k0) as u32, d as u32) as usize);
-                let src = (chain.k_norm as *const f32).add(i + h * chain.k_head as usize + seq * chain.k_seq as usize);
-                let dst = (p.log_k as *mut f32).add(i + h * p.log_k_head as usize + seq * p.log_k_seq as usize);
-                let mut t = 0;
-                while t < MAX_T {
-                    if t < n_t {
-                        *dst.add(t * p.log_k_token as usize) = *src.add(t * chain.k_token as usize);
-                    }
-                    t += 1;
-                }
-            }
+        // The k log: k head h's row of token t, sequence seq (its element i at + i, as k_norm's):
+        // [speed] stored beside k_norm's as the norm computes it, rather than read back from
+        // k_norm after a block barrier (a global round trip before the tile's publication).
+        let k_log = |h: usize, t: usize, seq: usize| {
+            (p.logs & COMMIT_LOG_K != 0).then(|| {
+                (p.log_k as *mut f32).wrapping_add(h * p.log_k_head as usize + t * p.log_k_token as usize + seq * p.log_k_seq as usize)
+            })
         };
-        tile_compute_with::<D_CONV, MAX_T>(chain, tile, seq, x, &w, shared::base(), store_old, log_conv, log_norms);
+        tile_compute_with::<D_CONV, MAX_T>(chain, tile, seq, x, &w, shared::base(), store_old, log_conv, k_log);
     }
 }
 
@@ -781,6 +771,25 @@ unsafe fn tile_conv<const D_CONV: usize>(
 /// barrier that follows every write of the staged rows.
 #[inline(always)]
 unsafe fn tile_norms(p: &GdnConvChainParams, c0: usize, rows: usize, staging: u32, seq_token: impl Fn(u32) -> (usize, usize)) {
+    // SAFETY: forwarded to the caller; no copy.
+    unsafe { tile_norms_copying_k(p, c0, rows, staging, seq_token, |_, _, _| None) }
+}
+
+/// [`tile_norms`], and \[replay\] each k head's row also stored where `k_copy`(k head, token,
+/// sequence) points (None: nowhere): the same value to a second place, as it is computed.
+///
+/// # Safety
+/// As [`tile_norms`]; every row `k_copy` returns holds D floats that this call may write and
+/// no thread of the launch reads or writes.
+#[inline(always)]
+unsafe fn tile_norms_copying_k(
+    p: &GdnConvChainParams,
+    c0: usize,
+    rows: usize,
+    staging: u32,
+    seq_token: impl Fn(u32) -> (usize, usize),
+    k_copy: impl Fn(usize, usize, usize) -> Option<*mut f32>,
+) {
     let tid = thread_idx_x() as usize;
     let (d, h_k) = (p.head_dim as usize, p.n_k_heads as usize);
     // D is a power of two dividing 128 (checked by the host): shifts instead of divisions.
@@ -806,8 +815,21 @@ unsafe fn tile_norms(p: &GdnConvChainParams, c0: usize, rows: usize, staging: u3
             };
             // SAFETY: a q/k head h < H_k, token t < n_t, sequence < n_s: inside the validated view.
             let dst = unsafe { (dst as *mut f32).add(h * head_stride as usize + t * token_stride as usize + seq * seq_stride as usize) };
+            let copy = if head < h_k { None } else { k_copy(h, t, seq) };
             let load = |col: u32| unsafe { shared::load_f32(at(src, col as usize)) };
-            scale_row_with(scale, load, |col, v| unsafe { *dst.add(col as usize) = v }, lane, d32);
+            scale_row_with(
+                scale,
+                load,
+                |col, v| unsafe {
+                    *dst.add(col as usize) = v;
+                    // SAFETY: col < D of a row the caller gave for this k head, token, sequence.
+                    if let Some(copy) = copy {
+                        *copy.add(col as usize) = v;
+                    }
+                },
+                lane,
+                d32,
+            );
         }
     };
     // Warp w takes items w, w+4, …, two at a time (two independent butterflies overlap). `item`
