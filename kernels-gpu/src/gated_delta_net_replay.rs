@@ -110,22 +110,34 @@ pub(crate) unsafe fn index_at(index_view: u64, stride: u64, seq: usize) -> u32 {
 
 /// [speed] Sequence `seq`'s accepted count, source row and destination row (each as
 /// [`index_at`] reads it) in one round trip: lane 0 loads the count, lane 1 the source row, the
-/// other lanes the destination row, and each value is broadcast from its lane. (Three loads of
-/// warp-uniform addresses let ptxas move the count into a uniform register, waiting for it,
-/// before it issues the rows' loads: two dependent round trips before the state's loads.)
+/// other lanes the destination row ([`replay_indices_broadcast`] then broadcasts each value from
+/// its lane). (Three loads of warp-uniform addresses let ptxas move the count into a uniform
+/// register, waiting for it, before it issues the rows' loads: two dependent round trips before
+/// the state's loads.) The load is only issued here: work that does not need the indices may run
+/// between this and the broadcast, which waits for it.
 ///
 /// # Safety
-/// All 32 lanes of the warp call it together, `lane` their own; seq < n_s of the launch's
-/// validated index views, which no thread writes.
+/// `lane` is the calling lane's own; seq < n_s of the launch's validated index views, which no
+/// thread writes.
 #[inline(always)]
-pub(crate) unsafe fn replay_indices_at(p: &abi::GatedDeltaNetReplayParams, seq: usize, lane: u32) -> (u32, u32, u32) {
+pub(crate) unsafe fn replay_indices_load(p: &abi::GatedDeltaNetReplayParams, seq: usize, lane: u32) -> u32 {
     let (view, stride) = match lane {
         0 => (p.accepted, p.accepted_stride),
         1 => (p.source_rows, p.source_rows_stride),
         _ => (p.dest_rows, p.dest_rows_stride),
     };
     // SAFETY: forwarded to the caller: an element of a validated index view nobody writes.
-    let mine = f32::from_bits(unsafe { index_at(view, stride, seq) });
+    unsafe { index_at(view, stride, seq) }
+}
+
+/// [speed] The accepted count, source row and destination row from lanes 0, 1 and 2 of
+/// [`replay_indices_load`]'s `mine`, to every lane.
+///
+/// # Safety
+/// All 32 lanes of the warp call it together, each with its own [`replay_indices_load`].
+#[inline(always)]
+pub(crate) unsafe fn replay_indices_broadcast(mine: u32) -> (u32, u32, u32) {
+    let mine = f32::from_bits(mine);
     // SAFETY: the whole warp (caller); a shuffle moves the bits unchanged.
     unsafe { (shfl_idx(mine, 0).to_bits(), shfl_idx(mine, 1).to_bits(), shfl_idx(mine, 2).to_bits()) }
 }

@@ -66,7 +66,7 @@ use crate::device::warp::{shfl_idx, warp_sum_eight_scattered, warp_sum_sixteen_s
 use crate::gated_delta_net::{
     HeadViews, ROWS_PER_LANE, WarpGroups, decay, delta, issue_token_copies, lane_dot, load_lane_coherent, stage_slots, update,
 };
-use crate::gated_delta_net_replay::{LogSource, LoggedColumns, columns_token_update, replay_indices_at};
+use crate::gated_delta_net_replay::{LogSource, LoggedColumns, columns_token_update, replay_indices_broadcast, replay_indices_load};
 
 /// Value columns of one group (one reduce-scatter's worth).
 const C: usize = BATCH_GDN_WARP_COLUMNS as usize;
@@ -415,10 +415,24 @@ pub(crate) unsafe fn replay_verify_item<const WAIT: bool>(
     // 1. The accepted count and both rows, in one round trip: the rows do not depend on a, so
     // their loads are issued before a is examined ([speed]: a second dependent round trip before
     // the state loads held ≈ 5 % of the stall samples at n_s = 64, T = 4).
-    // SAFETY: the whole warp with its own lane (caller); seq < n_s: elements of the validated
-    // index views, each a count or a row of the cache, never written; the cast of a non-negative
+    // SAFETY: this lane's own; seq < n_s: elements of the validated index views, each a count or
+    // a row of the cache, never written.
+    let indices = unsafe { replay_indices_load(r, seq, lane) };
+    let (n_tokens, log_tokens) = (h.n_tokens, r.n_tokens);
+    let layout = verify_layout(n_tokens, columns, stage_bytes_of(columns));
+    let stage = shared::base();
+    let log_stage = stage + n_tokens as u32 * abi::replay_verify_token_bytes(groups);
+    if !WAIT {
+        // [speed] The verify's token inputs need no index: their copies are issued while the
+        // indices are in flight (the broadcast below waits for them; the state's loads need them).
+        // SAFETY: warp `warp` of the block at its first column, tokens < n_tokens ≤ the stage's
+        // room (the launch's shared bytes), inputs validated and written by nobody; nothing
+        // touches the area before the barrier after the log's copies below.
+        unsafe { issue_token_copies(layout, h.token_source(lane_usize, warp_col0), n_tokens, warp, stage) };
+    }
+    // SAFETY: the whole warp (caller), each lane with its own load; the cast of a non-negative
     // i32 is lossless.
-    let (a, source, dest) = unsafe { replay_indices_at(r, seq, lane) };
+    let (a, source, dest) = unsafe { replay_indices_broadcast(indices) };
     let (source, dest) = (source as usize, dest as usize);
     if a > r.n_tokens {
         // The host validated a ≤ T_log; a violated contract aborts the launch (every thread of
@@ -458,18 +472,8 @@ pub(crate) unsafe fn replay_verify_item<const WAIT: bool>(
         unsafe { prefetch_l2(read_row.wrapping_add(column_at(warp_col0 + C * g) + 32 * lane_usize)) };
         g += 1;
     }
-    // 3. [speed] Every token input of the block in shared memory at once, for all groups, the
-    // state loads above in flight meanwhile: the verify's tokens first, then the log's t < a.
-    let (n_tokens, log_tokens) = (h.n_tokens, r.n_tokens);
-    let layout = verify_layout(n_tokens, columns, stage_bytes_of(columns));
-    let stage = shared::base();
-    let log_stage = stage + n_tokens as u32 * abi::replay_verify_token_bytes(groups);
-    if !WAIT {
-        // SAFETY: warp `warp` of the block at its first column, tokens < n_tokens ≤ the stage's
-        // room (the launch's shared bytes), inputs validated and written by nobody; nothing
-        // touches the area before the barrier below.
-        unsafe { issue_token_copies(layout, h.token_source(lane_usize, warp_col0), n_tokens, warp, stage) };
-    }
+    // 3. [speed] The log's tokens t < a in shared memory beside the verify's (issued above), the
+    // state loads above in flight meanwhile.
     let log = LogSource {
         k: r.k.at(key_head, seq),
         v: r.v.at(head, seq),
