@@ -131,6 +131,9 @@ RGDN_REPLAY_VERIFY_GROUPS=2 bg ops-rv-groups2 bundle/tests/gpu_ops GATED_DELTA_N
 RGDN_REPLAY_VERIFY_GROUPS=2 bg memcheck-rv-groups2 compute-sanitizer --tool memcheck --error-exitcode 9 bundle/tests/gpu_ops GATED_DELTA_NET_REPLAY_VERIFY
 RGDN_REPLAY_VERIFY_GROUPS=2 bg racecheck-rv-groups2 compute-sanitizer --tool racecheck --error-exitcode 9 bundle/tests/gpu_ops GATED_DELTA_NET_REPLAY_VERIFY
 RGDN_REPLAY_VERIFY_GROUPS=2 RGDN_REPLAY_9B=0 bg replay-rv-groups2 bundle/tests/gpu_replay
+# [overlap] The small shape's episodes at n_s = 64 (their replay steps overlapped: the chain lets
+# the products start, the products and the replay-verify start early) under memcheck.
+RGDN_REPLAY_9B=0 RGDN_REPLAY_SEQS=64 bg memcheck-replay-overlap compute-sanitizer --tool memcheck --error-exitcode 9 bundle/tests/gpu_replay
 # The plants: each must fail.
 for d in plant-*/; do
   n=${d#plant-}; n=${n%/}

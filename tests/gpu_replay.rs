@@ -2,9 +2,11 @@
 //! (custom runner, `harness = false`). Every path runs on the GPU from identical memory, with
 //! the launch recorder off (`graph::exec::run_gpu`, the engine's path):
 //! - **replay** — the arm under test: the replay-mode layer graph (`Rollback::Replay`),
-//!   compiled with every fusion; its report must show `replay_verify` fusing the replay and the
-//!   verify into one GATED_DELTA_NET_REPLAY_VERIFY (not default-on yet, so enabled here
-//!   explicitly through [`Options::ALL`]), the gate path's fusions and `state_read`;
+//!   compiled with every fusion and the overlap pass ([`Options::ALL`], today the defaults);
+//!   its report must show `replay_verify` fusing the replay and the verify into one
+//!   GATED_DELTA_NET_REPLAY_VERIFY, the gate path's fusions and `state_read`; beside it the
+//!   same graph with the defaults less the overlap pass (every launch plain) and without
+//!   `replay_verify`;
 //! - **replay unfused** — the same graph unfused, compared with the fused one (every output,
 //!   the log set each step wrote, the committed rows);
 //! - **snapshots** — today's layer step with 1 + R = T snapshot rows and ggml's rollback, fused
@@ -26,7 +28,8 @@
 //! 1. the small shape of `tests/replay.rs` (E 64, H_k 1, H_v 2, D 128, d_conv 4), n_s ∈ {1, 4,
 //!    64} × T ∈ {1, 4, 8, 16};
 //! 2. the 9B shape (E 4096, H_k 16, H_v 32, D 128, d_conv 4) at T = 4, n_s ∈ {4, 64}
-//!    (`RGDN_REPLAY_9B=0` leaves it out, for slow tools such as compute-sanitizer);
+//!    (`RGDN_REPLAY_9B=0` leaves it out, for slow tools such as compute-sanitizer;
+//!    `RGDN_REPLAY_SEQS=64` keeps only the small shape's episodes at those sequence counts);
 //! 3. a planted bug that must fail: the fused replay graph told a − 1 accepted tokens (a
 //!    test-only plant in what the test writes, `GraphPlant::AcceptedOffByOne`), n_s = 4, T = 4
 //!    at the small shape. A plant in the kernel itself is a patch
@@ -70,7 +73,22 @@ fn run(setup: &Setup, plant: GraphPlant, unfused: bool) -> Result<Tally, String>
 fn main() -> ExitCode {
     let require_gpu = std::env::var("RGDN_REQUIRE_GPU").is_ok_and(|v| v == "1");
     let with_9b = !std::env::var("RGDN_REPLAY_9B").is_ok_and(|v| v == "0");
-    let episodes = SEQUENCES.len() * TOKENS.len() + if with_9b { BIG.len() } else { 0 };
+    // `RGDN_REPLAY_SEQS=64`: the small shape's episodes of those sequence counts only (comma-
+    // separated; e.g. the overlapped ones, for compute-sanitizer). Unset: all of them.
+    let seqs_filter = std::env::var("RGDN_REPLAY_SEQS").ok();
+    let small_seqs: Vec<usize> = match &seqs_filter {
+        None => SEQUENCES.to_vec(),
+        Some(list) => {
+            let wanted: Vec<&str> = list.split(',').map(str::trim).collect();
+            let kept: Vec<usize> = SEQUENCES.into_iter().filter(|n| wanted.contains(&n.to_string().as_str())).collect();
+            if kept.len() != wanted.len() {
+                println!("RGDN_REPLAY_SEQS=`{list}`: each entry must be one of the small shape's sequence counts {SEQUENCES:?}");
+                return ExitCode::FAILURE;
+            }
+            kept
+        }
+    };
+    let episodes = small_seqs.len() * TOKENS.len() + if with_9b { BIG.len() } else { 0 };
     let gpu = match Gpu::new() {
         Ok(gpu) => gpu,
         Err(e) => {
@@ -106,7 +124,7 @@ fn main() -> ExitCode {
     // 1. The small shape, every (n_s, T), both snapshot compilations, the unfused replay graph
     //    beside the fused one. Seeds: tests/replay.rs's `certify`.
     let group = Instant::now();
-    for n_s in SEQUENCES {
+    for n_s in small_seqs {
         for (k, n_t) in TOKENS.into_iter().enumerate() {
             let t = Instant::now();
             let seed = 0x26_00 + (n_s * 16 + k) as u64;

@@ -32,10 +32,12 @@ const BOTH: Overlap = Overlap { lets_next_start: true, starts_early: true };
 const EARLY: Overlap = Overlap { lets_next_start: false, starts_early: true };
 
 #[test]
-fn the_overlap_pass_is_an_option_off_by_default() {
-    assert!(!Options::ON.allows(OVERLAP) && Options::ALL.allows(OVERLAP) && !Options::OFF.allows(OVERLAP));
-    let with = Options::ON.with(OVERLAP);
-    assert!(with.allows(OVERLAP) && with.names().last() == Some(&OVERLAP) && with.without(OVERLAP) == Options::ON);
+fn the_overlap_pass_is_a_default_that_can_be_left_out() {
+    assert!(Options::ON.allows(OVERLAP) && Options::ALL.allows(OVERLAP) && !Options::OFF.allows(OVERLAP));
+    assert_eq!(Options::ON.names().last(), Some(&OVERLAP));
+    let without = Options::ON.without(OVERLAP);
+    assert!(!without.allows(OVERLAP) && without.allows("replay_verify") && without.with(OVERLAP) == Options::ON);
+    assert_eq!(Options::parse("default").unwrap(), Options::ON);
     assert_eq!(Options::parse("replay_verify, overlap").unwrap(), Options::only(&["replay_verify"]).unwrap().with(OVERLAP));
     let err = Options::parse("overlapp").unwrap_err().to_string();
     assert!(err.contains("overlapp") && err.contains(OVERLAP), "{err}");
@@ -46,8 +48,8 @@ fn the_overlap_pass_is_an_option_off_by_default() {
 /// start, the products start early and let the replay-verify start, which starts early — up to
 /// n_s = 32, whose overlapped replay-verify parks 32·32·4 = 4096 blocks on its wait
 /// (`EARLY_START_MAX_PARKED_BLOCKS`); from 33 sequences on it is refused by that rule, by name,
-/// and only the chain and the products overlap. Below the tiles the products have no overlap
-/// form, so nothing overlaps. With the defaults (no overlap pass) every launch is plain.
+/// and so the run before it stays plain too (`Refusal::RunEndsParked`). Below the tiles the products have no overlap
+/// form, so nothing overlaps. Without the pass (the defaults less `overlap`) every launch is plain.
 #[test]
 fn the_bench_replay_layers_overlap_where_the_products_run_as_tiles() {
     // (n_s, n_t, the forms with the pass)
@@ -57,14 +59,14 @@ fn the_bench_replay_layers_overlap_where_the_products_run_as_tiles() {
         (16, 2, [LETS, BOTH, EARLY]),
         (16, 4, [LETS, BOTH, EARLY]),
         (32, 4, [LETS, BOTH, EARLY]),
-        (33, 4, [LETS, EARLY, Overlap::NONE]),
-        (64, 1, [LETS, EARLY, Overlap::NONE]),
-        (64, 4, [LETS, EARLY, Overlap::NONE]),
+        (33, 4, [Overlap::NONE; 3]),
+        (64, 1, [Overlap::NONE; 3]),
+        (64, 4, [Overlap::NONE; 3]),
         (12, 16, [LETS, BOTH, EARLY]),
     ];
     for (n_s, n_t, with_pass) in cases {
         let cfg = ChainConfig { shape: GdnShape::QWEN35_9B, step: rgdn::bench::seqs_step(n_t, 0, n_s).unwrap(), init: Default::default() };
-        for options in [Options::ON, Options::ON.with(OVERLAP)] {
+        for options in [Options::ON.without(OVERLAP), Options::ON] {
             let mut mem = HostMemory::new();
             let ops = replay_layer(&mut mem, &cfg, n_t / 2, options).unwrap();
             let nodes: Vec<Node> = ops.into_iter().map(|op| Node::new(op, Some(0))).collect();
@@ -82,7 +84,8 @@ fn the_bench_replay_layers_overlap_where_the_products_run_as_tiles() {
 }
 
 /// \[speed\] The pass's cost rule names its refusal: the replay-verify of 33 sequences (9B) would
-/// park 32·33·4 = 4224 blocks on its wait, one more sequence than the 4096 it takes.
+/// park 32·33·4 = 4224 blocks on its wait, one more sequence than the 4096 it takes; the
+/// products before it, which could start early beside the chain, then stay plain by name too.
 #[test]
 fn an_early_start_that_would_park_many_blocks_is_refused_by_name() {
     use rgdn::fusion::overlap::{EARLY_START_MAX_PARKED_BLOCKS, plan};
@@ -102,8 +105,16 @@ fn an_early_start_that_would_park_many_blocks_is_refused_by_name() {
             Ok(_) if !refused => {}
             o => panic!("n_s {n_s}: {o:?}"),
         }
-        // The products start early either way.
-        assert!(decisions.iter().any(|d| d.op == "MUL_MAT_VEC_PAIR_GATE" && d.outcome.is_ok()), "n_s {n_s}: {decisions:?}");
+        // The products start early only where the replay-verify does.
+        let products = decisions.iter().find(|d| d.op == "MUL_MAT_VEC_PAIR_GATE").expect("a decision for the products");
+        match &products.outcome {
+            Err(r @ Refusal::RunEndsParked { at }) if refused => {
+                assert_eq!(*at, rv.node, "n_s {n_s}");
+                assert!(r.to_string().contains(&format!("node {}", rv.node)), "{r}");
+            }
+            Ok(_) if !refused => {}
+            o => panic!("n_s {n_s}: the products {o:?}"),
+        }
     }
 }
 

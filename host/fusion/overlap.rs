@@ -9,7 +9,9 @@
 //! - node i − 1's kernel has a form that lets the next grid start (it runs
 //!   `griddepcontrol.launch_dependents` first), and
 //! - \[speed\] at most [`EARLY_START_MAX_PARKED_BLOCKS`] of its blocks would wait with work left
-//!   (a cost rule, not a safety one: measured, see the constant), and
+//!   (a cost rule, not a safety one: measured, see the constant), and the launch after it, if it
+//!   has an early form, is not refused by that rule (a run that stops short of such a launch
+//!   stays plain: [`Refusal::RunEndsParked`]), and
 //! - what node i touches before its wait **commutes** with everything every grid that may still
 //!   run beside it touches: no byte it writes is read or written by one of them, no byte it
 //!   reads is written by one of them ([`crate::graph::Effects`], byte for byte).
@@ -49,6 +51,11 @@ pub enum Refusal {
     /// \[speed\] More than `limit` of its blocks would wait with work left
     /// ([`EARLY_START_MAX_PARKED_BLOCKS`]).
     ManyParked { blocks: usize, limit: usize },
+    /// \[speed\] It could start early, but the run it belongs to stops at node `at`, refused by
+    /// the cost rule ([`Refusal::ManyParked`]): the run stays plain. Measured on an H100
+    /// (`results/2026-12-06-h100-commit-chain/`): at 64 sequences (9B, T = 4) the commit chain
+    /// letting the products start, with the replay-verify refused, took 1.007× the plain step.
+    RunEndsParked { at: usize },
     /// What it touches before its wait meets what node `with` (its op's name) touches.
     Conflict { with: usize, op: &'static str, what: &'static str },
 }
@@ -58,6 +65,9 @@ impl fmt::Display for Refusal {
         match self {
             Refusal::First => write!(f, "the first launch"),
             Refusal::PreviousWaits { previous } => write!(f, "the launch before it ({previous}) lets nothing start early"),
+            Refusal::RunEndsParked { at } => {
+                write!(f, "its run stops at node {at}, which the cost rule keeps plain, so the run stays plain (measured slower in part)")
+            }
             Refusal::ManyParked { blocks, limit } => {
                 write!(
                     f,
@@ -135,7 +145,23 @@ pub fn plan(nodes: &[Node]) -> (Vec<Overlap>, Vec<Decision>) {
             overlap[i].starts_early = true;
             overlap[i - 1].lets_next_start = true;
         }
+        let parked = matches!(outcome, Err(Refusal::ManyParked { .. }));
         decisions.push(Decision { node: i, op: node.op.name(), outcome });
+        if parked {
+            // [speed] The run before node i (the launches that start early up to i − 1, and the
+            // one that lets the first of them start) stays plain. Fewer overlaps only shrink
+            // the grids any later launch may run beside (node i + 1's begin at node i, which is
+            // plain), so every other decision stands.
+            let mut m = i - 1;
+            while overlap[m].starts_early {
+                overlap[m] = Overlap::NONE;
+                overlap[m - 1].lets_next_start = false;
+                if let Some(d) = decisions.iter_mut().find(|d| d.node == m) {
+                    d.outcome = Err(Refusal::RunEndsParked { at: i });
+                }
+                m -= 1;
+            }
+        }
     }
     (overlap, decisions)
 }
