@@ -13,9 +13,8 @@
 //! replay graph through the fusion pass and its legality check against that memory; every op
 //! runs its CPU reference (MUFU by `ExactMufu`). The scratch buffer is refilled with random bits
 //! before each step (a GPU layer's scratch holds the previous step's bytes). Three arms run the
-//! same episode — every fusion and the overlap pass (`Options::ALL`, which are the defaults
-//! `Options::ON`; the report checked as the graph certificate checks it), the defaults without
-//! the overlap pass (every launch plain) and unfused (`Options::OFF`) — and must agree on
+//! same episode — every fusion (`Options::ALL`, the report checked as the graph certificate
+//! checks it), the defaults (`Options::ON`) and unfused (`Options::OFF`) — and must agree on
 //! every output, both caches and the whole log buffer after every step.
 //!
 //! The references: **sequential** — the layer graph at T = 1, R = 0 (`tests/common/episodes.rs`'
@@ -40,7 +39,6 @@ use rgdn::Error;
 use rgdn::engine::hf::{HostWeights, StepRows, WeightLayout, engine_lengths, ids as hf_ids};
 use rgdn::engine::replay::{LogLayout, ReplayCells, ReplayRows, ReplayStep, ids, replay_step_with, replay_tensors};
 use rgdn::fusion::Options;
-use rgdn::fusion::overlap::OVERLAP;
 use rgdn::fusion::replay_step::REPLAY_STEP_MAX_SEQS;
 use rgdn::inputs::{self, Values};
 use rgdn::layer::{GdnShape, LayerInit, Step};
@@ -320,7 +318,7 @@ fn episode(n_t: usize, seed: u64) -> Check<Certified> {
     let weights: Weights = WEIGHTS.iter().map(|w| Ok((*w, weights_graph.get(w)?))).collect::<Check<_>>()?;
     let mut arms = [
         EngineArm::new("engine, every fusion", Options::ALL, n_t, &weights, seed),
-        EngineArm::new("engine, defaults without the overlap pass", Options::ON.without(OVERLAP), n_t, &weights, seed),
+        EngineArm::new("engine, default fusions", Options::ON, n_t, &weights, seed),
         EngineArm::new("engine, unfused", Options::OFF, n_t, &weights, seed),
     ];
     let zero: RowPair = (vec![0u8; 4 * SHAPE.conv_row()], vec![0u8; 4 * SHAPE.ssm_row()]);

@@ -2,11 +2,10 @@
 //! (custom runner, `harness = false`). Every path runs on the GPU from identical memory, with
 //! the launch recorder off (`graph::exec::run_gpu`, the engine's path):
 //! - **replay** — the arm under test: the replay-mode layer graph (`Rollback::Replay`),
-//!   compiled with every fusion and the overlap pass ([`Options::ALL`], today the defaults);
-//!   its report must show `replay_verify` fusing the replay and the verify into one
+//!   compiled with every fusion and the opt-in overlap pass ([`Options::ALL`]); its report must
+//!   show `replay_verify` fusing the replay and the verify into one
 //!   GATED_DELTA_NET_REPLAY_VERIFY, the gate path's fusions and `state_read`; beside it the
-//!   same graph with the defaults less the overlap pass (every launch plain) and without
-//!   `replay_verify`;
+//!   same graph with the defaults (every launch plain) and without `replay_verify`;
 //! - **replay unfused** — the same graph unfused, compared with the fused one (every output,
 //!   the log set each step wrote, the committed rows);
 //! - **snapshots** — today's layer step with 1 + R = T snapshot rows and ggml's rollback, fused

@@ -32,12 +32,10 @@ const BOTH: Overlap = Overlap { lets_next_start: true, starts_early: true };
 const EARLY: Overlap = Overlap { lets_next_start: false, starts_early: true };
 
 #[test]
-fn the_overlap_pass_is_a_default_that_can_be_left_out() {
-    assert!(Options::ON.allows(OVERLAP) && Options::ALL.allows(OVERLAP) && !Options::OFF.allows(OVERLAP));
-    assert_eq!(Options::ON.names().last(), Some(&OVERLAP));
-    let without = Options::ON.without(OVERLAP);
-    assert!(!without.allows(OVERLAP) && without.allows("replay_verify") && without.with(OVERLAP) == Options::ON);
-    assert_eq!(Options::parse("default").unwrap(), Options::ON);
+fn the_overlap_pass_is_an_option_off_by_default() {
+    assert!(!Options::ON.allows(OVERLAP) && Options::ALL.allows(OVERLAP) && !Options::OFF.allows(OVERLAP));
+    let with = Options::ON.with(OVERLAP);
+    assert!(with.allows(OVERLAP) && with.names().last() == Some(&OVERLAP) && with.without(OVERLAP) == Options::ON);
     assert_eq!(Options::parse("replay_verify, overlap").unwrap(), Options::only(&["replay_verify"]).unwrap().with(OVERLAP));
     let err = Options::parse("overlapp").unwrap_err().to_string();
     assert!(err.contains("overlapp") && err.contains(OVERLAP), "{err}");
@@ -49,7 +47,7 @@ fn the_overlap_pass_is_a_default_that_can_be_left_out() {
 /// n_s = 32, whose overlapped replay-verify parks 32·32·4 = 4096 blocks on its wait
 /// (`EARLY_START_MAX_PARKED_BLOCKS`); from 33 sequences on it is refused by that rule, by name,
 /// and so the run before it stays plain too (`Refusal::RunEndsParked`). Below the tiles the products have no overlap
-/// form, so nothing overlaps. Without the pass (the defaults less `overlap`) every launch is plain.
+/// form, so nothing overlaps. With the defaults (no overlap pass) every launch is plain.
 #[test]
 fn the_bench_replay_layers_overlap_where_the_products_run_as_tiles() {
     // (n_s, n_t, the forms with the pass)
@@ -66,7 +64,7 @@ fn the_bench_replay_layers_overlap_where_the_products_run_as_tiles() {
     ];
     for (n_s, n_t, with_pass) in cases {
         let cfg = ChainConfig { shape: GdnShape::QWEN35_9B, step: rgdn::bench::seqs_step(n_t, 0, n_s).unwrap(), init: Default::default() };
-        for options in [Options::ON.without(OVERLAP), Options::ON] {
+        for options in [Options::ON, Options::ON.with(OVERLAP)] {
             let mut mem = HostMemory::new();
             let ops = replay_layer(&mut mem, &cfg, n_t / 2, options).unwrap();
             let nodes: Vec<Node> = ops.into_iter().map(|op| Node::new(op, Some(0))).collect();

@@ -49,7 +49,6 @@ use episodes::{
     write_bytes,
 };
 use rgdn::fusion::Options;
-use rgdn::fusion::overlap::OVERLAP;
 use rgdn::graph::layer;
 use rgdn::layer::GdnShape;
 use rgdn::memory::HostMemory;
@@ -280,17 +279,16 @@ fn episode(n_s: usize, n_t: usize, seed: u64, plant: Plant) -> Result<Tally, Str
 }
 
 /// [`episode`] with a bug planted in the replay graphs' path too: the replay graph, unfused,
-/// compiled without `replay_verify`, with the defaults less the overlap pass (every launch
-/// plain) and with the defaults (every fusion and the overlap pass: `Options::ALL`), runs beside
-/// the reference, its outputs, log sets and committed rows compared with the reference's after
-/// every step.
+/// compiled without `replay_verify`, with the defaults and with every fusion (the opt-in
+/// `replay_step` too), runs beside the reference, its outputs, log sets and committed
+/// rows compared with the reference's after every step.
 fn episode_with(n_s: usize, n_t: usize, seed: u64, plant: Plant, graph_plant: GraphPlant) -> Result<Tally, String> {
     let setup = Setup { exec: Executor::Cpu, shape: SHAPE, n_s, n_t, seed, snapshots: &[Options::OFF, Options::ALL] };
     let label = format!("{plant:?}");
     episodes::episode(&setup, &label, &mut |weights: &Weights, start: &Rows| {
         let rep = ReplayPath::new(n_s, n_t, weights, start, plant);
         let mut others: Vec<Box<dyn ReplayArm>> = Vec::new();
-        for o in [Options::OFF, Options::ON.without("replay_verify"), Options::ON.without(OVERLAP), Options::ON] {
+        for o in [Options::OFF, Options::ON.without("replay_verify"), Options::ON, Options::ALL] {
             let mut g = ReplayGraph::new(Executor::Cpu, SHAPE, (n_s, n_t, seed), o, weights, start)?;
             g.plant = graph_plant;
             others.push(Box::new(g));

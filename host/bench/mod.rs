@@ -1049,7 +1049,7 @@ mod tests {
         use crate::fusion::{Options, overlap::OVERLAP};
         for (n_s, with_pass, want) in [(16, true, true), (16, false, false), (5, true, false)] {
             let cfg = chain::ChainConfig { shape: GdnShape::QWEN35_9B, step: seqs_step(4, 0, n_s).unwrap(), init: Default::default() };
-            let options = if with_pass { Options::ON } else { Options::ON.without(OVERLAP) };
+            let options = if with_pass { Options::ON.with(OVERLAP) } else { Options::ON };
             let ops = chain::replay_layer(&mut crate::memory::HostMemory::new(), &cfg, 2, options).unwrap();
             assert_eq!(overlapped(&ops), want, "n_s {n_s}, pass {with_pass}");
         }

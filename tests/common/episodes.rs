@@ -13,7 +13,6 @@
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rgdn::fusion::sweep::{self, Planning};
-use rgdn::fusion::overlap::OVERLAP;
 use rgdn::fusion::{Options, Outcome, REGISTRY, Report, compile_for};
 use rgdn::gpu::Gpu;
 use rgdn::graph::Node;
@@ -877,11 +876,10 @@ pub fn graph_episode(setup: &Setup, plant: GraphPlant, unfused: bool) -> Check<T
         if unfused {
             others.push(Box::new(ReplayGraph::new(exec, shape, dims, Options::OFF, weights, start)?));
         }
-        // Beside every fusion (`Options::ALL`, which is also the defaults: from 5 sequences on
-        // the step as three launches, overlapped where the overlap pass allows) the defaults
-        // less the overlap pass (the three launches plain) and the set without `replay_verify`
-        // (the replay and the verify's recurrence as two launches).
-        others.push(Box::new(ReplayGraph::new(exec, shape, dims, Options::ON.without(OVERLAP), weights, start)?));
+        // Beside every fusion (with the opt-in `replay_step`: the step in one launch where it
+        // fires) the defaults (`Options::ON`: the step as three launches) and the set without
+        // `replay_verify` (the replay and the verify's recurrence as two launches).
+        others.push(Box::new(ReplayGraph::new(exec, shape, dims, Options::ON, weights, start)?));
         others.push(Box::new(ReplayGraph::new(exec, shape, dims, Options::ON.without("replay_verify"), weights, start)?));
         Ok(Arms { primary: Box::new(fused), others })
     })
