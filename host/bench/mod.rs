@@ -465,6 +465,9 @@ pub fn run_with(args: &BenchArgs, builder: &dyn ChainBuilder, out: &mut dyn std:
         };
         let (report, n_sets) = measured?;
         sets_used = sets_used.max(n_sets);
+        // Each mode's line as soon as it is measured, so that a run cut by its time limit keeps
+        // what it measured (the whole report comes at the end).
+        bar.suspend(|| writeln!(out, "{}", report::mode_done_line(&report, plan.graph_layers)).and_then(|()| out.flush()))?;
         reports.push(report);
     }
     bar.finish_and_clear();

@@ -533,10 +533,51 @@ fn ratio_text(x: Option<f64>) -> String {
     x.map(|v| format!("{v:.3}")).unwrap_or_else(|| "–".into())
 }
 
+/// One line for a mode as soon as it is measured, before the whole report: a run cut by its
+/// time limit (a device call's `timeout`) keeps what it measured. The graph span per layer step
+/// of each arm, median (p10–p90), and their ratio; `graph_layers` the captured forward's layers.
+pub fn mode_done_line(mode: &ModeReport, graph_layers: usize) -> String {
+    let per_step = |s: &ArmStats| match (&s.graph_span, graph_layers) {
+        (Some(g), n) if n > 0 => {
+            let n = n as f64;
+            format!("{:.2} ({:.2}–{:.2})", g.median / n, g.p10 / n, g.p90 / n)
+        }
+        _ => "–".into(),
+    };
+    format!(
+        "measured {} (T = {}, R = {}, n_s = {}): graph span / {graph_layers} layers, µs: off {}, on {}; graph on/off {}{}",
+        mode.mode,
+        mode.tokens,
+        mode.rollback,
+        mode.seqs,
+        per_step(&mode.off),
+        per_step(&mode.on),
+        ratio_text(mode.graph_ratio),
+        if mode.on_overlapped { " (on: overlapped)" } else { "" }
+    )
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
     use crate::bench::stats::summarize;
+
+    /// The line a scripted run gets per mode: each arm's graph span per layer step and the ratio.
+    #[test]
+    fn a_measured_mode_reads_as_one_line() {
+        let report = synthetic(true);
+        let m = &report.modes[1];
+        let line = mode_done_line(m, 24);
+        let off = m.off.graph_span.as_ref().unwrap().median / 24.0;
+        assert!(line.starts_with("measured mtp3 (T = 4, R = 3, n_s = 1)"), "{line}");
+        assert!(
+            line.contains(&format!("off {off:.2} (")) && line.contains(&format!("graph on/off {:.3}", m.graph_ratio.unwrap())),
+            "{line}"
+        );
+        assert!(!line.contains("overlapped") && !line.contains('\n'), "{line}");
+        // No captured forward: no per-step figure, never a division by zero.
+        assert!(mode_done_line(m, 0).contains("off –, on –"), "{}", mode_done_line(m, 0));
+    }
 
     /// A report from made-up numbers (also used by the plot test).
     pub(crate) fn synthetic(fusion: bool) -> Report {
