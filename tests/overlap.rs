@@ -46,8 +46,9 @@ fn the_overlap_pass_is_an_option_off_by_default() {
 /// start, the products start early and let the replay-verify start, which starts early — up to
 /// n_s = 32, whose overlapped replay-verify parks 32·32·4 = 4096 blocks on its wait
 /// (`EARLY_START_MAX_PARKED_BLOCKS`); from 33 sequences on it is refused by that rule, by name,
-/// and so the run before it stays plain too (`Refusal::RunEndsParked`). Below the tiles the products have no overlap
-/// form, so nothing overlaps. With the defaults (no overlap pass) every launch is plain.
+/// and so the run before it stays plain too (`Refusal::RunEndsParked`). Below the tiles the
+/// products have no overlap form, so nothing overlaps. With the defaults (no overlap pass) every
+/// launch is plain.
 #[test]
 fn the_bench_replay_layers_overlap_where_the_products_run_as_tiles() {
     // (n_s, n_t, the forms with the pass)
