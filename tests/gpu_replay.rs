@@ -28,7 +28,8 @@
 //!    64} × T ∈ {1, 4, 8, 16};
 //! 2. the 9B shape (E 4096, H_k 16, H_v 32, D 128, d_conv 4) at T = 4, n_s ∈ {4, 64}
 //!    (`RGDN_REPLAY_9B=0` leaves it out, for slow tools such as compute-sanitizer;
-//!    `RGDN_REPLAY_SEQS=64` keeps only the small shape's episodes at those sequence counts);
+//!    `RGDN_REPLAY_SEQS=64` keeps only the small shape's episodes at those sequence counts,
+//!    `RGDN_REPLAY_SEQS=none` none of them);
 //! 3. a planted bug that must fail: the fused replay graph told a − 1 accepted tokens (a
 //!    test-only plant in what the test writes, `GraphPlant::AcceptedOffByOne`), n_s = 4, T = 4
 //!    at the small shape. A plant in the kernel itself is a patch
@@ -73,15 +74,17 @@ fn main() -> ExitCode {
     let require_gpu = std::env::var("RGDN_REQUIRE_GPU").is_ok_and(|v| v == "1");
     let with_9b = !std::env::var("RGDN_REPLAY_9B").is_ok_and(|v| v == "0");
     // `RGDN_REPLAY_SEQS=64`: the small shape's episodes of those sequence counts only (comma-
-    // separated; e.g. the overlapped ones, for compute-sanitizer). Unset: all of them.
+    // separated; e.g. the overlapped ones, for compute-sanitizer); `none`: none of them (the 9B
+    // episodes alone). Unset: all of them.
     let seqs_filter = std::env::var("RGDN_REPLAY_SEQS").ok();
     let small_seqs: Vec<usize> = match &seqs_filter {
         None => SEQUENCES.to_vec(),
+        Some(list) if list.trim() == "none" => Vec::new(),
         Some(list) => {
             let wanted: Vec<&str> = list.split(',').map(str::trim).collect();
             let kept: Vec<usize> = SEQUENCES.into_iter().filter(|n| wanted.contains(&n.to_string().as_str())).collect();
             if kept.len() != wanted.len() {
-                println!("RGDN_REPLAY_SEQS=`{list}`: each entry must be one of the small shape's sequence counts {SEQUENCES:?}");
+                println!("RGDN_REPLAY_SEQS=`{list}`: each entry must be one of the small shape's sequence counts {SEQUENCES:?}, or `none`");
                 return ExitCode::FAILURE;
             }
             kept

@@ -117,6 +117,50 @@ fn an_early_start_that_would_park_many_blocks_is_refused_by_name() {
     }
 }
 
+/// \[speed\] The run rule speaks before the byte check. At the 9B's 64 sequences the
+/// replay-verify is refused by the cost rule, so the fusion-aware planner keeps nothing of the
+/// step apart and may put the products' outputs on the chain's inputs once the chain is done with
+/// them (found by the GPU episode of that shape: the products were reported as a conflict). The
+/// products are still refused by the run rule, by name, whatever their bytes: in that planned
+/// graph, and in the bench's layer with the products' gate planted on the chain's input.
+#[test]
+fn the_run_rule_refuses_before_the_bytes_are_looked_at() {
+    use rgdn::ops::{GdnConvChain, MulMatVecPairGate};
+    use rgdn::tensor::Tensor;
+    let expect = |decisions: &[rgdn::fusion::overlap::Decision], what: &str| {
+        let [products, rv] = decisions else { panic!("{what}: two decisions expected: {decisions:?}") };
+        assert_eq!((products.op, rv.op), ("MUL_MAT_VEC_PAIR_GATE", "GATED_DELTA_NET_REPLAY_VERIFY"), "{what}");
+        assert!(matches!(rv.outcome, Err(Refusal::ManyParked { .. })), "{what}: {decisions:?}");
+        assert_eq!(products.outcome, Err(Refusal::RunEndsParked { at: rv.node }), "{what}: {decisions:?}");
+    };
+    // The planned 9B graph, as `tests/gpu_replay.rs`'s episode plans it.
+    let others: Vec<(usize, usize)> = (1..64).map(|s| (s, 0)).collect();
+    let step = Step { cells: 64, ..Step::new(4, 0) }.with_sequences(&others).unwrap();
+    let layer = LayerSpec { rollback: Rollback::Replay { log_set: 0 }, ..LayerSpec::new(GdnShape::QWEN35_9B, step) };
+    let spec = StackSpec { layers: vec![layer], outputs: Outputs::Products };
+    let built = sweep::build(&spec, 0x0e1b, sweep::Planning::FusionAware).unwrap();
+    for set in [0, 1] {
+        let nodes = built.replay_nodes(set).unwrap();
+        let (compiled, report) = compile_for(nodes, &built.live_out(), Options::ALL, Some(&built.mem));
+        check_overlaps(&compiled).unwrap();
+        expect(&report.overlaps, &format!("planned 9B graph, log set {set}"));
+    }
+    // The bench's layer, the products' gate output planted on the chain's input (a write after
+    // the chain's read: a conflict, were the run overlapped).
+    let cfg = ChainConfig { shape: GdnShape::QWEN35_9B, step: rgdn::bench::seqs_step(4, 0, 64).unwrap(), init: Default::default() };
+    let mut mem = HostMemory::new();
+    let ops = replay_layer(&mut mem, &cfg, 2, Options::ON).unwrap();
+    let chain = ops[0].downcast_ref::<GdnConvChain>().unwrap().clone();
+    let pair = ops[1].downcast_ref::<MulMatVecPairGate>().unwrap().clone();
+    let planted = MulMatVecPairGate { gate: Tensor { buffer: chain.qkv.buffer, ..pair.gate }, ..pair };
+    let mut nodes: Vec<Node> = ops.into_iter().map(|op| Node::new(op, Some(0))).collect();
+    nodes[1] = Node::new(Box::new(planted), Some(0));
+    let (marked, decisions) = rgdn::fusion::overlap::mark(nodes);
+    check_overlaps(&marked).unwrap();
+    assert!(marked.iter().map(form_of).all(|f| f == Overlap::NONE), "{decisions:?}");
+    expect(&decisions, "bench layer, products on the chain's input");
+}
+
 /// One replay-mode layer (R = 0, sequence s on cell s) of the small test shape.
 fn replay_spec(n_s: usize, n_t: usize, layers: usize) -> StackSpec {
     let shape = GdnShape { n_embd: 64, n_k_heads: 1, n_v_heads: 2, head_dim: 128, d_conv: 4, eps: 1e-6 };

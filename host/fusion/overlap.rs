@@ -122,6 +122,16 @@ pub fn plan(nodes: &[Node]) -> (Vec<Overlap>, Vec<Decision>) {
             if !forms[i - 1].lets_next_start {
                 return Err(Refusal::PreviousWaits { previous: nodes[i - 1].op.name() });
             }
+            // [speed] The run rule before the byte check: a launch whose next launch the cost rule
+            // keeps plain would end its run there, so it stays plain whatever its bytes. (Checked
+            // after the bytes, a plan whose planner placed values knowing the run stays plain
+            // — `super::groups` keeps only an overlapped run's values apart — reported a conflict
+            // here instead.)
+            if let Some(next) = forms.get(i + 1).and_then(|f| f.early.as_ref()) {
+                if next.parked_blocks > EARLY_START_MAX_PARKED_BLOCKS {
+                    return Err(Refusal::RunEndsParked { at: i + 1 });
+                }
+            }
             let mut beside = vec![i - 1];
             let mut j = i - 1;
             // Node 0 never starts early (Refusal::First), so j stays ≥ 1 while it loops.
@@ -145,9 +155,13 @@ pub fn plan(nodes: &[Node]) -> (Vec<Overlap>, Vec<Decision>) {
             overlap[i].starts_early = true;
             overlap[i - 1].lets_next_start = true;
         }
-        let parked = matches!(outcome, Err(Refusal::ManyParked { .. }));
+        let parked_at = match outcome {
+            Err(Refusal::ManyParked { .. }) => Some(i),
+            Err(Refusal::RunEndsParked { at }) => Some(at),
+            _ => None,
+        };
         decisions.push(Decision { node: i, op: node.op.name(), outcome });
-        if parked {
+        if let Some(at) = parked_at {
             // [speed] The run before node i (the launches that start early up to i − 1, and the
             // one that lets the first of them start) stays plain. Fewer overlaps only shrink
             // the grids any later launch may run beside (node i + 1's begin at node i, which is
@@ -157,7 +171,7 @@ pub fn plan(nodes: &[Node]) -> (Vec<Overlap>, Vec<Decision>) {
                 overlap[m] = Overlap::NONE;
                 overlap[m - 1].lets_next_start = false;
                 if let Some(d) = decisions.iter_mut().find(|d| d.node == m) {
-                    d.outcome = Err(Refusal::RunEndsParked { at: i });
+                    d.outcome = Err(Refusal::RunEndsParked { at });
                 }
                 m -= 1;
             }

@@ -490,7 +490,8 @@ pub fn check_replay_report_of(report: &Report, options: Options) -> Check<()> {
     }
     // [overlap] With the overlap pass, a step of three launches overlaps them wherever the
     // products run as tiles (the planner keeps the run's values apart: no conflict) and the
-    // replay-verify's grid is small enough to start early (the pass's cost rule); without it,
+    // replay-verify's grid is small enough to start early (the pass's cost rule; where it is
+    // not, the products stay plain by the run rule, whatever the planner placed); without it,
     // no decision.
     if !options.allows(rgdn::fusion::overlap::OVERLAP) && !report.overlaps.is_empty() {
         return Err("the overlap pass ran though the options leave it out".into());
@@ -498,7 +499,11 @@ pub fn check_replay_report_of(report: &Report, options: Options) -> Check<()> {
     for d in &report.overlaps {
         match &d.outcome {
             Ok(_) => {}
-            Err(rgdn::fusion::overlap::Refusal::PreviousWaits { .. } | rgdn::fusion::overlap::Refusal::ManyParked { .. }) => {}
+            Err(
+                rgdn::fusion::overlap::Refusal::PreviousWaits { .. }
+                | rgdn::fusion::overlap::Refusal::ManyParked { .. }
+                | rgdn::fusion::overlap::Refusal::RunEndsParked { .. },
+            ) => {}
             Err(r) => return Err(format!("node {} ({}) did not start early: {r}", d.node, d.op)),
         }
     }
