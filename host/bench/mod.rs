@@ -420,6 +420,11 @@ pub fn run_with(args: &BenchArgs, builder: &dyn ChainBuilder, out: &mut dyn std:
     if plan.rounds == 0 || plan.layers == 0 {
         return Err(Error::Invalid { op: OP, what: "rounds and layers must be at least 1".into() });
     }
+    // [validation] every mode at every n_s is a valid step (n_t·n_s token columns at most
+    // MAX_GRAPH_TOKENS: `--seqs 256` with t16 is not) before the GPU is probed.
+    for (_, _, t, r, n_s) in &modes {
+        seqs_step(*t, *r, *n_s)?;
+    }
     let gpu = Gpu::new()?;
     // The bench counts and times every launch: the recorder is on for its whole run.
     gpu.set_recording(true);

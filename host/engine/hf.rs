@@ -398,12 +398,15 @@ impl WeightLayout {
     /// For `shape`'s weights with b/a projections of type `dtype`.
     pub fn of(shape: &GdnShape, dtype: DType) -> Result<Self> {
         let (c, k, e, hv) = (shape.try_channels()?, shape.d_conv, shape.n_embd, shape.n_v_heads);
-        let sizes = [c * k * 4, e * hv * dtype.size(), e * hv * dtype.size(), hv * 4, hv * 4];
+        // [validation] checked: `shape` need not be validated (a hostile one is an Overflow).
+        let p = |arg: &'static str, f: &[usize]| crate::tensor::try_product(OP, arg, "bytes", f);
+        let mat_vec = p("alpha_weight", &[e, hv, dtype.size()])?;
+        let sizes = [p("conv_weight", &[c, k, 4])?, mat_vec, mat_vec, p("dt_bias", &[hv, 4])?, p("ssm_a", &[hv, 4])?];
         let mut offsets = [0usize; 5];
-        let mut at = 0;
+        let mut at = 0usize;
         for (o, size) in offsets.iter_mut().zip(sizes) {
             *o = at;
-            at = align(at + size)?;
+            at = align(at.checked_add(size).ok_or_else(|| Error::Overflow { op: OP, arg: "weights", what: "buffer bytes".into() })?)?;
         }
         let [conv_weight, alpha_weight, beta_weight, dt_bias, ssm_a] = offsets;
         Ok(WeightLayout { conv_weight, alpha_weight, beta_weight, dt_bias, ssm_a, bytes: at })
@@ -504,8 +507,11 @@ pub fn engine_lengths(shape: &GdnShape, rows: &StepRows) -> Result<[(&'static st
 /// The step's tensors over the buffers [`ids`] names: the engine's five (contiguous, from
 /// offset 0), the weights at `weights`' offsets, the intermediates packed in the scratch buffer
 /// (each aligned to 256 bytes) and the index tensor. Returns them and the scratch bytes they need.
+/// The shape, the step and the type are validated ([`LayerTensors::specs`]).
 pub fn layer_tensors(shape: &GdnShape, step: &Step, dtype: DType, weights: &WeightLayout) -> Result<(LayerTensors, usize)> {
-    let table = LayerTensors::table(shape, step, dtype)?;
+    // [validation] `specs`, not `table`: the shape, the step and the type are validated (a step
+    // of 0 tokens, cells past M or an unsupported shape are typed errors, not views).
+    let table = LayerTensors::specs(shape, step, dtype)?;
     let placeholder = Tensor::new(BufferId(usize::MAX), Layout::contiguous(DType::F32, [0; 4]));
     let mut tensors = [placeholder; LAYER_TENSORS];
     let mut scratch = 0usize;

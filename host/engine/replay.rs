@@ -117,12 +117,15 @@ impl LogLayout {
     }
 
     /// Tensor `i`'s view of `n` cells from `first` in log set `set`.
-    fn view(&self, set: usize, i: usize, first: usize, n: usize) -> Tensor {
+    fn view(&self, set: usize, i: usize, first: usize, n: usize) -> Result<Tensor> {
         let [a, b] = self.heads[i];
         let ne = if i == 0 { [a, self.n_tokens, n, 1] } else { [a, b, self.n_tokens, n] };
         let contiguous = Layout::contiguous(DType::F32, ne);
-        // Offsets below `bytes` (checked by the callers' range check and `of`'s arithmetic).
-        Tensor::new(ids::LOGS, contiguous.view(ne, contiguous.nb, self.offsets[set][i] + first * self.per_cell[i]))
+        // Offsets below `bytes` for a layout of `of` (the callers' range check and `of`'s
+        // arithmetic); checked, for one whose public fields were changed since.
+        let offset = first.checked_mul(self.per_cell[i]).and_then(|o| o.checked_add(self.offsets[set][i]));
+        let offset = offset.ok_or_else(|| Error::Overflow { op: OP, arg: "logs", what: format!("offset of cell {first}") })?;
+        Ok(Tensor::new(ids::LOGS, contiguous.view(ne, contiguous.nb, offset)))
     }
 
     /// Refuses `n` cells from `first` that are not all below M (or none).
@@ -145,7 +148,7 @@ impl LogLayout {
         check_set(set)?;
         self.check_cells("kv_head", kv_head, n_s)?;
         let v = |i| self.view(set, i, kv_head, n_s);
-        Ok(TokenLog { qkv: v(0), k: v(1), v: v(2), g: v(3), beta: v(4) })
+        Ok(TokenLog { qkv: v(0)?, k: v(1)?, v: v(2)?, g: v(3)?, beta: v(4)? })
     }
 
     /// The five STAGE copies moving the logs of `n` cells from `first` out of set `from` into
@@ -153,9 +156,9 @@ impl LogLayout {
     pub fn moves(&self, from: usize, first: usize, n: usize) -> Result<Vec<Box<dyn Op>>> {
         check_set(from)?;
         self.check_cells("cells", first, n)?;
-        Ok((0..5)
-            .map(|i| Box::new(Stage { src: self.view(from, i, first, n), dst: self.view(1 - from, i, first, n) }) as Box<dyn Op>)
-            .collect())
+        (0..5)
+            .map(|i| Ok(Box::new(Stage { src: self.view(from, i, first, n)?, dst: self.view(1 - from, i, first, n)? }) as Box<dyn Op>))
+            .collect()
     }
 }
 
@@ -207,7 +210,8 @@ impl ReplayStep {
     /// The ggml-view step: T tokens, R = 0, M cells, sequence s reading and committing cell
     /// `kv_head + s`.
     pub fn step(&self) -> Result<Step> {
-        let others: Vec<(usize, usize)> = (1..self.n_seqs()).map(|s| (self.kv_head + s, 0)).collect();
+        // Saturating: a hand-built step's cells past usize::MAX are refused by `validate`.
+        let others: Vec<(usize, usize)> = (1..self.n_seqs()).map(|s| (self.kv_head.saturating_add(s), 0)).collect();
         let step = Step { cells: self.cells, kv_head: self.kv_head, src_cell: self.kv_head, ..Step::new(self.n_tokens, 0) }
             .with_sequences(&others)?;
         step.validate()?;

@@ -342,7 +342,8 @@ impl ReplayTensors {
     /// Writes the previous step's accepted counts (one per sequence, each 0 ..= T) into
     /// `accepted`, and the window rows derived from them into `window_rows`. A wrong count of
     /// counts is an [`Error::Invalid`], a count above T an [`Error::IndexOutOfRange`] naming it
-    /// (`rows` = T + 1); nothing is written then.
+    /// (`rows` = T + 1); index tensors that are not I32 views inside `mem`, or a window row
+    /// past I32, a typed error too; nothing is written then.
     pub fn set_accepted(&self, mem: &mut HostMemory, accepted: &[usize]) -> Result<()> {
         let (n_t, n_s) = (self.n_tokens(), self.accepted.ne()[0]);
         if accepted.len() != n_s {
@@ -357,12 +358,26 @@ impl ReplayTensors {
                 rows: n_t + 1,
             });
         }
+        // [validation] both index tensors in `mem`, one I32 per sequence (tensors that do not
+        // conform to a table — hand-built, or of another memory — are typed errors here).
+        crate::ops::check::tensor(OP, "accepted", &self.accepted, DType::I32, mem)?;
+        crate::ops::check::tensor(OP, "window_rows", &self.window_rows, DType::I32, mem)?;
+        crate::ops::check::shape(OP, "window_rows", &self.window_rows, self.accepted.ne())?;
+        // (T − a)·n_s + s < (T + 1)·n_s: the windows' rows are ≤ 17 × 256 for tensors of the
+        // table; checked for any other.
+        let mut rows = Vec::with_capacity(n_s);
         for (s, &a) in accepted.iter().enumerate() {
-            // (T − a)·n_s + s < (T + 1)·n_s, a row count the table proved representable; the
-            // windows' rows are ≤ 17 × 256.
-            let row = (n_t - a) * n_s + s;
-            mem.write_u32(&self.accepted, [s, 0, 0, 0], a as u32);
-            mem.write_u32(&self.window_rows, [s, 0, 0, 0], row as u32);
+            let row = (n_t - a).checked_mul(n_s).and_then(|r| r.checked_add(s));
+            let values = row.and_then(|r| Some((i32::try_from(a).ok()? as u32, i32::try_from(r).ok()? as u32)));
+            rows.push(values.ok_or_else(|| Error::Overflow {
+                op: OP,
+                arg: "window_rows",
+                what: format!("window row (T − a)·n_s + s = ({n_t} − {a})·{n_s} + {s} as an I32"),
+            })?);
+        }
+        for (s, (a, row)) in rows.into_iter().enumerate() {
+            mem.write_u32(&self.accepted, [s, 0, 0, 0], a);
+            mem.write_u32(&self.window_rows, [s, 0, 0, 0], row);
         }
         Ok(())
     }
@@ -372,8 +387,11 @@ impl ReplayTensors {
     /// the counts in index buffers, all 0.
     pub fn alloc(mem: &mut HostMemory, shape: &GdnShape, step: &Step) -> Result<ReplayTensors> {
         let table = Self::table(shape, step)?;
-        let t =
-            table.map(|(_, dtype, ne)| if dtype == DType::I32 { mem.alloc_indices(&vec![0; ne[0]]) } else { mem.alloc_tensor(dtype, ne) });
+        // [validation] the fallible allocations: a size past the budget is a typed error.
+        let mut t = [Tensor::new(BufferId(usize::MAX), Layout::contiguous(DType::F32, [0; 4])); REPLAY_TENSORS];
+        for (t, (_, dtype, ne)) in t.iter_mut().zip(table) {
+            *t = if dtype == DType::I32 { mem.try_alloc_indices(&vec![0; ne[0]])? } else { mem.try_alloc_tensor(dtype, ne)? };
+        }
         let r = Self::from_array(t);
         r.set_accepted(mem, &vec![0; step.n_seqs()])?;
         Ok(r)
