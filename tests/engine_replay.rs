@@ -126,7 +126,7 @@ impl EngineArm {
             fusions,
             logs,
             book: ReplayCells::new(n_t, CELLS).expect("a record"),
-            weights: host.bytes(&weight_layout),
+            weights: host.bytes(&weight_layout).expect("the weights fit their own layout"),
             weight_layout,
             conv,
             ssm,
@@ -197,7 +197,7 @@ impl EngineArm {
             buffer(&mut mem, &self.weights),
             buffer(&mut mem, &poison),
         ];
-        let [sources, accepted, windows] = st.index_values();
+        let [sources, accepted, windows] = st.index_values()?;
         let index = mem.alloc_indices(&sources).buffer;
         let logs = buffer(&mut mem, &self.log);
         let (acc, win) = (mem.alloc_indices(&accepted).buffer, mem.alloc_indices(&windows).buffer);
@@ -217,12 +217,12 @@ impl EngineArm {
             op.validate(&mem)?;
             op.reference(&mut mem, &mut ExactMufu)?;
         }
-        self.book.moved(st);
+        self.book.moved(st)?;
         for op in &compiled.ops {
             op.validate(&mem)?;
             op.reference(&mut mem, &mut ExactMufu)?;
         }
-        self.book.stepped(st);
+        self.book.stepped(st)?;
         self.tally.moved_cells += st.moves.iter().map(|m| m.1).sum::<usize>();
         self.tally.sets[st.log_set] += 1;
         self.tally.new_cells += st.new_cells.len();

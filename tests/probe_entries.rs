@@ -132,7 +132,18 @@ fn from_hf_refuses_wrong_lengths_and_shapes() {
         let r = no_panic("from_hf", || HostWeights::from_hf(&config, &w));
         assert!(r.is_err(), "accepted {w:?}");
     }
-    let _ = host;
+    // The weights buffer at a layout that does not hold them (its fields are public): typed.
+    let layout = WeightLayout::of(&SMALL, DType::F32).unwrap();
+    assert_eq!(host.bytes(&layout).unwrap().len(), layout.bytes);
+    for bad in [
+        WeightLayout { bytes: 0, ..layout },
+        WeightLayout { ssm_a: layout.bytes, ..layout },
+        WeightLayout { conv_weight: usize::MAX, ..layout },
+        WeightLayout { alpha_weight: layout.bytes - 1, ..layout },
+    ] {
+        let r = no_panic(&format!("bytes({bad:?})"), || host.bytes(&bad));
+        assert!(matches!(r, Err(Error::Invalid { .. })), "{bad:?}: {:?}", r.map(|b| b.len()));
+    }
 }
 
 #[test]

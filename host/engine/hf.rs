@@ -352,20 +352,26 @@ impl HostWeights {
         Ok(HostWeights { dtype, conv_weight, alpha_weight, beta_weight, dt_bias, ssm_a })
     }
 
-    /// The weights buffer's bytes at `layout`'s offsets (zero between).
-    pub fn bytes(&self, layout: &WeightLayout) -> Vec<u8> {
+    /// The weights buffer's bytes at `layout`'s offsets (zero between). A layout that does not
+    /// hold these weights (not [`WeightLayout::of`] their shape and type: the fields are public)
+    /// is a typed error naming the weight that does not fit.
+    pub fn bytes(&self, layout: &WeightLayout) -> Result<Vec<u8>> {
         let mut out = vec![0u8; layout.bytes];
         let f32s = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
-        for (offset, bytes) in [
-            (layout.conv_weight, f32s(&self.conv_weight)),
-            (layout.alpha_weight, self.alpha_weight.clone()),
-            (layout.beta_weight, self.beta_weight.clone()),
-            (layout.dt_bias, f32s(&self.dt_bias)),
-            (layout.ssm_a, f32s(&self.ssm_a)),
+        for (arg, offset, bytes) in [
+            ("conv_weight", layout.conv_weight, f32s(&self.conv_weight)),
+            ("alpha_weight", layout.alpha_weight, self.alpha_weight.clone()),
+            ("beta_weight", layout.beta_weight, self.beta_weight.clone()),
+            ("dt_bias", layout.dt_bias, f32s(&self.dt_bias)),
+            ("ssm_a", layout.ssm_a, f32s(&self.ssm_a)),
         ] {
-            out[offset..offset + bytes.len()].copy_from_slice(&bytes);
+            let place = offset.checked_add(bytes.len()).and_then(|end| out.get_mut(offset..end)).ok_or_else(|| Error::Invalid {
+                op: OP,
+                what: format!("{arg}: {} bytes at offset {offset} do not fit the layout's {} bytes", bytes.len(), layout.bytes),
+            })?;
+            place.copy_from_slice(&bytes);
         }
-        out
+        Ok(out)
     }
 }
 
@@ -676,7 +682,7 @@ impl GdnLayer {
             dtype: host.dtype,
             weight_layout,
             ctx: gpu.context().cu_ctx() as usize,
-            weights: stream.clone_htod(&host.bytes(&weight_layout))?,
+            weights: stream.clone_htod(&host.bytes(&weight_layout)?)?,
             scratch: stream.alloc_zeros::<u8>(ALIGN)?,
             output: stream.alloc_zeros::<f32>(1)?,
             index: stream.alloc_zeros::<i32>(crate::layer::MAX_SEQS)?,
@@ -1109,7 +1115,7 @@ mod tests {
                 engine.push(values);
             }
             let id = mem.alloc(layout.bytes);
-            mem.bytes_mut(id).copy_from_slice(&host.bytes(&layout));
+            mem.bytes_mut(id).copy_from_slice(&host.bytes(&layout).unwrap());
             assert_eq!((id, mem.alloc(scratch)), (ids::WEIGHTS, ids::SCRATCH));
             assert_eq!(mem.alloc_indices(&[sources[0] as i32]).buffer, ids::INDEX);
             let compiled = layer_step_with(&t, &s, &step, &LayerInit::default(), fusions, &mem).unwrap();

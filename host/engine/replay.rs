@@ -221,14 +221,29 @@ impl ReplayStep {
     /// The three index buffers' values: the source rows `kv_head + s` ([`super::hf::ids::INDEX`]),
     /// the accepted counts ([`ids::ACCEPTED`]) and the window rows `(T − a)·n_s + s`
     /// ([`ids::WINDOW_ROWS`], `ReplayTensors::set_accepted`'s rule).
-    pub fn index_values(&self) -> [Vec<i32>; 3] {
+    ///
+    /// For a step of [`ReplayCells::prepare`] every value is below M ≤ i32::MAX
+    /// ([`ReplayCells::new`]) or (T + 1)·n_s ≤ 17·256; a hand-built one (the fields are public)
+    /// with a count above T or a value past I32 is a typed error.
+    pub fn index_values(&self) -> Result<[Vec<i32>; 3]> {
         let n_s = self.n_seqs();
-        // Every value is below M ≤ i32::MAX (`ReplayCells::new`) or (T + 1)·n_s ≤ 17·256
-        // (`prepare`).
-        let sources = (0..n_s).map(|s| (self.kv_head + s) as i32).collect();
-        let accepted = self.accepted.iter().map(|&a| a as i32).collect();
-        let windows = self.accepted.iter().enumerate().map(|(s, &a)| ((self.n_tokens - a) * n_s + s) as i32).collect();
-        [sources, accepted, windows]
+        let as_i32 = |arg: &'static str, what: &dyn Fn() -> String, v: Option<usize>| {
+            v.and_then(|v| i32::try_from(v).ok()).ok_or_else(|| Error::Overflow { op: OP, arg, what: what() })
+        };
+        let mut sources = Vec::with_capacity(n_s);
+        let mut accepted = Vec::with_capacity(n_s);
+        let mut windows = Vec::with_capacity(n_s);
+        for (s, &a) in self.accepted.iter().enumerate() {
+            if a > self.n_tokens {
+                let index = i64::try_from(a).unwrap_or(i64::MAX);
+                return Err(Error::IndexOutOfRange { op: OP, arg: "accepted", position: s, index, rows: self.n_tokens + 1 });
+            }
+            sources.push(as_i32("kv_head", &|| format!("source row kv_head + {s} as an I32"), self.kv_head.checked_add(s))?);
+            accepted.push(as_i32("accepted", &|| format!("accepted count {a} as an I32"), Some(a))?);
+            let row = (self.n_tokens - a).checked_mul(n_s).and_then(|r| r.checked_add(s));
+            windows.push(as_i32("window_rows", &|| format!("window row (T − a)·n_s + s of sequence {s} as an I32"), row)?);
+        }
+        Ok([sources, accepted, windows])
     }
 
     /// What runs before the step's plan, in this order: the log moves ([`LogLayout::moves`]
@@ -383,16 +398,40 @@ impl ReplayCells {
         (log_set, moves)
     }
 
-    /// Records that `step`'s moves were enqueued: their cells' logs are in set 1 − p.
-    pub fn moved(&mut self, step: &ReplayStep) {
-        for &(first, n) in &step.moves {
-            self.pending[first..first + n].fill(Some(1 - step.log_set));
+    /// The cells `first … first + n − 1` of this book, or a typed error naming `arg` (a
+    /// hand-built step: [`ReplayStep`]'s fields are public).
+    fn cell_range(&self, arg: &'static str, first: usize, n: usize) -> Result<std::ops::Range<usize>> {
+        match first.checked_add(n) {
+            Some(end) if end <= self.cells() => Ok(first..end),
+            _ => Err(Error::IndexOutOfRange {
+                op: OP,
+                arg,
+                position: 0,
+                index: i64::try_from(first).unwrap_or(i64::MAX),
+                rows: self.cells(),
+            }),
         }
     }
 
+    /// Records that `step`'s moves were enqueued: their cells' logs are in set 1 − p. Cells
+    /// past M or a set other than 0 and 1 (a hand-built step) are a typed error, nothing recorded.
+    pub fn moved(&mut self, step: &ReplayStep) -> Result<()> {
+        check_set(step.log_set)?;
+        let ranges = step.moves.iter().map(|&(first, n)| self.cell_range("moves", first, n)).collect::<Result<Vec<_>>>()?;
+        for r in ranges {
+            self.pending[r].fill(Some(1 - step.log_set));
+        }
+        Ok(())
+    }
+
     /// Records that `step` was enqueued: each of its cells' pending log is the one it wrote.
-    pub fn stepped(&mut self, step: &ReplayStep) {
-        self.pending[step.kv_head..step.kv_head + step.n_seqs()].fill(Some(step.log_set));
+    /// Cells past M or a set other than 0 and 1 (a hand-built step) are a typed error, nothing
+    /// recorded.
+    pub fn stepped(&mut self, step: &ReplayStep) -> Result<()> {
+        check_set(step.log_set)?;
+        let r = self.cell_range("kv_head", step.kv_head, step.n_seqs())?;
+        self.pending[r].fill(Some(step.log_set));
+        Ok(())
     }
 
     /// The steps of zero-valued tokens that commit `cells` (each with the accepted count of
@@ -702,7 +741,7 @@ impl GdnReplayLayer {
             return Err(Error::Invalid { op: OP, what: "the Gpu runs on another CUDA context than the layer's weights".into() });
         }
         let step = st.step()?;
-        let [sources, accepted, windows] = st.index_values();
+        let [sources, accepted, windows] = st.index_values()?;
         let rows: Vec<u32> = sources.iter().map(|&v| v as u32).collect();
         let step_rows =
             StepRows { n_tokens: st.n_tokens, cells: st.cells, rollback: 0, kv_head: st.kv_head, sources: &rows, zero_cell: None };
@@ -741,13 +780,15 @@ impl GdnReplayLayer {
         let at = plans.plan(key, &mem, &make)?;
         // The moves and the zeroing: validated and launched as every op is, on the same stream,
         // so the plan's launches run after them.
+        // The ranges `moved` and `stepped` record were checked above (`st.step()` for the
+        // sequences' cells, `pre_ops` for the moves' cells), so neither fails after a launch.
         mem.enqueue(&st.pre_ops(logs, &tensors.conv_cache, &tensors.ssm_cache)?)?;
-        book.moved(st);
+        book.moved(st)?;
         // As `GdnLayer`'s step: a fused op's index rules stricter than the unfused chain's
         // refuse before any launch, and the step runs unfused.
         let unfused = (key.fusions != Options::OFF).then_some(ReplayKey { fusions: Options::OFF, ..key });
         plans.run(at, &mem, unfused, &make)?;
-        book.stepped(st);
+        book.stepped(st)?;
         Ok(())
     }
 }
@@ -785,18 +826,18 @@ mod tests {
         // First step: nothing pending; p = 1 (a tie), no move.
         let s = book.prepare(&ReplayRows { kv_head: 0, accepted: &[0, 0, 0, 0], new_cells: &[0, 1, 2, 3] }).unwrap();
         assert_eq!((s.log_set, s.moves.clone()), (1, vec![]));
-        book.stepped(&s);
+        book.stepped(&s).unwrap();
         // Cells 2, 3 step alone into set 0 (their log in set 1 is replayed).
         let s = book.prepare(&ReplayRows { kv_head: 2, accepted: &[1, 2], new_cells: &[] }).unwrap();
         assert_eq!((s.log_set, s.moves.clone()), (0, vec![]));
-        book.stepped(&s);
+        book.stepped(&s).unwrap();
         // Cells 0, 1 hold set 1, cells 2, 3 set 0; replaying (a > 0): 0 in set 1, 2 and 3 in
         // set 0 → p = 1, cell 0's log moves to set 0; cell 1 (a = 0) needs none.
         let s = book.prepare(&ReplayRows { kv_head: 0, accepted: &[3, 0, 4, 1], new_cells: &[] }).unwrap();
         assert_eq!((s.log_set, s.moves.clone()), (1, vec![(0, 1)]));
-        book.moved(&s);
+        book.moved(&s).unwrap();
         assert_eq!(book.pending(0), Some(0));
-        book.stepped(&s);
+        book.stepped(&s).unwrap();
         assert_eq!((0..4).map(|c| book.pending(c)).collect::<Vec<_>>(), vec![Some(1); 4]);
     }
 
@@ -814,12 +855,35 @@ mod tests {
         // Nothing pending yet: a > 0 is refused, by position.
         assert!(matches!(book.prepare(&rows(0, &[0, 1], &[])), Err(Error::Invalid { what, .. }) if what.contains("sequence 1")));
         let s = book.prepare(&rows(0, &[0, 0], &[0, 1])).unwrap();
-        book.stepped(&s);
+        book.stepped(&s).unwrap();
         assert!(matches!(book.prepare(&rows(0, &[5, 0], &[])), Err(Error::IndexOutOfRange { arg: "accepted", index: 5, rows: 5, .. })));
         assert!(matches!(book.prepare(&rows(0, &[2, 0], &[0])), Err(Error::Invalid { what, .. }) if what.contains("new cell 0")));
         assert!(matches!(book.prepare(&rows(0, &[0, 0], &[1, 1])), Err(Error::Invalid { what, .. }) if what.contains("twice")));
         assert!(matches!(book.prepare(&rows(0, &[0, 0], &[2])), Err(Error::Invalid { .. })));
         assert!(book.prepare(&rows(0, &[4, 4], &[])).is_ok());
+        // Hand-built steps (the fields are public): typed errors, nothing recorded.
+        let good = book.prepare(&rows(0, &[4, 4], &[])).unwrap();
+        let hostile = [
+            ReplayStep { kv_head: 3, ..good.clone() },
+            ReplayStep { kv_head: usize::MAX, ..good.clone() },
+            ReplayStep { moves: vec![(3, 2)], ..good.clone() },
+            ReplayStep { moves: vec![(usize::MAX, 2)], ..good.clone() },
+            ReplayStep { log_set: 2, ..good.clone() },
+        ];
+        for h in &hostile {
+            let (mut m, mut st) = (book.clone(), book.clone());
+            let (moved, stepped) = (m.moved(h), st.stepped(h));
+            assert!(moved.is_err() || stepped.is_err(), "{h:?}");
+            assert!(moved.is_ok() || m == book, "{h:?}: a refused move recorded something");
+            assert!(stepped.is_ok() || st == book, "{h:?}: a refused step recorded something");
+        }
+        assert!(matches!(
+            ReplayStep { accepted: vec![5, 0], ..good.clone() }.index_values(),
+            Err(Error::IndexOutOfRange { arg: "accepted", index: 5, rows: 5, .. })
+        ));
+        assert!(matches!(ReplayStep { kv_head: usize::MAX, ..good.clone() }.index_values(), Err(Error::Overflow { arg: "kv_head", .. })));
+        assert!(matches!(ReplayStep { kv_head: i32::MAX as usize, ..good.clone() }.index_values(), Err(Error::Overflow { .. })));
+        assert_eq!(good.index_values().unwrap(), [vec![0, 1], vec![4, 4], vec![0, 1]]);
         // Commits: lengths, range, duplicates, counts.
         assert!(matches!(book.commit_steps(&[0], &[]), Err(Error::Invalid { .. })));
         assert!(matches!(book.commit_steps(&[0, 4], &[1, 0]), Err(Error::IndexOutOfRange { arg: "cells", position: 1, .. })));
