@@ -127,10 +127,8 @@ pub fn plan(nodes: &[Node]) -> (Vec<Overlap>, Vec<Decision>) {
             // after the bytes, a plan whose planner placed values knowing the run stays plain
             // — `super::groups` keeps only an overlapped run's values apart — reported a conflict
             // here instead.)
-            if let Some(next) = forms.get(i + 1).and_then(|f| f.early.as_ref()) {
-                if next.parked_blocks > EARLY_START_MAX_PARKED_BLOCKS {
-                    return Err(Refusal::RunEndsParked { at: i + 1 });
-                }
+            if forms.get(i + 1).and_then(|f| f.early.as_ref()).is_some_and(|next| next.parked_blocks > EARLY_START_MAX_PARKED_BLOCKS) {
+                return Err(Refusal::RunEndsParked { at: i + 1 });
             }
             let mut beside = vec![i - 1];
             let mut j = i - 1;

@@ -556,6 +556,10 @@ pub struct ReplayGraph {
     /// A bug planted in the graph path's per-step index (`GraphPlant::None` unless a test
     /// plants one).
     pub plant: GraphPlant,
+    /// Both caches as the last step left them, read once per step for every sequence's
+    /// [`ReplayArm::committed`] (on the GPU at the 9B's n_s = 64 a cache is 128 MiB: read per
+    /// sequence, 32 GiB a step, the episode never finished).
+    caches: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 impl LayerFields for ReplayGraph {
@@ -607,7 +611,8 @@ impl ReplayGraph {
             _ if overlapped => ("replay graph fused, its launches overlapped", Some(fused_op)),
             _ => ("replay graph fused", Some(fused_op)),
         };
-        let mut g = ReplayGraph { name, built, nodes, mem: GraphMemory::new(exec, host)?, fused, n_s, plant: GraphPlant::None };
+        let mut g =
+            ReplayGraph { name, built, nodes, mem: GraphMemory::new(exec, host)?, fused, n_s, plant: GraphPlant::None, caches: None };
         for (name, bytes) in weights {
             g.set(name, bytes)?;
         }
@@ -649,6 +654,7 @@ impl ReplayArm for ReplayGraph {
                 host.write_u32(&r.window_rows, [s, 0, 0, 0], row as u32);
             }
         }
+        self.caches = None;
         self.mem.run(&self.nodes[i % 2], self.fused)?;
         if tokens.is_none() {
             return Ok(None);
@@ -665,8 +671,11 @@ impl ReplayArm for ReplayGraph {
 
     /// Cache rows s.
     fn committed(&mut self, s: usize) -> Check<(Vec<u8>, Vec<u8>)> {
-        let (conv, ssm) = (self.get("conv_cache")?, self.get("ssm_cache")?);
-        Ok((part(&conv, self.n_s, s).to_vec(), part(&ssm, self.n_s, s).to_vec()))
+        if self.caches.is_none() {
+            self.caches = Some((self.get("conv_cache")?, self.get("ssm_cache")?));
+        }
+        let (conv, ssm) = self.caches.as_ref().expect("read above");
+        Ok((part(conv, self.n_s, s).to_vec(), part(ssm, self.n_s, s).to_vec()))
     }
 
     fn log(&mut self, set: usize) -> Check<Vec<Vec<u8>>> {
