@@ -779,9 +779,9 @@ impl GdnReplayLayer {
         };
         let at = plans.plan(key, &mem, &make)?;
         // The moves and the zeroing: validated and launched as every op is, on the same stream,
-        // so the plan's launches run after them.
-        // The ranges `moved` and `stepped` record were checked above (`st.step()` for the
-        // sequences' cells, `pre_ops` for the moves' cells), so neither fails after a launch.
+        // so the plan's launches run after them. What `moved` and `stepped` record was checked
+        // before (the sequences' cells by `st.step()`, the set by the plan, the moves' cells by
+        // `pre_ops`), so neither fails after a launch.
         mem.enqueue(&st.pre_ops(logs, &tensors.conv_cache, &tensors.ssm_cache)?)?;
         book.moved(st)?;
         // As `GdnLayer`'s step: a fused op's index rules stricter than the unfused chain's
