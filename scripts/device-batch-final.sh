@@ -48,6 +48,10 @@ timeout 110 bundle/rgdn bench --no-progress --quick --seqs 1,4,16,64 --modes dec
 echo "bench --seqs 1,4,16,64 --modes decode,mtp3,dflash7: exit $? ($(at))" >> "$s"
 timeout 50 bundle/rgdn bench --no-progress --quick --seqs 1,4,16 --modes t16 --out "$o/bench-t16" > "$o/bench-t16.txt" 2>&1
 echo "bench --seqs 1,4,16 --modes t16: exit $? ($(at))" >> "$s"
+# [replay] The replay step beside the snapshot step (a = T/2) at issue 26's sequence counts, so
+# that every evidence run also refreshes its figures.
+timeout 90 bundle/rgdn bench --no-progress --quick --seqs 1,16,64 --modes decode,mtp3,dflash7 --replay half --out "$o/bench-replay" > "$o/bench-replay.txt" 2>&1
+echo "bench --replay half --seqs 1,16,64 --modes decode,mtp3,dflash7: exit $? ($(at))" >> "$s"
 if [[ -n ${WIDE_BENCH:-} ]]; then
   # n_s = 256 and a cold-cache run (every buffer set evicted from L2 before each launch).
   timeout 110 bundle/rgdn bench --no-progress --quick --seqs 256 --modes decode,mtp3 --layers 8 --out "$o/bench-256" > "$o/bench-256.txt" 2>&1
@@ -122,7 +126,8 @@ RGDN_BATCH_SEQ_ITEMS=1 RGDN_LAYER_STEP_MAX_GRID=7 RGDN_SWEEP_FORWARDS=0 RGDN_SWE
 # defaults tile from PAIR_TILES_MIN_COLS columns on; the suite's cases have up to 16), and the
 # replay episodes with them never (RGDN_PAIR_TILES=0).
 RGDN_PAIR_TILES=1 bg ops-pair-tiles bundle/tests/gpu_ops MUL_MAT_VEC_PAIR
-RGDN_PAIR_TILES=0 bg replay-pair-rows bundle/tests/gpu_replay
+# (The 9B episodes once, in gpu_replay above: at n_s = 64 each moves gigabytes a step.)
+RGDN_PAIR_TILES=0 RGDN_REPLAY_9B=0 bg replay-pair-rows bundle/tests/gpu_replay
 # [replay] GATED_DELTA_NET_REPLAY_VERIFY with two column groups a warp forced on its suite cases
 # (the defaults take two only from H_v·n_s = 1024 on; the cases are smaller) and under memcheck
 # and racecheck, and the replay episodes with two groups everywhere (the small shapes' defaults
@@ -165,6 +170,7 @@ echo "all runs ended ($(at))" >> "$s"
   for f in "$o"/ops-*.log "$o"/plant-*-ops.log; do echo "$(basename "$f"): $(grep -E '^GPU suite' "$f" | tail -1)"; done
   for f in "$o"/*check-*.log; do echo "$(basename "$f"): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|SYNCCHECK SUMMARY|^GPU suite|^SWEEP' "$f" | cut -c1-80 | tr '\n' ' ')"; done
   sed -n '/per layer step/,/^$/p' "$o"/bench*.txt
+  grep -h '^measured' "$o/bench-replay.txt"
 } >> "$s" 2>/dev/null
 tar czf "${OUT:-bundle/out}/final.tgz" -C "$(dirname "$o")" final
 cp "$s" "${OUT:-bundle/out}/summary.txt"
