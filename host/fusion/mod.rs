@@ -156,7 +156,8 @@ fn bit_of(name: &str) -> Option<u64> {
 impl Options {
     pub const OFF: Options = Options(0);
     /// The default set: every registered fusion marked `default` (the fastest measured). The
-    /// overlap pass is not in it: it is not measured yet.
+    /// overlap pass is not in it: on the current kernels it gains only at 32 sequences, T = 4,
+    /// and loses at 8 and 16 (`results/2026-12-06-overlap-default-h100/`).
     pub const ON: Options = Options(default_bits());
     /// Every registered fusion and the overlap pass (what the proofs exercise;
     /// `RGDN_GDN_FUSION=1`, `RGDN_FUSION=all`).

@@ -890,8 +890,8 @@ pub fn graph_episode(setup: &Setup, plant: GraphPlant, unfused: bool) -> Check<T
         if unfused {
             others.push(Box::new(ReplayGraph::new(exec, shape, dims, Options::OFF, weights, start)?));
         }
-        // Beside every fusion (with the opt-in `replay_step`: the step in one launch where it
-        // fires) the defaults (`Options::ON`: the step as three launches) and the set without
+        // Beside every fusion and the overlap pass (`Options::ALL`; up to 4 sequences
+        // `replay_step`'s one launch) the defaults (`Options::ON`: the step as three launches) and the set without
         // `replay_verify` (the replay and the verify's recurrence as two launches).
         others.push(Box::new(ReplayGraph::new(exec, shape, dims, Options::ON, weights, start)?));
         others.push(Box::new(ReplayGraph::new(exec, shape, dims, Options::ON.without("replay_verify"), weights, start)?));
