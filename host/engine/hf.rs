@@ -291,6 +291,17 @@ fn check_tensor(arg: &'static str, t: &HfTensor, want: &[usize], alt: Option<&[u
     Ok(())
 }
 
+/// \[validation\] The per-head vectors (dt_bias, A_log, ssm_a) must be finite: a NaN or an infinity
+/// there reaches every token's gate of its head and stays in the head's recurrent state from that
+/// step on (a checkpoint's corruption, reported at load with the head that holds it, not as NaN
+/// outputs many steps later). The weight matrices are not scanned: their values are data.
+fn finite_per_head(arg: &'static str, values: &[f32]) -> Result<()> {
+    match values.iter().position(|x| !x.is_finite()) {
+        Some(h) => Err(Error::Invalid { op: OP, what: format!("`{arg}`[{h}] = {} (must be finite)", values[h]) }),
+        None => Ok(()),
+    }
+}
+
 /// −exp(x), rounded once from f64 to f32 (the module docs' statement).
 pub fn ssm_a_of_a_log(a_log: f32) -> f32 {
     (-(a_log as f64).exp()) as f32
@@ -336,11 +347,14 @@ impl HostWeights {
             }
         };
         check_tensor("linear_attn.dt_bias", &w.dt_bias, &[hv], None)?;
-        let dt_bias = (0..hv).map(|h| w.dt_bias.data.get(h)).collect();
-        let ssm_a = match &w.decay {
+        let dt_bias: Vec<f32> = (0..hv).map(|h| w.dt_bias.data.get(h)).collect();
+        finite_per_head("linear_attn.dt_bias", &dt_bias)?;
+        let ssm_a: Vec<f32> = match &w.decay {
             Decay::ALog(a_log) => {
                 check_tensor("linear_attn.A_log", a_log, &[hv], None)?;
-                (0..hv).map(|h| ssm_a_of_a_log(a_log.data.get(h))).collect()
+                let a_log: Vec<f32> = (0..hv).map(|h| a_log.data.get(h)).collect();
+                finite_per_head("linear_attn.A_log", &a_log)?;
+                a_log.into_iter().map(ssm_a_of_a_log).collect()
             }
             Decay::SsmA(values) => {
                 if values.len() != hv {
@@ -349,6 +363,8 @@ impl HostWeights {
                 values.to_vec()
             }
         };
+        // −exp(A_log) overflows f32 from A_log ≈ 88.7 on: −inf, as a non-finite ssm_a given as such.
+        finite_per_head("ssm_a", &ssm_a)?;
         Ok(HostWeights { dtype, conv_weight, alpha_weight, beta_weight, dt_bias, ssm_a })
     }
 
@@ -1027,6 +1043,29 @@ mod tests {
         // ssm_a of the wrong length.
         let w = GdnWeights { decay: Decay::SsmA(&ck.a_log[..3]), ..weights(&ck, &sh, false) };
         assert!(matches!(HostWeights::from_hf(&cfg, &w), Err(Error::Shape { arg: "ssm_a", .. })));
+        // A non-finite per-head value, named with its head: NaN, an infinity, or an A_log whose
+        // −exp overflows f32 (e^88.73 > f32::MAX).
+        let hv = cfg.num_value_heads;
+        for (which, bad) in [(0, f32::NAN), (1, f32::INFINITY), (1, 88.73), (2, f32::NEG_INFINITY)] {
+            let (mut a_log, mut dt_bias, mut ssm_a) = (ck.a_log.clone(), ck.dt_bias.clone(), vec![-1.0f32; hv]);
+            let h = hv - 1;
+            match which {
+                0 => dt_bias[h] = bad,
+                1 => a_log[h] = bad,
+                _ => ssm_a[h] = bad,
+            }
+            let w = GdnWeights {
+                dt_bias: HfTensor { data: Floats::F32(&dt_bias), shape: &sh[3] },
+                decay: if which == 2 { Decay::SsmA(&ssm_a) } else { Decay::ALog(HfTensor { data: Floats::F32(&a_log), shape: &sh[4] }) },
+                ..weights(&ck, &sh, false)
+            };
+            let arg = ["linear_attn.dt_bias", if bad == 88.73 { "ssm_a" } else { "linear_attn.A_log" }, "ssm_a"][which];
+            let got = HostWeights::from_hf(&cfg, &w);
+            assert!(
+                matches!(&got, Err(Error::Invalid { what, .. }) if what.contains(&format!("`{arg}`[{h}]"))),
+                "{which} {bad}: {got:?}"
+            );
+        }
     }
 
     #[test]
