@@ -378,6 +378,64 @@ fn the_conv_chain_kernel_source_equals_the_cpu_reference_on_the_suite_cases() {
     );
 }
 
+/// \[speed\] The tiled MUL_MAT_VEC_PAIR(_GATE) (`mul_mat_vec_pair_tiles_*`: GDN_LAYER_STEP's
+/// mat-vec items run by blocks of `abi::PAIR_TILES_BLOCK` threads, one real thread a virtual one)
+/// from its own source against the CPU reference, on every GPU suite case of both ops, whatever
+/// their column count (the host launches tiles from `PAIR_TILES_MIN_COLS` columns; a tile clips
+/// its last heads and columns): the launch the op prepares for tiles (`tiles_launch`), every byte
+/// of the memory.
+#[test]
+fn the_pair_tiles_kernel_source_equals_the_cpu_reference_on_the_suite_cases() {
+    use rgdn::ops::{MulMatVecPair, MulMatVecPairGate};
+    use rgdn::suite::cases::{mmvf_pair, mmvf_pair_gate};
+    let matching: Vec<_> = mmvf_pair::cases()
+        .into_iter()
+        .chain(mmvf_pair_gate::cases())
+        .filter(|c| (c.group == mmvf_pair::GROUP || c.group == mmvf_pair_gate::GROUP) && !c.name.contains("refuse"))
+        .collect();
+    let total = matching.len();
+    // One case in eight (the 256-thread blocks of a 4096-wide product take seconds here), all
+    // with `RGDN_FULL_TESTS=1`.
+    let chosen: Vec<_> = if full_tests() { matching } else { sample(matching, 8) }
+        .into_iter()
+        .filter_map(|c| match c.build() {
+            Ok(Expect::Match(scenario)) => Some((c.name.clone(), scenario)),
+            _ => None,
+        })
+        .collect();
+    let (mut failures, mut n) = (Vec::new(), 0);
+    for (k, (name, scenario)) in chosen.iter().enumerate() {
+        let landing = landing_of(k);
+        let emulate = |op: &(dyn Op + 'static), host: &HostMemory, emulated: &StepBuffers| {
+            let launch = match (op.downcast_ref::<MulMatVecPairGate>(), op.downcast_ref::<MulMatVecPair>()) {
+                (Some(gate), _) => gate.tiles_launch(host, emulated),
+                (None, Some(pair)) => pair.tiles_launch(host, emulated),
+                (None, None) => return None,
+            };
+            let launch = match launch {
+                Ok(l) => l,
+                Err(e) => return Some(Err(e.to_string())),
+            };
+            let Some(&(entry, body)) = mmvf::PAIR_TILES_ENTRIES_EMULATED.iter().find(|(name, _)| *name == launch.entry) else {
+                return Some(Err(format!("{}: no emulated body", launch.entry)));
+            };
+            Some(Ok(run_plain(launch, entry, landing, body)))
+        };
+        n += 1;
+        if let Err(e) = emulated_scenario(&format!("{name} (copies landing {landing:?})"), scenario, &emulate) {
+            failures.push(e);
+        }
+    }
+    let sampled = if full_tests() { "all" } else { "one in eight" };
+    conclude(
+        "MUL_MAT_VEC_PAIR(_GATE) as tiles",
+        "equal the CPU reference",
+        n,
+        &format!("{sampled} of the suite's {total} cases"),
+        failures,
+    );
+}
+
 /// The batched GATED_DELTA_NET_FROM_CACHE (`gated_delta_net_from_cache_batch_f32_d128`: the
 /// batched layer step's staging and token loop, `group_recurrence`, with the state slots) from
 /// its own source against the CPU reference, on the GPU suite's cases of the op that the host

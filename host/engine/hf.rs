@@ -1061,10 +1061,7 @@ mod tests {
             };
             let arg = ["linear_attn.dt_bias", if bad == 88.73 { "ssm_a" } else { "linear_attn.A_log" }, "ssm_a"][which];
             let got = HostWeights::from_hf(&cfg, &w);
-            assert!(
-                matches!(&got, Err(Error::Invalid { what, .. }) if what.contains(&format!("`{arg}`[{h}]"))),
-                "{which} {bad}: {got:?}"
-            );
+            assert!(matches!(&got, Err(Error::Invalid { what, .. }) if what.contains(&format!("`{arg}`[{h}]"))), "{which} {bad}: {got:?}");
         }
     }
 

@@ -15,7 +15,7 @@
 
 use super::mmvf::MatVecShape;
 use super::overlap::{BeforeWait, Forms, Overlap};
-use super::{MulMatVec, Op, check, knob};
+use super::{MulMatVec, Op, PlainLaunch, check, knob};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, KernelArg, KernelParams, LaunchDims, ParamBlock, PreparedLaunch};
 use crate::kernels::abi;
@@ -126,6 +126,16 @@ impl MulMatVecPair {
 
 impl MulMatVecPair {
     /// The products' part of the entries' parameters (`shape` from [`MulMatVecPair::check`]).
+    /// \[test\] The tiled launch of this pair (the epilogue off), whatever its column count — what
+    /// [`Op::prepare`] launches from [`PAIR_TILES_MIN_COLS`] columns: for running the entry's
+    /// source on the CPU.
+    pub fn tiles_launch(&self, mem: &dyn Memory, addresses: &dyn KernelAddresses) -> Result<PlainLaunch<abi::MulMatVecPairTilesParams>> {
+        let shape = self.check(mem)?;
+        let params =
+            abi::MulMatVecPairGateParams { pair: self.params(addresses, &shape), epilogue: abi::PAIR_EPILOGUE_NONE, ..Default::default() };
+        Ok(tiles_plain(&shape, params, Overlap::NONE))
+    }
+
     fn params(&self, mem: &dyn KernelAddresses, shape: &MatVecShape) -> abi::MulMatVecPairParams {
         let (a, b) = (&self.first, &self.second);
         abi::MulMatVecPairParams {
@@ -172,11 +182,10 @@ fn pair_forms(op: &dyn Op, input: &Tensor) -> Forms {
     Forms { lets_next_start: true, early: Some(BeforeWait { reads: op.inputs(), writes: op.outputs(), parked_blocks: 0 }) }
 }
 
-/// The tiled launch of a validated pair (`params` with its epilogue set) in form `overlap`
-/// (validated against the op's forms): grid (⌈rows/4⌉, ⌈ncols/4⌉), 128 threads, the item's
-/// shared memory; with any overlap the twin entry, launched programmatically when it starts
-/// early.
-fn tiles_launch(gpu: &Gpu, shape: &MatVecShape, params: abi::MulMatVecPairGateParams, overlap: Overlap) -> Result<PreparedLaunch> {
+/// The tiled launch of a validated pair (`params` with its epilogue set) in form `overlap`:
+/// grid (⌈rows/4⌉, ⌈ncols/4⌉), [`abi::PAIR_TILES_BLOCK`] threads, the item's shared memory; with
+/// any overlap the twin entry.
+fn tiles_plain(shape: &MatVecShape, params: abi::MulMatVecPairGateParams, overlap: Overlap) -> PlainLaunch<abi::MulMatVecPairTilesParams> {
     let entry = if overlap == Overlap::NONE {
         abi::mul_mat_vec_pair_tiles_entry(shape.kind)
     } else {
@@ -194,12 +203,20 @@ fn tiles_launch(gpu: &Gpu, shape: &MatVecShape, params: abi::MulMatVecPairGatePa
     let (heads, cols) = (abi::BATCH_ROW_HEADS as usize, abi::BATCH_ROW_COLS as usize);
     let dims = LaunchDims::new((shape.rows.div_ceil(heads) as u32, shape.ncols.div_ceil(cols) as u32, 1), (abi::PAIR_TILES_BLOCK, 1, 1))
         .with_shared_bytes(abi::PAIR_TILES_SHARED_BYTES);
+    PlainLaunch { entry, dims, params: tiles }
+}
+
+/// [`tiles_plain`] prepared, launched programmatically when `overlap` (validated against the
+/// op's forms) starts early.
+fn tiles_launch(gpu: &Gpu, shape: &MatVecShape, params: abi::MulMatVecPairGateParams, overlap: Overlap) -> Result<PreparedLaunch> {
+    let PlainLaunch { entry, dims, params: tiles } = tiles_plain(shape, params, overlap);
     let args = [KernelArg::Params(ParamBlock::of(&tiles)?)];
     // SAFETY: the caller's `check` proved the pair (and, with the gate epilogue, its views)
     // valid for `rows` rows and `ncols` columns — everything `mmvf::pair_gate_tile` relies on
     // as GDN_LAYER_STEP's mat-vec items do (the same validation); the grid covers them in tiles
-    // of 4 heads × 4 columns (the entry clips the last ones), the block is 128 threads with the
-    // item's reduction buffer and rings as dynamic shared memory, and `pair_block` is ggml's
+    // of 4 heads × 4 columns (the entry clips the last ones), the block is PAIR_TILES_BLOCK
+    // threads with the item's reduction buffer and one ring a warp as dynamic shared memory, and
+    // `pair_block` is ggml's
     // block size for E (≤ 256). [overlap] The twin entry runs the same body between its two
     // `griddepcontrol` instructions; launched programmatically only in the form the overlap pass
     // gave the op, which proved that nothing this grid touches is touched by a grid that may run
@@ -373,6 +390,14 @@ impl MulMatVecPairGate {
 }
 
 impl MulMatVecPairGate {
+    /// \[test\] The tiled launch of this pair (entry, grid, block, shared bytes, parameters over
+    /// `addresses`), whatever its column count — what [`Op::prepare`] launches from
+    /// [`PAIR_TILES_MIN_COLS`] columns: for running the entry's source on the CPU.
+    pub fn tiles_launch(&self, mem: &dyn Memory, addresses: &dyn KernelAddresses) -> Result<PlainLaunch<abi::MulMatVecPairTilesParams>> {
+        let shape = self.check(mem)?;
+        Ok(tiles_plain(&shape, self.params(addresses, &shape), Overlap::NONE))
+    }
+
     /// The entries' parameters with the gate epilogue on, for a validated op (`shape` from
     /// [`MulMatVecPairGate::check`]).
     pub(crate) fn params(&self, mem: &dyn KernelAddresses, shape: &MatVecShape) -> abi::MulMatVecPairGateParams {
