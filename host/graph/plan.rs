@@ -64,7 +64,8 @@ pub struct ValueInfo {
 }
 
 /// Place `value` on the block of `onto`, which must be dead (given back) when `value` is first
-/// written.
+/// written. A value is pinned at most once, a block held for one value, and a pinned value is
+/// no pin's block (the planner refuses other pin lists).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Pin {
     pub value: usize,
@@ -256,8 +257,18 @@ pub fn plan_with_groups(values: &[ValueInfo], nodes: &[Node], pins: &[Pin], grou
         if p.value >= n || p.onto >= n || !values[p.value].role.planned() || !values[p.onto].role.freed() {
             return Err(bad(format!("pin {p:?}: both values must be planned and the block's owner freed")));
         }
+        // [validation] One block per pin, one pin per block, no chains: the sizes below make the
+        // value's block and its owner's equal pin by pin, so a value pinned twice, a block held
+        // for two values or a pinned value that is itself a pin's block would be placed on a
+        // block smaller than its own and run into the next live value.
+        if p.value == p.onto || pin_of[p.value].is_some() || pinned_by[p.onto].is_some() {
+            return Err(bad(format!("pin {p:?}: a value is pinned at most once, onto a block held for it alone")));
+        }
         pin_of[p.value] = Some(p.onto);
         pinned_by[p.onto] = Some(p.value);
+    }
+    if let Some(v) = (0..n).find(|&v| pin_of[v].is_some() && pinned_by[v].is_some()) {
+        return Err(bad(format!("`{}` is pinned onto a block and holds a block for another pinned value (chained pins)", values[v].name)));
     }
     let mut block_bytes = Vec::with_capacity(n);
     for v in values {
