@@ -82,3 +82,70 @@ fn planner_pins_that_chain_or_repeat_are_refused() {
         }
     }
 }
+
+/// A bench report of `modes` (T, n_s, median µs of every figure), as `--plot-from` reads one.
+#[cfg(feature = "bench")]
+fn report(modes: &[(usize, usize, f64)]) -> rgdn::bench::report::Report {
+    use rgdn::bench::report::{ArmStats, KernelRow, Meta, ModeReport, Report};
+    use rgdn::bench::stats::Summary;
+    let s = |median: f64| Some(Summary { n: 10, median, p10: median, p90: median, min: median, max: median, mean: median });
+    let modes = modes
+        .iter()
+        .map(|&(t, n_s, us)| {
+            let arm = ArmStats { chain_total: s(us), kernels_per_layer: 1, graph_span: s(us * 24.0), graph_kernels_per_forward: Some(24) };
+            ModeReport {
+                mode: format!("t{t}-s{n_s}"),
+                label: format!("T={t}"),
+                tokens: t,
+                rollback: t - 1,
+                seqs: n_s,
+                state_bytes: Some(1 << 20),
+                replay: None,
+                kernels: vec![KernelRow { key: "GET_ROWS#0".into(), role: None, entry: "get_rows_f32".into(), off: s(us), on: s(us) }],
+                off: arm.clone(),
+                on: arm,
+                on_overlapped: false,
+                chain_ratio: Some(1.0),
+                graph_ratio: Some(1.0),
+                round_ratios: vec![],
+                host: None,
+            }
+        })
+        .collect();
+    Report::new(Meta { graph_layers: 24, ..Meta::default() }, modes)
+}
+
+/// `rgdn bench --plot-from` draws reports read from files, which can hold anything. Before:
+/// n_s = 0 panicked (log2 0 = −∞, an overflowing label count), a duration of −10^300 panicked
+/// inside plotters (a coordinate past i32), one of 10^308 never returned (an infinite axis).
+/// Now each figure entry refuses them with a message, and so does `merged_reports`.
+#[cfg(feature = "bench")]
+#[test]
+fn bench_figures_refuse_reports_they_cannot_draw() {
+    use rgdn::bench::plot::{check_drawable, write_batch_png, write_batch_svg, write_png, write_svg};
+    let dir = std::env::temp_dir().join(format!("rgdn-probe-more-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = report(&[(4, 1, 20.0), (4, 4, 40.0)]);
+    assert!(check_drawable(&good).is_ok());
+    write_png(&dir.join("good.png"), &good).unwrap();
+    write_batch_svg(&dir.join("good.svg"), &good).unwrap();
+    for (name, bad) in [
+        ("n_s = 0", report(&[(4, 0, 20.0), (4, 4, 40.0)])),
+        ("negative", report(&[(4, 1, -1e300), (4, 4, 40.0)])),
+        ("huge", report(&[(4, 1, 1e308), (4, 4, 40.0)])),
+        ("infinite", report(&[(4, 1, f64::INFINITY), (4, 4, 40.0)])),
+        ("NaN", report(&[(4, 1, f64::NAN), (4, 4, 40.0)])),
+    ] {
+        assert!(check_drawable(&bad).is_err(), "{name}");
+        for (file, draw) in [
+            ("bench.png", write_png as fn(&std::path::Path, &rgdn::bench::report::Report) -> Result<(), String>),
+            ("bench.svg", write_svg),
+            ("batch.png", write_batch_png),
+            ("batch.svg", write_batch_svg),
+        ] {
+            let r = no_panic(&format!("{file} of {name}"), || draw(&dir.join(file), &bad));
+            assert!(r.is_err(), "{file} of {name}: drawn");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

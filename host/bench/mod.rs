@@ -714,8 +714,9 @@ pub fn write_outputs(dir: &std::path::Path, report: &Report, text: &str, out: &m
 
 /// \[seq-batch\] The reports at `paths` as one (`rgdn bench --plot-from`): the first one's run
 /// description with every distinct commit named, and every report's modes in order. A file that
-/// cannot be read or parsed, or reports of different presets, GPUs or graph layer counts (whose
-/// numbers a figure must not put side by side) are typed errors.
+/// cannot be read or parsed, one whose figures cannot be drawn ([`plot::check_drawable`]), or
+/// reports of different presets, GPUs or graph layer counts (whose numbers a figure must not put
+/// side by side) are typed errors.
 pub fn merged_reports(paths: &[std::path::PathBuf]) -> Result<Report> {
     let mut merged: Option<Report> = None;
     let mut commits: Vec<String> = Vec::new();
@@ -723,6 +724,8 @@ pub fn merged_reports(paths: &[std::path::PathBuf]) -> Result<Report> {
         let bad = |what: String| Error::Invalid { op: OP, what: format!("--plot-from {}: {what}", path.display()) };
         let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
         let r: Report = serde_json::from_str(&text).map_err(|e| bad(format!("not a bench report ({e})")))?;
+        // [validation] Before anything is drawn or written (a file can say anything).
+        plot::check_drawable(&r).map_err(|e| bad(format!("not drawable: {e}")))?;
         let commit = r.meta.commit.split_whitespace().next().unwrap_or("?").to_string();
         if !commits.contains(&commit) {
             commits.push(commit);

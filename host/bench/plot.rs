@@ -113,8 +113,41 @@ fn panel<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, title: &str, bars: &
     Ok(())
 }
 
-/// Draws the whole figure on `root`.
+/// The largest duration a figure draws, µs (over eleven days: no measured kernel, chain or
+/// forward comes near it).
+pub const MAX_US: f64 = 1e12;
+
+/// \[validation\] Whether the figures can draw `r`: every duration (each kernel's, chain
+/// total's and graph span's median, quantiles, extremes and mean) finite and in 0 ..= [`MAX_US`],
+/// and every batch size at least 1. A report read back with `--plot-from` can hold anything:
+/// plotters panics on coordinates past i32 (a duration of −10^300) and never returns from an
+/// axis whose range is infinite (10^308 · 1.15), and log2 of n_s = 0 is −∞ (an overflowing
+/// label count).
+pub fn check_drawable(r: &Report) -> Result<(), String> {
+    for m in &r.modes {
+        if m.seqs == 0 {
+            return Err(format!("mode {}: n_s = 0 sequences (a batch size is at least 1)", m.mode));
+        }
+        let kernels = m.kernels.iter().flat_map(|k| [(k.key.as_str(), k.off), (k.key.as_str(), k.on)]);
+        let arms = [
+            ("chain total", m.off.chain_total),
+            ("chain total", m.on.chain_total),
+            ("graph span", m.off.graph_span),
+            ("graph span", m.on.graph_span),
+        ];
+        for (what, s) in kernels.chain(arms) {
+            let Some(s) = s else { continue };
+            if let Some(x) = [s.median, s.p10, s.p90, s.min, s.max, s.mean].into_iter().find(|x| !(0.0..=MAX_US).contains(x)) {
+                return Err(format!("mode {}, {what}: {x:e} µs is no duration (0 ..= {MAX_US:e} µs)", m.mode));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Draws the whole figure on `root` (a report [`check_drawable`] refuses is an error).
 pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, r: &Report) -> Result<(), String> {
+    check_drawable(r)?;
     register_font();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     let title = format!(
@@ -243,8 +276,10 @@ pub fn batch_panels(r: &Report) -> Vec<(usize, Vec<BatchLine>)> {
 }
 
 /// \[seq-batch\] Draws the batch figure on `root`: one log-log panel per T of
-/// [`batch_panels`] (µs per layer step against n_s). An error when there is no panel.
+/// [`batch_panels`] (µs per layer step against n_s). An error when there is no panel, or when
+/// [`check_drawable`] refuses the report.
 pub fn draw_batch<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, r: &Report) -> Result<(), String> {
+    check_drawable(r)?;
     let panels = batch_panels(r);
     if panels.is_empty() {
         return Err("no verify shape was run at two batch sizes".into());
