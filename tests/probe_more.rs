@@ -149,3 +149,29 @@ fn bench_figures_refuse_reports_they_cannot_draw() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `rgdn bench` refuses counts the run would multiply past 64 bits (4·rounds arms,
+/// replays·graph_layers launches, …) before probing the GPU: before, they passed to the run,
+/// which panics on the overflow once a GPU is there (here: "no GPU" hid it).
+#[test]
+fn bench_refuses_huge_counts_before_the_gpu() {
+    let Some(bin) = option_env!("CARGO_BIN_EXE_rgdn") else {
+        eprintln!("SKIPPED bench_refuses_huge_counts_before_the_gpu: no rgdn binary (feature cli off)");
+        return;
+    };
+    let max = usize::MAX.to_string();
+    for flag in ["--rounds", "--layers", "--graph-layers", "--replays", "--warmup"] {
+        let out = std::process::Command::new(bin).args(["bench", flag, &max, "--no-progress"]).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{flag}: {stderr}");
+        assert!(stderr.contains(flag) && stderr.contains("at most") && !stderr.contains("no GPU"), "{flag}: {stderr}");
+    }
+    // The limit itself passes this check, and the next one (a step of too many token columns)
+    // refuses before the GPU, so that this never runs a benchmark.
+    let out = std::process::Command::new(bin)
+        .args(["bench", "--graph-layers", "65536", "--seqs", "256", "--modes", "t16", "--no-progress"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("at most 65536") && stderr.contains("token columns"), "{stderr}");
+}

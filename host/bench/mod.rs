@@ -147,6 +147,10 @@ impl Default for BenchArgs {
     }
 }
 
+/// The largest `--rounds`, `--layers`, `--graph-layers`, `--replays` and `--warmup` (far above
+/// any useful run; products of two fit in 32 bits).
+pub const MAX_COUNT: usize = 1 << 16;
+
 /// The numbers a run uses after `--quick`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Plan {
@@ -419,6 +423,20 @@ pub fn run_with(args: &BenchArgs, builder: &dyn ChainBuilder, out: &mut dyn std:
     let plan = args.plan();
     if plan.rounds == 0 || plan.layers == 0 {
         return Err(Error::Invalid { op: OP, what: "rounds and layers must be at least 1".into() });
+    }
+    // [validation] Before the GPU is probed: the run multiplies these counts (4·rounds arms,
+    // replays·graph_layers launches per arm, …) and allocates by them, so a count near 2^64
+    // would panic on overflow or abort on allocation once a GPU is there.
+    for (flag, n) in [
+        ("--rounds", plan.rounds),
+        ("--layers", plan.layers),
+        ("--graph-layers", plan.graph_layers),
+        ("--replays", plan.replays),
+        ("--warmup", plan.warmup),
+    ] {
+        if n > MAX_COUNT {
+            return Err(Error::Invalid { op: OP, what: format!("{flag} {n}: at most {MAX_COUNT}") });
+        }
     }
     // [validation] every mode at every n_s is a valid step (n_t·n_s token columns at most
     // MAX_GRAPH_TOKENS: `--seqs 256` with t16 is not) before the GPU is probed.
