@@ -34,7 +34,7 @@ for line in open(src):
     # scripts/device-fuzz.sh runs its long run on the GPU machine's 16 cores.)
     # suite_cpu too: its every-case CPU pass takes ~4 minutes and outlasted run-all's timeout
     # on the GPU machine (results/2026-12-01-h200-staged/README.md).
-    if name in ("builders", "hostile", "fused_refs", "ptx_committed", "lib-rgdn", "ptx", "ptxas", "evidence", "suite_cpu", "schedule", "kernel_emulation", "probe_entries"):
+    if name in ("builders", "hostile", "fused_refs", "ptx_committed", "lib-rgdn", "ptx", "ptxas", "evidence", "suite_cpu", "schedule", "kernel_emulation", "probe_entries", "probe_more"):
         print("left out (CPU only, run by CI)", name)
         continue
     shutil.copy2(exe, os.path.join(dst, name))
