@@ -379,7 +379,7 @@ fn the_conv_chain_kernel_source_equals_the_cpu_reference_on_the_suite_cases() {
 }
 
 /// \[speed\] The tiled MUL_MAT_VEC_PAIR(_GATE) (`mul_mat_vec_pair_tiles_*`: GDN_LAYER_STEP's
-/// mat-vec items run by blocks of `abi::PAIR_TILES_BLOCK` threads, one real thread a virtual one)
+/// mat-vec items as a grid of their own, `abi::PAIR_TILES_BLOCK` threads a block)
 /// from its own source against the CPU reference, on every GPU suite case of both ops, whatever
 /// their column count (the host launches tiles from `PAIR_TILES_MIN_COLS` columns; a tile clips
 /// its last heads and columns): the launch the op prepares for tiles (`tiles_launch`), every byte
@@ -394,7 +394,7 @@ fn the_pair_tiles_kernel_source_equals_the_cpu_reference_on_the_suite_cases() {
         .filter(|c| (c.group == mmvf_pair::GROUP || c.group == mmvf_pair_gate::GROUP) && !c.name.contains("refuse"))
         .collect();
     let total = matching.len();
-    // One case in eight (the 256-thread blocks of a 4096-wide product take seconds here), all
+    // One case in eight (a 4096-wide product's tiles take seconds here), all
     // with `RGDN_FULL_TESTS=1`.
     let chosen: Vec<_> = if full_tests() { matching } else { sample(matching, 8) }
         .into_iter()

@@ -1325,14 +1325,11 @@ param_struct! {
     }
 }
 
-/// \[speed\] Threads of a `mul_mat_vec_pair_tiles_*` block: 256, one real thread a virtual one
-/// (ggml's blocks have at most 256), so that each warp streams one virtual warp's iterations
-/// (8 at E = 4096) where GDN_LAYER_STEP's 128-thread block streams two in turn.
-pub const PAIR_TILES_BLOCK: u32 = 256;
+/// \[speed\] Threads of a `mul_mat_vec_pair_tiles_*` block (GDN_LAYER_STEP's block).
+pub const PAIR_TILES_BLOCK: u32 = 128;
 /// \[speed\] Dynamic shared memory of a `mul_mat_vec_pair_tiles_*` block: the item's reduction
-/// buffer, then its operand rings, one a warp.
-pub const PAIR_TILES_SHARED_BYTES: u32 = BATCH_ROW_REDUCE_BYTES + PAIR_TILES_BLOCK / 32 * BATCH_ROW_RING_WARP_BYTES;
-const _: () = assert!(PAIR_TILES_BLOCK == 32 * MUL_MAT_VEC_MAX_WARPS);
+/// buffer, then its operand rings.
+pub const PAIR_TILES_SHARED_BYTES: u32 = BATCH_ROW_REDUCE_BYTES + BATCH_ROW_RING_BYTES;
 
 /// \[speed\] The tiled MUL_MAT_VEC_PAIR(_GATE) entry for a [`mul_mat_vec_kind`].
 pub const fn mul_mat_vec_pair_tiles_entry(kind: u32) -> Option<&'static str> {
