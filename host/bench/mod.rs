@@ -148,7 +148,7 @@ impl Default for BenchArgs {
 }
 
 /// The largest `--rounds`, `--layers`, `--graph-layers`, `--replays` and `--warmup` (far above
-/// any useful run; products of two fit in 32 bits).
+/// any useful run; the run's products of a few of them stay far inside 64 bits).
 pub const MAX_COUNT: usize = 1 << 16;
 
 /// The numbers a run uses after `--quick`.

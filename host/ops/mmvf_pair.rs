@@ -125,7 +125,6 @@ impl MulMatVecPair {
 }
 
 impl MulMatVecPair {
-    /// The products' part of the entries' parameters (`shape` from [`MulMatVecPair::check`]).
     /// \[test\] The tiled launch of this pair (the epilogue off), whatever its column count — what
     /// [`Op::prepare`] launches from [`PAIR_TILES_MIN_COLS`] columns: for running the entry's
     /// source on the CPU.
@@ -136,6 +135,7 @@ impl MulMatVecPair {
         Ok(tiles_plain(&shape, params, Overlap::NONE))
     }
 
+    /// The products' part of the entries' parameters (`shape` from [`MulMatVecPair::check`]).
     fn params(&self, mem: &dyn KernelAddresses, shape: &MatVecShape) -> abi::MulMatVecPairParams {
         let (a, b) = (&self.first, &self.second);
         abi::MulMatVecPairParams {
@@ -214,10 +214,9 @@ fn tiles_launch(gpu: &Gpu, shape: &MatVecShape, params: abi::MulMatVecPairGatePa
     // SAFETY: the caller's `check` proved the pair (and, with the gate epilogue, its views)
     // valid for `rows` rows and `ncols` columns — everything `mmvf::pair_gate_tile` relies on
     // as GDN_LAYER_STEP's mat-vec items do (the same validation); the grid covers them in tiles
-    // of 4 heads × 4 columns (the entry clips the last ones), the block is PAIR_TILES_BLOCK
+    // of 4 heads × 4 columns (the entry clips the last ones), the block is PAIR_TILES_BLOCK (128)
     // threads with the item's reduction buffer and one ring a warp as dynamic shared memory, and
-    // `pair_block` is ggml's
-    // block size for E (≤ 256). [overlap] The twin entry runs the same body between its two
+    // `pair_block` is ggml's block size for E (≤ 256). [overlap] The twin entry runs the same body between its two
     // `griddepcontrol` instructions; launched programmatically only in the form the overlap pass
     // gave the op, which proved that nothing this grid touches is touched by a grid that may run
     // beside it (`fusion::overlap`).

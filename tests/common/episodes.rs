@@ -891,8 +891,9 @@ pub fn graph_episode(setup: &Setup, plant: GraphPlant, unfused: bool) -> Check<T
             others.push(Box::new(ReplayGraph::new(exec, shape, dims, Options::OFF, weights, start)?));
         }
         // Beside every fusion and the overlap pass (`Options::ALL`; up to 4 sequences
-        // `replay_step`'s one launch) the defaults (`Options::ON`: the step as three launches) and the set without
-        // `replay_verify` (the replay and the verify's recurrence as two launches).
+        // `replay_step`'s one launch) the defaults (`Options::ON`: the step as three launches)
+        // and the set without `replay_verify` (the replay and the verify's recurrence as two
+        // launches).
         others.push(Box::new(ReplayGraph::new(exec, shape, dims, Options::ON, weights, start)?));
         others.push(Box::new(ReplayGraph::new(exec, shape, dims, Options::ON.without("replay_verify"), weights, start)?));
         Ok(Arms { primary: Box::new(fused), others })
