@@ -15,7 +15,11 @@ pub trait Memory {
     fn buffer_len(&self, id: BufferId) -> Option<usize>;
     /// Whether the buffer holds row indices (host-known values).
     fn is_index_buffer(&self, id: BufferId) -> bool;
-    /// The values of an I32 view of an index buffer, in logical order.
+    /// The values of an I32 view of an index buffer, in logical order; `None` when `t` is not
+    /// an I32 view of an index buffer, reaches past the buffer's bytes, or has more elements
+    /// than the buffer holds values (a broadcast view with a huge count is refused, never
+    /// copied). Ops turn `None` into a typed error naming themselves and the argument; the
+    /// count is bounded by their other views before they ask.
     fn index_values(&self, t: &Tensor) -> Option<Vec<i32>>;
     /// [host-cost] The host-known bytes of index buffer `id` (`None` when it is not an index
     /// buffer, or the memory keeps no such copy): what a plan's per-step index rules read in
@@ -373,10 +377,12 @@ impl Memory for DeviceMemory {
 }
 
 /// The I32 elements of `t` in `bytes`, in logical order; `None` when the view's exact byte
-/// range is not representable or not inside `bytes` (never panics, whatever the view).
+/// range is not representable or not inside `bytes`, or when it has more elements than `bytes`
+/// holds values (a broadcast view — zero strides, a huge count — would make a copy far larger
+/// than the buffer: refused before anything is allocated). Never panics, whatever the view.
 fn read_i32s(bytes: &[u8], t: &Tensor) -> Option<Vec<i32>> {
     let range = t.layout.checked_byte_range().ok()?;
-    if range.is_some_and(|r| r.end > bytes.len()) {
+    if range.is_some_and(|r| r.end > bytes.len()) || t.layout.checked_n_elements()? > bytes.len() / 4 {
         return None;
     }
     t.layout
