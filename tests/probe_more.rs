@@ -176,6 +176,66 @@ fn bench_refuses_huge_counts_before_the_gpu() {
     assert!(!stderr.contains("at most 65536") && stderr.contains("token columns"), "{stderr}");
 }
 
+/// `HostMemory`'s element accessors (`read_*`, `write_*`) and `fill_f32` / `to_f32_vec` indexed
+/// the buffer with the view's byte offsets: a view reaching past its buffer, an index outside
+/// the view, an offset that overflows or a buffer that does not exist panicked (a slice index
+/// out of range). Now each is a typed error naming the accessor, with the element's (or the
+/// view's) bytes and the buffer's size, and a refused bulk write writes nothing. The CPU
+/// references, which read through them, return the same errors.
+#[test]
+fn host_memory_accessors_refuse_views_outside_their_buffer() {
+    use rgdn::memory::HostMemory;
+    let mut mem = HostMemory::new();
+    let t = mem.alloc_tensor(DType::F32, [4, 1, 1, 1]);
+    // Elements 2 and 3 of `past` lie in bytes 16..24 of a 16-byte buffer.
+    let past = t.view([4, 1, 1, 1], t.layout.nb, 8);
+    let oob = |r: &Result<(), Error>, op: &str, start: usize, end: usize| matches!(r, Err(Error::OutOfBounds { op: o, arg: "t", start: s, end: e, len: 16, .. }) if *o == op && *s == start && *e == end);
+    let r = no_panic("read_f32", || mem.read_f32(&past, [3, 0, 0, 0]).map(drop));
+    assert!(oob(&r, "HostMemory::read_f32", 20, 24), "{r:?}");
+    let r = no_panic("read_u32", || mem.read_u32(&past, [2, 0, 0, 0]).map(drop));
+    assert!(oob(&r, "HostMemory::read_u32", 16, 20), "{r:?}");
+    let r = no_panic("write_f32", || mem.write_f32(&past, [3, 0, 0, 0], 1.0));
+    assert!(oob(&r, "HostMemory::write_f32", 20, 24), "{r:?}");
+    let r = no_panic("write_u32", || mem.write_u32(&past, [3, 0, 0, 0], 1));
+    assert!(oob(&r, "HostMemory::write_u32", 20, 24), "{r:?}");
+    let halves = Tensor::new(t.buffer, Layout { offset: 10, ..Layout::contiguous(DType::F16, [4, 1, 1, 1]) });
+    let r = no_panic("read_u16", || mem.read_u16(&halves, [3, 0, 0, 0]).map(drop));
+    assert!(oob(&r, "HostMemory::read_u16", 16, 18), "{r:?}");
+    let r = no_panic("write_u16", || mem.write_u16(&halves, [3, 0, 0, 0], 1));
+    assert!(oob(&r, "HostMemory::write_u16", 16, 18), "{r:?}");
+    // An index outside the view (inside the buffer: it would read another element), an offset
+    // that overflows, a buffer that does not exist.
+    let r = no_panic("outside ne", || mem.read_f32(&t, [1, 1, 0, 0]));
+    assert!(matches!(r, Err(Error::Shape { op: "HostMemory::read_f32", got: [4, 1, 1, 1], .. })), "{r:?}");
+    let far = t.view([1, 1, 1, 1], t.layout.nb, usize::MAX - 2);
+    let r = no_panic("overflow", || mem.write_f32(&far, [0, 0, 0, 0], 1.0));
+    assert!(matches!(r, Err(Error::Overflow { op: "HostMemory::write_f32", .. })), "{r:?}");
+    let none = Tensor::new(BufferId(7), t.layout);
+    let r = no_panic("no buffer", || mem.read_f32(&none, [0, 0, 0, 0]));
+    assert!(matches!(r, Err(Error::OutOfBounds { buffer: 7, len: 0, .. })), "{r:?}");
+    // Bulk: refused before anything is written.
+    let before = mem.bytes(t.buffer).to_vec();
+    let r = no_panic("fill_f32", || mem.fill_f32(&past, &[1.0; 4]));
+    assert!(oob(&r, "HostMemory::fill_f32", 8, 24), "{r:?}");
+    assert_eq!(mem.bytes(t.buffer), &before[..]);
+    let r = no_panic("fill_f32 count", || mem.fill_f32(&t, &[1.0; 3]));
+    assert!(matches!(r, Err(Error::Invalid { op: "HostMemory::fill_f32", .. })), "{r:?}");
+    let r = no_panic("to_f32_vec", || mem.to_f32_vec(&past).map(drop));
+    assert!(oob(&r, "HostMemory::to_f32_vec", 8, 24), "{r:?}");
+    // A broadcast view of 2^62 elements is refused, not allocated.
+    let wide = t.view([1 << 62, 1, 1, 1], [0, 4, 4, 4], 0);
+    let r = no_panic("to_f32_vec broadcast", || mem.to_f32_vec(&wide).map(drop));
+    assert!(matches!(r, Err(Error::OutOfMemory { op: "HostMemory::to_f32_vec", .. })), "{r:?}");
+    // A reference reading through them returns their error.
+    let r = no_panic("reference::scale", || rgdn::reference::scale::scale(&past, &past, 2.0, 0.0, &mut mem));
+    assert!(matches!(r, Err(Error::OutOfBounds { len: 16, .. })), "{r:?}");
+    // Views inside their buffer read and write as before.
+    mem.fill_f32(&t, &[1.0, 2.0, 3.0, 4.0]).unwrap();
+    assert_eq!(mem.to_f32_vec(&t).unwrap(), vec![1.0, 2.0, 3.0, 4.0]);
+    assert_eq!(mem.read_f32(&past, [1, 0, 0, 0]).unwrap(), 4.0);
+    assert_eq!(mem.read_u16(&halves, [2, 0, 0, 0]).unwrap(), 0x4080); // high half of 4.0
+}
+
 /// `Memory::index_values` of a broadcast index view (zero strides) copied its whole element
 /// count: 2^24 values out of an 8-byte buffer before, and a count of 2^62 grew a vector until
 /// the host ran out of memory. Now a view of more elements than its buffer holds values is

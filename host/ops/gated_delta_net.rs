@@ -426,7 +426,7 @@ impl Op for GatedDeltaNet {
 
     fn reference(&self, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()> {
         self.check(mem)?;
-        crate::reference::gated_delta_net::gated_delta_net(&reference_views(self), &self.state_in, attention_scale(), mem, mufu);
+        crate::reference::gated_delta_net::gated_delta_net(&reference_views(self), &self.state_in, attention_scale(), mem, mufu)?;
         Ok(())
     }
 
@@ -586,7 +586,7 @@ impl Op for GatedDeltaNetFromCache {
             .index_values(&self.source_rows)
             .ok_or_else(|| Error::Invalid { op: FROM_CACHE_OP, what: "`source_rows` is not an index buffer".into() })?;
         let views = reference_views(&self.as_gated_delta_net());
-        crate::reference::gated_delta_net::gated_delta_net_from_cache(&views, &self.ssm_cache, &rows, attention_scale(), mem, mufu);
+        crate::reference::gated_delta_net::gated_delta_net_from_cache(&views, &self.ssm_cache, &rows, attention_scale(), mem, mufu)?;
         Ok(())
     }
 

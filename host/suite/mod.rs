@@ -387,8 +387,9 @@ fn compare_pairs(a: &HostMemory, b: &HostMemory, pairs: &[(Tensor, Tensor)], any
         for (ia, ib) in ta.layout.indices().zip(tb.layout.indices()) {
             let (x, y) = match ta.dtype().size() {
                 4 => (a.read_u32(ta, ia), b.read_u32(tb, ib)),
-                _ => (a.read_u16(ta, ia) as u32, b.read_u16(tb, ib) as u32),
+                _ => (a.read_u16(ta, ia).map(u32::from), b.read_u16(tb, ib).map(u32::from)),
             };
+            let (x, y) = (x.map_err(|e| format!("pair {i}: {e}"))?, y.map_err(|e| format!("pair {i}: {e}"))?);
             let both_nan = any_nan && ta.dtype() == crate::tensor::DType::F32 && f32::from_bits(x).is_nan() && f32::from_bits(y).is_nan();
             if x != y && !both_nan {
                 differ += 1;
@@ -487,7 +488,7 @@ fn check_tolerance(got: &HostMemory, exact: &HostMemory, outputs: &[Tensor], tol
     let mut worst_err = 0f64;
     for t in outputs.iter().filter(|t| t.dtype() == DType::F32) {
         for i in t.layout.indices() {
-            let (g, x) = (got.read_f32(t, i), exact.read_f32(t, i));
+            let (g, x) = (got.read_f32(t, i).map_err(|e| e.to_string())?, exact.read_f32(t, i).map_err(|e| e.to_string())?);
             if g.is_nan() && x.is_nan() {
                 continue;
             }
