@@ -197,7 +197,7 @@ fn planned_equals_unplanned(values: &[ValueInfo], ops: &[RawOp], floats: usize, 
         .collect();
     for (v, info) in values.iter().enumerate() {
         if !info.role.planned() {
-            let data = rgdn::inputs::fill(&mut rng, floats, rgdn::inputs::Values::Uniform(1.0));
+            let data = rgdn::inputs::fill(&mut rng, floats, rgdn::inputs::Values::Uniform(1.0)).unwrap();
             flat.fill_f32(&flat_t[v], &data).unwrap();
             arena_mem.fill_f32(&planned_t[v], &data).unwrap();
         }
@@ -526,7 +526,7 @@ proptest! {
         let stride = ((row as isize + stride_delta * (row as isize / 4)) as usize / 4).max(1) * 4;
         let bytes = stride * (l.ne[1] - 1) + row;
         let buffer = mem.alloc_tensor(DType::F32, [bytes / 4, 1, 1, 1]);
-        let data = rgdn::inputs::fill(&mut <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(seed), bytes / 4, rgdn::inputs::Values::Uniform(1.0));
+        let data = rgdn::inputs::fill(&mut <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(seed), bytes / 4, rgdn::inputs::Values::Uniform(1.0)).unwrap();
         mem.fill_f32(&buffer, &data).unwrap();
         t.conv_cache = Tensor::new(buffer.buffer, Layout { nb: [4, stride, stride * l.ne[1], stride * l.ne[1]], ..l });
         let spec = LayerSpec { gdn_tail: false, ..LayerSpec::new(SMALL, step) };

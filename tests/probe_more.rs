@@ -236,6 +236,48 @@ fn host_memory_accessors_refuse_views_outside_their_buffer() {
     assert_eq!(mem.read_u16(&halves, [2, 0, 0, 0]).unwrap(), 0x4080); // high half of 4.0
 }
 
+/// `inputs::fill` panicked inside rand on a range it cannot draw from: an empty one (scale 0 or
+/// negative), a NaN or infinite one, one wider than the largest float (scale > f32::MAX / 2),
+/// or `every` = 0; a count past 64 bits overflowed the vector's capacity. Now each is a typed
+/// error, and valid values draw exactly as before.
+#[test]
+fn inputs_fill_refuses_ranges_it_cannot_draw_from() {
+    use rand::SeedableRng;
+    use rand::rngs::StdRng;
+    use rgdn::inputs::{Values, fill};
+    let mut rng = StdRng::seed_from_u64(1);
+    for v in [
+        Values::Uniform(0.0),
+        Values::Uniform(-1.0),
+        Values::Uniform(f32::NAN),
+        Values::Uniform(f32::INFINITY),
+        Values::Uniform(f32::MAX),
+        Values::WithSpecials { scale: 0.0, every: 3 },
+        Values::WithSpecials { scale: 1.0, every: 0 },
+    ] {
+        let r = no_panic(&format!("{v:?}"), || fill(&mut rng, 4, v));
+        assert!(matches!(r, Err(Error::Invalid { op: "inputs::fill", .. })), "{v:?}: {r:?}");
+        assert!(v.check().is_err(), "{v:?}");
+    }
+    for n in [usize::MAX, usize::MAX / 4, 1 << 62] {
+        let r = no_panic(&format!("{n} values"), || fill(&mut rng, n, Values::Uniform(1.0)).map(|v| v.len()));
+        assert!(matches!(r, Err(Error::OutOfMemory { op: "inputs::fill", .. })), "{n}: {r:?}");
+    }
+    // The limits that draw, and the same draws as an unchecked loop.
+    for v in [
+        Values::Uniform(f32::MAX / 2.0),
+        Values::Uniform(f32::from_bits(1)),
+        Values::WithSpecials { scale: 1.0, every: 1 },
+        Values::AnyBits,
+    ] {
+        assert_eq!(fill(&mut rng, 16, v).unwrap().len(), 16, "{v:?}");
+    }
+    let got = fill(&mut StdRng::seed_from_u64(9), 8, Values::Uniform(2.0)).unwrap();
+    let mut rng = StdRng::seed_from_u64(9);
+    let want: Vec<f32> = (0..8).map(|_| rand::Rng::random_range(&mut rng, -2.0f32..2.0)).collect();
+    assert_eq!(got, want);
+}
+
 /// `Memory::index_values` of a broadcast index view (zero strides) copied its whole element
 /// count: 2^24 values out of an 8-byte buffer before, and a count of 2^62 grew a vector until
 /// the host ran out of memory. Now a view of more elements than its buffer holds values is

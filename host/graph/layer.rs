@@ -1003,7 +1003,7 @@ pub fn build_planned(spec: &StackSpec, seed: u64, budget: usize, groups: &Groups
     let mut real_nodes = Vec::new();
     for (l, ls) in spec.layers.iter().enumerate() {
         let lv = layer_values(&ids[l], |v| value_tensors[v]);
-        fill(&mut mem, &lv, ls, &mut rng);
+        fill(&mut mem, &lv, ls, &mut rng)?;
         real_nodes.extend(layer_nodes(&lv, ls, l)?);
         layers.push(lv);
     }
@@ -1021,26 +1021,28 @@ fn put(mem: &mut HostMemory, t: &Tensor, values: &[f32]) {
 }
 
 /// Caches, inputs and weights as `LayerTensors::fill_random` draws them.
-fn fill(mem: &mut HostMemory, v: &LayerValues, spec: &LayerSpec, rng: &mut StdRng) {
+fn fill(mem: &mut HostMemory, v: &LayerValues, spec: &LayerSpec, rng: &mut StdRng) -> Result<()> {
     let vals = |scale: f32| if spec.specials { Values::WithSpecials { scale, every: 997 } } else { Values::Uniform(scale) };
     let f = |mem: &mut HostMemory, rng: &mut StdRng, t: &Tensor, values: Values| {
-        let data = inputs::fill(rng, t.layout.n_elements(), values);
+        let data = inputs::fill(rng, t.layout.n_elements(), values)?;
         put(mem, t, &data);
+        Ok(())
     };
-    fill_table(mem, v, spec, rng, vals, f);
+    fill_table(mem, v, spec, rng, vals, f)?;
     if let Some(r) = &v.replay {
-        fill_replay(mem, r, rng);
+        fill_replay(mem, r, rng)?;
     }
+    Ok(())
 }
 
 /// \[replay\] A replay layer's log sets in realistic ranges (conv inputs ±1, k ±0.15, v ±2, g a
 /// log decay, β in [0, 1)) and accepted counts drawn in 0 ..= T: a built graph replays a
 /// random previous step. Callers of an episode write their own counts
 /// ([`ReplayTensors::set_accepted`]).
-fn fill_replay(mem: &mut HostMemory, r: &ReplayTensors, rng: &mut StdRng) {
+fn fill_replay(mem: &mut HostMemory, r: &ReplayTensors, rng: &mut StdRng) -> Result<()> {
     for log in &r.logs {
         for (t, scale) in [(&log.qkv, 1.0), (&log.k, 0.15), (&log.v, 2.0)] {
-            let data = inputs::fill(rng, t.layout.n_elements(), Values::Uniform(scale));
+            let data = inputs::fill(rng, t.layout.n_elements(), Values::Uniform(scale))?;
             put(mem, t, &data);
         }
         let n = log.g.layout.n_elements();
@@ -1052,6 +1054,7 @@ fn fill_replay(mem: &mut HostMemory, r: &ReplayTensors, rng: &mut StdRng) {
     let n_t = r.n_tokens();
     let accepted: Vec<usize> = (0..r.accepted.ne()[0]).map(|_| rng.random_range(0..=n_t)).collect();
     r.set_accepted(mem, &accepted).expect("counts drawn in 0 ..= T, one per sequence");
+    Ok(())
 }
 
 /// The layer table's caches, inputs and weights.
@@ -1061,17 +1064,17 @@ fn fill_table(
     spec: &LayerSpec,
     rng: &mut StdRng,
     vals: impl Fn(f32) -> Values,
-    f: impl Fn(&mut HostMemory, &mut StdRng, &Tensor, Values),
-) {
+    f: impl Fn(&mut HostMemory, &mut StdRng, &Tensor, Values) -> Result<()>,
+) -> Result<()> {
     let t = &v.t;
-    f(mem, rng, &t.conv_cache, vals(1.0));
-    f(mem, rng, &t.ssm_cache, Values::Uniform(0.05));
-    f(mem, rng, &v.qkv_src, vals(1.0));
-    f(mem, rng, &v.cur_src, vals(1.0));
-    f(mem, rng, &t.conv_weight, Values::Uniform(0.5));
+    f(mem, rng, &t.conv_cache, vals(1.0))?;
+    f(mem, rng, &t.ssm_cache, Values::Uniform(0.05))?;
+    f(mem, rng, &v.qkv_src, vals(1.0))?;
+    f(mem, rng, &v.cur_src, vals(1.0))?;
+    f(mem, rng, &t.conv_weight, Values::Uniform(0.5))?;
     let w_scale = 1.7 / (spec.shape.n_embd as f32).sqrt();
     for w in [&t.alpha_weight, &t.beta_weight] {
-        let data = inputs::fill(rng, w.layout.n_elements(), Values::Uniform(w_scale));
+        let data = inputs::fill(rng, w.layout.n_elements(), Values::Uniform(w_scale))?;
         match w.dtype() {
             DType::F16 | DType::BF16 => {
                 let o = w.layout.offset;
@@ -1084,9 +1087,10 @@ fn fill_table(
             _ => put(mem, w, &data),
         }
     }
-    f(mem, rng, &t.dt_bias, Values::Uniform(1.0));
+    f(mem, rng, &t.dt_bias, Values::Uniform(1.0))?;
     let a: Vec<f32> = (0..spec.shape.n_v_heads).map(|_| -(rng.random_range(-1.0f32..1.0).exp())).collect();
     put(mem, &t.ssm_a, &a);
+    Ok(())
 }
 
 impl Built {

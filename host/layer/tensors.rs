@@ -293,7 +293,7 @@ impl LayerTensors {
     pub fn fill_random(&self, mem: &mut HostMemory, shape: &GdnShape, rng: &mut StdRng, init: &LayerInit) -> Result<()> {
         let vals = |scale: f32| if init.specials { Values::WithSpecials { scale, every: 997 } } else { Values::Uniform(scale) };
         let fill = |mem: &mut HostMemory, rng: &mut StdRng, t: &Tensor, v: Values| {
-            let data = inputs::fill(rng, t.layout.n_elements(), v);
+            let data = inputs::fill(rng, t.layout.n_elements(), v)?;
             mem.fill_f32(t, &data)
         };
         fill(mem, rng, &self.conv_cache, vals(1.0))?;
@@ -303,7 +303,7 @@ impl LayerTensors {
         fill(mem, rng, &self.conv_weight, Values::Uniform(0.5))?;
         let w_scale = 1.7 / (shape.n_embd as f32).sqrt();
         for w in [&self.alpha_weight, &self.beta_weight] {
-            let data = inputs::fill(rng, w.layout.n_elements(), Values::Uniform(w_scale));
+            let data = inputs::fill(rng, w.layout.n_elements(), Values::Uniform(w_scale))?;
             let idx: Vec<_> = w.layout.indices().collect();
             for (i, x) in idx.into_iter().zip(data) {
                 match w.dtype() {

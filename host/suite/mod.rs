@@ -150,13 +150,14 @@ impl Builder {
 
     /// A tensor of `ne` inside a buffer padded by `pad[d]` extra elements along each dimension
     /// (so its strides are not the contiguous ones when any pad is non-zero) and by guard
-    /// bytes; the whole buffer, padding included, is filled with `values`.
+    /// bytes; the whole buffer, padding included, is filled with `values`. Panics (with the
+    /// typed error's message) when the allocation or `inputs::fill` refuses.
     pub fn tensor_padded(&mut self, dtype: DType, ne: [usize; 4], pad: [usize; 4], values: Values) -> Tensor {
         let outer = [ne[0] + pad[0], ne[1] + pad[1], ne[2] + pad[2], ne[3] + pad[3]];
         let full = Layout::contiguous(dtype, outer);
         let bytes = full.n_elements() * dtype.size() + 2 * GUARD_BYTES;
         let id = self.mem.alloc(bytes);
-        let words = inputs::fill(&mut self.rng, bytes / 4, values);
+        let words = inputs::fill(&mut self.rng, bytes / 4, values).unwrap_or_else(|e| panic!("{e}"));
         let buf = self.mem.bytes_mut(id);
         for (chunk, w) in buf.chunks_exact_mut(4).zip(words) {
             chunk.copy_from_slice(&w.to_bits().to_le_bytes());

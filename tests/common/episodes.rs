@@ -781,8 +781,8 @@ pub fn episode(setup: &Setup, label: &str, arms: &mut dyn FnMut(&Weights, &Rows)
         // Replay the previous step's acceptance and verify this step's tokens (after the last
         // step, replay its acceptance alone).
         let inputs = (i < STEPS).then(|| {
-            let qkv = to_bytes(inputs::fill(&mut rng, c * cols, Values::Uniform(1.0)));
-            (qkv, to_bytes(inputs::fill(&mut rng, e * cols, Values::Uniform(1.0))))
+            let qkv = to_bytes(inputs::fill(&mut rng, c * cols, Values::Uniform(1.0)).expect("a drawable range"));
+            (qkv, to_bytes(inputs::fill(&mut rng, e * cols, Values::Uniform(1.0)).expect("a drawable range")))
         });
         let tokens = inputs.as_ref().map(|(q, c)| (q.as_slice(), c.as_slice()));
         let accepted = previous.as_ref().map(|p| p.accepted.as_slice());
