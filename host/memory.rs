@@ -16,10 +16,9 @@ pub trait Memory {
     /// Whether the buffer holds row indices (host-known values).
     fn is_index_buffer(&self, id: BufferId) -> bool;
     /// The values of an I32 view of an index buffer, in logical order; `None` when `t` is not
-    /// an I32 view of an index buffer, reaches past the buffer's bytes, or has more elements
-    /// than the buffer holds values (a broadcast view with a huge count is refused, never
-    /// copied). Ops turn `None` into a typed error naming themselves and the argument; the
-    /// count is bounded by their other views before they ask.
+    /// an I32 view of an index buffer, reaches past the buffer's bytes, or has more than
+    /// [`MAX_INDEX_VALUES`] elements (a broadcast view with a huge count is refused, never
+    /// copied).
     fn index_values(&self, t: &Tensor) -> Option<Vec<i32>>;
     /// [host-cost] The host-known bytes of index buffer `id` (`None` when it is not an index
     /// buffer, or the memory keeps no such copy): what a plan's per-step index rules read in
@@ -443,13 +442,18 @@ impl Memory for DeviceMemory {
     }
 }
 
+/// The most values an index view may have: [`Memory::index_values`] copies them, and a
+/// broadcast view (element stride 0) of a few bytes can name any count. 2^30 (a 4 GiB copy) is
+/// far above any index view the ops take (one value a sequence, token or row).
+pub const MAX_INDEX_VALUES: usize = 1 << 30;
+
 /// The I32 elements of `t` in `bytes`, in logical order; `None` when the view's exact byte
-/// range is not representable or not inside `bytes`, or when it has more elements than `bytes`
-/// holds values (a broadcast view — zero strides, a huge count — would make a copy far larger
-/// than the buffer: refused before anything is allocated). Never panics, whatever the view.
+/// range is not representable or not inside `bytes`, or it has more than [`MAX_INDEX_VALUES`]
+/// elements (a broadcast view: refused before anything is allocated). Never panics, whatever
+/// the view.
 fn read_i32s(bytes: &[u8], t: &Tensor) -> Option<Vec<i32>> {
     let range = t.layout.checked_byte_range().ok()?;
-    if range.is_some_and(|r| r.end > bytes.len()) || t.layout.checked_n_elements()? > bytes.len() / 4 {
+    if range.is_some_and(|r| r.end > bytes.len()) || t.layout.checked_n_elements()? > MAX_INDEX_VALUES {
         return None;
     }
     t.layout

@@ -4,17 +4,6 @@ use crate::error::{Error, Result};
 use crate::memory::Memory;
 use crate::tensor::{self, DType, Tensor};
 
-/// What the ops' "not an index buffer" refusals add for an index view that repeats its values
-/// (element stride 0, more than one element): [`Memory::index_values`] also refuses such a view
-/// when it has more elements than its buffer holds values, rather than copy it.
-pub(crate) fn repeated_index_note(t: &Tensor) -> &'static str {
-    if t.layout.nb[0] == 0 && t.ne()[0] > 1 {
-        " (or, its stride being 0, it has more elements than its index buffer holds values)"
-    } else {
-        ""
-    }
-}
-
 /// A tensor the op will access: right type, not empty, element-aligned, inside its buffer, its
 /// exact byte range and element count representable (checked arithmetic: a view whose last
 /// element's offset does not fit is an [`Error::Overflow`], never a wrapped range).

@@ -265,11 +265,7 @@ fn states_over_read_rows(op: &'static str, states: &Tensor, read_rows: &[Tensor]
 fn source_rows_not_an_index_buffer(op: &'static str, source_rows: &Tensor) -> Error {
     Error::Invalid {
         op,
-        what: format!(
-            "`source_rows` (buffer {}) is not an index buffer{}: its values must be known to the host",
-            source_rows.buffer.0,
-            check::repeated_index_note(source_rows)
-        ),
+        what: format!("`source_rows` (buffer {}) is not an index buffer: its values must be known to the host", source_rows.buffer.0),
     }
 }
 

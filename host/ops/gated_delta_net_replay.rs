@@ -204,14 +204,7 @@ impl GatedDeltaNetReplay {
 // The index rules' errors, one constructor each, so the per-call and the prepared rules cannot
 // word them differently (errors named as `op`'s: this op's, or GATED_DELTA_NET_REPLAY_VERIFY's).
 fn not_an_index_buffer(op: &'static str, arg: &'static str, t: &Tensor) -> Error {
-    Error::Invalid {
-        op,
-        what: format!(
-            "`{arg}` (buffer {}) is not an index buffer{}: its values must be known to the host",
-            t.buffer.0,
-            check::repeated_index_note(t)
-        ),
-    }
+    Error::Invalid { op, what: format!("`{arg}` (buffer {}) is not an index buffer: its values must be known to the host", t.buffer.0) }
 }
 
 /// The range rule on one value: the value as a row (or count) below `bound`, else the error.

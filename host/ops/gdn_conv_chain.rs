@@ -557,11 +557,7 @@ impl GdnConvChain {
 fn source_row_not_an_index_buffer(source_row: &Tensor) -> Error {
     Error::Invalid {
         op: OP,
-        what: format!(
-            "`source_row` (buffer {}) is not an index buffer{}: its value must be known to the host",
-            source_row.buffer.0,
-            check::repeated_index_note(source_row)
-        ),
+        what: format!("`source_row` (buffer {}) is not an index buffer: its value must be known to the host", source_row.buffer.0),
     }
 }
 
@@ -582,11 +578,7 @@ fn source_row_not_the_committed_row() -> Error {
 fn window_rows_not_an_index_buffer(window_rows: &Tensor) -> Error {
     Error::Invalid {
         op: OP,
-        what: format!(
-            "`window_rows` (buffer {}) is not an index buffer{}: its value must be known to the host",
-            window_rows.buffer.0,
-            check::repeated_index_note(window_rows)
-        ),
+        what: format!("`window_rows` (buffer {}) is not an index buffer: its value must be known to the host", window_rows.buffer.0),
     }
 }
 

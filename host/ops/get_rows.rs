@@ -51,11 +51,7 @@ impl GetRows {
     fn check_rows(&self, mem: &dyn Memory, n_src_rows: usize) -> Result<()> {
         let values = mem.index_values(&self.rows).ok_or_else(|| Error::Invalid {
             op: OP,
-            what: format!(
-                "`rows` (buffer {}) is not an index buffer{}: its values must be known to the host",
-                self.rows.buffer.0,
-                check::repeated_index_note(&self.rows)
-            ),
+            what: format!("`rows` (buffer {}) is not an index buffer: its values must be known to the host", self.rows.buffer.0),
         })?;
         for (position, &index) in values.iter().enumerate() {
             if index < 0 || index as usize >= n_src_rows {
