@@ -48,7 +48,7 @@ fn run() -> Result<bool, Box<dyn std::error::Error>> {
     let (shape, step, init) = (GdnShape::QWEN35_9B, Step::new(4, 3), LayerInit::default());
     let mut plan = HostMemory::new();
     let t = LayerTensors::alloc(&mut plan, &shape, &step, &init)?;
-    t.fill_random(&mut plan, &shape, &mut StdRng::seed_from_u64(0x5eed), &init);
+    t.fill_random(&mut plan, &shape, &mut StdRng::seed_from_u64(0x5eed), &init)?;
     // Inputs and weights are lent read-only: rgdn refuses any op that would write them.
     let read_only: BTreeSet<usize> =
         [t.qkv_mixed, t.cur, t.conv_weight, t.alpha_weight, t.beta_weight, t.dt_bias, t.ssm_a].iter().map(|x| x.buffer.0).collect();

@@ -2,8 +2,11 @@
 //! hide unwritten outputs); optionally salted with the values that break kernels: ±0,
 //! subnormals, ±Inf, NaNs with payloads, extremes.
 
+use crate::error::{Error, Result};
 use rand::Rng;
 use rand::rngs::StdRng;
+
+const OP: &str = "inputs::fill";
 
 /// How a tensor's values are drawn.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -19,6 +22,29 @@ pub enum Values {
     },
     /// Any bit pattern at all (for pure copies).
     AnyBits,
+}
+
+impl Values {
+    /// Refuses (typed, [`Error::Invalid`]) what [`fill`] cannot draw from: a half-width `scale`
+    /// that is not finite and > 0 (an empty or NaN range), or whose range (−scale, scale) is
+    /// wider than the largest finite float (scale > f32::MAX / 2), or `every` = 0.
+    pub fn check(self) -> Result<()> {
+        let (scale, every) = match self {
+            Values::Uniform(scale) => (scale, 1),
+            Values::WithSpecials { scale, every } => (scale, every),
+            Values::AnyBits => return Ok(()),
+        };
+        if !(scale > 0.0 && (2.0 * scale).is_finite()) {
+            return Err(Error::Invalid {
+                op: OP,
+                what: format!("{self:?}: the half-width must be finite, > 0 and at most f32::MAX / 2 (got {scale})"),
+            });
+        }
+        if every == 0 {
+            return Err(Error::Invalid { op: OP, what: format!("{self:?}: `every` must be ≥ 1 (one value in `every` is special)") });
+        }
+        Ok(())
+    }
 }
 
 /// One special value: ±0, a subnormal of either sign, ±Inf, a NaN with a random payload, the
@@ -38,21 +64,31 @@ pub fn special(rng: &mut StdRng) -> f32 {
     f32::from_bits(bits | sign)
 }
 
-/// `n` values drawn as `values` says.
-pub fn fill(rng: &mut StdRng, n: usize, values: Values) -> Vec<f32> {
-    (0..n)
-        .map(|_| match values {
-            Values::Uniform(scale) => rng.random_range(-scale..scale),
-            Values::WithSpecials { scale, every } => {
-                if rng.random_range(0..every) == 0 {
-                    special(rng)
-                } else {
-                    rng.random_range(-scale..scale)
-                }
+/// `n` values drawn as `values` says, or a typed error: `values` that [`Values::check`]
+/// refuses, or `n` values (4·n bytes) more than the [`crate::memory::default_host_budget`]
+/// ([`Error::OutOfMemory`]; nothing is allocated then).
+pub fn fill(rng: &mut StdRng, n: usize, values: Values) -> Result<Vec<f32>> {
+    values.check()?;
+    let budget = crate::memory::default_host_budget();
+    let requested = n.saturating_mul(4);
+    let oom = || Error::OutOfMemory { op: OP, requested, available: budget, budget };
+    if requested > budget {
+        return Err(oom());
+    }
+    let mut out = Vec::new();
+    out.try_reserve_exact(n).map_err(|_| oom())?;
+    out.extend((0..n).map(|_| match values {
+        Values::Uniform(scale) => rng.random_range(-scale..scale),
+        Values::WithSpecials { scale, every } => {
+            if rng.random_range(0..every) == 0 {
+                special(rng)
+            } else {
+                rng.random_range(-scale..scale)
             }
-            Values::AnyBits => f32::from_bits(rng.random()),
-        })
-        .collect()
+        }
+        Values::AnyBits => f32::from_bits(rng.random()),
+    }));
+    Ok(out)
 }
 
 /// Random bytes (poison for output buffers and padding).

@@ -15,7 +15,10 @@ pub trait Memory {
     fn buffer_len(&self, id: BufferId) -> Option<usize>;
     /// Whether the buffer holds row indices (host-known values).
     fn is_index_buffer(&self, id: BufferId) -> bool;
-    /// The values of an I32 view of an index buffer, in logical order.
+    /// The values of an I32 view of an index buffer, in logical order; `None` when `t` is not
+    /// an I32 view of an index buffer, reaches past the buffer's bytes, or has more than
+    /// [`MAX_INDEX_VALUES`] elements (a broadcast view with a huge count is refused, never
+    /// copied).
     fn index_values(&self, t: &Tensor) -> Option<Vec<i32>>;
     /// [host-cost] The host-known bytes of index buffer `id` (`None` when it is not an index
     /// buffer, or the memory keeps no such copy): what a plan's per-step index rules read in
@@ -176,52 +179,119 @@ impl HostMemory {
         &mut self.buffers[id.0]
     }
 
-    /// The 32-bit element of `t` at logical index `i` (F32 bits or I32).
-    pub fn read_u32(&self, t: &Tensor, i: [usize; 4]) -> u32 {
-        let o = t.layout.byte_offset(i);
-        u32::from_le_bytes(self.buffers[t.buffer.0][o..o + 4].try_into().expect("4 bytes"))
-    }
-
-    /// Writes the 32-bit element of `t` at logical index `i`.
-    pub fn write_u32(&mut self, t: &Tensor, i: [usize; 4], v: u32) {
-        let o = t.layout.byte_offset(i);
-        self.buffers[t.buffer.0][o..o + 4].copy_from_slice(&v.to_le_bytes());
-    }
-
-    /// The 16-bit element of `t` at logical index `i` (F16/BF16 bits).
-    pub fn read_u16(&self, t: &Tensor, i: [usize; 4]) -> u16 {
-        let o = t.layout.byte_offset(i);
-        u16::from_le_bytes(self.buffers[t.buffer.0][o..o + 2].try_into().expect("2 bytes"))
-    }
-
-    /// Writes the 16-bit element of `t` at logical index `i`.
-    pub fn write_u16(&mut self, t: &Tensor, i: [usize; 4], v: u16) {
-        let o = t.layout.byte_offset(i);
-        self.buffers[t.buffer.0][o..o + 2].copy_from_slice(&v.to_le_bytes());
-    }
-
-    /// The F32 element of `t` at logical index `i`.
-    pub fn read_f32(&self, t: &Tensor, i: [usize; 4]) -> f32 {
-        f32::from_bits(self.read_u32(t, i))
-    }
-
-    /// Writes the F32 element of `t` at logical index `i`.
-    pub fn write_f32(&mut self, t: &Tensor, i: [usize; 4], v: f32) {
-        self.write_u32(t, i, v.to_bits())
-    }
-
-    /// All elements of an F32 view in logical order.
-    pub fn to_f32_vec(&self, t: &Tensor) -> Vec<f32> {
-        t.layout.indices().map(|i| self.read_f32(t, i)).collect()
-    }
-
-    /// Writes `values` (logical order) into an F32 view.
-    pub fn fill_f32(&mut self, t: &Tensor, values: &[f32]) {
-        assert_eq!(values.len(), t.layout.n_elements(), "fill_f32: value count must match the view");
-        let idx: Vec<_> = t.layout.indices().collect();
-        for (i, v) in idx.into_iter().zip(values) {
-            self.write_f32(t, i, *v);
+    /// The bytes of element `i` of `t` (`size` bytes from its byte offset), or a typed error
+    /// naming `op`: [`Error::Shape`] when `i` lies outside the view's `ne`, [`Error::Overflow`]
+    /// when its offset does not fit, [`Error::OutOfBounds`] when its bytes lie outside the
+    /// buffer (or the buffer does not exist: `len` 0).
+    fn element(&self, op: &'static str, t: &Tensor, i: [usize; 4], size: usize) -> Result<std::ops::Range<usize>> {
+        let ne = t.ne();
+        if (0..4).any(|d| i[d] >= ne[d]) {
+            return Err(Error::Shape { op, arg: "t", expected: format!("a shape holding element {i:?}"), got: ne });
         }
+        let overflow = || Error::Overflow { op, arg: "t", what: format!("end of element {i:?}") };
+        let start = t.layout.checked_byte_offset(i).ok_or_else(overflow)?;
+        let end = start.checked_add(size).ok_or_else(overflow)?;
+        let len = self.buffer_len(t.buffer).unwrap_or(0);
+        if end > len {
+            return Err(Error::OutOfBounds { op, arg: "t", buffer: t.buffer.0, start, end, len });
+        }
+        Ok(start..end)
+    }
+
+    /// Refuses (typed, naming `op`) a view whose bytes are not all inside its buffer: what the
+    /// bulk accessors check once before touching any element.
+    fn check_view(&self, op: &'static str, t: &Tensor) -> Result<()> {
+        let range = t.layout.checked_byte_range().map_err(|o| Error::Overflow { op, arg: "t", what: o.what.into() })?;
+        let len = self.buffer_len(t.buffer).unwrap_or(0);
+        match range {
+            Some(r) if r.end > len => Err(Error::OutOfBounds { op, arg: "t", buffer: t.buffer.0, start: r.start, end: r.end, len }),
+            _ => Ok(()),
+        }
+    }
+
+    fn read_bytes<const N: usize>(&self, op: &'static str, t: &Tensor, i: [usize; 4]) -> Result<[u8; N]> {
+        let r = self.element(op, t, i, N)?;
+        let mut b = [0; N];
+        b.copy_from_slice(&self.buffers[t.buffer.0][r]);
+        Ok(b)
+    }
+
+    fn write_bytes<const N: usize>(&mut self, op: &'static str, t: &Tensor, i: [usize; 4], b: [u8; N]) -> Result<()> {
+        let r = self.element(op, t, i, N)?;
+        self.buffers[t.buffer.0][r].copy_from_slice(&b);
+        Ok(())
+    }
+
+    /// The 32-bit element of `t` at logical index `i` (F32 bits or I32), or a typed error when
+    /// `i` is outside the view or the element's bytes outside its buffer (never a panic).
+    pub fn read_u32(&self, t: &Tensor, i: [usize; 4]) -> Result<u32> {
+        self.read_bytes("HostMemory::read_u32", t, i).map(u32::from_le_bytes)
+    }
+
+    /// Writes the 32-bit element of `t` at logical index `i` (refusals as
+    /// [`HostMemory::read_u32`]'s; nothing is written then).
+    pub fn write_u32(&mut self, t: &Tensor, i: [usize; 4], v: u32) -> Result<()> {
+        self.write_bytes("HostMemory::write_u32", t, i, v.to_le_bytes())
+    }
+
+    /// The 16-bit element of `t` at logical index `i` (F16/BF16 bits); refusals as
+    /// [`HostMemory::read_u32`]'s.
+    pub fn read_u16(&self, t: &Tensor, i: [usize; 4]) -> Result<u16> {
+        self.read_bytes("HostMemory::read_u16", t, i).map(u16::from_le_bytes)
+    }
+
+    /// Writes the 16-bit element of `t` at logical index `i`; refusals as
+    /// [`HostMemory::read_u32`]'s.
+    pub fn write_u16(&mut self, t: &Tensor, i: [usize; 4], v: u16) -> Result<()> {
+        self.write_bytes("HostMemory::write_u16", t, i, v.to_le_bytes())
+    }
+
+    /// The F32 element of `t` at logical index `i`; refusals as [`HostMemory::read_u32`]'s.
+    pub fn read_f32(&self, t: &Tensor, i: [usize; 4]) -> Result<f32> {
+        self.read_bytes("HostMemory::read_f32", t, i).map(f32::from_le_bytes)
+    }
+
+    /// Writes the F32 element of `t` at logical index `i`; refusals as
+    /// [`HostMemory::read_u32`]'s.
+    pub fn write_f32(&mut self, t: &Tensor, i: [usize; 4], v: f32) -> Result<()> {
+        self.write_bytes("HostMemory::write_f32", t, i, v.to_le_bytes())
+    }
+
+    /// All elements of an F32 view in logical order, or a typed error: the view's bytes outside
+    /// its buffer ([`Error::OutOfBounds`]), or more values than the memory's whole budget holds
+    /// ([`Error::OutOfMemory`]: a broadcast view, zero strides and a huge count, is refused
+    /// instead of allocated).
+    pub fn to_f32_vec(&self, t: &Tensor) -> Result<Vec<f32>> {
+        const OP: &str = "HostMemory::to_f32_vec";
+        self.check_view(OP, t)?;
+        let n = t.layout.n_elements();
+        let bytes = n.saturating_mul(4);
+        let oom = || Error::OutOfMemory { op: OP, requested: bytes, available: self.budget, budget: self.budget };
+        if bytes > self.budget {
+            return Err(oom());
+        }
+        let mut out = Vec::new();
+        out.try_reserve_exact(n).map_err(|_| oom())?;
+        for i in t.layout.indices() {
+            out.push(self.read_bytes(OP, t, i).map(f32::from_le_bytes)?);
+        }
+        Ok(out)
+    }
+
+    /// Writes `values` (logical order) into an F32 view, or a typed error (nothing written
+    /// then): a count other than the view's ([`Error::Invalid`]), or the view's bytes outside
+    /// its buffer ([`Error::OutOfBounds`]).
+    pub fn fill_f32(&mut self, t: &Tensor, values: &[f32]) -> Result<()> {
+        const OP: &str = "HostMemory::fill_f32";
+        let n = t.layout.n_elements();
+        if values.len() != n {
+            return Err(Error::Invalid { op: OP, what: format!("{} values for a view of {n} elements ({:?})", values.len(), t.ne()) });
+        }
+        self.check_view(OP, t)?;
+        for (i, v) in t.layout.indices().zip(values) {
+            self.write_bytes(OP, t, i, v.to_le_bytes())?;
+        }
+        Ok(())
     }
 }
 
@@ -372,11 +442,18 @@ impl Memory for DeviceMemory {
     }
 }
 
+/// The most values an index view may have: [`Memory::index_values`] copies them, and a
+/// broadcast view (element stride 0) of a few bytes can name any count. 2^30 (a 4 GiB copy) is
+/// far above any index view the ops take (one value a sequence, token or row).
+pub const MAX_INDEX_VALUES: usize = 1 << 30;
+
 /// The I32 elements of `t` in `bytes`, in logical order; `None` when the view's exact byte
-/// range is not representable or not inside `bytes` (never panics, whatever the view).
+/// range is not representable or not inside `bytes`, or it has more than [`MAX_INDEX_VALUES`]
+/// elements (a broadcast view: refused before anything is allocated). Never panics, whatever
+/// the view.
 fn read_i32s(bytes: &[u8], t: &Tensor) -> Option<Vec<i32>> {
     let range = t.layout.checked_byte_range().ok()?;
-    if range.is_some_and(|r| r.end > bytes.len()) {
+    if range.is_some_and(|r| r.end > bytes.len()) || t.layout.checked_n_elements()? > MAX_INDEX_VALUES {
         return None;
     }
     t.layout

@@ -197,14 +197,14 @@ fn planned_equals_unplanned(values: &[ValueInfo], ops: &[RawOp], floats: usize, 
         .collect();
     for (v, info) in values.iter().enumerate() {
         if !info.role.planned() {
-            let data = rgdn::inputs::fill(&mut rng, floats, rgdn::inputs::Values::Uniform(1.0));
-            flat.fill_f32(&flat_t[v], &data);
-            arena_mem.fill_f32(&planned_t[v], &data);
+            let data = rgdn::inputs::fill(&mut rng, floats, rgdn::inputs::Values::Uniform(1.0)).unwrap();
+            flat.fill_f32(&flat_t[v], &data).unwrap();
+            arena_mem.fill_f32(&planned_t[v], &data).unwrap();
         }
     }
     let flat_nodes = nodes_of(ops, &|v| flat_t[v]);
     let planned_nodes = nodes_of(ops, &|v| planned_t[v]);
-    let bits = |m: &HostMemory, t: &Tensor| m.to_f32_vec(t).iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let bits = |m: &HostMemory, t: &Tensor| m.to_f32_vec(t).unwrap().iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     for (i, (f, p)) in flat_nodes.iter().zip(&planned_nodes).enumerate() {
         let rf = f.op.reference(&mut flat, &mut ExactMufu);
         let rp = p.op.reference(&mut arena_mem, &mut ExactMufu);
@@ -526,8 +526,8 @@ proptest! {
         let stride = ((row as isize + stride_delta * (row as isize / 4)) as usize / 4).max(1) * 4;
         let bytes = stride * (l.ne[1] - 1) + row;
         let buffer = mem.alloc_tensor(DType::F32, [bytes / 4, 1, 1, 1]);
-        let data = rgdn::inputs::fill(&mut <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(seed), bytes / 4, rgdn::inputs::Values::Uniform(1.0));
-        mem.fill_f32(&buffer, &data);
+        let data = rgdn::inputs::fill(&mut <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(seed), bytes / 4, rgdn::inputs::Values::Uniform(1.0)).unwrap();
+        mem.fill_f32(&buffer, &data).unwrap();
         t.conv_cache = Tensor::new(buffer.buffer, Layout { nb: [4, stride, stride * l.ne[1], stride * l.ne[1]], ..l });
         let spec = LayerSpec { gdn_tail: false, ..LayerSpec::new(SMALL, step) };
         let nodes = || -> Vec<Node> { ggml_layer_ops(&t, &spec).unwrap().into_iter().map(|op| Node::new(op, Some(0))).collect() };

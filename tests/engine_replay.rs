@@ -116,7 +116,11 @@ impl EngineArm {
         let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed);
         // The caches start with bits of a previous run (zeroing is the new cells' pre-op).
         let mut random = |n: usize| {
-            let mut v = inputs::fill(&mut rng, n, Values::Uniform(0.5)).into_iter().flat_map(f32::to_le_bytes).collect::<Vec<u8>>();
+            let mut v = inputs::fill(&mut rng, n, Values::Uniform(0.5))
+                .expect("a drawable range")
+                .into_iter()
+                .flat_map(f32::to_le_bytes)
+                .collect::<Vec<u8>>();
             v.truncate(n * 4);
             v
         };
@@ -497,8 +501,8 @@ fn episode(n_t: usize, seed: u64) -> Check<Certified> {
         }
         let cols = n_t * n_s;
         let to_bytes = |v: Vec<f32>| v.into_iter().flat_map(f32::to_le_bytes).collect::<Vec<u8>>();
-        let qkv = to_bytes(inputs::fill(&mut rng, c * cols, Values::Uniform(1.0)));
-        let cur = to_bytes(inputs::fill(&mut rng, e * cols, Values::Uniform(1.0)));
+        let qkv = to_bytes(inputs::fill(&mut rng, c * cols, Values::Uniform(1.0)).expect("a drawable range"));
+        let cur = to_bytes(inputs::fill(&mut rng, e * cols, Values::Uniform(1.0)).expect("a drawable range"));
         let rows = ReplayRows { kv_head, accepted: &accepted, new_cells: &new_cells };
         let mut outs = Vec::new();
         for arm in &mut arms {

@@ -107,7 +107,7 @@ fn gdn_from_cache_reference_equals_get_rows_then_gdn() {
             .iter()
             .flat_map(|&r| (0..row_len).map(move |e| (e, r)))
             .filter(|&(e, r)| {
-                let x = b.mem.read_f32(&op.ssm_cache, [e, r as usize, 0, 0]);
+                let x = b.mem.read_f32(&op.ssm_cache, [e, r as usize, 0, 0]).unwrap();
                 !x.is_normal()
             })
             .count();

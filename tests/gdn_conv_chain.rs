@@ -24,7 +24,7 @@ fn run(mem: &HostMemory, ops: &[Box<dyn Op>]) -> HostMemory {
 }
 
 fn bits(mem: &HostMemory, t: &Tensor) -> Vec<u32> {
-    t.layout.indices().map(|i| mem.read_u32(t, i)).collect()
+    t.layout.indices().map(|i| mem.read_u32(t, i).unwrap()).collect()
 }
 
 #[test]
@@ -318,7 +318,7 @@ fn the_commits_prepared_index_rules_are_its_validation() {
         }
         for (t, v) in [(&source_row, &values[0]), (&window_rows, &values[1])] {
             for (i, &x) in v.iter().enumerate() {
-                b.mem.write_u32(t, [i, 0, 0, 0], x as u32);
+                b.mem.write_u32(t, [i, 0, 0, 0], x as u32).unwrap();
             }
         }
         let validated = fused.validate(&b.mem);
@@ -418,12 +418,12 @@ fn the_window_commit_equals_its_unfused_ops_and_refuses_foreign_rows() {
                 // Another sequence's window row, a row past the table, a foreign source row.
                 let mut mem = b.mem.clone();
                 let wrong = (log_t * n_s + 1) as i32; // sequence 1's window(0), given to sequence 0
-                mem.write_u32(&window_rows, [0, 0, 0, 0], wrong as u32);
+                mem.write_u32(&window_rows, [0, 0, 0, 0], wrong as u32).unwrap();
                 assert!(matches!(fused.validate(&mem), Err(Error::Aliasing { a: "window_rows", .. })), "{:?}", fused.validate(&mem));
-                mem.write_u32(&window_rows, [0, 0, 0, 0], ((log_t + 1) * n_s) as u32);
+                mem.write_u32(&window_rows, [0, 0, 0, 0], ((log_t + 1) * n_s) as u32).unwrap();
                 assert!(matches!(fused.validate(&mem), Err(Error::IndexOutOfRange { arg: "window_rows", .. })));
                 let mut mem = b.mem.clone();
-                mem.write_u32(&source_row, [1, 0, 0, 0], kv_head as u32);
+                mem.write_u32(&source_row, [1, 0, 0, 0], kv_head as u32).unwrap();
                 assert!(matches!(fused.validate(&mem), Err(Error::Aliasing { a: "source_row", b: "commit.row", .. })));
                 assert!(fused.check_indices(&mem).is_err());
                 // A snapshot row beside a commit is out of scope.

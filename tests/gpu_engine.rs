@@ -108,7 +108,7 @@ fn plan(n_t: usize, r: usize) -> Result<Plan, String> {
     let (shape, step, init) = (GdnShape::QWEN35_9B, Step::new(n_t, r), LayerInit::default());
     let mut mem = HostMemory::new();
     let t = LayerTensors::alloc(&mut mem, &shape, &step, &init).map_err(e)?;
-    t.fill_random(&mut mem, &shape, &mut StdRng::seed_from_u64(0xe1 + n_t as u64), &init);
+    t.fill_random(&mut mem, &shape, &mut StdRng::seed_from_u64(0xe1 + n_t as u64), &init).map_err(e)?;
     Ok(Plan { mem, t, shape, step, init })
 }
 

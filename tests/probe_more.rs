@@ -175,3 +175,124 @@ fn bench_refuses_huge_counts_before_the_gpu() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("at most 65536") && stderr.contains("token columns"), "{stderr}");
 }
+
+/// `HostMemory`'s element accessors (`read_*`, `write_*`) and `fill_f32` / `to_f32_vec` indexed
+/// the buffer with the view's byte offsets: a view reaching past its buffer, an index outside
+/// the view, an offset that overflows or a buffer that does not exist panicked (a slice index
+/// out of range). Now each is a typed error naming the accessor, with the element's (or the
+/// view's) bytes and the buffer's size, and a refused bulk write writes nothing. The CPU
+/// references, which read through them, return the same errors.
+#[test]
+fn host_memory_accessors_refuse_views_outside_their_buffer() {
+    use rgdn::memory::HostMemory;
+    let mut mem = HostMemory::new();
+    let t = mem.alloc_tensor(DType::F32, [4, 1, 1, 1]);
+    // Elements 2 and 3 of `past` lie in bytes 16..24 of a 16-byte buffer.
+    let past = t.view([4, 1, 1, 1], t.layout.nb, 8);
+    let oob = |r: &Result<(), Error>, op: &str, start: usize, end: usize| matches!(r, Err(Error::OutOfBounds { op: o, arg: "t", start: s, end: e, len: 16, .. }) if *o == op && *s == start && *e == end);
+    let r = no_panic("read_f32", || mem.read_f32(&past, [3, 0, 0, 0]).map(drop));
+    assert!(oob(&r, "HostMemory::read_f32", 20, 24), "{r:?}");
+    let r = no_panic("read_u32", || mem.read_u32(&past, [2, 0, 0, 0]).map(drop));
+    assert!(oob(&r, "HostMemory::read_u32", 16, 20), "{r:?}");
+    let r = no_panic("write_f32", || mem.write_f32(&past, [3, 0, 0, 0], 1.0));
+    assert!(oob(&r, "HostMemory::write_f32", 20, 24), "{r:?}");
+    let r = no_panic("write_u32", || mem.write_u32(&past, [3, 0, 0, 0], 1));
+    assert!(oob(&r, "HostMemory::write_u32", 20, 24), "{r:?}");
+    let halves = Tensor::new(t.buffer, Layout { offset: 10, ..Layout::contiguous(DType::F16, [4, 1, 1, 1]) });
+    let r = no_panic("read_u16", || mem.read_u16(&halves, [3, 0, 0, 0]).map(drop));
+    assert!(oob(&r, "HostMemory::read_u16", 16, 18), "{r:?}");
+    let r = no_panic("write_u16", || mem.write_u16(&halves, [3, 0, 0, 0], 1));
+    assert!(oob(&r, "HostMemory::write_u16", 16, 18), "{r:?}");
+    // An index outside the view (inside the buffer: it would read another element), an offset
+    // that overflows, a buffer that does not exist.
+    let r = no_panic("outside ne", || mem.read_f32(&t, [1, 1, 0, 0]));
+    assert!(matches!(r, Err(Error::Shape { op: "HostMemory::read_f32", got: [4, 1, 1, 1], .. })), "{r:?}");
+    let far = t.view([1, 1, 1, 1], t.layout.nb, usize::MAX - 2);
+    let r = no_panic("overflow", || mem.write_f32(&far, [0, 0, 0, 0], 1.0));
+    assert!(matches!(r, Err(Error::Overflow { op: "HostMemory::write_f32", .. })), "{r:?}");
+    let none = Tensor::new(BufferId(7), t.layout);
+    let r = no_panic("no buffer", || mem.read_f32(&none, [0, 0, 0, 0]));
+    assert!(matches!(r, Err(Error::OutOfBounds { buffer: 7, len: 0, .. })), "{r:?}");
+    // Bulk: refused before anything is written.
+    let before = mem.bytes(t.buffer).to_vec();
+    let r = no_panic("fill_f32", || mem.fill_f32(&past, &[1.0; 4]));
+    assert!(oob(&r, "HostMemory::fill_f32", 8, 24), "{r:?}");
+    assert_eq!(mem.bytes(t.buffer), &before[..]);
+    let r = no_panic("fill_f32 count", || mem.fill_f32(&t, &[1.0; 3]));
+    assert!(matches!(r, Err(Error::Invalid { op: "HostMemory::fill_f32", .. })), "{r:?}");
+    let r = no_panic("to_f32_vec", || mem.to_f32_vec(&past).map(drop));
+    assert!(oob(&r, "HostMemory::to_f32_vec", 8, 24), "{r:?}");
+    // A broadcast view of 2^62 elements is refused, not allocated.
+    let wide = t.view([1 << 62, 1, 1, 1], [0, 4, 4, 4], 0);
+    let r = no_panic("to_f32_vec broadcast", || mem.to_f32_vec(&wide).map(drop));
+    assert!(matches!(r, Err(Error::OutOfMemory { op: "HostMemory::to_f32_vec", .. })), "{r:?}");
+    // A reference reading through them returns their error.
+    let r = no_panic("reference::scale", || rgdn::reference::scale::scale(&past, &past, 2.0, 0.0, &mut mem));
+    assert!(matches!(r, Err(Error::OutOfBounds { len: 16, .. })), "{r:?}");
+    // Views inside their buffer read and write as before.
+    mem.fill_f32(&t, &[1.0, 2.0, 3.0, 4.0]).unwrap();
+    assert_eq!(mem.to_f32_vec(&t).unwrap(), vec![1.0, 2.0, 3.0, 4.0]);
+    assert_eq!(mem.read_f32(&past, [1, 0, 0, 0]).unwrap(), 4.0);
+    assert_eq!(mem.read_u16(&halves, [2, 0, 0, 0]).unwrap(), 0x4080); // high half of 4.0
+}
+
+/// `inputs::fill` panicked inside rand on a range it cannot draw from: an empty one (scale 0 or
+/// negative), a NaN or infinite one, one wider than the largest float (scale > f32::MAX / 2),
+/// or `every` = 0; a count past 64 bits overflowed the vector's capacity. Now each is a typed
+/// error, and valid values draw exactly as before.
+#[test]
+fn inputs_fill_refuses_ranges_it_cannot_draw_from() {
+    use rand::SeedableRng;
+    use rand::rngs::StdRng;
+    use rgdn::inputs::{Values, fill};
+    let mut rng = StdRng::seed_from_u64(1);
+    for v in [
+        Values::Uniform(0.0),
+        Values::Uniform(-1.0),
+        Values::Uniform(f32::NAN),
+        Values::Uniform(f32::INFINITY),
+        Values::Uniform(f32::MAX),
+        Values::WithSpecials { scale: 0.0, every: 3 },
+        Values::WithSpecials { scale: 1.0, every: 0 },
+    ] {
+        let r = no_panic(&format!("{v:?}"), || fill(&mut rng, 4, v));
+        assert!(matches!(r, Err(Error::Invalid { op: "inputs::fill", .. })), "{v:?}: {r:?}");
+        assert!(v.check().is_err(), "{v:?}");
+    }
+    for n in [usize::MAX, usize::MAX / 4, 1 << 62] {
+        let r = no_panic(&format!("{n} values"), || fill(&mut rng, n, Values::Uniform(1.0)).map(|v| v.len()));
+        assert!(matches!(r, Err(Error::OutOfMemory { op: "inputs::fill", .. })), "{n}: {r:?}");
+    }
+    // The limits that draw, and the same draws as an unchecked loop.
+    for v in [
+        Values::Uniform(f32::MAX / 2.0),
+        Values::Uniform(f32::from_bits(1)),
+        Values::WithSpecials { scale: 1.0, every: 1 },
+        Values::AnyBits,
+    ] {
+        assert_eq!(fill(&mut rng, 16, v).unwrap().len(), 16, "{v:?}");
+    }
+    let got = fill(&mut StdRng::seed_from_u64(9), 8, Values::Uniform(2.0)).unwrap();
+    let mut rng = StdRng::seed_from_u64(9);
+    let want: Vec<f32> = (0..8).map(|_| rand::Rng::random_range(&mut rng, -2.0f32..2.0)).collect();
+    assert_eq!(got, want);
+}
+
+/// `Memory::index_values` copies an index view's values: a broadcast view (element stride 0)
+/// of an 8-byte buffer with a count of 2^62 allocated it (and then aborted). Now a view of more
+/// than `MAX_INDEX_VALUES` elements is `None`, refused before anything is allocated, and the
+/// plan's in-place reader agrees; a broadcast of a sane count is still read.
+#[test]
+fn index_values_refuse_a_broadcast_of_a_huge_count() {
+    use rgdn::memory::{HostMemory, MAX_INDEX_VALUES, Memory};
+    let mut mem = HostMemory::new();
+    let idx = mem.alloc_indices(&[1, 2]);
+    for n in [MAX_INDEX_VALUES + 1, 1 << 40, 1 << 62, usize::MAX] {
+        let wide = idx.view([n, 1, 1, 1], [0, 4, 4, 4], 0);
+        let got = no_panic(&format!("index_values of {n}"), || mem.index_values(&wide));
+        assert!(got.is_none(), "a broadcast of {n} values out of an 8-byte buffer: {} values copied", got.map_or(0, |v| v.len()));
+    }
+    // A broadcast of a few values more than the buffer holds is read, value by value.
+    assert_eq!(mem.index_values(&idx.view([3, 1, 1, 1], [0, 4, 4, 4], 4)), Some(vec![2, 2, 2]));
+    assert_eq!(mem.index_values(&idx), Some(vec![1, 2]));
+}

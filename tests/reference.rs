@@ -15,7 +15,7 @@ fn conv(mem: &mut HostMemory, cols: &[f32], w: &[f32], bias: Option<f32>, silu: 
     let bias = bias.map(|b| f32_tensor(mem, [1, 1, 1, 1], &[b]));
     let dst = f32_tensor(mem, [1, n_t, 1, 1], &vec![f32::NAN; n_t]);
     SsmConv { conv_input, weight, bias, dst, apply_silu: silu }.reference(mem, &mut ExactMufu).unwrap();
-    mem.to_f32_vec(&dst)
+    mem.to_f32_vec(&dst).unwrap()
 }
 
 #[test]
@@ -71,7 +71,7 @@ fn l2(mem: &mut HostMemory, cols: &[f32], eps: f32) -> Vec<f32> {
     let src = f32_tensor(mem, [cols.len(), 1, 1, 1], cols);
     let dst = f32_tensor(mem, [cols.len(), 1, 1, 1], &vec![f32::NAN; cols.len()]);
     L2Norm { src, dst, eps }.reference(mem, &mut ExactMufu).unwrap();
-    mem.to_f32_vec(&dst)
+    mem.to_f32_vec(&dst).unwrap()
 }
 
 #[test]

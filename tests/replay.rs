@@ -165,10 +165,10 @@ impl ReplayPath {
                     .expect("a valid product");
             }
         }
-        unary(math::sigmoid, &self.beta_raw, &self.beta, &mut self.mem, &mut ExactMufu);
-        binary(math::add, &self.alpha, &self.dt_bias, &self.alpha_biased, &mut self.mem);
-        unary(math::softplus, &self.alpha_biased, &self.softplus, &mut self.mem, &mut ExactMufu);
-        binary(math::mul, &self.softplus, &self.ssm_a, &self.gate, &mut self.mem);
+        unary(math::sigmoid, &self.beta_raw, &self.beta, &mut self.mem, &mut ExactMufu).expect("the layer's own views");
+        binary(math::add, &self.alpha, &self.dt_bias, &self.alpha_biased, &mut self.mem).expect("the layer's own views");
+        unary(math::softplus, &self.alpha_biased, &self.softplus, &mut self.mem, &mut ExactMufu).expect("the layer's own views");
+        binary(math::mul, &self.softplus, &self.ssm_a, &self.gate, &mut self.mem).expect("the layer's own views");
     }
 
     fn rows(&self) -> Vec<usize> {
@@ -263,8 +263,8 @@ fn plant_neighbour_gate(mem: &mut HostMemory, log: &TokenLog) {
     for s in 0..n_s {
         for h in 0..hv {
             for t in 0..n_t.saturating_sub(1) {
-                let next = mem.read_u32(&log.g, [0, h, t + 1, s]);
-                mem.write_u32(&log.g, [0, h, t, s], next);
+                let next = mem.read_u32(&log.g, [0, h, t + 1, s]).unwrap();
+                mem.write_u32(&log.g, [0, h, t, s], next).unwrap();
             }
         }
     }

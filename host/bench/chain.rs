@@ -257,12 +257,12 @@ pub fn replay_layer(mem: &mut HostMemory, cfg: &ChainConfig, accepted: usize, fu
     };
     let t = LayerTensors::alloc(mem, &cfg.shape, &step, &cfg.init)?;
     let mut rng = StdRng::seed_from_u64(0x2601);
-    t.fill_random(mem, &cfg.shape, &mut rng, &cfg.init);
+    t.fill_random(mem, &cfg.shape, &mut rng, &cfg.init)?;
     let r = ReplayTensors::alloc(mem, &cfg.shape, &step)?;
     let log = r.logs[1];
     for (x, lo, hi) in [(log.qkv, -1.0, 1.0), (log.k, -0.15, 0.15), (log.v, -1.0, 1.0), (log.g, -1.0, 0.0), (log.beta, 0.0, 1.0)] {
         let values: Vec<f32> = (0..x.layout.n_elements()).map(|_| rng.random_range(lo..hi)).collect();
-        mem.fill_f32(&x, &values);
+        mem.fill_f32(&x, &values)?;
     }
     r.set_accepted(mem, &vec![accepted; step.n_seqs()])?;
     let nodes = replay_layer_ops(&t, &r, &spec)?.into_iter().map(|op| Node::new(op, Some(0))).collect();
@@ -314,7 +314,7 @@ impl ChainPair {
     pub fn new(builder: &dyn ChainBuilder, cfg: &ChainConfig, seed: u64) -> Result<Self> {
         let mut mem = HostMemory::new();
         let tensors = LayerTensors::alloc(&mut mem, &cfg.shape, &cfg.step, &cfg.init)?;
-        tensors.fill_random(&mut mem, &cfg.shape, &mut StdRng::seed_from_u64(seed), &cfg.init);
+        tensors.fill_random(&mut mem, &cfg.shape, &mut StdRng::seed_from_u64(seed), &cfg.init)?;
         let off = builder.layer_ops(&mut mem, &tensors, cfg, false)?;
         let on = builder.layer_ops(&mut mem, &tensors, cfg, true)?;
         Ok(ChainPair {

@@ -255,7 +255,7 @@ fn layer(a: &LayerArgs, out: &mut dyn Write) -> Result<ExitCode, CliError> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(a.seed);
     let mut mem = HostMemory::new();
     let t = LayerTensors::alloc(&mut mem, &shape, &step, &init)?;
-    t.fill_random(&mut mem, &shape, &mut rng, &init);
+    t.fill_random(&mut mem, &shape, &mut rng, &init)?;
     let ops = unfused_ops(&t, &shape, &step, init.precision)?;
     writeln!(
         out,

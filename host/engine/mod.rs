@@ -449,11 +449,11 @@ mod tests {
         let init = LayerInit::default();
         let mut mem = HostMemory::new();
         let mut t = LayerTensors::alloc(&mut mem, &shape, &step, &init).unwrap();
-        t.fill_random(&mut mem, &shape, &mut rand::rngs::StdRng::seed_from_u64(27), &init);
+        t.fill_random(&mut mem, &shape, &mut rand::rngs::StdRng::seed_from_u64(27), &init).unwrap();
         let row = t.conv_cache.layout.nb[1];
         let qkv = Tensor::new(t.conv_cache.buffer, t.qkv_mixed.layout.view(t.qkv_mixed.ne(), t.qkv_mixed.layout.nb, row));
-        let values = mem.to_f32_vec(&t.qkv_mixed);
-        mem.fill_f32(&qkv, &values);
+        let values = mem.to_f32_vec(&t.qkv_mixed).unwrap();
+        mem.fill_f32(&qkv, &values).unwrap();
         t.qkv_mixed = qkv;
 
         let unfused = layer_step(&t, &shape, &step, &init, false, &mem).unwrap();

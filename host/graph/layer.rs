@@ -376,8 +376,8 @@ impl ReplayTensors {
             })?);
         }
         for (s, (a, row)) in rows.into_iter().enumerate() {
-            mem.write_u32(&self.accepted, [s, 0, 0, 0], a);
-            mem.write_u32(&self.window_rows, [s, 0, 0, 0], row);
+            mem.write_u32(&self.accepted, [s, 0, 0, 0], a)?;
+            mem.write_u32(&self.window_rows, [s, 0, 0, 0], row)?;
         }
         Ok(())
     }
@@ -397,9 +397,9 @@ impl ReplayTensors {
         Ok(r)
     }
 
-    /// The accepted counts in `mem`.
-    pub fn accepted_counts(&self, mem: &HostMemory) -> Vec<usize> {
-        (0..self.accepted.ne()[0]).map(|s| mem.read_u32(&self.accepted, [s, 0, 0, 0]) as usize).collect()
+    /// The accepted counts in `mem` (a typed error when `mem` does not hold the view).
+    pub fn accepted_counts(&self, mem: &HostMemory) -> Result<Vec<usize>> {
+        (0..self.accepted.ne()[0]).map(|s| mem.read_u32(&self.accepted, [s, 0, 0, 0]).map(|v| v as usize)).collect()
     }
 }
 
@@ -1003,7 +1003,7 @@ pub fn build_planned(spec: &StackSpec, seed: u64, budget: usize, groups: &Groups
     let mut real_nodes = Vec::new();
     for (l, ls) in spec.layers.iter().enumerate() {
         let lv = layer_values(&ids[l], |v| value_tensors[v]);
-        fill(&mut mem, &lv, ls, &mut rng);
+        fill(&mut mem, &lv, ls, &mut rng)?;
         real_nodes.extend(layer_nodes(&lv, ls, l)?);
         layers.push(lv);
     }
@@ -1021,26 +1021,28 @@ fn put(mem: &mut HostMemory, t: &Tensor, values: &[f32]) {
 }
 
 /// Caches, inputs and weights as `LayerTensors::fill_random` draws them.
-fn fill(mem: &mut HostMemory, v: &LayerValues, spec: &LayerSpec, rng: &mut StdRng) {
+fn fill(mem: &mut HostMemory, v: &LayerValues, spec: &LayerSpec, rng: &mut StdRng) -> Result<()> {
     let vals = |scale: f32| if spec.specials { Values::WithSpecials { scale, every: 997 } } else { Values::Uniform(scale) };
     let f = |mem: &mut HostMemory, rng: &mut StdRng, t: &Tensor, values: Values| {
-        let data = inputs::fill(rng, t.layout.n_elements(), values);
+        let data = inputs::fill(rng, t.layout.n_elements(), values)?;
         put(mem, t, &data);
+        Ok(())
     };
-    fill_table(mem, v, spec, rng, vals, f);
+    fill_table(mem, v, spec, rng, vals, f)?;
     if let Some(r) = &v.replay {
-        fill_replay(mem, r, rng);
+        fill_replay(mem, r, rng)?;
     }
+    Ok(())
 }
 
 /// \[replay\] A replay layer's log sets in realistic ranges (conv inputs ±1, k ±0.15, v ±2, g a
 /// log decay, β in [0, 1)) and accepted counts drawn in 0 ..= T: a built graph replays a
 /// random previous step. Callers of an episode write their own counts
 /// ([`ReplayTensors::set_accepted`]).
-fn fill_replay(mem: &mut HostMemory, r: &ReplayTensors, rng: &mut StdRng) {
+fn fill_replay(mem: &mut HostMemory, r: &ReplayTensors, rng: &mut StdRng) -> Result<()> {
     for log in &r.logs {
         for (t, scale) in [(&log.qkv, 1.0), (&log.k, 0.15), (&log.v, 2.0)] {
-            let data = inputs::fill(rng, t.layout.n_elements(), Values::Uniform(scale));
+            let data = inputs::fill(rng, t.layout.n_elements(), Values::Uniform(scale))?;
             put(mem, t, &data);
         }
         let n = log.g.layout.n_elements();
@@ -1052,6 +1054,7 @@ fn fill_replay(mem: &mut HostMemory, r: &ReplayTensors, rng: &mut StdRng) {
     let n_t = r.n_tokens();
     let accepted: Vec<usize> = (0..r.accepted.ne()[0]).map(|_| rng.random_range(0..=n_t)).collect();
     r.set_accepted(mem, &accepted).expect("counts drawn in 0 ..= T, one per sequence");
+    Ok(())
 }
 
 /// The layer table's caches, inputs and weights.
@@ -1061,17 +1064,17 @@ fn fill_table(
     spec: &LayerSpec,
     rng: &mut StdRng,
     vals: impl Fn(f32) -> Values,
-    f: impl Fn(&mut HostMemory, &mut StdRng, &Tensor, Values),
-) {
+    f: impl Fn(&mut HostMemory, &mut StdRng, &Tensor, Values) -> Result<()>,
+) -> Result<()> {
     let t = &v.t;
-    f(mem, rng, &t.conv_cache, vals(1.0));
-    f(mem, rng, &t.ssm_cache, Values::Uniform(0.05));
-    f(mem, rng, &v.qkv_src, vals(1.0));
-    f(mem, rng, &v.cur_src, vals(1.0));
-    f(mem, rng, &t.conv_weight, Values::Uniform(0.5));
+    f(mem, rng, &t.conv_cache, vals(1.0))?;
+    f(mem, rng, &t.ssm_cache, Values::Uniform(0.05))?;
+    f(mem, rng, &v.qkv_src, vals(1.0))?;
+    f(mem, rng, &v.cur_src, vals(1.0))?;
+    f(mem, rng, &t.conv_weight, Values::Uniform(0.5))?;
     let w_scale = 1.7 / (spec.shape.n_embd as f32).sqrt();
     for w in [&t.alpha_weight, &t.beta_weight] {
-        let data = inputs::fill(rng, w.layout.n_elements(), Values::Uniform(w_scale));
+        let data = inputs::fill(rng, w.layout.n_elements(), Values::Uniform(w_scale))?;
         match w.dtype() {
             DType::F16 | DType::BF16 => {
                 let o = w.layout.offset;
@@ -1084,9 +1087,10 @@ fn fill_table(
             _ => put(mem, w, &data),
         }
     }
-    f(mem, rng, &t.dt_bias, Values::Uniform(1.0));
+    f(mem, rng, &t.dt_bias, Values::Uniform(1.0))?;
     let a: Vec<f32> = (0..spec.shape.n_v_heads).map(|_| -(rng.random_range(-1.0f32..1.0).exp())).collect();
     put(mem, &t.ssm_a, &a);
+    Ok(())
 }
 
 impl Built {
@@ -1295,7 +1299,7 @@ mod chain_tests {
         let init = LayerInit::default();
         let mut mem = HostMemory::new();
         let t = LayerTensors::alloc(&mut mem, &shape, &step, &init).unwrap();
-        t.fill_random(&mut mem, &shape, &mut StdRng::seed_from_u64(8), &init);
+        t.fill_random(&mut mem, &shape, &mut StdRng::seed_from_u64(8), &init).unwrap();
         let ops = unfused_ops(&t, &shape, &step, init.precision).unwrap();
         let names: Vec<_> = ops.iter().map(|o| o.name()).collect();
         assert_eq!(names.iter().filter(|n| **n == "MUL_MAT_VEC").count(), 2 * (n_t * n_s).div_ceil(MAT_VEC_MAX_COLS));
@@ -1314,11 +1318,11 @@ mod chain_tests {
                     for jj in 0..kc - 1 {
                         let col = o + jj;
                         let want = if col < kc - 1 {
-                            before.read_f32(&t.conv_cache, [ch * (kc - 1) + col, src, 0, 0])
+                            before.read_f32(&t.conv_cache, [ch * (kc - 1) + col, src, 0, 0]).unwrap()
                         } else {
-                            before.read_f32(&t.qkv_mixed, [ch, col - (kc - 1), s, 0])
+                            before.read_f32(&t.qkv_mixed, [ch, col - (kc - 1), s, 0]).unwrap()
                         };
-                        let got = mem.read_f32(&t.conv_cache, [ch * (kc - 1) + jj, row, 0, 0]);
+                        let got = mem.read_f32(&t.conv_cache, [ch * (kc - 1) + jj, row, 0, 0]).unwrap();
                         assert_eq!(got.to_bits(), want.to_bits(), "sequence {s}, slot {j}, channel {ch}, column {jj}");
                     }
                 }
@@ -1328,11 +1332,15 @@ mod chain_tests {
         for row in 0..step.cache_rows() {
             let (group, cell) = (row / step.cells, row % step.cells);
             let written = (2..2 + n_s).contains(&cell) && group < n_t.min(step.slots());
-            let changed = mem.read_f32(&t.ssm_cache, [5, row, 0, 0]).to_bits() != before.read_f32(&t.ssm_cache, [5, row, 0, 0]).to_bits();
+            let changed = mem.read_f32(&t.ssm_cache, [5, row, 0, 0]).unwrap().to_bits()
+                != before.read_f32(&t.ssm_cache, [5, row, 0, 0]).unwrap().to_bits();
             assert_eq!(changed, written, "ssm row {row}");
             let conv_written = (2..2 + n_s).contains(&cell);
             if !conv_written {
-                assert_eq!(mem.read_f32(&t.conv_cache, [7, row, 0, 0]).to_bits(), before.read_f32(&t.conv_cache, [7, row, 0, 0]).to_bits());
+                assert_eq!(
+                    mem.read_f32(&t.conv_cache, [7, row, 0, 0]).unwrap().to_bits(),
+                    before.read_f32(&t.conv_cache, [7, row, 0, 0]).unwrap().to_bits()
+                );
             }
         }
     }
@@ -1370,7 +1378,7 @@ mod chain_tests {
         let init = LayerInit::default();
         let mut mem = HostMemory::new();
         let t = LayerTensors::alloc(&mut mem, &shape, &step, &init).unwrap();
-        t.fill_random(&mut mem, &shape, &mut StdRng::seed_from_u64(7), &init);
+        t.fill_random(&mut mem, &shape, &mut StdRng::seed_from_u64(7), &init).unwrap();
         let before = mem.clone();
         for op in unfused_ops(&t, &shape, &step, init.precision).unwrap() {
             op.reference(&mut mem, &mut ExactMufu).unwrap();
@@ -1385,11 +1393,11 @@ mod chain_tests {
                 for jj in 0..kc - 1 {
                     let col = o + jj;
                     let want = if col < kc - 1 {
-                        before.read_f32(&t.conv_cache, [ch * (kc - 1) + col, old_row, 0, 0])
+                        before.read_f32(&t.conv_cache, [ch * (kc - 1) + col, old_row, 0, 0]).unwrap()
                     } else {
-                        before.read_f32(&t.qkv_mixed, [ch, col - (kc - 1), 0, 0])
+                        before.read_f32(&t.qkv_mixed, [ch, col - (kc - 1), 0, 0]).unwrap()
                     };
-                    let got = mem.read_f32(&t.conv_cache, [ch * (kc - 1) + jj, row, 0, 0]);
+                    let got = mem.read_f32(&t.conv_cache, [ch * (kc - 1) + jj, row, 0, 0]).unwrap();
                     assert_eq!(got.to_bits(), want.to_bits(), "slot {j}, channel {ch}, column {jj}");
                 }
             }
@@ -1397,25 +1405,29 @@ mod chain_tests {
         // Rows of other cells are untouched.
         for g in 0..step.slots() {
             let row = g * step.cells;
-            assert_eq!(mem.read_f32(&t.conv_cache, [7, row, 0, 0]).to_bits(), before.read_f32(&t.conv_cache, [7, row, 0, 0]).to_bits());
+            assert_eq!(
+                mem.read_f32(&t.conv_cache, [7, row, 0, 0]).unwrap().to_bits(),
+                before.read_f32(&t.conv_cache, [7, row, 0, 0]).unwrap().to_bits()
+            );
         }
         // q and k are L2-normalised heads of the conv output: unit length.
         for (x, name) in [(&t.q_norm, "q"), (&t.k_norm, "k")] {
             for tok in 0..n_t {
-                let ss: f64 = (0..shape.head_dim).map(|i| (mem.read_f32(x, [i, 0, tok, 0]) as f64).powi(2)).sum();
+                let ss: f64 = (0..shape.head_dim).map(|i| (mem.read_f32(x, [i, 0, tok, 0]).unwrap() as f64).powi(2)).sum();
                 assert!((ss - 1.0).abs() < 1e-5, "{name} token {tok}: |x|² = {ss}");
             }
         }
         // The gate is softplus(alpha + dt_bias)·ssm_a with ssm_a < 0, and beta is in (0, 1).
         for i in t.gate.layout.indices() {
-            assert!(mem.read_f32(&t.gate, i) < 0.0);
-            let b = mem.read_f32(&t.beta, i);
+            assert!(mem.read_f32(&t.gate, i).unwrap() < 0.0);
+            let b = mem.read_f32(&t.beta, i).unwrap();
             assert!(b > 0.0 && b < 1.0);
         }
         // GATED_DELTA_NET wrote min(n_t, K) state slots into the ssm cache rows of cell kv_head.
         for j in 0..step.slots() {
             let row = j * step.cells + step.kv_head;
-            let changed = mem.read_f32(&t.ssm_cache, [5, row, 0, 0]).to_bits() != before.read_f32(&t.ssm_cache, [5, row, 0, 0]).to_bits();
+            let changed = mem.read_f32(&t.ssm_cache, [5, row, 0, 0]).unwrap().to_bits()
+                != before.read_f32(&t.ssm_cache, [5, row, 0, 0]).unwrap().to_bits();
             assert_eq!(changed, j < n_t.min(step.slots()), "ssm slot {j}");
         }
     }
@@ -1538,17 +1550,17 @@ mod replay_tests {
         let same = ReplayTensors { logs: [r.logs[0], r.logs[0]], ..r };
         assert!(matches!(replay_layer_ops(&v.t, &same, &spec), Err(Error::Invalid { .. })));
         // Counts: one per sequence, each 0 ..= T; nothing written on a refusal.
-        let before = (r.accepted_counts(&b.mem), b.mem.index_values(&r.window_rows));
+        let before = (r.accepted_counts(&b.mem).unwrap(), b.mem.index_values(&r.window_rows));
         assert!(matches!(r.set_accepted(&mut b.mem, &[1]), Err(Error::Invalid { .. })));
         let err = r.set_accepted(&mut b.mem, &[2, 5]).unwrap_err();
         assert!(matches!(err, Error::IndexOutOfRange { arg: "accepted", position: 1, index: 5, rows: 5, .. }), "{err}");
-        assert_eq!((r.accepted_counts(&b.mem), b.mem.index_values(&r.window_rows)), before);
+        assert_eq!((r.accepted_counts(&b.mem).unwrap(), b.mem.index_values(&r.window_rows)), before);
         r.set_accepted(&mut b.mem, &[0, 4]).unwrap();
         assert_eq!(b.mem.index_values(&r.accepted), Some(vec![0, 4]));
         // (T − a)·n_s + s.
         assert_eq!(b.mem.index_values(&r.window_rows), Some(vec![8, 1]));
         // A count the op sees out of range (written around the setter) is its typed refusal.
-        b.mem.write_u32(&r.accepted, [0, 0, 0, 0], 5);
+        b.mem.write_u32(&r.accepted, [0, 0, 0, 0], 5).unwrap();
         let replay = b.nodes.iter().find(|n| n.get::<GatedDeltaNetReplay>().is_some()).unwrap();
         assert!(matches!(replay.op.validate(&b.mem), Err(Error::IndexOutOfRange { arg: "accepted", .. })));
     }

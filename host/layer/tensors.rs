@@ -288,36 +288,38 @@ impl LayerTensors {
     }
 
     /// Random caches, inputs and weights in realistic ranges (the gate γ = exp(softplus(α + dt)·a)
-    /// lands in (0, 1)); intermediates get random bits, so unwritten outputs show.
-    pub fn fill_random(&self, mem: &mut HostMemory, shape: &GdnShape, rng: &mut StdRng, init: &LayerInit) {
+    /// lands in (0, 1)); intermediates get random bits, so unwritten outputs show. A typed error
+    /// when `mem` does not hold the tensors (then some may have been filled).
+    pub fn fill_random(&self, mem: &mut HostMemory, shape: &GdnShape, rng: &mut StdRng, init: &LayerInit) -> Result<()> {
         let vals = |scale: f32| if init.specials { Values::WithSpecials { scale, every: 997 } } else { Values::Uniform(scale) };
         let fill = |mem: &mut HostMemory, rng: &mut StdRng, t: &Tensor, v: Values| {
-            let data = inputs::fill(rng, t.layout.n_elements(), v);
-            mem.fill_f32(t, &data);
+            let data = inputs::fill(rng, t.layout.n_elements(), v)?;
+            mem.fill_f32(t, &data)
         };
-        fill(mem, rng, &self.conv_cache, vals(1.0));
-        fill(mem, rng, &self.ssm_cache, Values::Uniform(0.05));
-        fill(mem, rng, &self.qkv_mixed, vals(1.0));
-        fill(mem, rng, &self.cur, vals(1.0));
-        fill(mem, rng, &self.conv_weight, Values::Uniform(0.5));
+        fill(mem, rng, &self.conv_cache, vals(1.0))?;
+        fill(mem, rng, &self.ssm_cache, Values::Uniform(0.05))?;
+        fill(mem, rng, &self.qkv_mixed, vals(1.0))?;
+        fill(mem, rng, &self.cur, vals(1.0))?;
+        fill(mem, rng, &self.conv_weight, Values::Uniform(0.5))?;
         let w_scale = 1.7 / (shape.n_embd as f32).sqrt();
         for w in [&self.alpha_weight, &self.beta_weight] {
-            let data = inputs::fill(rng, w.layout.n_elements(), Values::Uniform(w_scale));
+            let data = inputs::fill(rng, w.layout.n_elements(), Values::Uniform(w_scale))?;
             let idx: Vec<_> = w.layout.indices().collect();
             for (i, x) in idx.into_iter().zip(data) {
                 match w.dtype() {
-                    DType::F16 => mem.write_u16(w, i, half::f16::from_f32(x).to_bits()),
-                    DType::BF16 => mem.write_u16(w, i, half::bf16::from_f32(x).to_bits()),
-                    _ => mem.write_f32(w, i, x),
+                    DType::F16 => mem.write_u16(w, i, half::f16::from_f32(x).to_bits())?,
+                    DType::BF16 => mem.write_u16(w, i, half::bf16::from_f32(x).to_bits())?,
+                    _ => mem.write_f32(w, i, x)?,
                 }
             }
         }
-        fill(mem, rng, &self.dt_bias, Values::Uniform(1.0));
+        fill(mem, rng, &self.dt_bias, Values::Uniform(1.0))?;
         let a: Vec<f32> = (0..shape.n_v_heads).map(|_| -(rng.random_range(-1.0f32..1.0).exp())).collect();
-        mem.fill_f32(&self.ssm_a, &a);
+        mem.fill_f32(&self.ssm_a, &a)?;
         for t in self.intermediates() {
-            fill(mem, rng, &t, Values::AnyBits);
+            fill(mem, rng, &t, Values::AnyBits)?;
         }
+        Ok(())
     }
 
     /// The tensors the chain computes (intermediates, products and the output).

@@ -103,7 +103,7 @@ impl Op for Binary {
             BinaryKind::Add => crate::reference::math::add,
             BinaryKind::Mul => crate::reference::math::mul,
         };
-        crate::reference::binary::binary(f, &self.a, &self.b, &self.dst, mem);
+        crate::reference::binary::binary(f, &self.a, &self.b, &self.dst, mem)?;
         Ok(())
     }
 

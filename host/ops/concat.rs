@@ -109,7 +109,7 @@ impl Op for ConcatDim0 {
 
     fn reference(&self, mem: &mut HostMemory, _mufu: &mut dyn Mufu) -> Result<()> {
         let shape = self.check(mem)?;
-        crate::reference::concat::concat_dim0(&self.a, &self.b, &self.dst, &shape, mem);
+        crate::reference::concat::concat_dim0(&self.a, &self.b, &self.dst, &shape, mem)?;
         Ok(())
     }
 

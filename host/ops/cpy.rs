@@ -78,7 +78,7 @@ impl Op for Cpy {
 
     fn reference(&self, mem: &mut HostMemory, _mufu: &mut dyn Mufu) -> Result<()> {
         self.check(mem)?;
-        crate::reference::cpy::cpy(&self.src, &self.dst, mem);
+        crate::reference::cpy::cpy(&self.src, &self.dst, mem)?;
         Ok(())
     }
 
@@ -258,7 +258,7 @@ impl Op for CpySnapshots {
 
     fn reference(&self, mem: &mut HostMemory, _mufu: &mut dyn Mufu) -> Result<()> {
         let shape = self.check(mem)?;
-        crate::reference::cpy::cpy_snapshots(&self.conv_input, &self.cache, self.n_slots, &|slot, seq| self.row(slot, seq), &shape, mem);
+        crate::reference::cpy::cpy_snapshots(&self.conv_input, &self.cache, self.n_slots, &|slot, seq| self.row(slot, seq), &shape, mem)?;
         Ok(())
     }
 

@@ -39,9 +39,10 @@ const MAX_GRID_YZ: usize = 65535;
 ///   Unfused layout: the tail of ggml's result tensor (slot stride D·D·H_v·n_s floats);
 ///   cache-fused layout: rows of the ssm cache (slot stride = M rows). Same kernel.
 ///
-/// D must be 128 (else [`Error::Unsupported`]); H_v need not be a multiple of H_k;
-/// 1 ≤ K ≤ 17 (else Unsupported); n_s ≤ 65535. `out` and `states` are disjoint from every input
-/// and from each other, and neither has two elements sharing bytes.
+/// D must be 128 (else [`Error::Unsupported`]); H_v need not be a multiple of H_k (see
+/// [`GdnShape::n_key_heads`]); 1 ≤ K ≤ 17 (else Unsupported); n_s ≤ 65535. `out` and `states`
+/// are disjoint from every input and from each other, and neither has two elements sharing
+/// bytes.
 #[derive(Clone, Debug)]
 pub struct GatedDeltaNet {
     pub q: Tensor,
@@ -57,7 +58,13 @@ pub struct GatedDeltaNet {
 /// The sizes a valid [`GatedDeltaNet`] runs with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GdnShape {
-    /// H_k: heads of q and k.
+    /// H_k: heads of q and k. Value head h reads key head h mod H_k (ggml's rule, the kernel's
+    /// and the reference's), which is defined for any H_v ≥ 1, so the op accepts H_v that is
+    /// not a multiple of H_k (and H_k > H_v): the suite's GATED_DELTA_NET cases include
+    /// (H_k, H_v) = (2, 3), (4, 6), (3, 5) and (3, 2). A Hugging Face config is stricter:
+    /// [`crate::engine::hf::GdnConfig::shape`] refuses `linear_num_value_heads` not a multiple
+    /// of `linear_num_key_heads`, the ratio its key-head mappings
+    /// ([`crate::engine::hf::KeyHeads`]) are defined by.
     pub n_key_heads: usize,
     /// H_v: heads of v, g, beta, the state and the output.
     pub n_heads: usize,
@@ -422,7 +429,7 @@ impl Op for GatedDeltaNet {
 
     fn reference(&self, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()> {
         self.check(mem)?;
-        crate::reference::gated_delta_net::gated_delta_net(&reference_views(self), &self.state_in, attention_scale(), mem, mufu);
+        crate::reference::gated_delta_net::gated_delta_net(&reference_views(self), &self.state_in, attention_scale(), mem, mufu)?;
         Ok(())
     }
 
@@ -582,7 +589,7 @@ impl Op for GatedDeltaNetFromCache {
             .index_values(&self.source_rows)
             .ok_or_else(|| Error::Invalid { op: FROM_CACHE_OP, what: "`source_rows` is not an index buffer".into() })?;
         let views = reference_views(&self.as_gated_delta_net());
-        crate::reference::gated_delta_net::gated_delta_net_from_cache(&views, &self.ssm_cache, &rows, attention_scale(), mem, mufu);
+        crate::reference::gated_delta_net::gated_delta_net_from_cache(&views, &self.ssm_cache, &rows, attention_scale(), mem, mufu)?;
         Ok(())
     }
 

@@ -338,7 +338,7 @@ impl Op for GatedDeltaNetReplay {
         let shape = self.check_views(OP, mem)?;
         let Indices { source, dest, accepted } = self.indices(OP, &shape, mem)?;
         let log = StateLog { ssm_cache: self.ssm_cache, k: self.k, v: self.v, g: self.g, beta: self.beta, n_k_heads: shape.n_key_heads };
-        replay_states(&log, &source, &dest, &accepted, mem, mufu);
+        replay_states(&log, &source, &dest, &accepted, mem, mufu)?;
         Ok(())
     }
 
@@ -369,7 +369,7 @@ mod tests {
     /// Random floats, uniform in ±`scale`, into `t` (contiguous).
     fn fill(mem: &mut HostMemory, t: &Tensor, rng: &mut StdRng, scale: f32) {
         let values: Vec<f32> = (0..t.layout.n_elements()).map(|_| rng.random_range(-scale..scale)).collect();
-        mem.fill_f32(t, &values);
+        mem.fill_f32(t, &values).unwrap();
     }
 
     /// A layer of H_k = 1, H_v = 2 (C = 512, K_c = 4) with `n_rows` committed rows of random
@@ -393,9 +393,9 @@ mod tests {
         fill(mem, &log.k, rng, 0.15);
         fill(mem, &log.v, rng, 2.0);
         let gates: Vec<f32> = (0..hv * n_t * n_s).map(|_| -rng.random_range(-6.0f32..2.08).exp()).collect();
-        mem.fill_f32(&log.g, &gates);
+        mem.fill_f32(&log.g, &gates).unwrap();
         let betas: Vec<f32> = (0..hv * n_t * n_s).map(|_| rng.random_range(0.0..1.0)).collect();
-        mem.fill_f32(&log.beta, &betas);
+        mem.fill_f32(&log.beta, &betas).unwrap();
         (views, log)
     }
 
@@ -450,7 +450,7 @@ mod tests {
             assert_eq!(whole(&mem, &ssm), whole(&by_replay, &ssm), "T {n_t}: the ssm cache");
             assert_eq!(whole(&mem, &conv), whole(&before, &conv), "T {n_t}: the op wrote the conv cache");
             // Something was replayed: the a = T sequence's row changed, the a = 0 one did not.
-            let row_bytes = |m: &HostMemory, r: usize| (0..D * D * 2).map(|e| m.read_u32(&ssm, [e, r, 0, 0])).collect::<Vec<_>>();
+            let row_bytes = |m: &HostMemory, r: usize| (0..D * D * 2).map(|e| m.read_u32(&ssm, [e, r, 0, 0]).unwrap()).collect::<Vec<_>>();
             assert_ne!(row_bytes(&mem, rows[0]), row_bytes(&before, rows[0]), "T {n_t}");
             assert_eq!(row_bytes(&mem, rows[1]), row_bytes(&before, rows[1]), "T {n_t}");
         }
@@ -476,8 +476,8 @@ mod tests {
             let state_in = mem.alloc_tensor(DType::F32, [D, D, hv, n_s]);
             for (s, &r) in source.iter().enumerate() {
                 for e in 0..row {
-                    let x = mem.read_u32(&views.ssm_cache, [e, r as usize, 0, 0]);
-                    mem.write_u32(&state_in, [e % D, (e / D) % D, e / (D * D), s], x);
+                    let x = mem.read_u32(&views.ssm_cache, [e, r as usize, 0, 0]).unwrap();
+                    mem.write_u32(&state_in, [e % D, (e / D) % D, e / (D * D), s], x).unwrap();
                 }
             }
             let gdn = GatedDeltaNet {
@@ -494,10 +494,10 @@ mod tests {
             gdn.reference(&mut mem, &mut ExactMufu).unwrap();
             o.reference(&mut mem, &mut ExactMufu).unwrap();
             for r in 0..2 * n_s + 1 {
-                let got: Vec<u32> = (0..row).map(|e| mem.read_u32(&views.ssm_cache, [e, r, 0, 0])).collect();
+                let got: Vec<u32> = (0..row).map(|e| mem.read_u32(&views.ssm_cache, [e, r, 0, 0]).unwrap()).collect();
                 let want: Vec<u32> = match dest.iter().position(|&d| d as usize == r) {
-                    Some(s) => (0..row).map(|e| mem.read_u32(&gdn.states, [e, s, 0, 0])).collect(),
-                    None => (0..row).map(|e| before.read_u32(&views.ssm_cache, [e, r, 0, 0])).collect(),
+                    Some(s) => (0..row).map(|e| mem.read_u32(&gdn.states, [e, s, 0, 0]).unwrap()).collect(),
+                    None => (0..row).map(|e| before.read_u32(&views.ssm_cache, [e, r, 0, 0]).unwrap()).collect(),
                 };
                 assert!(got == want, "T {n_t}: cache row {r}");
             }

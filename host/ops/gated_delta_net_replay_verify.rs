@@ -295,7 +295,7 @@ impl Op for GatedDeltaNetReplayVerify {
             .index_values(&self.replay.dest_rows)
             .ok_or_else(|| Error::Invalid { op: OP, what: "`dest_rows` is not an index buffer".into() })?;
         let views = reference_views(&self.as_from_cache().as_gated_delta_net());
-        crate::reference::gated_delta_net::gated_delta_net_from_cache(&views, &self.replay.ssm_cache, &rows, attention_scale(), mem, mufu);
+        crate::reference::gated_delta_net::gated_delta_net_from_cache(&views, &self.replay.ssm_cache, &rows, attention_scale(), mem, mufu)?;
         Ok(())
     }
 
@@ -330,7 +330,7 @@ mod tests {
     fn random(mem: &mut HostMemory, rng: &mut StdRng, ne: [usize; 4], scale: f32) -> Tensor {
         let t = mem.alloc_tensor(DType::F32, ne);
         let values: Vec<f32> = (0..t.layout.n_elements()).map(|_| rng.random_range(-scale..scale)).collect();
-        mem.fill_f32(&t, &values);
+        mem.fill_f32(&t, &values).unwrap();
         t
     }
 
@@ -339,8 +339,8 @@ mod tests {
         let (g, beta) = (mem.alloc_tensor(DType::F32, [1, HV, n_t, n_s]), mem.alloc_tensor(DType::F32, [1, HV, n_t, n_s]));
         let gs: Vec<f32> = (0..HV * n_t * n_s).map(|_| -rng.random_range(-6.0f32..2.08).exp()).collect();
         let bs: Vec<f32> = (0..HV * n_t * n_s).map(|_| rng.random_range(0.0..1.0)).collect();
-        mem.fill_f32(&g, &gs);
-        mem.fill_f32(&beta, &bs);
+        mem.fill_f32(&g, &gs).unwrap();
+        mem.fill_f32(&beta, &bs).unwrap();
         (g, beta)
     }
 

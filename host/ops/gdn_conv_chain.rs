@@ -846,18 +846,18 @@ impl Op for GdnConvChain {
             // The commit, then the log of this step's inputs (read before conv_out, which may be
             // qkv, is written), then the chain from the committed rows.
             let accepted = self.check_commit_rows(commit, &source_rows, mem)?;
-            crate::reference::gdn_conv_chain::commit_windows(&self.conv_cache, &commit.log_qkv, &source_rows, &accepted, mem);
+            crate::reference::gdn_conv_chain::commit_windows(&self.conv_cache, &commit.log_qkv, &source_rows, &accepted, mem)?;
             if let Some(log_out) = commit.log_out {
-                crate::reference::cpy::cpy(&self.qkv, &log_out, mem);
+                crate::reference::cpy::cpy(&self.qkv, &log_out, mem)?;
             }
         }
         let snapshots: Vec<(usize, usize)> = self.snapshots.iter().map(|s| (s.row, s.offset)).collect();
-        crate::reference::gdn_conv_chain::gdn_conv_chain(&views, &source_rows, &snapshots, mem, mufu);
+        crate::reference::gdn_conv_chain::gdn_conv_chain(&views, &source_rows, &snapshots, mem, mufu)?;
         // [replay] The k and v logs: copies of the values just written.
         if let Some(commit) = &self.commit {
             for (src, dst) in [(Some(self.k_norm), commit.log_k), (self.v_heads(), commit.log_v)] {
                 if let (Some(src), Some(dst)) = (src, dst) {
-                    crate::reference::cpy::cpy(&src, &dst, mem);
+                    crate::reference::cpy::cpy(&src, &dst, mem)?;
                 }
             }
         }

@@ -100,7 +100,7 @@ impl Op for GetRows {
 
     fn reference(&self, mem: &mut HostMemory, _mufu: &mut dyn Mufu) -> Result<()> {
         let shape = self.check(mem)?;
-        crate::reference::get_rows::get_rows(&self.src, &self.rows, &self.dst, &shape, mem);
+        crate::reference::get_rows::get_rows(&self.src, &self.rows, &self.dst, &shape, mem)?;
         Ok(())
     }
 

@@ -60,12 +60,14 @@ impl IndexView {
     }
 
     /// The values `mem` holds, as [`Memory::index_values`] reads them — `None` exactly when it
-    /// returns `None` (not an index buffer, or the view past the buffer's bytes) — but read in
-    /// place when the memory lends its bytes ([`Memory::index_bytes`]).
+    /// returns `None` (not an index buffer, the view past the buffer's bytes, or more than
+    /// [`crate::memory::MAX_INDEX_VALUES`] values) — but read in place when the memory lends
+    /// its bytes ([`Memory::index_bytes`]).
     pub fn read<'m>(&self, mem: &'m dyn Memory) -> Option<Values<'m>> {
         match mem.index_bytes(self.tensor.buffer) {
-            // `index_values` refuses a view reaching past the bytes before reading any value.
-            Some(bytes) if self.n > 0 && self.end > bytes.len() => None,
+            // `index_values` refuses a view reaching past the bytes, or of more values than it
+            // copies, before reading any value.
+            Some(bytes) if (self.n > 0 && self.end > bytes.len()) || self.n > crate::memory::MAX_INDEX_VALUES => None,
             Some(bytes) => Some(Values::InPlace { bytes, offset: self.offset, stride: self.stride, n: self.n }),
             None => mem.index_values(&self.tensor).map(Values::Copied),
         }
@@ -232,9 +234,11 @@ mod tests {
         let values = |mem: &HostMemory, t: &Tensor| mem.index_values(t).map(|v| v.into_iter().enumerate().collect::<Vec<_>>());
         let views = [
             idx,
-            // Every second value, a broadcast, an empty view, one past the end, a data buffer.
+            // Every second value, a broadcast, a broadcast of more values than the memory
+            // copies, an empty view, one past the end, a data buffer.
             idx.view([2, 1, 1, 1], [8, 8, 8, 8], 0),
             idx.view([3, 1, 1, 1], [0, 4, 4, 4], 4),
+            idx.view([crate::memory::MAX_INDEX_VALUES + 1, 1, 1, 1], [0, 4, 4, 4], 4),
             idx.view([0, 1, 1, 1], [4, 4, 4, 4], 16),
             idx.view([2, 1, 1, 1], [4, 4, 4, 4], 12),
             data,

@@ -83,7 +83,7 @@ impl Op for L2Norm {
 
     fn reference(&self, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()> {
         let ne = self.check(mem)?;
-        crate::reference::l2_norm::l2_norm(&self.src, &self.dst, self.eps, ne, mem, mufu);
+        crate::reference::l2_norm::l2_norm(&self.src, &self.dst, self.eps, ne, mem, mufu)?;
         Ok(())
     }
 

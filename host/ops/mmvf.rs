@@ -201,7 +201,7 @@ impl Op for MulMatVec {
 
     fn reference(&self, mem: &mut HostMemory, _mufu: &mut dyn Mufu) -> Result<()> {
         let shape = self.check(mem)?;
-        crate::reference::mmvf::mul_mat_vec(&self.weight, &self.input, &self.dst, &shape, mem);
+        crate::reference::mmvf::mul_mat_vec(&self.weight, &self.input, &self.dst, &shape, mem)?;
         Ok(())
     }
 

@@ -281,9 +281,9 @@ impl Op for MulMatVecPair {
         // (over 8 columns, to the ≤ 8-column launches ggml splits each into; the reference is
         // per column, so one call over all the columns is the same).
         let shape = self.first.check_up_to(mem, abi::MUL_MAT_VEC_PAIR_MAX_COLS)?;
-        crate::reference::mmvf::mul_mat_vec(&self.first.weight, &self.first.input, &self.first.dst, &shape, mem);
+        crate::reference::mmvf::mul_mat_vec(&self.first.weight, &self.first.input, &self.first.dst, &shape, mem)?;
         let shape = self.second.check_up_to(mem, abi::MUL_MAT_VEC_PAIR_MAX_COLS)?;
-        crate::reference::mmvf::mul_mat_vec(&self.second.weight, &self.second.input, &self.second.dst, &shape, mem);
+        crate::reference::mmvf::mul_mat_vec(&self.second.weight, &self.second.input, &self.second.dst, &shape, mem)?;
         Ok(())
     }
 
@@ -471,7 +471,7 @@ impl Op for MulMatVecPairGate {
             beta: self.beta,
             gate: self.gate,
         };
-        crate::reference::mmvf::pair_gate_epilogue(&views, &shape, mem, mufu);
+        crate::reference::mmvf::pair_gate_epilogue(&views, &shape, mem, mufu)?;
         Ok(())
     }
 
@@ -547,14 +547,14 @@ mod tests {
                     for i in t.layout.indices().collect::<Vec<_>>() {
                         let v: f32 = rng.random_range(-1.0..1.0);
                         match dtype {
-                            DType::F32 => mem.write_f32(&t, i, v),
-                            DType::BF16 => mem.write_u16(&t, i, half::bf16::from_f32(v).to_bits()),
-                            _ => mem.write_u16(&t, i, half::f16::from_f32(v).to_bits()),
+                            DType::F32 => mem.write_f32(&t, i, v).unwrap(),
+                            DType::BF16 => mem.write_u16(&t, i, half::bf16::from_f32(v).to_bits()).unwrap(),
+                            _ => mem.write_u16(&t, i, half::f16::from_f32(v).to_bits()).unwrap(),
                         }
                     }
                 }
                 let n = p.first.input.layout.indices().count();
-                mem.fill_f32(&p.first.input, &(0..n).map(|_| rng.random_range(-2.0..2.0)).collect::<Vec<f32>>());
+                mem.fill_f32(&p.first.input, &(0..n).map(|_| rng.random_range(-2.0..2.0)).collect::<Vec<f32>>()).unwrap();
                 let mut unfused = mem.clone();
                 p.reference(&mut mem, &mut ExactMufu).unwrap();
                 // The unfused side as ggml runs it: over 8 columns, launches of ≤ 8 columns
@@ -567,8 +567,8 @@ mod tests {
                     }
                 }
                 for d in [p.first.dst, p.second.dst] {
-                    let got: Vec<u32> = d.layout.indices().map(|i| mem.read_u32(&d, i)).collect();
-                    let want: Vec<u32> = d.layout.indices().map(|i| unfused.read_u32(&d, i)).collect();
+                    let got: Vec<u32> = d.layout.indices().map(|i| mem.read_u32(&d, i).unwrap()).collect();
+                    let want: Vec<u32> = d.layout.indices().map(|i| unfused.read_u32(&d, i).unwrap()).collect();
                     assert_eq!(got, want, "{dtype:?} {precision:?} ncols {ncols}");
                 }
             }

@@ -12,10 +12,10 @@ mod binary {
     fn run(kind: BinaryKind, a: &[f32], ne: [usize; 4], b: &[f32], ne_b: [usize; 4]) -> Vec<f32> {
         let mut mem = HostMemory::new();
         let (ta, tb, dst) = (mem.alloc_tensor(DType::F32, ne), mem.alloc_tensor(DType::F32, ne_b), mem.alloc_tensor(DType::F32, ne));
-        mem.fill_f32(&ta, a);
-        mem.fill_f32(&tb, b);
+        mem.fill_f32(&ta, a).unwrap();
+        mem.fill_f32(&tb, b).unwrap();
         Binary { kind, a: ta, b: tb, dst }.reference(&mut mem, &mut ExactMufu).unwrap();
-        mem.to_f32_vec(&dst)
+        mem.to_f32_vec(&dst).unwrap()
     }
 
     #[test]
@@ -67,10 +67,10 @@ mod concat {
         let mut mem = HostMemory::new();
         // conv state (d_conv − 1 = 2 columns) of C = 3 channels: channel c holds [10c, 10c + 1].
         let a = mem.alloc_tensor(DType::F32, [2, 3, 1, 1]);
-        mem.fill_f32(&a, &[0.0, 1.0, 10.0, 11.0, 20.0, 21.0]);
+        mem.fill_f32(&a, &[0.0, 1.0, 10.0, 11.0, 20.0, 21.0]).unwrap();
         // Projection row-major [t][c] for n_t = 2: token t of channel c is 100 + 10t + c.
         let proj = mem.alloc_tensor(DType::F32, [3, 2, 1, 1]);
-        mem.fill_f32(&proj, &[100.0, 101.0, 102.0, 110.0, 111.0, 112.0]);
+        mem.fill_f32(&proj, &[100.0, 101.0, 102.0, 110.0, 111.0, 112.0]).unwrap();
         let dst = mem.alloc_tensor(DType::F32, [4, 3, 1, 1]);
         ConcatDim0 { a, b: proj.transpose(), dst }.reference(&mut mem, &mut ExactMufu).unwrap();
         #[rustfmt::skip]
@@ -79,7 +79,7 @@ mod concat {
             10.0, 11.0, 101.0, 111.0,
             20.0, 21.0, 102.0, 112.0,
         ];
-        assert_eq!(mem.to_f32_vec(&dst), want);
+        assert_eq!(mem.to_f32_vec(&dst).unwrap(), want);
     }
 
     #[test]
@@ -87,16 +87,16 @@ mod concat {
         let mut mem = HostMemory::new();
         // a: 1 column of 2 rows with stride 2 (padding 9); b: 1 column; dst rows padded to 3.
         let abuf = mem.alloc_tensor(DType::F32, [2, 2, 1, 1]);
-        mem.fill_f32(&abuf, &[1.0, 9.0, 2.0, 9.0]);
+        mem.fill_f32(&abuf, &[1.0, 9.0, 2.0, 9.0]).unwrap();
         let a = abuf.view([1, 2, 1, 1], [4, 8, 16, 16], 0);
         let b = mem.alloc_tensor(DType::F32, [1, 2, 1, 1]);
-        mem.write_u32(&b, [0, 0, 0, 0], 0x7FC0_0ABC);
-        mem.write_u32(&b, [0, 1, 0, 0], 0x8000_0001);
+        mem.write_u32(&b, [0, 0, 0, 0], 0x7FC0_0ABC).unwrap();
+        mem.write_u32(&b, [0, 1, 0, 0], 0x8000_0001).unwrap();
         let dbuf = mem.alloc_tensor(DType::F32, [3, 2, 1, 1]);
-        mem.fill_f32(&dbuf, &[7.0; 6]);
+        mem.fill_f32(&dbuf, &[7.0; 6]).unwrap();
         let dst = dbuf.view([2, 2, 1, 1], [4, 12, 24, 24], 0);
         ConcatDim0 { a, b, dst }.reference(&mut mem, &mut ExactMufu).unwrap();
-        let all: Vec<u32> = mem.to_f32_vec(&dbuf).iter().map(|v| v.to_bits()).collect();
+        let all: Vec<u32> = mem.to_f32_vec(&dbuf).unwrap().iter().map(|v| v.to_bits()).collect();
         let want = [1.0f32.to_bits(), 0x7FC0_0ABC, 7.0f32.to_bits(), 2.0f32.to_bits(), 0x8000_0001, 7.0f32.to_bits()];
         assert_eq!(all, want);
     }
@@ -113,7 +113,7 @@ mod cpy {
     fn conv_input(mem: &mut HostMemory, cols: usize, channels: usize, seqs: usize) -> Tensor {
         let t = mem.alloc_tensor(DType::F32, [cols, channels, seqs, 1]);
         let v: Vec<f32> = t.layout.indices().map(|[col, c, s, _]| (1000 * s + 100 * c + col) as f32).collect();
-        mem.fill_f32(&t, &v);
+        mem.fill_f32(&t, &v).unwrap();
         t
     }
 
@@ -135,7 +135,7 @@ mod cpy {
         // d_conv = 3 (2 state columns), C = 2, n_t = 2: columns 0..4 per channel.
         let x = conv_input(&mut mem, 4, 2, 1);
         let cache = mem.alloc_tensor(DType::F32, [4, 3, 1, 1]);
-        mem.fill_f32(&cache, &[-1.0; 12]);
+        mem.fill_f32(&cache, &[-1.0; 12]).unwrap();
         Cpy { src: window(&x, 2, 1), dst: dst_rows(&cache, 1, 1) }.reference(&mut mem, &mut ExactMufu).unwrap();
         // Row 1 = [c0: col 1, col 2, c1: col 1, col 2]; rows 0 and 2 untouched.
         #[rustfmt::skip]
@@ -144,7 +144,7 @@ mod cpy {
             1.0, 2.0, 101.0, 102.0,
             -1.0, -1.0, -1.0, -1.0,
         ];
-        assert_eq!(mem.to_f32_vec(&cache), want);
+        assert_eq!(mem.to_f32_vec(&cache).unwrap(), want);
     }
 
     #[test]
@@ -153,15 +153,15 @@ mod cpy {
         // src: the transpose of a row-major 2×3 matrix [[0,1,2],[3,4,5]] → logical order
         // 0, 3, 1, 4, 2, 5, written into a contiguous [2, 3] destination.
         let m = mem.alloc_tensor(DType::F32, [3, 2, 1, 1]);
-        mem.fill_f32(&m, &[0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+        mem.fill_f32(&m, &[0.0, 1.0, 2.0, 3.0, 4.0, 5.0]).unwrap();
         let dst = mem.alloc_tensor(DType::F32, [2, 3, 1, 1]);
         Cpy { src: m.transpose(), dst }.reference(&mut mem, &mut ExactMufu).unwrap();
-        assert_eq!(mem.to_f32_vec(&dst), vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
+        assert_eq!(mem.to_f32_vec(&dst).unwrap(), vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
         // And into a [6, 1, 1, 1] destination with a stride of 2 elements.
         let buf = mem.alloc_tensor(DType::F32, [12, 1, 1, 1]);
         let dst = buf.view([6, 1, 1, 1], [8, 48, 48, 48], 4);
         Cpy { src: m, dst }.reference(&mut mem, &mut ExactMufu).unwrap();
-        let got: Vec<f32> = mem.to_f32_vec(&buf);
+        let got: Vec<f32> = mem.to_f32_vec(&buf).unwrap();
         assert_eq!(got, vec![0.0, 0.0, 0.0, 1.0, 0.0, 2.0, 0.0, 3.0, 0.0, 4.0, 0.0, 5.0]);
     }
 
@@ -172,10 +172,10 @@ mod cpy {
         // window(0)), cache of 2 cells per group, kv_head = 1.
         let x = conv_input(&mut mem, 5, 2, 1);
         let cache = mem.alloc_tensor(DType::F32, [4, 10, 1, 1]);
-        mem.fill_f32(&cache, &[-1.0; 40]);
+        mem.fill_f32(&cache, &[-1.0; 40]).unwrap();
         let op = CpySnapshots { conv_input: x, cache, d_conv: 3, first_row: 1, group_stride: 2, n_slots: 5 };
         op.reference(&mut mem, &mut ExactMufu).unwrap();
-        let row = |r: usize| (0..4).map(|i| mem.read_f32(&cache, [i, r, 0, 0])).collect::<Vec<_>>();
+        let row = |r: usize| (0..4).map(|i| mem.read_f32(&cache, [i, r, 0, 0]).unwrap()).collect::<Vec<_>>();
         assert_eq!(row(1), vec![3.0, 4.0, 103.0, 104.0]); // slot 0: window(3), the final state
         assert_eq!(row(3), vec![2.0, 3.0, 102.0, 103.0]); // slot 1: window(2)
         assert_eq!(row(5), vec![1.0, 2.0, 101.0, 102.0]); // slot 2: window(1)
@@ -195,7 +195,7 @@ mod cpy {
             let mut mem = HostMemory::new();
             let x = conv_input(&mut mem, d_conv - 1 + n_t, c, n_s);
             let cache = mem.alloc_tensor(DType::F32, [(d_conv - 1) * c, m * k, 1, 1]);
-            mem.fill_f32(&cache, &vec![-1.0; (d_conv - 1) * c * m * k]);
+            mem.fill_f32(&cache, &vec![-1.0; (d_conv - 1) * c * m * k]).unwrap();
             let mut by_cpys = mem.clone();
             for tp in 1..=k {
                 let o = (n_t + tp).saturating_sub(k);
@@ -204,8 +204,8 @@ mod cpy {
             }
             let op = CpySnapshots { conv_input: x, cache, d_conv, first_row: kv_head, group_stride: m, n_slots: k };
             op.reference(&mut mem, &mut ExactMufu).unwrap();
-            assert_eq!(mem.to_f32_vec(&cache), by_cpys.to_f32_vec(&cache), "n_t = {n_t}, K = {k}");
-            assert_ne!(mem.to_f32_vec(&cache), vec![-1.0; (d_conv - 1) * c * m * k]);
+            assert_eq!(mem.to_f32_vec(&cache).unwrap(), by_cpys.to_f32_vec(&cache).unwrap(), "n_t = {n_t}, K = {k}");
+            assert_ne!(mem.to_f32_vec(&cache).unwrap(), vec![-1.0; (d_conv - 1) * c * m * k]);
         }
     }
 }
@@ -221,11 +221,11 @@ mod get_rows {
     fn rows_are_gathered_in_index_order_with_repeats() {
         let mut mem = HostMemory::new();
         let src = mem.alloc_tensor(DType::F32, [2, 3, 1, 1]);
-        mem.fill_f32(&src, &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        mem.fill_f32(&src, &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
         let rows = mem.alloc_indices(&[2, 0, 2]);
         let dst = mem.alloc_tensor(DType::F32, [2, 3, 1, 1]);
         GetRows { src, rows, dst }.reference(&mut mem, &mut ExactMufu).unwrap();
-        assert_eq!(mem.to_f32_vec(&dst), vec![5.0, 6.0, 1.0, 2.0, 5.0, 6.0]);
+        assert_eq!(mem.to_f32_vec(&dst).unwrap(), vec![5.0, 6.0, 1.0, 2.0, 5.0, 6.0]);
     }
 
     #[test]
@@ -235,12 +235,12 @@ mod get_rows {
         let bits = [0x7FC0_1234u32, 0xFF80_0001, 0x8000_0000, 0x0000_0001];
         let src = mem.alloc_tensor(DType::F32, [4, 1, 1, 1]);
         for (i, b) in bits.iter().enumerate() {
-            mem.write_u32(&src, [i, 0, 0, 0], *b);
+            mem.write_u32(&src, [i, 0, 0, 0], *b).unwrap();
         }
         let rows = mem.alloc_indices(&[0]);
         let dst = mem.alloc_tensor(DType::F32, [4, 1, 1, 1]);
         GetRows { src, rows, dst }.reference(&mut mem, &mut ExactMufu).unwrap();
-        let got: Vec<u32> = (0..4).map(|i| mem.read_u32(&dst, [i, 0, 0, 0])).collect();
+        let got: Vec<u32> = (0..4).map(|i| mem.read_u32(&dst, [i, 0, 0, 0]).unwrap()).collect();
         assert_eq!(got, bits);
     }
 
@@ -249,13 +249,13 @@ mod get_rows {
         let mut mem = HostMemory::new();
         // Rows of 2 inside rows of 3 (padding holds 9s); indices every other entry of [1, 7, 0, 7].
         let buf = mem.alloc_tensor(DType::F32, [3, 2, 1, 1]);
-        mem.fill_f32(&buf, &[1.0, 2.0, 9.0, 3.0, 4.0, 9.0]);
+        mem.fill_f32(&buf, &[1.0, 2.0, 9.0, 3.0, 4.0, 9.0]).unwrap();
         let src = buf.view([2, 2, 1, 1], [4, 12, 24, 24], 0);
         let all = mem.alloc_indices(&[1, 7, 0, 7]);
         let rows = all.view([2, 1, 1, 1], [8, 16, 16, 16], 0);
         let dst = mem.alloc_tensor(DType::F32, [2, 2, 1, 1]);
         GetRows { src, rows, dst }.reference(&mut mem, &mut ExactMufu).unwrap();
-        assert_eq!(mem.to_f32_vec(&dst), vec![3.0, 4.0, 1.0, 2.0]);
+        assert_eq!(mem.to_f32_vec(&dst).unwrap(), vec![3.0, 4.0, 1.0, 2.0]);
     }
 }
 
@@ -269,9 +269,9 @@ mod scale {
     fn run(xs: &[f32], scale: f32, bias: f32) -> Vec<u32> {
         let mut mem = HostMemory::new();
         let t = mem.alloc_tensor(DType::F32, [xs.len(), 1, 1, 1]);
-        mem.fill_f32(&t, xs);
+        mem.fill_f32(&t, xs).unwrap();
         Scale { src: t, dst: t, scale, bias }.reference(&mut mem, &mut ExactMufu).unwrap();
-        mem.to_f32_vec(&t).iter().map(|v| v.to_bits()).collect()
+        mem.to_f32_vec(&t).unwrap().iter().map(|v| v.to_bits()).collect()
     }
 
     #[test]
@@ -309,9 +309,9 @@ mod unary {
     fn run(kind: UnaryKind, x: &[f32]) -> Vec<f32> {
         let mut mem = HostMemory::new();
         let (src, dst) = (mem.alloc_tensor(DType::F32, [x.len(), 1, 1, 1]), mem.alloc_tensor(DType::F32, [x.len(), 1, 1, 1]));
-        mem.fill_f32(&src, x);
+        mem.fill_f32(&src, x).unwrap();
         Unary { kind, src, dst }.reference(&mut mem, &mut ExactMufu).unwrap();
-        mem.to_f32_vec(&dst)
+        mem.to_f32_vec(&dst).unwrap()
     }
 
     #[test]
@@ -341,11 +341,11 @@ mod unary {
         table.insert(MufuOp::Ex2, mul(x, LOG2_E).to_bits(), 0x4080_0001);
         let mut mem = HostMemory::new();
         let (src, dst) = (mem.alloc_tensor(DType::F32, [1, 1, 1, 1]), mem.alloc_tensor(DType::F32, [1, 1, 1, 1]));
-        mem.fill_f32(&src, &[x]);
+        mem.fill_f32(&src, &[x]).unwrap();
         let mut rec = RecordingMufu::new(&table);
         Unary { kind: UnaryKind::Exp, src, dst }.reference(&mut mem, &mut rec).unwrap();
         assert!(rec.missing.is_empty());
-        assert_eq!(mem.read_f32(&dst, [0, 0, 0, 0]).to_bits(), 0x4080_0001);
+        assert_eq!(mem.read_f32(&dst, [0, 0, 0, 0]).unwrap().to_bits(), 0x4080_0001);
     }
 
     #[test]
@@ -413,8 +413,8 @@ mod unary {
                     mem.alloc_tensor(DType::F32, ne),
                     mem.alloc_tensor(DType::F32, ne),
                 );
-                mem.fill_f32(&x, &xs);
-                mem.fill_f32(&m, &ms[..ne_m.iter().product::<usize>()]);
+                mem.fill_f32(&x, &xs).unwrap();
+                mem.fill_f32(&m, &ms[..ne_m.iter().product::<usize>()]).unwrap();
                 Unary { kind: UnaryKind::Softplus, src: x, dst: tmp }.reference(&mut mem, mufu).unwrap();
                 Binary { kind: BinaryKind::Mul, a: tmp, b: m, dst: unfused }.reference(&mut mem, mufu).unwrap();
                 UnaryMul { kind: UnaryKind::Softplus, src: x, mul: m, dst: fused }.reference(&mut mem, mufu).unwrap();
@@ -441,17 +441,17 @@ mod mmvf {
         for (r, row) in rows.iter().enumerate() {
             for (i, bits) in row.iter().enumerate() {
                 match dtype {
-                    DType::F32 => mem.write_u32(&weight, [i, r, 0, 0], *bits),
-                    _ => mem.write_u16(&weight, [i, r, 0, 0], *bits as u16),
+                    DType::F32 => mem.write_u32(&weight, [i, r, 0, 0], *bits).unwrap(),
+                    _ => mem.write_u16(&weight, [i, r, 0, 0], *bits as u16).unwrap(),
                 }
             }
         }
         let input = mem.alloc_tensor(DType::F32, [e, cols.len(), 1, 1]);
-        mem.fill_f32(&input, &cols.concat());
+        mem.fill_f32(&input, &cols.concat()).unwrap();
         let dst: Tensor = mem.alloc_tensor(DType::F32, [rows.len(), cols.len(), 1, 1]);
-        mem.fill_f32(&dst, &vec![f32::NAN; rows.len() * cols.len()]);
+        mem.fill_f32(&dst, &vec![f32::NAN; rows.len() * cols.len()]).unwrap();
         MulMatVec { weight, input, dst, precision }.reference(&mut mem, &mut ExactMufu).unwrap();
-        (0..rows.len()).map(|r| (0..cols.len()).map(|j| mem.read_f32(&dst, [r, j, 0, 0])).collect()).collect()
+        (0..rows.len()).map(|r| (0..cols.len()).map(|j| mem.read_f32(&dst, [r, j, 0, 0]).unwrap()).collect()).collect()
     }
 
     fn f32_rows(rows: &[&[f32]]) -> Vec<Vec<u32>> {
@@ -554,7 +554,7 @@ mod gated_delta_net {
     fn fill(mem: &mut HostMemory, t: &crate::tensor::Tensor, f: impl Fn([usize; 4]) -> f32) {
         let idx: Vec<_> = t.layout.indices().collect();
         for i in idx {
-            mem.write_f32(t, i, f(i));
+            mem.write_f32(t, i, f(i)).unwrap();
         }
     }
 
@@ -576,7 +576,7 @@ mod gated_delta_net {
         fill(&mut mem, &op.beta, |_| 1.0);
         fill(&mut mem, &op.v, |_| 5.0);
         op.reference(&mut mem, &mut ExactMufu).unwrap();
-        assert_eq!(mem.read_f32(&op.states, [40 * D + 2, 0, 0, 0]), 5.0);
+        assert_eq!(mem.read_f32(&op.states, [40 * D + 2, 0, 0, 0]).unwrap(), 5.0);
     }
 
     #[test]
@@ -592,10 +592,10 @@ mod gated_delta_net {
         op.reference(&mut mem, &mut ExactMufu).unwrap();
         let scale = attention_scale();
         for col in 0..D {
-            assert_eq!(mem.read_f32(&op.out, [col, 0, 0, 0]), col as f32 * scale);
+            assert_eq!(mem.read_f32(&op.out, [col, 0, 0, 0]).unwrap(), col as f32 * scale);
             for i in 0..D {
                 let want = if i == 0 { col as f32 / 2.0 } else { 0.0 };
-                assert_eq!(mem.read_u32(&op.states, [col * D + i, 0, 0, 0]), want.to_bits(), "S[{i}][{col}]");
+                assert_eq!(mem.read_u32(&op.states, [col * D + i, 0, 0, 0]).unwrap(), want.to_bits(), "S[{i}][{col}]");
             }
         }
     }
@@ -618,20 +618,20 @@ mod gated_delta_net {
         op.reference(&mut mem, &mut ExactMufu).unwrap();
         for col in [0, 77, D - 1] {
             for slot in 0..5 {
-                let got = mem.read_u32(&op.states, [col * D, 0, slot, 0]);
+                let got = mem.read_u32(&op.states, [col * D, 0, slot, 0]).unwrap();
                 let want = if slot < 3 { ((3 - slot) as f32).to_bits() } else { SENTINEL };
                 assert_eq!(got, want, "slot {slot}, col {col}");
             }
             for t in 0..3 {
-                assert_eq!(mem.read_f32(&op.out, [col, 0, t, 0]), (t + 1) as f32 * attention_scale());
+                assert_eq!(mem.read_f32(&op.out, [col, 0, t, 0]).unwrap(), (t + 1) as f32 * attention_scale());
             }
         }
         // K < n_t: only the newest K states are kept.
         let op = contiguous_op(&mut mem, 1, 1, 3, 1, 2);
         counting_tokens(&mut mem, &op);
         op.reference(&mut mem, &mut ExactMufu).unwrap();
-        assert_eq!(mem.read_f32(&op.states, [5 * D, 0, 0, 0]), 3.0);
-        assert_eq!(mem.read_f32(&op.states, [5 * D, 0, 1, 0]), 2.0);
+        assert_eq!(mem.read_f32(&op.states, [5 * D, 0, 0, 0]).unwrap(), 3.0);
+        assert_eq!(mem.read_f32(&op.states, [5 * D, 0, 1, 0]).unwrap(), 2.0);
     }
 
     #[test]
@@ -647,7 +647,7 @@ mod gated_delta_net {
         counting_tokens(&mut mem, &op);
         op.reference(&mut mem, &mut ExactMufu).unwrap();
         for r in 0..6 {
-            let got = mem.read_u32(&cache, [3 * D, r, 0, 0]); // S[0][3]
+            let got = mem.read_u32(&cache, [3 * D, r, 0, 0]).unwrap(); // S[0][3]
             assert_eq!(got, if r == 1 || r == 2 { 1f32.to_bits() } else { SENTINEL }, "row {r}");
         }
     }
@@ -663,7 +663,7 @@ mod gated_delta_net {
         fill(&mut mem, &op.beta, |_| 1.0);
         fill(&mut mem, &op.v, |i| (i[1] + 1) as f32);
         op.reference(&mut mem, &mut ExactMufu).unwrap();
-        let s = |h: usize, i: usize| mem.read_f32(&op.states, [(h * D + 9) * D + i, 0, 0, 0]);
+        let s = |h: usize, i: usize| mem.read_f32(&op.states, [(h * D + 9) * D + i, 0, 0, 0]).unwrap();
         assert_eq!((s(0, 0), s(0, 1)), (1.0, 0.0));
         assert_eq!((s(1, 0), s(1, 1)), (0.0, 2.0));
         assert_eq!((s(2, 0), s(2, 1)), (3.0, 0.0));
@@ -681,9 +681,9 @@ mod gated_delta_net {
         fill(&mut mem, &op.beta, |_| 1.0);
         fill(&mut mem, &op.v, |_| 2.0);
         op.reference(&mut mem, &mut ExactMufu).unwrap();
-        assert_eq!(mem.read_f32(&op.states, [0, 0, 0, 0]), 2.0);
-        assert_eq!(mem.read_u32(&op.states, [1, 0, 0, 0]), 0);
-        assert_eq!(mem.read_f32(&op.out, [0, 0, 0, 0]), 2.0 * attention_scale());
+        assert_eq!(mem.read_f32(&op.states, [0, 0, 0, 0]).unwrap(), 2.0);
+        assert_eq!(mem.read_u32(&op.states, [1, 0, 0, 0]).unwrap(), 0);
+        assert_eq!(mem.read_f32(&op.out, [0, 0, 0, 0]).unwrap(), 2.0 * attention_scale());
     }
 
     #[test]
@@ -697,9 +697,9 @@ mod gated_delta_net {
         fill(&mut mem, &op.q, |_| -sub);
         fill(&mut mem, &op.beta, |_| 1.0);
         op.reference(&mut mem, &mut ExactMufu).unwrap();
-        assert_eq!(mem.read_u32(&op.states, [0, 0, 0, 0]), 0);
-        assert_eq!(mem.read_u32(&op.states, [D + 5, 0, 0, 0]), 1f32.to_bits());
-        assert_eq!(mem.read_u32(&op.out, [1, 0, 0, 0]), 0);
+        assert_eq!(mem.read_u32(&op.states, [0, 0, 0, 0]).unwrap(), 0);
+        assert_eq!(mem.read_u32(&op.states, [D + 5, 0, 0, 0]).unwrap(), 1f32.to_bits());
+        assert_eq!(mem.read_u32(&op.out, [1, 0, 0, 0]).unwrap(), 0);
     }
 
     #[test]

@@ -65,7 +65,7 @@ impl Op for Scale {
 
     fn reference(&self, mem: &mut HostMemory, _mufu: &mut dyn Mufu) -> Result<()> {
         self.check(mem)?;
-        crate::reference::scale::scale(&self.src, &self.dst, self.scale, self.bias, mem);
+        crate::reference::scale::scale(&self.src, &self.dst, self.scale, self.bias, mem)?;
         Ok(())
     }
 

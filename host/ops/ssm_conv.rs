@@ -116,7 +116,7 @@ impl Op for SsmConv {
 
     fn reference(&self, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()> {
         self.check(mem)?;
-        crate::reference::ssm_conv::ssm_conv(&self.conv_input, &self.weight, self.bias.as_ref(), &self.dst, self.apply_silu, mem, mufu);
+        crate::reference::ssm_conv::ssm_conv(&self.conv_input, &self.weight, self.bias.as_ref(), &self.dst, self.apply_silu, mem, mufu)?;
         Ok(())
     }
 

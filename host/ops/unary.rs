@@ -105,7 +105,7 @@ impl Op for Unary {
 
     fn reference(&self, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()> {
         self.check(mem)?;
-        crate::reference::unary::unary(self.kind.reference_fn(), &self.src, &self.dst, mem, mufu);
+        crate::reference::unary::unary(self.kind.reference_fn(), &self.src, &self.dst, mem, mufu)?;
         Ok(())
     }
 
@@ -231,7 +231,7 @@ impl Op for UnaryMul {
 
     fn reference(&self, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()> {
         self.check(mem)?;
-        crate::reference::unary::unary_mul(self.kind.reference_fn(), &self.src, &self.mul, &self.dst, mem, mufu);
+        crate::reference::unary::unary_mul(self.kind.reference_fn(), &self.src, &self.mul, &self.dst, mem, mufu)?;
         Ok(())
     }
 

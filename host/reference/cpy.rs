@@ -1,5 +1,6 @@
 //! CPY and CPY_SNAPSHOTS references (spec §2.3, §1.3 W1/W2, README decision 1): bit moves.
 
+use crate::error::Result;
 use crate::memory::HostMemory;
 use crate::tensor::Tensor;
 
@@ -17,11 +18,12 @@ pub struct SnapshotShape {
 }
 
 /// The f-th element of `src` in logical order to the f-th element of `dst` in logical order.
-pub fn cpy(src: &Tensor, dst: &Tensor, mem: &mut HostMemory) {
+pub fn cpy(src: &Tensor, dst: &Tensor, mem: &mut HostMemory) -> Result<()> {
     for (i, o) in src.layout.indices().zip(dst.layout.indices()) {
-        let v = mem.read_u32(src, i);
-        mem.write_u32(dst, o, v);
+        let v = mem.read_u32(src, i)?;
+        mem.write_u32(dst, o, v)?;
     }
+    Ok(())
 }
 
 /// Slot j < `n_slots` of sequence s: cache row `row(j, s)` (`j·group_stride + first_row + s`)
@@ -34,7 +36,7 @@ pub fn cpy_snapshots(
     row: &dyn Fn(usize, usize) -> usize,
     shape: &SnapshotShape,
     mem: &mut HostMemory,
-) {
+) -> Result<()> {
     let SnapshotShape { state_len, n_channels, n_tokens, n_seqs } = *shape;
     for slot in 0..n_slots {
         let o = n_tokens.saturating_sub(slot);
@@ -42,10 +44,11 @@ pub fn cpy_snapshots(
             let row = row(slot, s);
             for c in 0..n_channels {
                 for jj in 0..state_len {
-                    let v = mem.read_u32(conv_input, [o + jj, c, s, 0]);
-                    mem.write_u32(cache, [c * state_len + jj, row, 0, 0], v);
+                    let v = mem.read_u32(conv_input, [o + jj, c, s, 0])?;
+                    mem.write_u32(cache, [c * state_len + jj, row, 0, 0], v)?;
                 }
             }
         }
     }
+    Ok(())
 }

@@ -5,6 +5,7 @@
 //! `out = (Σ S·q)·scale`; then slot `n_t−1−t` of `states` (if < K) receives S.
 
 use super::math::{Mufu, exp, fma, mul, warp_sum};
+use crate::error::Result;
 use crate::kernels::abi::GDN_HEAD_DIM as D;
 use crate::memory::HostMemory;
 use crate::tensor::Tensor;
@@ -35,6 +36,20 @@ pub const ROWS_PER_LANE: usize = D / 32;
 
 /// One warp's registers: `lanes[l][r]` = `S[32·r + l][col]`.
 pub type Lanes = [[f32; ROWS_PER_LANE]; 32];
+
+/// The warps of one head's state, `cols[col][l][r]` = `state(32·r + l, col)` (the state's
+/// element (i, col) of that head), or the first error `state` returns.
+pub fn read_lanes(mut state: impl FnMut(usize, usize) -> Result<f32>) -> Result<Vec<Lanes>> {
+    let mut cols = vec![[[0.0f32; ROWS_PER_LANE]; 32]; D];
+    for (col, lanes) in cols.iter_mut().enumerate() {
+        for (l, lane) in lanes.iter_mut().enumerate() {
+            for (r, x) in lane.iter_mut().enumerate() {
+                *x = state(32 * r + l, col)?;
+            }
+        }
+    }
+    Ok(cols)
+}
 
 /// Lane `l`'s part of `Σ_i S[i][col]·x[i]`: `fma` over r = 0 … 3 from a +0 addend.
 pub fn lane_dot(lane: &[f32; ROWS_PER_LANE], x: &[f32], l: usize) -> f32 {
@@ -68,8 +83,8 @@ pub fn token_step(lanes: &mut Lanes, k: &[f32], q: &[f32], v: f32, gamma: f32, b
 
 /// CPU reference of GATED_DELTA_NET in the kernel's float-op order (views validated; `scale`
 /// the attention scale the op passes its kernel), the initial state read from `state_in`.
-pub fn gated_delta_net(op: &GdnViews, state_in: &Tensor, scale: f32, mem: &mut HostMemory, mufu: &mut dyn Mufu) {
-    gated_delta_net_with_state(op, scale, mem, mufu, &|mem, i| mem.read_f32(state_in, i));
+pub fn gated_delta_net(op: &GdnViews, state_in: &Tensor, scale: f32, mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()> {
+    gated_delta_net_with_state(op, scale, mem, mufu, &|mem, i| mem.read_f32(state_in, i))
 }
 
 /// [gdn-from-cache] GATED_DELTA_NET_FROM_CACHE: sequence s's initial state is row
@@ -83,23 +98,25 @@ pub fn gated_delta_net_from_cache(
     scale: f32,
     mem: &mut HostMemory,
     mufu: &mut dyn Mufu,
-) {
+) -> Result<()> {
     let row_len = D * D * op.v.ne()[1];
     // GET_ROWS: dst row s = cache row source_rows[s], as u32 bit patterns.
-    let gathered: Vec<Vec<u32>> =
-        source_rows.iter().map(|&r| (0..row_len).map(|e| mem.read_u32(ssm_cache, [e, r as usize, 0, 0])).collect()).collect();
-    gated_delta_net_with_state(op, scale, mem, mufu, &|_, [i, col, h, s]| f32::from_bits(gathered[s][(h * D + col) * D + i]));
+    let gathered: Vec<Vec<u32>> = source_rows
+        .iter()
+        .map(|&r| (0..row_len).map(|e| mem.read_u32(ssm_cache, [e, r as usize, 0, 0])).collect())
+        .collect::<Result<_>>()?;
+    gated_delta_net_with_state(op, scale, mem, mufu, &|_, [i, col, h, s]| Ok(f32::from_bits(gathered[s][(h * D + col) * D + i])))
 }
 
 /// The GATED_DELTA_NET reference with element (i, col, h, s) of the initial state given by
-/// `state_in`.
+/// `state_in` (its first error is returned).
 pub fn gated_delta_net_with_state(
     op: &GdnViews,
     scale: f32,
     mem: &mut HostMemory,
     mufu: &mut dyn Mufu,
-    state_in: &dyn Fn(&HostMemory, [usize; 4]) -> f32,
-) {
+    state_in: &dyn Fn(&HostMemory, [usize; 4]) -> Result<f32>,
+) -> Result<()> {
     let [_, n_key_heads, n_tokens, n_seqs] = op.q.ne();
     let n_heads = op.v.ne()[1];
     let n_slots = op.states.ne()[2];
@@ -107,25 +124,24 @@ pub fn gated_delta_net_with_state(
         for h in 0..n_heads {
             let kh = h % n_key_heads;
             // cols[col] is the warp of value column col.
-            let mut cols: Vec<Lanes> =
-                (0..D).map(|col| std::array::from_fn(|l| std::array::from_fn(|r| state_in(mem, [32 * r + l, col, h, s])))).collect();
+            let mut cols = read_lanes(|i, col| state_in(mem, [i, col, h, s]))?;
             for t in 0..n_tokens {
-                let k: Vec<f32> = (0..D).map(|i| mem.read_f32(&op.k, [i, kh, t, s])).collect();
-                let q: Vec<f32> = (0..D).map(|i| mem.read_f32(&op.q, [i, kh, t, s])).collect();
-                let beta = mem.read_f32(&op.beta, [0, h, t, s]);
+                let k: Vec<f32> = (0..D).map(|i| mem.read_f32(&op.k, [i, kh, t, s])).collect::<Result<_>>()?;
+                let q: Vec<f32> = (0..D).map(|i| mem.read_f32(&op.q, [i, kh, t, s])).collect::<Result<_>>()?;
+                let beta = mem.read_f32(&op.beta, [0, h, t, s])?;
                 // Every lane computes the same ex2 of the same argument: one evaluation.
-                let gamma = exp(mem.read_f32(&op.g, [0, h, t, s]), mufu);
+                let gamma = exp(mem.read_f32(&op.g, [0, h, t, s])?, mufu);
                 for (col, lanes) in cols.iter_mut().enumerate() {
-                    let v = mem.read_f32(&op.v, [col, h, t, s]);
+                    let v = mem.read_f32(&op.v, [col, h, t, s])?;
                     let a = token_step(lanes, &k, &q, v, gamma, beta);
-                    mem.write_f32(&op.out, [col, h, t, s], mul(a, scale));
+                    mem.write_f32(&op.out, [col, h, t, s], mul(a, scale))?;
                 }
                 let slot = n_tokens - 1 - t;
                 if slot < n_slots {
                     for (col, lanes) in cols.iter().enumerate() {
                         for (l, lane) in lanes.iter().enumerate() {
                             for (r, x) in lane.iter().enumerate() {
-                                mem.write_f32(&op.states, [(h * D + col) * D + 32 * r + l, s, slot, 0], *x);
+                                mem.write_f32(&op.states, [(h * D + col) * D + 32 * r + l, s, slot, 0], *x)?;
                             }
                         }
                     }
@@ -133,6 +149,7 @@ pub fn gated_delta_net_with_state(
             }
         }
     }
+    Ok(())
 }
 
 #[cfg(test)]

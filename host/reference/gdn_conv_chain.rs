@@ -10,6 +10,7 @@
 use super::l2_norm::l2_normalize;
 use super::math::Mufu;
 use super::ssm_conv::conv_output;
+use crate::error::Result;
 use crate::memory::HostMemory;
 use crate::tensor::Tensor;
 
@@ -42,7 +43,13 @@ pub struct ChainViews {
 /// `snapshots` writes `window(offset)` of sequence s to cache row `row + s`. Every sequence's
 /// reads happen before any write (the op refuses a source row that another sequence writes, so
 /// the order of the sequences does not matter).
-pub fn gdn_conv_chain(op: &ChainViews, source_rows: &[usize], snapshots: &[(usize, usize)], mem: &mut HostMemory, mufu: &mut dyn Mufu) {
+pub fn gdn_conv_chain(
+    op: &ChainViews,
+    source_rows: &[usize],
+    snapshots: &[(usize, usize)],
+    mem: &mut HostMemory,
+    mufu: &mut dyn Mufu,
+) -> Result<()> {
     let [d_conv, n_channels, ..] = op.weight.ne();
     let n_tokens = op.qkv.ne()[1];
     let state_len = d_conv - 1;
@@ -60,13 +67,13 @@ pub fn gdn_conv_chain(op: &ChainViews, source_rows: &[usize], snapshots: &[(usiz
                 })
                 .collect()
         })
-        .collect();
+        .collect::<Result<_>>()?;
     let (d, h_k) = (op.head_dim, op.n_k_heads);
     for (s, cols) in cols.iter().enumerate() {
         // Phase 2: SSM_CONV + SiLU, y[t][c].
         let mut y = vec![vec![0.0f32; n_channels]; n_tokens];
         for (c, col) in cols.iter().enumerate() {
-            let weight: Vec<f32> = (0..d_conv).map(|j| mem.read_f32(&op.weight, [j, c, 0, 0])).collect();
+            let weight: Vec<f32> = (0..d_conv).map(|j| mem.read_f32(&op.weight, [j, c, 0, 0])).collect::<Result<_>>()?;
             let x: Vec<f32> = col.iter().map(|b| f32::from_bits(*b)).collect();
             for (t, yt) in y.iter_mut().enumerate() {
                 yt[c] = conv_output(&x[t..t + d_conv], &weight, 0.0, true, mufu);
@@ -76,13 +83,13 @@ pub fn gdn_conv_chain(op: &ChainViews, source_rows: &[usize], snapshots: &[(usiz
         for &(row, offset) in snapshots {
             for (c, col) in cols.iter().enumerate() {
                 for jj in 0..state_len {
-                    mem.write_u32(&op.conv_cache, [c * state_len + jj, row + s, 0, 0], col[offset + jj]);
+                    mem.write_u32(&op.conv_cache, [c * state_len + jj, row + s, 0, 0], col[offset + jj])?;
                 }
             }
         }
         for (t, yt) in y.iter().enumerate() {
             for (c, v) in yt.iter().enumerate() {
-                mem.write_f32(&op.conv_out, [c, t, s, 0], *v);
+                mem.write_f32(&op.conv_out, [c, t, s, 0], *v)?;
             }
         }
         // Phase 4: L2_NORM of q heads (channels h·D …) and k heads (H_k·D + h·D …) of every token.
@@ -91,19 +98,20 @@ pub fn gdn_conv_chain(op: &ChainViews, source_rows: &[usize], snapshots: &[(usiz
                 for h in 0..h_k {
                     let start = first + h * d;
                     for (i, v) in l2_normalize(&yt[start..start + d], op.eps, mufu).into_iter().enumerate() {
-                        mem.write_f32(dst, [i, h, t, s], v);
+                        mem.write_f32(dst, [i, h, t, s], v)?;
                     }
                 }
             }
         }
     }
+    Ok(())
 }
 
 /// \[replay\] The window commit in front of the chain (`ops::ConvCommit`): for each sequence s,
 /// row `rows[s]` of the conv cache ← window(a_s) of [that row's window ; the logged inputs
 /// 0 … a_s − 1 of `log_qkv` ([C, T_log, n_s])]: channel c's slot j takes column a_s + j of the
 /// concatenation, as bits. Rows of different sequences are distinct (the op's rule).
-pub fn commit_windows(conv_cache: &Tensor, log_qkv: &Tensor, rows: &[usize], accepted: &[usize], mem: &mut HostMemory) {
+pub fn commit_windows(conv_cache: &Tensor, log_qkv: &Tensor, rows: &[usize], accepted: &[usize], mem: &mut HostMemory) -> Result<()> {
     let n_channels = log_qkv.ne()[0];
     let state_len = conv_cache.ne()[0] / n_channels.max(1);
     for (s, (&row, &a)) in rows.iter().zip(accepted).enumerate() {
@@ -115,10 +123,11 @@ pub fn commit_windows(conv_cache: &Tensor, log_qkv: &Tensor, rows: &[usize], acc
                     mem.read_u32(log_qkv, [c, i - state_len, s, 0])
                 }
             };
-            let window: Vec<u32> = (0..state_len).map(|j| column(a + j, mem)).collect();
+            let window: Vec<u32> = (0..state_len).map(|j| column(a + j, mem)).collect::<Result<_>>()?;
             for (j, bits) in window.into_iter().enumerate() {
-                mem.write_u32(conv_cache, [c * state_len + j, row, 0, 0], bits);
+                mem.write_u32(conv_cache, [c * state_len + j, row, 0, 0], bits)?;
             }
         }
     }
+    Ok(())
 }

@@ -3,6 +3,7 @@
 //! `y = scale · x`.
 
 use super::math::{Mufu, fma, l2_scale, mul, warp_sum};
+use crate::error::Result;
 use crate::memory::HostMemory;
 use crate::tensor::Tensor;
 
@@ -19,15 +20,16 @@ pub fn l2_normalize(row: &[f32], eps: f32, mufu: &mut dyn Mufu) -> Vec<f32> {
 }
 
 /// CPU reference of L2_NORM in the kernel's float-op order, on a validated op's views (shape `ne`).
-pub fn l2_norm(src: &Tensor, dst: &Tensor, eps: f32, ne: [usize; 4], mem: &mut HostMemory, mufu: &mut dyn Mufu) {
+pub fn l2_norm(src: &Tensor, dst: &Tensor, eps: f32, ne: [usize; 4], mem: &mut HostMemory, mufu: &mut dyn Mufu) -> Result<()> {
     for i3 in 0..ne[3] {
         for i2 in 0..ne[2] {
             for i1 in 0..ne[1] {
-                let row: Vec<f32> = (0..ne[0]).map(|i0| mem.read_f32(src, [i0, i1, i2, i3])).collect();
+                let row: Vec<f32> = (0..ne[0]).map(|i0| mem.read_f32(src, [i0, i1, i2, i3])).collect::<Result<_>>()?;
                 for (col, y) in l2_normalize(&row, eps, mufu).into_iter().enumerate() {
-                    mem.write_f32(dst, [col, i1, i2, i3], y);
+                    mem.write_f32(dst, [col, i1, i2, i3], y)?;
                 }
             }
         }
     }
+    Ok(())
 }

@@ -8,6 +8,7 @@
 //! `cvt.rn.f16.f32`, [`fma_f16`] one lane of `fma.rn.f16x2`.
 
 use super::math::{add, fma, warp_sum};
+use crate::error::Result;
 use crate::kernels::abi::mul_mat_vec_kind;
 use crate::memory::HostMemory;
 use crate::tensor::{DType, Tensor};
@@ -89,10 +90,10 @@ pub fn fma_f16(a: u16, b: u16, c: u16) -> u16 {
 }
 
 /// Weight element bits (f32 bits, or f16/bf16 bits in the low half).
-fn weight_bits(mem: &HostMemory, weight: &Tensor, e: usize, r: usize) -> u32 {
+fn weight_bits(mem: &HostMemory, weight: &Tensor, e: usize, r: usize) -> Result<u32> {
     match weight.dtype() {
         DType::F32 => mem.read_u32(weight, [e, r, 0, 0]),
-        _ => mem.read_u16(weight, [e, r, 0, 0]) as u32,
+        _ => mem.read_u16(weight, [e, r, 0, 0]).map(u32::from),
     }
 }
 
@@ -137,17 +138,19 @@ pub fn block_reduce(partials: &[f32]) -> f32 {
 }
 
 /// CPU reference of MUL_MAT_VEC in the kernel's float-op order, on a validated op's views.
-pub fn mul_mat_vec(weight: &Tensor, input: &Tensor, dst: &Tensor, shape: &MatVecShape, mem: &mut HostMemory) {
+pub fn mul_mat_vec(weight: &Tensor, input: &Tensor, dst: &Tensor, shape: &MatVecShape, mem: &mut HostMemory) -> Result<()> {
     let MatVecShape { row_len, rows, ncols, kind, block_size } = *shape;
     let threads = block_size as usize;
-    let columns: Vec<Vec<f32>> = (0..ncols).map(|j| (0..row_len).map(|e| mem.read_f32(input, [e, j, 0, 0])).collect()).collect();
+    let columns: Vec<Vec<f32>> =
+        (0..ncols).map(|j| (0..row_len).map(|e| mem.read_f32(input, [e, j, 0, 0])).collect()).collect::<Result<_>>()?;
     for r in 0..rows {
-        let w: Vec<u32> = (0..row_len).map(|e| weight_bits(mem, weight, e, r)).collect();
+        let w: Vec<u32> = (0..row_len).map(|e| weight_bits(mem, weight, e, r)).collect::<Result<_>>()?;
         for (j, y) in columns.iter().enumerate() {
             let partials: Vec<f32> = (0..threads).map(|tid| thread_partial(kind, &w, y, tid, threads)).collect();
-            mem.write_f32(dst, [r, j, 0, 0], block_reduce(&partials));
+            mem.write_f32(dst, [r, j, 0, 0], block_reduce(&partials))?;
         }
     }
+    Ok(())
 }
 
 /// The views MUL_MAT_VEC_PAIR_GATE's epilogue reads and writes (a validated op's).
@@ -172,24 +175,25 @@ pub struct GateViews {
 /// SOFTPLUS → MUL(·, ssm_a\[r\]) → gate — the very element functions the unfused references
 /// ([`super::unary::unary`], [`super::binary::binary`], [`super::unary::unary_mul`]) apply, with
 /// their operand order and broadcast indexing.
-pub fn pair_gate_epilogue(views: &GateViews, shape: &MatVecShape, mem: &mut HostMemory, mufu: &mut dyn super::math::Mufu) {
+pub fn pair_gate_epilogue(views: &GateViews, shape: &MatVecShape, mem: &mut HostMemory, mufu: &mut dyn super::math::Mufu) -> Result<()> {
     use super::math::{mul, sigmoid, softplus};
     let GateViews { alpha, beta_raw, dt_bias, ssm_a, beta, gate } = views;
     for j in 0..shape.ncols {
         for r in 0..shape.rows {
             let i = [r, j, 0, 0];
-            let y = sigmoid(mem.read_f32(beta_raw, i), mufu);
-            mem.write_f32(beta, i, y);
+            let y = sigmoid(mem.read_f32(beta_raw, i)?, mufu);
+            mem.write_f32(beta, i, y)?;
         }
     }
     for j in 0..shape.ncols {
         for r in 0..shape.rows {
             let (i, ib) = ([r, j, 0, 0], [r, 0, 0, 0]);
-            let biased = add(mem.read_f32(alpha, i), mem.read_f32(dt_bias, ib));
+            let biased = add(mem.read_f32(alpha, i)?, mem.read_f32(dt_bias, ib)?);
             let softplus = softplus(biased, mufu);
-            mem.write_f32(gate, i, mul(softplus, mem.read_f32(ssm_a, ib)));
+            mem.write_f32(gate, i, mul(softplus, mem.read_f32(ssm_a, ib)?))?;
         }
     }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,5 +1,9 @@
 //! CPU references: one file per op, each in the kernel's exact float-operation order, built on
 //! [`math`] (bit-exact `.ftz` arithmetic and pluggable MUFU results).
+//!
+//! They take a validated op's views; they read and write through [`crate::memory::HostMemory`]'s
+//! checked accessors, so a view outside its buffer ends in that typed error (possibly after
+//! earlier elements were written), never a panic.
 
 pub mod l2_norm;
 pub mod math;

@@ -7,7 +7,7 @@
 //!
 //! Every float operation is an existing reference's helper, in the same order:
 //! - **replay** ([`replay`]): per (sequence, head, column) the committed row's warp
-//!   ([`Lanes`]), then per logged token t < a `γ = exp(g)` and [`token_update`], the update
+//!   ([`Lanes`](super::gated_delta_net::Lanes)), then per logged token t < a `γ = exp(g)` and [`token_update`], the update
 //!   half of [`super::gated_delta_net::token_step`], which the snapshot path ran on the same
 //!   bits in the same order when it wrote the state after token a − 1. No output is computed;
 //! - **commit**: that state written once over the committed row (a > 0); the committed window
@@ -21,7 +21,7 @@
 //! The gate path (the alpha/beta products, SIGMOID, ADD, SOFTPLUS, MUL) does not change with
 //! replay: [`verify`] takes its g and β.
 
-use super::gated_delta_net::{Lanes, token_step, token_update};
+use super::gated_delta_net::{read_lanes, token_step, token_update};
 use super::gdn_conv_chain::{ChainViews, gdn_conv_chain};
 use super::math::{Mufu, exp, mul};
 use crate::error::{Error, Result};
@@ -177,7 +177,7 @@ pub fn replay(
     check_accepted(log, accepted)?;
     // 1. Replay and 2. commit the states (the committed row is read and written).
     let states = StateLog { ssm_cache: views.ssm_cache, k: log.k, v: log.v, g: log.g, beta: log.beta, n_k_heads: views.n_k_heads };
-    replay_states(&states, rows, rows, accepted, mem, mufu);
+    replay_states(&states, rows, rows, accepted, mem, mufu)?;
     let (kc1, c) = (views.window_len(), views.channels());
     for (s, (&row, &a)) in rows.iter().zip(accepted).enumerate() {
         if a == 0 {
@@ -186,9 +186,9 @@ pub fn replay(
         // 2. Commit the window: window(a) of [committed window ; logged inputs 0 … a − 1].
         for ch in 0..c {
             let old = (0..kc1).map(|j| mem.read_u32(&views.conv_cache, [ch * kc1 + j, row, 0, 0]));
-            let column: Vec<u32> = old.chain((0..a).map(|t| mem.read_u32(&log.qkv, [ch, t, s, 0]))).collect();
+            let column: Vec<u32> = old.chain((0..a).map(|t| mem.read_u32(&log.qkv, [ch, t, s, 0]))).collect::<Result<_>>()?;
             for j in 0..kc1 {
-                mem.write_u32(&views.conv_cache, [ch * kc1 + j, row, 0, 0], column[a + j]);
+                mem.write_u32(&views.conv_cache, [ch * kc1 + j, row, 0, 0], column[a + j])?;
             }
         }
     }
@@ -215,7 +215,7 @@ pub struct StateLog {
 
 /// The state half of [`replay`] (and GATED_DELTA_NET_REPLAY's reference, `ops::GatedDeltaNetReplay`):
 /// for each sequence s with `a = accepted[s] > 0`, head by head, the committed state of row
-/// `source_rows[s]` in the warps' registers ([`Lanes`]), then per logged token t < a
+/// `source_rows[s]` in the warps' registers ([`Lanes`](super::gated_delta_net::Lanes)), then per logged token t < a
 /// `γ = exp(g)` (one ex2 per token and head) and [`token_update`] on every column, no output;
 /// then the state written once to row `dest_rows[s]`. With a = 0 nothing is read or written.
 ///
@@ -230,7 +230,7 @@ pub fn replay_states(
     accepted: &[usize],
     mem: &mut HostMemory,
     mufu: &mut dyn Mufu,
-) {
+) -> Result<()> {
     let (hk, hv) = (log.n_k_heads, log.v.ne()[1]);
     for (s, ((&source, &dest), &a)) in source_rows.iter().zip(dest_rows).zip(accepted).enumerate() {
         if a == 0 {
@@ -239,28 +239,27 @@ pub fn replay_states(
         for h in 0..hv {
             let kh = h % hk;
             let at = |col: usize, i: usize, row: usize| [(h * D + col) * D + i, row, 0, 0];
-            let mut cols: Vec<Lanes> = (0..D)
-                .map(|col| std::array::from_fn(|l| std::array::from_fn(|r| mem.read_f32(&log.ssm_cache, at(col, 32 * r + l, source)))))
-                .collect();
+            let mut cols = read_lanes(|i, col| mem.read_f32(&log.ssm_cache, at(col, i, source)))?;
             for t in 0..a {
-                let k: Vec<f32> = (0..D).map(|i| mem.read_f32(&log.k, [i, kh, t, s])).collect();
-                let beta = mem.read_f32(&log.beta, [0, h, t, s]);
+                let k: Vec<f32> = (0..D).map(|i| mem.read_f32(&log.k, [i, kh, t, s])).collect::<Result<_>>()?;
+                let beta = mem.read_f32(&log.beta, [0, h, t, s])?;
                 // One ex2 per (token, head), as the kernel's lanes all evaluate the same one.
-                let gamma = exp(mem.read_f32(&log.g, [0, h, t, s]), mufu);
+                let gamma = exp(mem.read_f32(&log.g, [0, h, t, s])?, mufu);
                 for (col, lanes) in cols.iter_mut().enumerate() {
-                    token_update(lanes, &k, mem.read_f32(&log.v, [col, h, t, s]), gamma, beta);
+                    token_update(lanes, &k, mem.read_f32(&log.v, [col, h, t, s])?, gamma, beta);
                 }
             }
             // The state, written once.
             for (col, lanes) in cols.iter().enumerate() {
                 for (l, lane) in lanes.iter().enumerate() {
                     for (r, x) in lane.iter().enumerate() {
-                        mem.write_f32(&log.ssm_cache, at(col, 32 * r + l, dest), *x);
+                        mem.write_f32(&log.ssm_cache, at(col, 32 * r + l, dest), *x)?;
                     }
                 }
             }
         }
     }
+    Ok(())
 }
 
 /// A verify step in replay mode: the T tokens of every sequence from its committed window and
@@ -297,28 +296,22 @@ pub fn verify(
         n_k_heads: hk,
         eps: views.eps,
     };
-    gdn_conv_chain(&chain, rows, &[], mem, mufu);
+    gdn_conv_chain(&chain, rows, &[], mem, mufu)?;
     // v of value head h: channels 2·H_k·D + h·D … of the SiLU output.
     let v_at = |col: usize, h: usize, t: usize, s: usize| [2 * hk * D + h * D + col, t, s, 0];
     // GATED_DELTA_NET from the committed states (GATED_DELTA_NET_FROM_CACHE's reads), no slot.
     for (s, &row) in rows.iter().enumerate() {
         for h in 0..hv {
             let kh = h % hk;
-            let mut cols: Vec<Lanes> = (0..D)
-                .map(|col| {
-                    std::array::from_fn(|l| {
-                        std::array::from_fn(|r| mem.read_f32(&views.ssm_cache, [(h * D + col) * D + 32 * r + l, row, 0, 0]))
-                    })
-                })
-                .collect();
+            let mut cols = read_lanes(|i, col| mem.read_f32(&views.ssm_cache, [(h * D + col) * D + i, row, 0, 0]))?;
             for t in 0..n_t {
-                let k: Vec<f32> = (0..D).map(|i| mem.read_f32(&step.k_norm, [i, kh, t, s])).collect();
-                let q: Vec<f32> = (0..D).map(|i| mem.read_f32(&step.q_norm, [i, kh, t, s])).collect();
-                let beta = mem.read_f32(&step.beta, [0, h, t, s]);
-                let gamma = exp(mem.read_f32(&step.g, [0, h, t, s]), mufu);
+                let k: Vec<f32> = (0..D).map(|i| mem.read_f32(&step.k_norm, [i, kh, t, s])).collect::<Result<_>>()?;
+                let q: Vec<f32> = (0..D).map(|i| mem.read_f32(&step.q_norm, [i, kh, t, s])).collect::<Result<_>>()?;
+                let beta = mem.read_f32(&step.beta, [0, h, t, s])?;
+                let gamma = exp(mem.read_f32(&step.g, [0, h, t, s])?, mufu);
                 for (col, lanes) in cols.iter_mut().enumerate() {
-                    let a = token_step(lanes, &k, &q, mem.read_f32(&step.conv_out, v_at(col, h, t, s)), gamma, beta);
-                    mem.write_f32(&step.out, [col, h, t, s], mul(a, scale));
+                    let a = token_step(lanes, &k, &q, mem.read_f32(&step.conv_out, v_at(col, h, t, s))?, gamma, beta);
+                    mem.write_f32(&step.out, [col, h, t, s], mul(a, scale))?;
                 }
             }
         }
@@ -327,23 +320,23 @@ pub fn verify(
     for s in 0..n_s {
         for t in 0..n_t {
             for ch in 0..c {
-                let x = mem.read_u32(&step.qkv, [ch, t, s, 0]);
-                mem.write_u32(&log.qkv, [ch, t, s, 0], x);
+                let x = mem.read_u32(&step.qkv, [ch, t, s, 0])?;
+                mem.write_u32(&log.qkv, [ch, t, s, 0], x)?;
             }
             for kh in 0..hk {
                 for i in 0..D {
-                    let x = mem.read_u32(&step.k_norm, [i, kh, t, s]);
-                    mem.write_u32(&log.k, [i, kh, t, s], x);
+                    let x = mem.read_u32(&step.k_norm, [i, kh, t, s])?;
+                    mem.write_u32(&log.k, [i, kh, t, s], x)?;
                 }
             }
             for h in 0..hv {
                 for col in 0..D {
-                    let x = mem.read_u32(&step.conv_out, v_at(col, h, t, s));
-                    mem.write_u32(&log.v, [col, h, t, s], x);
+                    let x = mem.read_u32(&step.conv_out, v_at(col, h, t, s))?;
+                    mem.write_u32(&log.v, [col, h, t, s], x)?;
                 }
                 for (from, to) in [(&step.g, &log.g), (&step.beta, &log.beta)] {
-                    let x = mem.read_u32(from, [0, h, t, s]);
-                    mem.write_u32(to, [0, h, t, s], x);
+                    let x = mem.read_u32(from, [0, h, t, s])?;
+                    mem.write_u32(to, [0, h, t, s], x)?;
                 }
             }
         }
@@ -413,7 +406,7 @@ mod tests {
                     (x >> 8) as f32 / (1u32 << 24) as f32 - 0.5
                 })
                 .collect();
-            mem.fill_f32(&t, &v);
+            mem.fill_f32(&t, &v).unwrap();
         }
         (mem, views, log)
     }
@@ -429,8 +422,8 @@ mod tests {
         // Nothing was written.
         for t in [views.conv_cache, views.ssm_cache] {
             assert_eq!(
-                mem.to_f32_vec(&t).iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
-                before.to_f32_vec(&t).iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+                mem.to_f32_vec(&t).unwrap().iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                before.to_f32_vec(&t).unwrap().iter().map(|x| x.to_bits()).collect::<Vec<_>>()
             );
         }
     }
@@ -443,23 +436,23 @@ mod tests {
             let (mut mem, views, log) = setup(4);
             let before = mem.clone();
             replay(&views, &[1], &log, &[a], &mut mem, &mut ExactMufu).unwrap();
-            let state_changed =
-                (0..D * D * 2).any(|e| mem.read_u32(&views.ssm_cache, [e, 1, 0, 0]) != before.read_u32(&views.ssm_cache, [e, 1, 0, 0]));
+            let state_changed = (0..D * D * 2)
+                .any(|e| mem.read_u32(&views.ssm_cache, [e, 1, 0, 0]).unwrap() != before.read_u32(&views.ssm_cache, [e, 1, 0, 0]).unwrap());
             assert_eq!(state_changed, a > 0, "a = {a}");
             for ch in [0, 1, 255, 511] {
                 for j in 0..3 {
                     let col = a + j;
                     let want = if col < 3 {
-                        before.read_u32(&views.conv_cache, [ch * 3 + col, 1, 0, 0])
+                        before.read_u32(&views.conv_cache, [ch * 3 + col, 1, 0, 0]).unwrap()
                     } else {
-                        before.read_u32(&log.qkv, [ch, col - 3, 0, 0])
+                        before.read_u32(&log.qkv, [ch, col - 3, 0, 0]).unwrap()
                     };
-                    assert_eq!(mem.read_u32(&views.conv_cache, [ch * 3 + j, 1, 0, 0]), want, "a = {a}, channel {ch}, column {j}");
+                    assert_eq!(mem.read_u32(&views.conv_cache, [ch * 3 + j, 1, 0, 0]).unwrap(), want, "a = {a}, channel {ch}, column {j}");
                 }
             }
             // The other row is untouched.
             for t in [views.conv_cache, views.ssm_cache] {
-                assert_eq!(mem.read_u32(&t, [7, 0, 0, 0]), before.read_u32(&t, [7, 0, 0, 0]));
+                assert_eq!(mem.read_u32(&t, [7, 0, 0, 0]).unwrap(), before.read_u32(&t, [7, 0, 0, 0]).unwrap());
             }
         }
     }

@@ -2,6 +2,7 @@
 //! starting at +0, then `+ bias` (+0 when absent), then SiLU.
 
 use super::math::{Mufu, add, fma, silu};
+use crate::error::Result;
 use crate::memory::HostMemory;
 use crate::tensor::Tensor;
 
@@ -26,18 +27,19 @@ pub fn ssm_conv(
     apply_silu: bool,
     mem: &mut HostMemory,
     mufu: &mut dyn Mufu,
-) {
+) -> Result<()> {
     let [d_conv, n_channels, ..] = weight.ne();
     let [_, n_tokens, n_seqs, _] = dst.ne();
     for s in 0..n_seqs {
         for c in 0..n_channels {
-            let bias = bias.map_or(0.0, |b| mem.read_f32(b, [c, 0, 0, 0]));
-            let weight: Vec<f32> = (0..d_conv).map(|j| mem.read_f32(weight, [j, c, 0, 0])).collect();
+            let bias = bias.map_or(Ok(0.0), |b| mem.read_f32(b, [c, 0, 0, 0]))?;
+            let weight: Vec<f32> = (0..d_conv).map(|j| mem.read_f32(weight, [j, c, 0, 0])).collect::<Result<_>>()?;
             for t in 0..n_tokens {
-                let window: Vec<f32> = (0..d_conv).map(|j| mem.read_f32(conv_input, [t + j, c, s, 0])).collect();
+                let window: Vec<f32> = (0..d_conv).map(|j| mem.read_f32(conv_input, [t + j, c, s, 0])).collect::<Result<_>>()?;
                 let y = conv_output(&window, &weight, bias, apply_silu, mufu);
-                mem.write_f32(dst, [c, t, s, 0], y);
+                mem.write_f32(dst, [c, t, s, 0], y)?;
             }
         }
     }
+    Ok(())
 }

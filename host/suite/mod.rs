@@ -150,13 +150,14 @@ impl Builder {
 
     /// A tensor of `ne` inside a buffer padded by `pad[d]` extra elements along each dimension
     /// (so its strides are not the contiguous ones when any pad is non-zero) and by guard
-    /// bytes; the whole buffer, padding included, is filled with `values`.
+    /// bytes; the whole buffer, padding included, is filled with `values`. Panics (with the
+    /// typed error's message) when the allocation or `inputs::fill` refuses.
     pub fn tensor_padded(&mut self, dtype: DType, ne: [usize; 4], pad: [usize; 4], values: Values) -> Tensor {
         let outer = [ne[0] + pad[0], ne[1] + pad[1], ne[2] + pad[2], ne[3] + pad[3]];
         let full = Layout::contiguous(dtype, outer);
         let bytes = full.n_elements() * dtype.size() + 2 * GUARD_BYTES;
         let id = self.mem.alloc(bytes);
-        let words = inputs::fill(&mut self.rng, bytes / 4, values);
+        let words = inputs::fill(&mut self.rng, bytes / 4, values).unwrap_or_else(|e| panic!("{e}"));
         let buf = self.mem.bytes_mut(id);
         for (chunk, w) in buf.chunks_exact_mut(4).zip(words) {
             chunk.copy_from_slice(&w.to_bits().to_le_bytes());
@@ -387,8 +388,9 @@ fn compare_pairs(a: &HostMemory, b: &HostMemory, pairs: &[(Tensor, Tensor)], any
         for (ia, ib) in ta.layout.indices().zip(tb.layout.indices()) {
             let (x, y) = match ta.dtype().size() {
                 4 => (a.read_u32(ta, ia), b.read_u32(tb, ib)),
-                _ => (a.read_u16(ta, ia) as u32, b.read_u16(tb, ib) as u32),
+                _ => (a.read_u16(ta, ia).map(u32::from), b.read_u16(tb, ib).map(u32::from)),
             };
+            let (x, y) = (x.map_err(|e| format!("pair {i}: {e}"))?, y.map_err(|e| format!("pair {i}: {e}"))?);
             let both_nan = any_nan && ta.dtype() == crate::tensor::DType::F32 && f32::from_bits(x).is_nan() && f32::from_bits(y).is_nan();
             if x != y && !both_nan {
                 differ += 1;
@@ -487,7 +489,7 @@ fn check_tolerance(got: &HostMemory, exact: &HostMemory, outputs: &[Tensor], tol
     let mut worst_err = 0f64;
     for t in outputs.iter().filter(|t| t.dtype() == DType::F32) {
         for i in t.layout.indices() {
-            let (g, x) = (got.read_f32(t, i), exact.read_f32(t, i));
+            let (g, x) = (got.read_f32(t, i).map_err(|e| e.to_string())?, exact.read_f32(t, i).map_err(|e| e.to_string())?);
             if g.is_nan() && x.is_nan() {
                 continue;
             }

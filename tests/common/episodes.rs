@@ -266,7 +266,7 @@ impl LayerGraph {
         assert_eq!(sources.len(), v.t.source_rows.ne()[0]);
         let host = self.mem.host_for(&[v.t.source_rows.buffer])?;
         for (s, &row) in sources.iter().enumerate() {
-            host.write_u32(&v.t.source_rows, [s, 0, 0, 0], u32::try_from(row).expect("a cache row"));
+            host.write_u32(&v.t.source_rows, [s, 0, 0, 0], u32::try_from(row).expect("a cache row")).map_err(|e| e.to_string())?;
         }
         self.mem.run(&self.nodes, self.fused)?;
         OUTPUTS.iter().map(|name| self.get(name)).collect()
@@ -651,7 +651,7 @@ impl ReplayArm for ReplayGraph {
         if self.plant == GraphPlant::WindowOffByOne {
             for (s, &a) in told.iter().enumerate() {
                 let row = (r.n_tokens() - a.saturating_sub(1)) * self.n_s + s;
-                host.write_u32(&r.window_rows, [s, 0, 0, 0], row as u32);
+                host.write_u32(&r.window_rows, [s, 0, 0, 0], row as u32).map_err(|e| e.to_string())?;
             }
         }
         self.caches = None;
@@ -781,8 +781,8 @@ pub fn episode(setup: &Setup, label: &str, arms: &mut dyn FnMut(&Weights, &Rows)
         // Replay the previous step's acceptance and verify this step's tokens (after the last
         // step, replay its acceptance alone).
         let inputs = (i < STEPS).then(|| {
-            let qkv = to_bytes(inputs::fill(&mut rng, c * cols, Values::Uniform(1.0)));
-            (qkv, to_bytes(inputs::fill(&mut rng, e * cols, Values::Uniform(1.0))))
+            let qkv = to_bytes(inputs::fill(&mut rng, c * cols, Values::Uniform(1.0)).expect("a drawable range"));
+            (qkv, to_bytes(inputs::fill(&mut rng, e * cols, Values::Uniform(1.0)).expect("a drawable range")))
         });
         let tokens = inputs.as_ref().map(|(q, c)| (q.as_slice(), c.as_slice()));
         let accepted = previous.as_ref().map(|p| p.accepted.as_slice());

@@ -7,7 +7,7 @@ use rgdn::tensor::{DType, Tensor};
 /// A contiguous F32 tensor in its own buffer holding `values` (logical order).
 pub fn f32_tensor(mem: &mut HostMemory, ne: [usize; 4], values: &[f32]) -> Tensor {
     let t = mem.alloc_tensor(DType::F32, ne);
-    mem.fill_f32(&t, values);
+    mem.fill_f32(&t, values).unwrap();
     t
 }
 

@@ -162,13 +162,13 @@ impl GdnCase {
         };
         let g = b.tensor_padded(DType::F32, [1, p.h_v, p.n_t, p.n_s], pad([2, 1, 1, 0]), Values::Uniform(1.0));
         let gate: Vec<f32> = (0..p.h_v * p.n_t * p.n_s).map(|_| gate_value(&mut b.rng, p.gate)).collect();
-        b.mem.fill_f32(&g, &gate);
+        b.mem.fill_f32(&g, &gate).expect("a view of the case's own buffers");
         let beta = b.tensor_padded(DType::F32, [1, p.h_v, p.n_t, p.n_s], pad([0, 3, 0, 1]), Values::Uniform(1.0));
         let betas: Vec<f32> = (0..p.h_v * p.n_t * p.n_s).map(|_| b.rng.random_range(0.0..1.0)).collect();
-        b.mem.fill_f32(&beta, &betas);
+        b.mem.fill_f32(&beta, &betas).expect("a view of the case's own buffers");
         let state_in = big_tensor(b, [D, D, p.h_v, p.n_s], pad([7, 1, 0, 0]), Some(0.5));
         if p.zero_state {
-            b.mem.fill_f32(&state_in, &vec![0.0; D * D * p.h_v * p.n_s]);
+            b.mem.fill_f32(&state_in, &vec![0.0; D * D * p.h_v * p.n_s]).expect("a view of the case's own buffers");
         }
         let (out, states) = match p.states {
             States::Unfused => {
@@ -278,7 +278,7 @@ fn salt(b: &mut Builder, t: &Tensor, every: u32, subnormals_only: bool) {
             3 => 0x7F80_0000 | b.rng.random_range(1..0x0080_0000),
             _ => b.rng.random_range(0x0080_0000..0x1F00_0000),
         };
-        b.mem.write_u32(t, i, bits | sign);
+        b.mem.write_u32(t, i, bits | sign).expect("a view of the case's own buffers");
     }
 }
 
@@ -485,7 +485,7 @@ mod tests {
                 op.reference(&mut got, &mut mufu).unwrap();
                 for t in op.outputs() {
                     for i in t.layout.indices() {
-                        let (g, x) = (got.read_f32(&t, i), exact.read_f32(&t, i));
+                        let (g, x) = (got.read_f32(&t, i).unwrap(), exact.read_f32(&t, i).unwrap());
                         let (ok, scaled) = within(TOLERANCE, g, x);
                         assert!(ok, "{}: {g:e} vs exact {x:e} at {i:?} is outside {TOLERANCE:?}", probe.name());
                         worst = worst.max(scaled);
@@ -518,7 +518,7 @@ mod tests {
                 .out
                 .layout
                 .indices()
-                .filter(|i| !within(TOLERANCE, f64_mem.read_f32(&op.out, *i), exact.read_f32(&op.out, *i)).0)
+                .filter(|i| !within(TOLERANCE, f64_mem.read_f32(&op.out, *i).unwrap(), exact.read_f32(&op.out, *i).unwrap()).0)
                 .count();
             if slip {
                 assert!(outside > op.out.layout.n_elements() / 2, "only {outside} outputs fall outside the bound");
@@ -532,20 +532,20 @@ mod tests {
     /// S ← γS + kδᵀ, out = Sᵀq/√D), writing `out`; with `slip`, `out` uses the old S.
     fn f64_recurrence(op: &GatedDeltaNet, mem: &mut HostMemory, slip: bool) {
         let n_t = op.q.ne()[2];
-        let mut s: Vec<f64> = (0..D * D).map(|e| mem.read_f32(&op.state_in, [e % D, e / D, 0, 0]) as f64).collect();
+        let mut s: Vec<f64> = (0..D * D).map(|e| mem.read_f32(&op.state_in, [e % D, e / D, 0, 0]).unwrap() as f64).collect();
         for t in 0..n_t {
-            let gamma = (mem.read_f32(&op.g, [0, 0, t, 0]) as f64).exp();
-            let beta = mem.read_f32(&op.beta, [0, 0, t, 0]) as f64;
-            let k: Vec<f64> = (0..D).map(|i| mem.read_f32(&op.k, [i, 0, t, 0]) as f64).collect();
-            let q: Vec<f64> = (0..D).map(|i| mem.read_f32(&op.q, [i, 0, t, 0]) as f64).collect();
+            let gamma = (mem.read_f32(&op.g, [0, 0, t, 0]).unwrap() as f64).exp();
+            let beta = mem.read_f32(&op.beta, [0, 0, t, 0]).unwrap() as f64;
+            let k: Vec<f64> = (0..D).map(|i| mem.read_f32(&op.k, [i, 0, t, 0]).unwrap() as f64).collect();
+            let q: Vec<f64> = (0..D).map(|i| mem.read_f32(&op.q, [i, 0, t, 0]).unwrap() as f64).collect();
             for col in 0..D {
                 let column = &mut s[col * D..(col + 1) * D];
                 let dot = |c: &[f64], x: &[f64]| c.iter().zip(x).map(|(a, b)| a * b).sum::<f64>();
                 let before = dot(column, &q);
-                let delta = beta * (mem.read_f32(&op.v, [col, 0, t, 0]) as f64 - gamma * dot(column, &k));
+                let delta = beta * (mem.read_f32(&op.v, [col, 0, t, 0]).unwrap() as f64 - gamma * dot(column, &k));
                 column.iter_mut().zip(&k).for_each(|(s, k)| *s = gamma * *s + k * delta);
                 let o = if slip { before } else { dot(column, &q) };
-                mem.write_f32(&op.out, [col, 0, t, 0], (o / (D as f64).sqrt()) as f32);
+                mem.write_f32(&op.out, [col, 0, t, 0], (o / (D as f64).sqrt()) as f32).unwrap();
             }
         }
     }

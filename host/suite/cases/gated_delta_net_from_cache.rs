@@ -95,8 +95,12 @@ impl FromCacheCase {
             for h in 0..p.h_v {
                 for col in 0..D {
                     for i in 0..D {
-                        let x = if self.fresh { 0 } else { b.mem.read_u32(&base.state_in, [i, col, h, s]) };
-                        b.mem.write_u32(&cache, [(h * D + col) * D + i, r as usize, 0, 0], x);
+                        let x = if self.fresh {
+                            0
+                        } else {
+                            b.mem.read_u32(&base.state_in, [i, col, h, s]).expect("a view of the case's own buffers")
+                        };
+                        b.mem.write_u32(&cache, [(h * D + col) * D + i, r as usize, 0, 0], x).expect("a view of the case's own buffers");
                     }
                 }
             }

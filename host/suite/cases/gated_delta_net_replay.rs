@@ -95,10 +95,10 @@ impl ReplayCase {
         let v = b.tensor_padded(DType::F32, [D, p.h_v, p.n_t, p.n_s], pad([3, 0, 1, 0]), Values::Uniform(2.0));
         let g = b.tensor_padded(DType::F32, [1, p.h_v, p.n_t, p.n_s], pad([2, 1, 1, 0]), Values::Uniform(1.0));
         let gates: Vec<f32> = (0..p.h_v * p.n_t * p.n_s).map(|_| gate_value(&mut b.rng, p.gate)).collect();
-        b.mem.fill_f32(&g, &gates);
+        b.mem.fill_f32(&g, &gates).expect("a view of the case's own buffers");
         let beta = b.tensor_padded(DType::F32, [1, p.h_v, p.n_t, p.n_s], pad([0, 3, 0, 1]), Values::Uniform(1.0));
         let betas: Vec<f32> = (0..p.h_v * p.n_t * p.n_s).map(|_| b.rng.random_range(0.0..1.0)).collect();
-        b.mem.fill_f32(&beta, &betas);
+        b.mem.fill_f32(&beta, &betas).expect("a view of the case's own buffers");
         let row = D * D * p.h_v;
         let n_rows = 2 * p.n_s + 1;
         let ssm_cache = big_tensor(b, [row, n_rows, 1, 1], [0; 4], Some(0.5));

@@ -50,10 +50,10 @@ impl VerifyCase {
         let v = b.tensor_padded(DType::F32, [D, p.h_v, n_t, p.n_s], pad([2, 0, 0, 1]), Values::Uniform(2.0));
         let g = b.tensor_padded(DType::F32, [1, p.h_v, n_t, p.n_s], [0; 4], Values::Uniform(1.0));
         let gates: Vec<f32> = (0..p.h_v * n_t * p.n_s).map(|_| super::gated_delta_net::gate_value(&mut b.rng, p.gate)).collect();
-        b.mem.fill_f32(&g, &gates);
+        b.mem.fill_f32(&g, &gates).expect("a view of the case's own buffers");
         let beta = b.tensor_padded(DType::F32, [1, p.h_v, n_t, p.n_s], [0; 4], Values::Uniform(1.0));
         let betas: Vec<f32> = (0..p.h_v * n_t * p.n_s).map(|_| b.rng.random_range(0.0..1.0)).collect();
-        b.mem.fill_f32(&beta, &betas);
+        b.mem.fill_f32(&beta, &betas).expect("a view of the case's own buffers");
         let out = b.output([D, p.h_v, n_t, p.n_s]);
         let states = b.output([D * D * p.h_v, p.n_s, 1, 1]);
         let verify = GatedDeltaNetFromCache { q, k, v, g, beta, ssm_cache: replay.ssm_cache, source_rows: replay.dest_rows, out, states };

@@ -100,7 +100,7 @@ impl StepCase {
     fn layer(&self, b: &mut Builder) -> Result<Layer> {
         let shape = GdnShape::preset(self.preset).expect("known preset");
         let t = LayerTensors::alloc(&mut b.mem, &shape, &self.step, &self.init)?;
-        t.fill_random(&mut b.mem, &shape, &mut b.rng, &self.init);
+        t.fill_random(&mut b.mem, &shape, &mut b.rng, &self.init)?;
         // ggml's graph (separate snapshot CPYs): what the fusion pass matches.
         let spec = LayerSpec { weights: self.init.mat_vec_weights, precision: self.init.precision, ..LayerSpec::new(shape, self.step) };
         let unfused = ggml_layer_ops(&t, &spec)?;

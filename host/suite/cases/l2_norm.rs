@@ -75,7 +75,7 @@ impl L2Case {
             if p.zero_rows {
                 // Zero the first row of src: Σx² = 0, the eps floor decides.
                 for i0 in 0..p.cols {
-                    b.mem.write_f32(&src, [i0, 0, 0, 0], 0.0);
+                    b.mem.write_f32(&src, [i0, 0, 0, 0], 0.0).expect("a view of the case's own buffers");
                 }
             }
             let op = L2Norm { src, dst, eps: p.eps };

@@ -49,7 +49,7 @@ impl LayerCase {
         Case::seeded(GROUP, name, move |mut b| {
             let shape = GdnShape::preset(self.preset).expect("known preset");
             let t = LayerTensors::alloc(&mut b.mem, &shape, &self.step, &self.init)?;
-            t.fill_random(&mut b.mem, &shape, &mut b.rng, &self.init);
+            t.fill_random(&mut b.mem, &shape, &mut b.rng, &self.init)?;
             let ops = unfused_ops(&t, &shape, &self.step, self.init.precision)?;
             Ok(Expect::Match(Scenario { mem: b.mem, ops, tolerance: EXACT_MATH_TOLERANCE, exact_nan_payloads: false }))
         })

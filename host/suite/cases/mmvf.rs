@@ -165,16 +165,16 @@ impl MatVecCase {
             if r < self.rows {
                 let e = (7 * r) % self.e;
                 match k.dtype() {
-                    DType::F32 => b.mem.write_u32(weight, [e, r, 0, 0], bits),
-                    _ => b.mem.write_u16(weight, [e, r, 0, 0], bits as u16),
+                    DType::F32 => b.mem.write_u32(weight, [e, r, 0, 0], bits).expect("a view of the case's own buffers"),
+                    _ => b.mem.write_u16(weight, [e, r, 0, 0], bits as u16).expect("a view of the case's own buffers"),
                 }
             }
         }
         if let Some(input) = input
             && self.ncols > 1
         {
-            b.mem.write_f32(input, [1 % self.e, 0, 0, 0], 7e4);
-            b.mem.write_f32(input, [5 % self.e, 0, 0, 0], f32::NEG_INFINITY);
+            b.mem.write_f32(input, [1 % self.e, 0, 0, 0], 7e4).expect("a view of the case's own buffers");
+            b.mem.write_f32(input, [5 % self.e, 0, 0, 0], f32::NEG_INFINITY).expect("a view of the case's own buffers");
         }
     }
 
@@ -188,8 +188,8 @@ impl MatVecCase {
         for i in weight.layout.indices().collect::<Vec<_>>() {
             let bits = p.weight_value(&mut b.rng);
             match dtype {
-                DType::F32 => b.mem.write_u32(&weight, i, bits),
-                _ => b.mem.write_u16(&weight, i, bits as u16),
+                DType::F32 => b.mem.write_u32(&weight, i, bits).expect("a view of the case's own buffers"),
+                _ => b.mem.write_u16(&weight, i, bits as u16).expect("a view of the case's own buffers"),
             }
         }
         let (input, fresh) = match input {
@@ -198,7 +198,7 @@ impl MatVecCase {
                 let t = strided(b, DType::F32, [p.e, p.ncols, 1, 1], row_pad, shift);
                 for i in t.layout.indices().collect::<Vec<_>>() {
                     let v = p.input_value(&mut b.rng);
-                    b.mem.write_f32(&t, i, v);
+                    b.mem.write_f32(&t, i, v).expect("a view of the case's own buffers");
                 }
                 (t, true)
             }
@@ -356,10 +356,10 @@ mod tests {
             s.ops[0].reference(&mut mem, &mut crate::reference::math::ExactMufu).unwrap();
             let dst = s.ops[0].outputs()[0];
             // Column 0 holds −Inf (and 7e4): every row's column-0 sum is non-finite.
-            assert!((0..5).all(|r| !mem.read_f32(&dst, [r, 0, 0, 0]).is_finite()), "{kind:?}");
+            assert!((0..5).all(|r| !mem.read_f32(&dst, [r, 0, 0, 0]).unwrap().is_finite()), "{kind:?}");
             // Column 1 is finite in row 0 and NaN in row 2 (NaN weight).
-            assert!(mem.read_f32(&dst, [0, 1, 0, 0]).is_finite(), "{kind:?}");
-            assert!(mem.read_f32(&dst, [2, 1, 0, 0]).is_nan(), "{kind:?}");
+            assert!(mem.read_f32(&dst, [0, 1, 0, 0]).unwrap().is_finite(), "{kind:?}");
+            assert!(mem.read_f32(&dst, [2, 1, 0, 0]).unwrap().is_nan(), "{kind:?}");
         }
     }
 
@@ -371,7 +371,7 @@ mod tests {
         let mut mem = s.mem.clone();
         s.ops[0].reference(&mut mem, &mut crate::reference::math::ExactMufu).unwrap();
         let dst = s.ops[0].outputs()[0];
-        let out: Vec<f32> = dst.layout.indices().map(|i| mem.read_f32(&dst, i)).collect();
+        let out: Vec<f32> = dst.layout.indices().map(|i| mem.read_f32(&dst, i).unwrap()).collect();
         assert!(out.iter().all(|x| *x == 0.0), "{out:?}");
     }
 }

@@ -77,10 +77,10 @@ impl GateCase {
                     [0.0f32, -0.0, f32::from_bits(0x0000_0001), f32::from_bits(0x8040_0000), f32::INFINITY, f32::NEG_INFINITY, f32::NAN];
                 for (k, v) in specials.into_iter().enumerate() {
                     if k < p.rows {
-                        b.mem.write_f32(&dt_bias, [k, 0, 0, 0], v);
+                        b.mem.write_f32(&dt_bias, [k, 0, 0, 0], v).expect("a view of the case's own buffers");
                     }
                     let r = p.rows - 1 - k.min(p.rows - 1);
-                    b.mem.write_f32(&ssm_a, [r, 0, 0, 0], v);
+                    b.mem.write_f32(&ssm_a, [r, 0, 0, 0], v).expect("a view of the case's own buffers");
                 }
             }
             Epi::Threshold => {
@@ -88,11 +88,11 @@ impl GateCase {
                 let mut probe = b.mem.clone();
                 pair.reference(&mut probe, &mut ExactMufu).expect("the drawn pair is valid");
                 for r in 0..p.rows {
-                    let alpha = probe.read_f32(&pair.first.dst, [r, 0, 0, 0]);
+                    let alpha = probe.read_f32(&pair.first.dst, [r, 0, 0, 0]).expect("a view of the case's own buffers");
                     // Row r aims at 20 + (r mod 3 − 1)·2^-19: just below, at, and just above the
                     // threshold (the add's rounding decides which side it lands on).
                     let target = 20.0f32 + ((r % 3) as f32 - 1.0) * 2f32.powi(-19);
-                    b.mem.write_f32(&dt_bias, [r, 0, 0, 0], target - alpha);
+                    b.mem.write_f32(&dt_bias, [r, 0, 0, 0], target - alpha).expect("a view of the case's own buffers");
                 }
             }
         }
@@ -370,7 +370,7 @@ pub type OutputWords = Vec<Vec<u32>>;
 /// The fused op and its unfused chain on `mem` (references, exact MUFU): the four outputs' bytes
 /// after each (for the CPU tests).
 pub fn run_both(mem: &HostMemory, op: &MulMatVecPairGate, unfused: &[Box<dyn Op>]) -> crate::Result<(OutputWords, OutputWords)> {
-    let read = |m: &HostMemory, t: &Tensor| t.layout.indices().map(|i| m.read_u32(t, i)).collect::<Vec<u32>>();
+    let read = |m: &HostMemory, t: &Tensor| t.layout.indices().map(|i| m.read_u32(t, i)).collect::<crate::Result<Vec<u32>>>();
     let mut fused = mem.clone();
     op.reference(&mut fused, &mut ExactMufu)?;
     let mut chain = mem.clone();
@@ -378,7 +378,10 @@ pub fn run_both(mem: &HostMemory, op: &MulMatVecPairGate, unfused: &[Box<dyn Op>
         o.reference(&mut chain, &mut ExactMufu)?;
     }
     let outs = op.outputs();
-    Ok((outs.iter().map(|t| read(&fused, t)).collect(), outs.iter().map(|t| read(&chain, t)).collect()))
+    Ok((
+        outs.iter().map(|t| read(&fused, t)).collect::<crate::Result<_>>()?,
+        outs.iter().map(|t| read(&chain, t)).collect::<crate::Result<_>>()?,
+    ))
 }
 
 #[cfg(test)]

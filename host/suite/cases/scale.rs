@@ -53,7 +53,7 @@ impl ScaleCase {
             let row_bytes = cache.layout.nb[1];
             let src: Tensor = cache.view([p.row_len, 1, 1, 1], [4, row_bytes, row_bytes, row_bytes], p.row * row_bytes);
             for (i, bits) in SPECIALS.iter().enumerate().take(p.row_len) {
-                b.mem.write_u32(&src, [i, 0, 0, 0], *bits);
+                b.mem.write_u32(&src, [i, 0, 0, 0], *bits).expect("a view of the case's own buffers");
             }
             let dst = if p.in_place { src } else { b.output([p.row_len, 1, 1, 1]) };
             let op = Scale { src, dst, scale: p.scale, bias: p.bias };

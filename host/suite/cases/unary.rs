@@ -38,7 +38,7 @@ pub fn cases() -> Vec<Case> {
                 if kind == UnaryKind::Softplus {
                     // Straddle the x > 20 threshold exactly.
                     for (k, x) in [20.0f32, f32::from_bits(0x41A0_0001), f32::from_bits(0x419F_FFFF), -20.0].into_iter().enumerate() {
-                        b.mem.write_f32(&src, [k, 0, 0, 0], x);
+                        b.mem.write_f32(&src, [k, 0, 0, 0], x).expect("a view of the case's own buffers");
                     }
                 }
                 Ok(b.finish(vec![Box::new(Unary { kind, src, dst })], tolerance(kind), false))
@@ -92,7 +92,7 @@ fn unary_mul_cases() -> Vec<Case> {
             let m = b.input(ne_m, Values::Uniform(16.0));
             // Straddle softplus's x > 20 threshold exactly.
             for (k, v) in [20.0f32, f32::from_bits(0x41A0_0001), f32::from_bits(0x419F_FFFF), -20.0].into_iter().enumerate() {
-                b.mem.write_f32(&x, [k, 0, 0, 0], v);
+                b.mem.write_f32(&x, [k, 0, 0, 0], v).expect("a view of the case's own buffers");
             }
             let mut ops: Vec<Box<dyn crate::ops::Op>> = Vec::new();
             let y = match dst {
