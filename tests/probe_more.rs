@@ -296,3 +296,39 @@ fn index_values_refuse_a_broadcast_of_a_huge_count() {
     assert_eq!(mem.index_values(&idx.view([3, 1, 1, 1], [0, 4, 4, 4], 4)), Some(vec![2, 2, 2]));
     assert_eq!(mem.index_values(&idx), Some(vec![1, 2]));
 }
+
+/// The public CPU references that broadcast an operand (`binary`, `unary_mul`) indexed it modulo
+/// its shape: an empty operand was a division-by-zero panic. GDN_CONV_CHAIN's reference took
+/// `d_conv − 1` of a weight with no taps: an underflow panic. Each is a typed `Shape` error now.
+#[test]
+fn references_refuse_an_empty_broadcast_operand_and_a_conv_without_taps() {
+    use rgdn::memory::HostMemory;
+    use rgdn::reference::gdn_conv_chain::{ChainViews, gdn_conv_chain};
+    use rgdn::reference::math::{ExactMufu, add};
+    use rgdn::reference::{binary::binary, unary::unary_mul};
+    let mut mem = HostMemory::new();
+    let a = mem.alloc_tensor(DType::F32, [4, 2, 1, 1]);
+    let dst = mem.alloc_tensor(DType::F32, [4, 2, 1, 1]);
+    let empty = mem.alloc_tensor(DType::F32, [4, 0, 1, 1]);
+    let r = no_panic("binary", || binary(add, &a, &empty, &dst, &mut mem));
+    assert!(matches!(r, Err(Error::Shape { arg: "b", got: [4, 0, 1, 1], .. })), "{r:?}");
+    let identity: rgdn::reference::unary::UnaryFn = |x, _| x;
+    let r = no_panic("unary_mul", || unary_mul(identity, &a, &empty, &dst, &mut mem, &mut ExactMufu));
+    assert!(matches!(r, Err(Error::Shape { arg: "mul_by", got: [4, 0, 1, 1], .. })), "{r:?}");
+    // A non-empty operand still broadcasts.
+    let one = mem.alloc_tensor(DType::F32, [4, 1, 1, 1]);
+    no_panic("binary broadcast", || binary(add, &a, &one, &dst, &mut mem)).unwrap();
+    let views = ChainViews {
+        conv_cache: mem.alloc_tensor(DType::F32, [4, 1, 1, 1]),
+        qkv: mem.alloc_tensor(DType::F32, [4, 1, 1, 1]),
+        weight: mem.alloc_tensor(DType::F32, [0, 4, 1, 1]),
+        conv_out: mem.alloc_tensor(DType::F32, [4, 1, 1, 1]),
+        q_norm: mem.alloc_tensor(DType::F32, [4, 1, 1, 1]),
+        k_norm: mem.alloc_tensor(DType::F32, [4, 1, 1, 1]),
+        head_dim: 4,
+        n_k_heads: 1,
+        eps: 1e-6,
+    };
+    let r = no_panic("gdn_conv_chain", || gdn_conv_chain(&views, &[0], &[], &mut mem, &mut ExactMufu));
+    assert!(matches!(r, Err(Error::Shape { arg: "weight", got: [0, 4, 1, 1], .. })), "{r:?}");
+}

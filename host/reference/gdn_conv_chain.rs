@@ -10,7 +10,7 @@
 use super::l2_norm::l2_normalize;
 use super::math::Mufu;
 use super::ssm_conv::conv_output;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::memory::HostMemory;
 use crate::tensor::Tensor;
 
@@ -52,7 +52,9 @@ pub fn gdn_conv_chain(
 ) -> Result<()> {
     let [d_conv, n_channels, ..] = op.weight.ne();
     let n_tokens = op.qkv.ne()[1];
-    let state_len = d_conv - 1;
+    let Some(state_len) = d_conv.checked_sub(1) else {
+        return Err(Error::Shape { op: "gdn_conv_chain reference", arg: "weight", expected: "d_conv ≥ 1 taps".into(), got: op.weight.ne() });
+    };
     // Phase 1: every read of every sequence. cols[s][c] = conv_input row of channel c (GET_ROWS
     // + CONCAT), as bits.
     let cols: Vec<Vec<Vec<u32>>> = source_rows
