@@ -53,7 +53,12 @@ pub fn gdn_conv_chain(
     let [d_conv, n_channels, ..] = op.weight.ne();
     let n_tokens = op.qkv.ne()[1];
     let Some(state_len) = d_conv.checked_sub(1) else {
-        return Err(Error::Shape { op: "gdn_conv_chain reference", arg: "weight", expected: "d_conv ≥ 1 taps".into(), got: op.weight.ne() });
+        return Err(Error::Shape {
+            op: "gdn_conv_chain reference",
+            arg: "weight",
+            expected: "d_conv ≥ 1 taps".into(),
+            got: op.weight.ne(),
+        });
     };
     // Phase 1: every read of every sequence. cols[s][c] = conv_input row of channel c (GET_ROWS
     // + CONCAT), as bits.

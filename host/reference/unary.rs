@@ -27,7 +27,12 @@ pub fn unary_mul(f: UnaryFn, src: &Tensor, mul_by: &Tensor, dst: &Tensor, mem: &
     let idx: Vec<_> = src.layout.indices().collect();
     // An empty operand broadcasts nothing (i mod 0): refused, not a division panic.
     if !idx.is_empty() && ne_m.contains(&0) {
-        return Err(Error::Shape { op: "unary_mul reference", arg: "mul_by", expected: "a non-empty operand to broadcast".into(), got: ne_m });
+        return Err(Error::Shape {
+            op: "unary_mul reference",
+            arg: "mul_by",
+            expected: "a non-empty operand to broadcast".into(),
+            got: ne_m,
+        });
     }
     for i in idx {
         let im = [i[0] % ne_m[0], i[1] % ne_m[1], i[2] % ne_m[2], i[3] % ne_m[3]];
