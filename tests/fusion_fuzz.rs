@@ -19,7 +19,10 @@
 //! other), and the test fails when no launch ever started early.
 //!
 //! `RGDN_FUZZ_CASES` (default 1000; 2000 with `RGDN_FULL_TESTS=1`) sets the number of cases, `RGDN_FUZZ_SEED`
-//! the first seed. It prints how often each fusion fired and the refusals by reason: a fuzzer
+//! the first seed: case k runs seed `first + k`, so a run of N cases covers seeds `first` …
+//! `first + N − 1`, and a long run meant to add cases needs a first seed outside every earlier
+//! run's range (sessions 30–36 took consecutive first seeds: their 20000-case runs shared all
+//! but a few cases, `results/2026-12-07-local-fuzz/`). It prints how often each fusion fired and the refusals by reason: a fuzzer
 //! that never fuses proves nothing, so the test also fails when a fusion fires in under 5 % of
 //! the layer-cases in its scope (a fusion of replay layers only: of the replay layer-cases).
 
