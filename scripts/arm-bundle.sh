@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # [seq-batch] Packs one arm for scripts/device-batch-arms.sh: arm-NAME.txz (xz) with bundle/rgdn (the
 # release binary at BIN, stripped), bundle/COMMIT (LABEL: the commit and any patch on it) and,
-# when given, bundle/ENV (VAR=VALUE words the arm's benches run with, e.g. a measurement knob).
-#   scripts/arm-bundle.sh NAME BIN LABEL [ENV]
+# when given, bundle/ENV (VAR=VALUE words the arm's benches run with, e.g. a measurement knob) and
+# bundle/ARGS (bench arguments of this arm alone, e.g. another `--fusions` set).
+#   scripts/arm-bundle.sh NAME BIN LABEL [ENV] [ARGS]
 set -euo pipefail
 name=${1:?arm name}; bin=${2:?rgdn binary}; label=${3:?commit label}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -12,6 +13,7 @@ cp "$bin" "$d/bundle/rgdn"
 strip "$d/bundle/rgdn" 2>/dev/null || true
 echo "$label" > "$d/bundle/COMMIT"
 [ -n "${4:-}" ] && echo "$4" > "$d/bundle/ENV"
+[ -n "${5:-}" ] && echo "$5" > "$d/bundle/ARGS"
 tar cJf "$root/arm-$name.txz" -C "$d" bundle
 rm -rf "$d"
 echo "arm-$name.txz: $(wc -c < "$root/arm-$name.txz") bytes"

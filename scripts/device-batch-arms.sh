@@ -7,7 +7,10 @@
 # profiles (default: none): each kernel of NCU_KERNELS (name regexes, default
 # gdn_layer_step_batch) at NCU_SHAPES (n_s:mode …, default "64:mtp3"), with NCU_EXTRA bench
 # arguments (e.g. "--replay half"), always
-# --clock-control none. BENCH_EXTRA adds bench arguments (e.g. "--replay half"). Every bundle-plant-NAME.tgz carried runs its GPU suite's layer-step
+# --clock-control none. BENCH_EXTRA adds bench arguments (e.g. "--replay half") to every arm, an
+# arm's bundle/ARGS its own (e.g. "--fusions conv_chain,pair,gate_pair,state_read": the same
+# binary as another arm, another fusion set). STREAM_PROBE=1 first builds and runs the DRAM
+# byte-mix probe tools/bandwidth/stream_mix.cu (nvcc; its table in stream_mix.txt). Every bundle-plant-NAME.tgz carried runs its GPU suite's layer-step
 # twins and every third sweep case, each of which must fail. Everything under $OUT/arms/ comes
 # back as arms.tgz beside summary.txt.
 #   run(command="ARMS='old new' NCU_ARM=new bash scripts/device-batch-arms.sh", carry=["arm-old.txz", "arm-new.txz"])
@@ -24,12 +27,16 @@ for a in $arms; do mkdir -p "arm/$a" && untar_xz "arm-$a.txz" "arm/$a"; done
 {
   echo "date: $(date -u +%FT%TZ)"
   echo "gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1)"
-  for a in $arms; do echo "arm $a: $(cat "arm/$a/bundle/COMMIT" 2>/dev/null) $(cat "arm/$a/bundle/ENV" 2>/dev/null)"; done
+  for a in $arms; do echo "arm $a: $(cat "arm/$a/bundle/COMMIT" 2>/dev/null) $(cat "arm/$a/bundle/ENV" 2>/dev/null) $(cat "arm/$a/bundle/ARGS" 2>/dev/null)"; done
   echo "seqs ${SEQS:-4,16,64} modes ${MODES:-decode,mtp3} rounds ${ROUNDS:-2} extra bench args: ${BENCH_EXTRA:-none}"
 } > "$s"
+if [[ ${STREAM_PROBE:-0} == 1 ]]; then
+  nvcc -O3 -arch=sm_90 -o /tmp/stream_mix tools/bandwidth/stream_mix.cu > "$o/stream_mix.txt" 2>&1 && timeout 30 /tmp/stream_mix >> "$o/stream_mix.txt" 2>&1
+  echo "stream probe: exit $?" >> "$s"
+fi
 for round in $(seq 1 "${ROUNDS:-2}"); do
   for a in $arms; do
-    timeout 150 env $(cat "arm/$a/bundle/ENV" 2>/dev/null) "arm/$a/bundle/rgdn" bench --no-progress --quick --seqs "${SEQS:-4,16,64}" --modes "${MODES:-decode,mtp3}" ${BENCH_EXTRA:-} \
+    timeout 150 env $(cat "arm/$a/bundle/ENV" 2>/dev/null) "arm/$a/bundle/rgdn" bench --no-progress --quick --seqs "${SEQS:-4,16,64}" --modes "${MODES:-decode,mtp3}" ${BENCH_EXTRA:-} $(cat "arm/$a/bundle/ARGS" 2>/dev/null) \
       --out "$o/$a-$round" > "$o/$a-$round.txt" 2>&1
     echo "$a round $round: exit $?" >> "$s"
     sed -n '/per layer step/,/^$/p' "$o/$a-$round.txt" | awk -v a="$a-$round" 'NF == 11 && $1 ~ /^[0-9]+$/ {print a": n_s "$1" T "$2" a "$3" snapshots "$4" µs, replay "$7" µs"; next} NF > 5 && $1 ~ /^[0-9]+$/ {print a": n_s "$1" T "$2" "$5" µs"}' >> "$s"
