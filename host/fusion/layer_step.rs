@@ -30,7 +30,17 @@ pub const FUSION: Fusion = Fusion {
     default: true,
 };
 
-/// Where the three parts fire, and D = 128 (GATED_DELTA_NET's).
+/// (speed) Most sequences the fusion takes: [`abi::GDN_LAYER_STEP_MAX_SEQS`], or
+/// `RGDN_LAYER_STEP_MAX_SEQS` (1 … 256, read once per process) — a measurement knob, for timing
+/// and proving (the GPU sweep) the three fused launches where the one launch would run: no test
+/// sets it, and no bit depends on it (either is the same step's bytes).
+pub fn max_seqs() -> usize {
+    static KNOB: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+    let knob = *KNOB.get_or_init(|| crate::ops::knob("RGDN_LAYER_STEP_MAX_SEQS", 1, abi::GDN_LAYER_STEP_MAX_SEQS as u32));
+    knob.map_or(abi::GDN_LAYER_STEP_MAX_SEQS, |k| k as usize)
+}
+
+/// Where the three parts fire, and D = 128 (GATED_DELTA_NET's), at most [`max_seqs`] sequences.
 fn fires_on(spec: &LayerSpec) -> bool {
     // [replay] Not on a replay layer: its conv chain commits a window (GDN_CONV_CHAIN's alone).
     spec.rollback == crate::graph::layer::Rollback::Snapshots
@@ -39,7 +49,7 @@ fn fires_on(spec: &LayerSpec) -> bool {
         && (super::state_read::FUSION.fires_on)(spec)
         && spec.shape.head_dim == abi::GDN_HEAD_DIM
         && spec.step.n_tokens <= abi::GDN_LAYER_STEP_MAX_TOKENS
-        && spec.step.n_seqs() <= abi::GDN_LAYER_STEP_MAX_SEQS
+        && spec.step.n_seqs() <= max_seqs()
 }
 
 /// The structural match of the layer step in `layer`.
@@ -67,7 +77,7 @@ pub fn find(graph: &Graph, layer: usize) -> Result<Candidate, Refusal> {
         return Err(TooManyTokens { n_tokens: n_t });
     }
     let sequences = gdn.q.ne()[3];
-    if sequences > abi::GDN_LAYER_STEP_MAX_SEQS {
+    if sequences > max_seqs() {
         return Err(TooManySequences { sequences });
     }
     let op = GdnLayerStep { chain: chain.clone(), gate: gate.clone(), gdn: gdn.clone() };
