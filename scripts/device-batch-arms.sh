@@ -23,7 +23,13 @@ s="$o/summary.txt"
 arms=${ARMS:-$(ls arm-*.txz 2>/dev/null | sed 's/^arm-//; s/\.txz$//' | tr '\n' ' ')}
 # xz through tar, or through Python's tarfile where the machine has no xz binary.
 untar_xz() { tar xJf "$1" -C "$2" 2>/dev/null || python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$1" "$2"; }
-for a in $arms; do mkdir -p "arm/$a" && untar_xz "arm-$a.txz" "arm/$a"; done
+# An arm of the evidence bundle's own binary (bundle/USE, arm-bundle.sh BIN `bundle/rgdn`) needs
+# bundle.txz carried beside it.
+[ -d bundle ] || { [ -f bundle.txz ] && untar_xz bundle.txz .; }
+for a in $arms; do
+  mkdir -p "arm/$a" && untar_xz "arm-$a.txz" "arm/$a"
+  [ -f "arm/$a/bundle/USE" ] && ln -sf "$PWD/$(cat "arm/$a/bundle/USE")" "arm/$a/bundle/rgdn"
+done
 {
   echo "date: $(date -u +%FT%TZ)"
   echo "gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1)"
