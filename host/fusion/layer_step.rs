@@ -30,14 +30,25 @@ pub const FUSION: Fusion = Fusion {
     default: true,
 };
 
-/// (speed) Most sequences the fusion takes: [`abi::GDN_LAYER_STEP_MAX_SEQS`], or
-/// `RGDN_LAYER_STEP_MAX_SEQS` (1 … 256, read once per process) — a measurement knob, for timing
-/// and proving (the GPU sweep) the three fused launches where the one launch would run: no test
-/// sets it, and no bit depends on it (either is the same step's bytes).
+/// (speed) Most sequences a snapshot step runs as one launch; above it the step is the three
+/// fused launches (GDN_CONV_CHAIN, MUL_MAT_VEC_PAIR_GATE, GATED_DELTA_NET_FROM_CACHE's batched
+/// entry), the same bytes. Measured on an H100, both forms in the same calls (3 calls, 1–2
+/// rounds each, `results/2026-12-07-h100-three-launches/`): the one launch wins at n_s ≤ 4
+/// (n_s = 4, T = 4: 17.68 against 21.18 µs a layer step) and at n_s = 8, T = 1 (13.79 against
+/// 15.05), the three launches from n_s = 8, T = 4 on (41.21 against 43.88; n_s = 16, T = 4:
+/// 75.35 against 78.05; n_s = 64, T = 4: 281.7 against 287.0; n_s = 64, T = 8 level). Not
+/// profiled (why the three win there), and not yet timed on the H200 (session 38 estimated
+/// 219 against 225.18 µs at n_s = 64, T = 4 from its parts).
+pub const LAYER_STEP_MAX_SEQS: usize = 8;
+
+/// The most sequences the fusion takes: [`LAYER_STEP_MAX_SEQS`], or `RGDN_LAYER_STEP_MAX_SEQS`
+/// (1 … 256, read once per process) — a measurement knob, for timing and proving (the GPU sweep)
+/// one form where the other would run: no test sets it, and no bit depends on it (either form
+/// is the same step's bytes).
 pub fn max_seqs() -> usize {
     static KNOB: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
     let knob = *KNOB.get_or_init(|| crate::ops::knob("RGDN_LAYER_STEP_MAX_SEQS", 1, abi::GDN_LAYER_STEP_MAX_SEQS as u32));
-    knob.map_or(abi::GDN_LAYER_STEP_MAX_SEQS, |k| k as usize)
+    knob.map_or(LAYER_STEP_MAX_SEQS, |k| k as usize)
 }
 
 /// Where the three parts fire, and D = 128 (GATED_DELTA_NET's), at most [`max_seqs`] sequences.
@@ -78,7 +89,7 @@ pub fn find(graph: &Graph, layer: usize) -> Result<Candidate, Refusal> {
     }
     let sequences = gdn.q.ne()[3];
     if sequences > max_seqs() {
-        return Err(TooManySequences { sequences });
+        return Err(TooManySequences { sequences, most: max_seqs() });
     }
     let op = GdnLayerStep { chain: chain.clone(), gate: gate.clone(), gdn: gdn.clone() };
     if let Some(what) = op.broken_link() {
@@ -164,5 +175,29 @@ mod tests {
         assert!((FUSION.fires_on)(&LayerSpec::new(SMALL, Step::new(16, 15))));
         assert!(!(FUSION.fires_on)(&LayerSpec::new(GdnShape { head_dim: 64, ..SMALL }, Step::new(4, 3))));
         assert!((FUSION.fires_on)(&LayerSpec::new(SMALL, Step::new(8, 15))));
+    }
+
+    /// n_s sequences, each its own cell.
+    fn batch(n_s: usize) -> Step {
+        let more: Vec<(usize, usize)> = (1..n_s).map(|s| (s, 0)).collect();
+        Step { cells: n_s, ..Step::new(4, 3) }.with_sequences(&more).unwrap()
+    }
+
+    #[test]
+    fn batches_above_the_limit_stay_three_launches() {
+        // Unset in tests (`max_seqs`' knob is for benches and the GPU sweep): the default holds.
+        assert_eq!(max_seqs(), LAYER_STEP_MAX_SEQS);
+        for n_s in [2, LAYER_STEP_MAX_SEQS] {
+            assert!((FUSION.fires_on)(&LayerSpec::new(SMALL, batch(n_s))), "n_s = {n_s}");
+            let (nodes, live_out) = parts(batch(n_s));
+            assert!(try_fusion(&nodes, &live_out, &FUSION, 0).is_ok(), "n_s = {n_s}");
+        }
+        let n_s = LAYER_STEP_MAX_SEQS + 1;
+        assert!(!(FUSION.fires_on)(&LayerSpec::new(SMALL, batch(n_s))));
+        // The matcher refuses by name, the parts stay three fused launches.
+        let (nodes, live_out) = parts(batch(n_s));
+        let r = try_fusion(&nodes, &live_out, &FUSION, 0).map(|_| ());
+        assert!(matches!(r, Err(Refusal::TooManySequences { sequences, most }) if sequences == n_s && most == LAYER_STEP_MAX_SEQS), "{r:?}");
+        assert_eq!(r.unwrap_err().to_string(), format!("scope: {n_s} sequences (one launch takes at most {LAYER_STEP_MAX_SEQS})"));
     }
 }

@@ -240,9 +240,11 @@ pub enum Refusal {
     Off,
     /// The layer does not hold the pattern (what is missing).
     NoPattern(&'static str),
-    /// Scope: more sequences than the fused step takes (GDN_LAYER_STEP_MAX_SEQS; a replay step
-    /// `replay_step::REPLAY_STEP_MAX_SEQS` and the readiness flags).
-    TooManySequences { sequences: usize },
+    /// Scope: more sequences than the fused step takes in one launch (`most`: the snapshot
+    /// step's `layer_step::max_seqs`, the replay step's `replay_step::max_seqs`; a replay step
+    /// whose first-phase items overflow the readiness flags names its own `sequences`). The
+    /// layer then runs the same bytes as three fused launches.
+    TooManySequences { sequences: usize, most: usize },
     /// Scope: n_t > 16.
     TooManyTokens { n_tokens: usize },
     /// Scope: 1–16 snapshot rows.
@@ -316,9 +318,7 @@ impl fmt::Display for Refusal {
         match self {
             Off => write!(f, "fusion off"),
             NoPattern(what) => write!(f, "no pattern: {what}"),
-            TooManySequences { sequences } => {
-                write!(f, "scope: {sequences} sequences (at most {})", crate::kernels::abi::GDN_LAYER_STEP_MAX_SEQS)
-            }
+            TooManySequences { sequences, most } => write!(f, "scope: {sequences} sequences (one launch takes at most {most})"),
             TooManyTokens { n_tokens } => write!(f, "scope: n_t = {n_tokens} (at most {})", conv_chain::MAX_TOKENS),
             SnapshotRows { rows } => write!(f, "scope: {rows} snapshot rows (1 to {})", conv_chain::MAX_SNAPSHOT_ROWS),
             ConvWidth { d_conv } => write!(f, "scope: d_conv = {d_conv} (3 to 5)"),

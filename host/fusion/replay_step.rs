@@ -95,12 +95,16 @@ pub fn find(graph: &Graph, layer: usize) -> Result<Candidate, Refusal> {
     }
     let sequences = gdn.q.ne()[3];
     // The first-phase items (n_s·C/128 + 2·H_v·⌈n_t·n_s/2⌉) must fit the readiness flags.
-    let items = sequences
-        .checked_mul(chain.conv_out.ne()[0] / abi::GDN_CONV_CHAIN_BLOCK as usize)
-        .zip(n_t.checked_mul(sequences).and_then(|cols| cols.div_ceil(abi::GDN_LAYER_STEP_COLS).checked_mul(2 * gdn.v.ne()[1])))
-        .and_then(|(tiles, rows)| tiles.checked_add(rows));
-    if sequences > max_seqs() || items.is_none_or(|i| i > abi::GRID_SYNC_FLAGS) {
-        return Err(TooManySequences { sequences });
+    let fits = |n_s: usize| {
+        n_s.checked_mul(chain.conv_out.ne()[0] / abi::GDN_CONV_CHAIN_BLOCK as usize)
+            .zip(n_t.checked_mul(n_s).and_then(|cols| cols.div_ceil(abi::GDN_LAYER_STEP_COLS).checked_mul(2 * gdn.v.ne()[1])))
+            .and_then(|(tiles, rows)| tiles.checked_add(rows))
+            .is_some_and(|items| items <= abi::GRID_SYNC_FLAGS)
+    };
+    if sequences > max_seqs() || !fits(sequences) {
+        // The most this layer's shape takes in one launch (items grow with n_s).
+        let most = (1..=max_seqs()).rev().find(|&n_s| fits(n_s)).unwrap_or(0);
+        return Err(TooManySequences { sequences, most });
     }
     if let Some(what) = op.broken_link() {
         return Err(Layout(what));
