@@ -221,13 +221,15 @@ pub fn fired_where_scoped(spec: &LayerSpec, report: &Report) -> Check<()> {
 
 /// One layer graph (`graph::layer`, one layer, every product an output), compiled with
 /// `options` ([`Options::OFF`]: today's unfused launch sequence; [`Options::ALL`]: the batched
-/// layer step, which must fire, and every fusion exactly where its scope says), with a memory
+/// layer step, which must fire up to `layer_step::max_seqs` sequences — the three fused
+/// launches above — and every fusion exactly where its scope says), with a memory
 /// of its own that the caller's bytes are written into before each run.
 pub struct LayerGraph {
     built: Built,
     nodes: Vec<Node>,
     mem: GraphMemory,
-    /// GDN_LAYER_STEP when compiled with fusions (one launch per run on the GPU).
+    /// When compiled with fusions, the fused op that must run as one launch on the GPU:
+    /// GDN_LAYER_STEP, or above its sequence limit the batched GATED_DELTA_NET_FROM_CACHE.
     fused: Option<&'static str>,
 }
 
@@ -245,15 +247,19 @@ impl LayerGraph {
         let spec = StackSpec { layers: vec![LayerSpec::new(shape, step)], outputs: Outputs::Products };
         let (built, mut compiled, host) = build_and_compile(&spec, seed, options, &|b| vec![b.fresh_nodes().expect("nodes")]);
         let (nodes, report) = compiled.pop().expect("one compilation");
+        // Fused, the step is one GDN_LAYER_STEP up to `layer_step::max_seqs` sequences, and the
+        // three fused launches above (the batched GATED_DELTA_NET_FROM_CACHE the one checked).
+        let one_launch = step.n_seqs() <= rgdn::fusion::layer_step::max_seqs();
         if options != Options::OFF {
-            if report.fired("layer_step") != 1 {
-                return Err(format!("{step:?}: the batched layer step did not fire:\n{report}"));
+            let (fired, want) = (report.fired("layer_step"), usize::from(one_launch));
+            if fired != want || report.fired("state_read") != 1 {
+                return Err(format!("{step:?}: layer_step fired {fired} time(s), want {want} (and state_read once):\n{report}"));
             }
             if options == Options::ALL {
                 fired_where_scoped(&spec.layers[0], &report).map_err(|e| format!("{step:?}: {e}\n{report}"))?;
             }
         }
-        let fused = (options != Options::OFF).then_some("GDN_LAYER_STEP");
+        let fused = (options != Options::OFF).then_some(if one_launch { "GDN_LAYER_STEP" } else { "GATED_DELTA_NET_FROM_CACHE" });
         Ok(LayerGraph { built, nodes, mem: GraphMemory::new(exec, host)?, fused })
     }
 
