@@ -197,7 +197,10 @@ mod tests {
         // The matcher refuses by name, the parts stay three fused launches.
         let (nodes, live_out) = parts(batch(n_s));
         let r = try_fusion(&nodes, &live_out, &FUSION, 0).map(|_| ());
-        assert!(matches!(r, Err(Refusal::TooManySequences { sequences, most }) if sequences == n_s && most == LAYER_STEP_MAX_SEQS), "{r:?}");
+        assert!(
+            matches!(r, Err(Refusal::TooManySequences { sequences, most }) if sequences == n_s && most == LAYER_STEP_MAX_SEQS),
+            "{r:?}"
+        );
         assert_eq!(r.unwrap_err().to_string(), format!("scope: {n_s} sequences (one launch takes at most {LAYER_STEP_MAX_SEQS})"));
     }
 }
