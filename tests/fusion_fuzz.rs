@@ -9,7 +9,8 @@
 //! pattern's ops relocated onto other values' bytes; pattern nodes moved, duplicated or
 //! removed; values added to what the caller observes. Both buffer layouts, ggml's allocator
 //! and fusion-aware planning, 1–2 layers, with and without the GDN tail, n_t up to 16 (over 8
-//! the alpha/beta products are split launches, which the pair takes whole), 1–5 sequences
+//! the alpha/beta products are split launches, which the pair takes whole), 1–5 sequences and
+//! 1–4 more than the layer step's limit (its three launches), each
 //! reading any cache row (their own, a shared one, or one another sequence writes), 1–8 in
 //! replay layers.
 //!
@@ -104,10 +105,16 @@ fn random_spec(rng: &mut StdRng) -> StackSpec {
         [1, 2, 3, 4, 5, 8, 9, 11, 13, 16][rng.random_range(0..10)]
     };
     let r = rng.random_range(0..=4);
-    // [seq-batch] A third of the cases verify 2–5 sequences: sequence s writes cell kv_head + s
-    // and reads any cell at any depth — its own row, a row another sequence reads, or a row
-    // another sequence writes (which the fused ops must refuse by name).
-    let n_s = if rng.random_bool(0.35) { rng.random_range(2..=5) } else { 1 };
+    // [seq-batch] A third of the cases verify 2–5 sequences, and a fifth of those 1–4 more than
+    // the layer step's default limit (the three fused launches): sequence s writes cell
+    // kv_head + s and reads any cell at any depth — its own row, a row another sequence reads,
+    // or a row another sequence writes (which the fused ops must refuse by name).
+    let above = rgdn::fusion::layer_step::LAYER_STEP_MAX_SEQS + 1;
+    let n_s = match (rng.random_bool(0.35), rng.random_bool(0.2)) {
+        (true, false) => rng.random_range(2..=5),
+        (true, true) => rng.random_range(above..=above + 3),
+        _ => 1,
+    };
     let cells = rng.random_range(n_s..=n_s + 2);
     let kv_head = rng.random_range(0..=cells - n_s);
     // Mostly its own cell (the common case, which fuses), else any cell.
@@ -127,7 +134,7 @@ fn random_spec(rng: &mut StdRng) -> StackSpec {
         zero_cell: if rng.random_bool(0.2) { Some(rng.random_range(0..cells)) } else { None },
         more_seqs: rgdn::layer::Sequences::NONE,
     };
-    let step = step.with_sequences(&more).expect("at most 5 sequences");
+    let step = step.with_sequences(&more).expect("at most 12 sequences");
     let weights = [DType::F32, DType::F16, DType::BF16][rng.random_range(0..3)];
     let layers = rng.random_range(1..=2);
     let layers = (0..layers)
@@ -380,6 +387,11 @@ struct Stats {
     /// [seq-batch] Layer-cases of several sequences, and those where the layer step fired.
     batched_layer_cases: usize,
     batched_layer_steps: usize,
+    /// [seq-batch] Of those, the ones above the layer step's limit, and there the fired
+    /// `layer_step`s (must stay 0) and `state_read`s (the three launches' GDN).
+    wide_layer_cases: usize,
+    wide_layer_steps: usize,
+    wide_state_reads: usize,
     /// [replay] Layer-cases in replay mode.
     replay_layer_cases: usize,
     /// [overlap] Launches the overlap pass let start early, those it refused (by reason), and
@@ -456,8 +468,12 @@ fn case(seed: u64, stats: &mut Stats) -> std::result::Result<(), String> {
     stats.layer_cases += spec.layers.len();
     // [replay] Replay layers are counted on their own (the layer step does not take them).
     let batched = spec.layers[0].step.n_seqs() > 1 && spec.layers[0].rollback == Rollback::Snapshots;
+    let wide = batched && spec.layers[0].step.n_seqs() > rgdn::fusion::layer_step::max_seqs();
     if batched {
         stats.batched_layer_cases += spec.layers.len();
+    }
+    if wide {
+        stats.wide_layer_cases += spec.layers.len();
     }
     let t0 = std::time::Instant::now();
     let (off_nodes, _) = compile(nodes.clone(), &live_out, Options::OFF);
@@ -514,6 +530,8 @@ fn case(seed: u64, stats: &mut Stats) -> std::result::Result<(), String> {
                     any = true;
                     *stats.fired.entry(name).or_default() += 1;
                     stats.batched_layer_steps += usize::from(batched && *name == "layer_step");
+                    stats.wide_layer_steps += usize::from(wide && *name == "layer_step");
+                    stats.wide_state_reads += usize::from(wide && *name == "state_read");
                 }
                 Outcome::Refused(r) => *stats.refusals.entry(format!("{name}: {}", refusal_kind(r))).or_default() += 1,
             }
@@ -612,8 +630,13 @@ fn fusion_never_changes_an_observed_byte() {
         );
     }
     eprintln!(
-        "  [seq-batch] layer_step fired in {} of {} layer-cases of 2–5 sequences",
-        stats.batched_layer_steps, stats.batched_layer_cases
+        "  [seq-batch] layer_step fired in {} of {} layer-cases of several sequences; above its limit of {} ({} layer-cases): layer_step {}, state_read {}",
+        stats.batched_layer_steps,
+        stats.batched_layer_cases,
+        rgdn::fusion::layer_step::max_seqs(),
+        stats.wide_layer_cases,
+        stats.wide_layer_steps,
+        stats.wide_state_reads
     );
     eprintln!("  [replay] {} layer-cases in replay mode", stats.replay_layer_cases);
     eprintln!(
@@ -651,6 +674,12 @@ fn fusion_never_changes_an_observed_byte() {
         "the batched layer step fired in only {} of {} batched layer-cases",
         stats.batched_layer_steps,
         stats.batched_layer_cases
+    );
+    assert_eq!(stats.wide_layer_steps, 0, "the layer step fired above its sequence limit");
+    assert!(
+        stats.wide_state_reads > 0,
+        "no layer-case above the layer step's limit fused its GDN ({} such layer-cases): the fuzzer proves nothing about the three launches there",
+        stats.wide_layer_cases
     );
     assert!(stats.replay_layer_cases * 20 >= valid, "only {} of {valid} layer-cases in replay mode", stats.replay_layer_cases);
     // The fused graphs the fuzzer accepts run: a rewrite never turns a running graph into one
