@@ -960,10 +960,16 @@ fn every_perturbed_replay_step_the_host_accepts_runs_to_its_reference() {
     // Four cells for two sequences: rows 2 and 3 of the ssm cache are spare (the index trials).
     let step = Step { cells: 4, ..Step::new(3, 0) }.with_sequences(&[(1, 0)]).expect("two sequences");
     let layer = LayerSpec { rollback: Rollback::Replay { log_set: 0 }, ..LayerSpec::new(SHAPE, step) };
-    let b = sweep::build(&StackSpec { layers: vec![layer], outputs: Outputs::Products }, 7, sweep::Planning::FusionAware)
+    let mut b = sweep::build(&StackSpec { layers: vec![layer], outputs: Outputs::Products }, 7, sweep::Planning::FusionAware)
         .expect("a replay layer");
     let (nodes, _) = compile(b.replay_nodes(1).expect("nodes"), &b.live_out(), Options::ALL);
-    let valid = nodes.iter().find_map(|n| n.get::<GdnLayerStepReplay>()).expect("a replay step").clone();
+    let mut valid = nodes.iter().find_map(|n| n.get::<GdnLayerStepReplay>()).expect("a replay step").clone();
+    // The builder's k norm writes the log set itself, so its chain copies no k; the kernel's k-log
+    // path (a chain that also copies its k heads, as a graph with a CPY of k_norm asks) is
+    // perturbed too, with a log of its own.
+    let commit = valid.chain.commit.as_mut().expect("a commit");
+    assert!(commit.log_k.is_none(), "the builder's chain copies no k");
+    commit.log_k = Some(b.mem.alloc_tensor(rgdn::tensor::DType::F32, valid.chain.k_norm.ne()));
     // Every view of the step, by name.
     type Field = (&'static str, fn(&mut GdnLayerStepReplay) -> &mut Tensor);
     let mut fields: Vec<Field> = chain_and_gate_fields!(GdnLayerStepReplay).to_vec();

@@ -237,7 +237,6 @@ fn a_launch_that_would_race_its_neighbours_is_refused() {
     let rv = ops[2].downcast_ref::<GatedDeltaNetReplayVerify>().unwrap().clone();
     // `t`'s layout on the first bytes of `onto`'s buffer.
     let on = |t: Tensor, onto: Tensor| Tensor { buffer: onto.buffer, ..t };
-    let commit = chain.commit.unwrap();
     type Case = (&'static str, GdnConvChain, MulMatVecPairGate, GatedDeltaNetReplayVerify, [Overlap; 3], Option<(usize, usize)>);
     let cases: Vec<Case> = vec![
         // As built: the replay-verify may start early although its verify reads the products'
@@ -267,14 +266,14 @@ fn a_launch_that_would_race_its_neighbours_is_refused() {
             [Overlap::NONE, LETS, EARLY],
             Some((1, 0)),
         ),
-        // The replay's log on the bytes the chain logs into: the replay would read before the
-        // chain's write lands.
+        // The replay's log on the bytes the chain logs into (its k norm, which a replay layer
+        // writes into the log set it keeps): the replay would read before the chain's write lands.
         (
             "replay reads what the chain writes",
             chain.clone(),
             pair.clone(),
             GatedDeltaNetReplayVerify {
-                replay: rgdn::ops::GatedDeltaNetReplay { k: on(rv.replay.k, commit.log_k.unwrap()), ..rv.replay },
+                replay: rgdn::ops::GatedDeltaNetReplay { k: on(rv.replay.k, chain.k_norm), ..rv.replay },
                 ..rv.clone()
             },
             [LETS, EARLY, Overlap::NONE],

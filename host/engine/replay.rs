@@ -561,7 +561,7 @@ pub fn replay_step_with(
     let nodes: Vec<Node> = ops.into_iter().map(|op| Node::new(op, Some(0))).collect();
     let logs = r.logs.iter().flat_map(|l| [l.qkv, l.k, l.v, l.g, l.beta]);
     let observed: Vec<Tensor> =
-        [t.conv_cache, t.ssm_cache, t.conv_out, t.q_norm, t.k_norm, t.alpha, t.beta_raw, t.attn_out].into_iter().chain(logs).collect();
+        [t.conv_cache, t.ssm_cache, t.conv_out, t.q_norm, t.alpha, t.beta_raw, t.attn_out].into_iter().chain(logs).collect();
     let live_out = ByteSet::of_all(&observed, Bound::Over);
     let (nodes, report) = crate::fusion::compile_for(nodes, &live_out, fusions, Some(mem));
     Ok(CompiledStep { ops: nodes.into_iter().map(|n| n.op).collect(), report })

@@ -351,18 +351,19 @@ mod tests {
         sweep::small_replay_layer(n_t)
     }
 
-    /// \[replay\] On a replay layer the chain takes the commit's four nodes and the three log
-    /// copies; a commit whose window table is not the T + 1 windows of row j·n_s + s is refused by
-    /// name (the legality check cannot see window offsets: the matcher must).
+    /// \[replay\] On a replay layer the chain takes the commit's four nodes and the two log
+    /// copies (the conv inputs and v; k is the log's already: the layer's k norm writes there); a
+    /// commit whose window table is not the T + 1 windows of row j·n_s + s is refused by name (the
+    /// legality check cannot see window offsets: the matcher must).
     #[test]
     fn the_commit_and_the_logs_join_the_chain_and_a_foreign_window_table_is_refused() {
         let (nodes, live_out) = replay_layer(4);
         let (c, _) = try_fusion(&nodes, &live_out, &FUSION, 0).unwrap();
         let op = c.fused.as_ref().downcast_ref::<GdnConvChain>().expect("a GDN_CONV_CHAIN");
         let commit = op.commit.expect("a window commit");
-        assert!(commit.log_out.is_some() && commit.log_k.is_some() && commit.log_v.is_some(), "{commit:?}");
+        assert!(commit.log_out.is_some() && commit.log_k.is_none() && commit.log_v.is_some(), "{commit:?}");
         assert!(op.snapshots.is_empty());
-        assert_eq!(c.nodes.iter().filter(|&&i| nodes[i].get::<Cpy>().is_some()).count(), 3);
+        assert_eq!(c.nodes.iter().filter(|&&i| nodes[i].get::<Cpy>().is_some()).count(), 2);
         let snap_at = nodes.iter().position(|n| n.get::<CpySnapshots>().is_some()).unwrap();
         let snap = nodes[snap_at].get::<CpySnapshots>().unwrap().clone();
         for wrong in [

@@ -448,9 +448,10 @@ pub fn ggml_layer_ops(t: &LayerTensors, spec: &LayerSpec) -> Result<Vec<Box<dyn 
 /// 3. **verify**: ggml's chain ([`ggml_layer_ops`]) from the committed rows with no snapshot
 ///    CPY and GATED_DELTA_NET's one state slot in `verify_states` (scratch), so no cache row is
 ///    written;
-/// 4. **log**, CPYs into set `log_set`: the conv inputs (`qkv_mixed`, right after the CONCAT
-///    reads them: the SiLU output may take their block), then k after L2_NORM, v after the conv
-///    and SiLU, g and β.
+/// 4. **log** into set `log_set`: CPYs of the conv inputs (`qkv_mixed`, right after the CONCAT
+///    reads them: the SiLU output may take their block) and of v after the conv and SiLU; k
+///    after L2_NORM, g and β are written there by the ops that compute them (the layer's own
+///    `k_norm`, `gate` and `beta` stay unwritten).
 ///
 /// `t` and `r` must conform to the spec ([`LayerTensors::conforms`],
 /// [`ReplayTensors::conforms`]); anything else is a typed error, never a panic.
@@ -486,13 +487,16 @@ fn chain_ops(t: &LayerTensors, replay: Option<&ReplayTensors>, spec: &LayerSpec)
     }
     // [replay] The step's g and β are written straight into the log set it keeps: `gate` and
     // `beta` ([H_v, n_t·n_s], contiguous) are the same bytes, in the same order, as the log's
-    // [1, H_v, n_t, n_s], so no copy logs them. The layer's own gate and beta stay unwritten.
+    // [1, H_v, n_t, n_s], so no copy logs them; k after L2_NORM likewise (`k_norm` and the log's
+    // k are both contiguous [D, H_k, n_t, n_s]). The layer's own gate, beta and k_norm stay
+    // unwritten.
     let logged;
     let t = match replay {
         Some((_, _, log)) => {
             logged = LayerTensors {
                 gate: reshape("log.g", &log.g, t.gate.ne())?,
                 beta: reshape("log.beta", &log.beta, t.beta.ne())?,
+                k_norm: reshape("log.k", &log.k, t.k_norm.ne())?,
                 ..t.clone()
             };
             &logged
@@ -630,11 +634,9 @@ fn chain_ops(t: &LayerTensors, replay: Option<&ReplayTensors>, spec: &LayerSpec)
             states,
         }));
         if let Some((_, _, log)) = replay {
-            // 4. The rest of the log: k after L2_NORM, v after the conv and SiLU (g and β are
-            // already there: the products wrote them).
-            for (src, dst) in [(t.k_norm, log.k), (v, log.v)] {
-                ops.push(Box::new(Cpy { src, dst }));
-            }
+            // 4. The rest of the log: v after the conv and SiLU (k, g and β are already there:
+            // the L2 norm and the products wrote them).
+            ops.push(Box::new(Cpy { src: v, dst: log.v }));
         }
     }
     Ok(ops)
@@ -1481,7 +1483,6 @@ mod replay_tests {
             "MUL",
             "GATED_DELTA_NET",
             "CPY",
-            "CPY",
         ];
         assert_eq!(names, want);
         // The other parity reads the log set this one writes, and writes the one it reads.
@@ -1493,7 +1494,7 @@ mod replay_tests {
         let log_v = |nodes: &[Node]| nodes.last().unwrap().op.outputs()[0];
         assert_eq!(log_v(&b.nodes), r.logs[0].v);
         assert_eq!(log_v(&other), r.logs[1].v);
-        // g and β: the products write the log set this parity keeps (no copy).
+        // k, g and β: the L2 norm and the products write the log set this parity keeps (no copy).
         let writes = |nodes: &[Node], name: &str, t: Tensor| {
             nodes.iter().any(|n| {
                 n.op.name() == name && n.op.outputs().iter().any(|o| o.buffer == t.buffer && o.layout.byte_range() == t.layout.byte_range())
@@ -1501,6 +1502,10 @@ mod replay_tests {
         };
         assert!(writes(&b.nodes, "SIGMOID", r.logs[0].beta) && writes(&b.nodes, "MUL", r.logs[0].g));
         assert!(writes(&other, "SIGMOID", r.logs[1].beta) && writes(&other, "MUL", r.logs[1].g));
+        assert!(writes(&b.nodes, "L2_NORM", r.logs[0].k) && writes(&other, "L2_NORM", r.logs[1].k));
+        // The verify reads k where the norm wrote it.
+        let gdn_k = |nodes: &[Node]| nodes.iter().find_map(|n| n.get::<GatedDeltaNet>().map(|o| o.k)).unwrap();
+        assert!(gdn_k(&b.nodes).same_elements(&r.logs[0].k) && gdn_k(&other).same_elements(&r.logs[1].k));
         // No node writes a cache row but the replay and the commit's last GET_ROWS.
         let t = &b.layers[0].t;
         for (i, n) in b.nodes.iter().enumerate() {
