@@ -108,8 +108,12 @@ impl StepCase {
     }
 
     /// The fused ops (SCALEs and one GDN_LAYER_STEP), or an error naming what else came out.
+    /// Above the pass's default limit (`fusion::layer_step::max_seqs`) the pass leaves the three
+    /// fused launches it would join; the op itself takes up to `abi::GDN_LAYER_STEP_MAX_SEQS`
+    /// sequences, so the case joins the three as the matcher does (`GdnLayerStep` of the parts)
+    /// and tests the op at every n_s.
     fn step_ops(layer: &Layer) -> Result<Vec<Box<dyn Op>>> {
-        let ops = layer.fused(Options::ALL);
+        let ops = join_parts(layer.fused(Options::ALL));
         let names: Vec<&str> = ops.iter().map(|o| o.name()).collect();
         if names.iter().filter(|n| **n == GROUP).count() != 1 || names.iter().any(|n| *n != GROUP && *n != "SCALE") {
             return Err(Error::Invalid { op: GROUP, what: format!("the fusion pass did not make one layer step: {names:?}") });
@@ -408,6 +412,41 @@ pub fn cases() -> Vec<Case> {
         "Aliasing (alpha, conv_weight)",
     ));
     cases
+}
+
+/// `ops` with GDN_CONV_CHAIN, MUL_MAT_VEC_PAIR_GATE and GATED_DELTA_NET_FROM_CACHE (each once, in
+/// that order: the three launches of a batch above the layer step's default limit) replaced by
+/// their GDN_LAYER_STEP at the chain's place; anything else unchanged.
+fn join_parts(ops: Vec<Box<dyn Op>>) -> Vec<Box<dyn Op>> {
+    use crate::ops::{GatedDeltaNetFromCache, GdnConvChain, MulMatVecPairGate};
+    let at = |name: &str| {
+        let found: Vec<usize> = (0..ops.len()).filter(|&i| ops[i].name() == name).collect();
+        (found.len() == 1).then(|| found[0])
+    };
+    let (Some(c), Some(g), Some(n)) = (at("GDN_CONV_CHAIN"), at("MUL_MAT_VEC_PAIR_GATE"), at("GATED_DELTA_NET_FROM_CACHE")) else {
+        return ops;
+    };
+    let (Some(chain), Some(gate), Some(gdn)) = (
+        ops[c].downcast_ref::<GdnConvChain>(),
+        ops[g].downcast_ref::<MulMatVecPairGate>(),
+        ops[n].downcast_ref::<GatedDeltaNetFromCache>(),
+    ) else {
+        return ops;
+    };
+    if !(c < g && g < n) {
+        return ops;
+    }
+    let step = GdnLayerStep { chain: chain.clone(), gate: gate.clone(), gdn: gdn.clone() };
+    let mut out: Vec<Box<dyn Op>> = Vec::with_capacity(ops.len() - 2);
+    let mut step = Some(step);
+    for (i, op) in ops.into_iter().enumerate() {
+        if i == c {
+            out.push(Box::new(step.take().expect("once")));
+        } else if i != g && i != n {
+            out.push(op);
+        }
+    }
+    out
 }
 
 #[cfg(test)]
