@@ -561,12 +561,18 @@ unsafe fn tile_compute_with<const D_CONV: usize, const MAX_T: usize>(
 /// the log views for C channels, T_log tokens and n_s sequences (`log_out`: n_t tokens), every
 /// sequence's source row its own (no other sequence's source row) and disjoint from the logs;
 /// the step's n_t ≤ `MAX_T` (the token slots each loop runs through).
+///
+/// \[replay-step\] With `DEFER_LOGS` the step's own logs (its tokens, its v channels' outputs)
+/// are not stored here: the tile returns its tokens, and [`gdn_conv_chain_commit_logs`] stores
+/// both logs later — after the layer step published the tile, since nothing in that launch reads
+/// them (the next step does) and a publication waits for every store before it. The k heads'
+/// copy (`COMMIT_LOG_K`) stays here. Returns this thread's tokens (+0 past n_t).
 #[inline(always)]
-pub(crate) unsafe fn gdn_conv_chain_commit_tile<const D_CONV: usize, const MAX_T: usize>(
+pub(crate) unsafe fn gdn_conv_chain_commit_tile<const D_CONV: usize, const MAX_T: usize, const DEFER_LOGS: bool>(
     p: &GdnConvChainCommitParams,
     tile: usize,
     seq: usize,
-) {
+) -> [f32; MAX_T] {
     let chain = &p.chain;
     let state_len = D_CONV - 1;
     let n_t = chain.n_tokens as usize;
@@ -623,7 +629,7 @@ pub(crate) unsafe fn gdn_conv_chain_commit_tile<const D_CONV: usize, const MAX_T
             *row.add(k) = window[k];
             k += 1;
         }
-        if p.logs & COMMIT_LOG_QKV != 0 {
+        if !DEFER_LOGS && p.logs & COMMIT_LOG_QKV != 0 {
             let log_out = (p.log_out as *mut f32).add(seq * p.log_out_seq as usize + channel);
             let mut t = 0;
             while t < MAX_T {
@@ -644,7 +650,7 @@ pub(crate) unsafe fn gdn_conv_chain_commit_tile<const D_CONV: usize, const MAX_T
         // The v log: channel c ≥ 2·H_k·D is element (c − 2·H_k·D) % D of v head (c − 2·H_k·D) / D.
         let (d, qk) = (chain.head_dim as usize, 2 * chain.n_k_heads as usize * chain.head_dim as usize);
         let log_conv = |staged: u32| {
-            if p.logs & COMMIT_LOG_V != 0 && channel >= qk {
+            if !DEFER_LOGS && p.logs & COMMIT_LOG_V != 0 && channel >= qk {
                 let (h, i) = (div_or_zero((channel - qk) as u32, d as u32) as usize, rem_or_zero((channel - qk) as u32, d as u32) as usize);
                 let dst = (p.log_v as *mut f32).add(i + h * p.log_v_head as usize + seq * p.log_v_seq as usize);
                 let mut t = 0;
@@ -665,6 +671,56 @@ pub(crate) unsafe fn gdn_conv_chain_commit_tile<const D_CONV: usize, const MAX_T
             })
         };
         tile_compute_with::<D_CONV, MAX_T>(chain, tile, seq, x, &w, shared::base(), store_old, log_conv, k_log);
+        x
+    }
+}
+
+/// \[replay-step\] The logs [`gdn_conv_chain_commit_tile`]`::<_, _, true>` left: this thread's
+/// tokens `x` to the qkv log (`COMMIT_LOG_QKV`) and, for a v channel, its staged conv outputs to
+/// the v log (`COMMIT_LOG_V`) — the same values to the same places as the tile without
+/// deferral stores them, read from the same registers and this thread's own staged slots.
+///
+/// # Safety
+/// As [`gdn_conv_chain_commit_tile`] for the same tile and sequence, called by the thread that
+/// ran it with its returned tokens, before anything wrote the block's shared memory since (the
+/// staged outputs are still in place); the logs are read by nothing before the launch ends.
+#[inline(always)]
+pub(crate) unsafe fn gdn_conv_chain_commit_logs<const D_CONV: usize, const MAX_T: usize>(
+    p: &GdnConvChainCommitParams,
+    tile: usize,
+    seq: usize,
+    x: [f32; MAX_T],
+) {
+    let chain = &p.chain;
+    let n_t = chain.n_tokens as usize;
+    let tid = thread_idx_x() as usize;
+    let channel = tile * BLOCK + tid;
+    // SAFETY (the whole body): forwarded to the caller (the validated log views).
+    unsafe {
+        if p.logs & COMMIT_LOG_QKV != 0 {
+            let log_out = (p.log_out as *mut f32).add(seq * p.log_out_seq as usize + channel);
+            let mut t = 0;
+            while t < MAX_T {
+                if t < n_t {
+                    *log_out.add(t * p.log_out_token as usize) = x[t];
+                }
+                t += 1;
+            }
+        }
+        // The staged outputs where `tile_compute_with` put them (the tile at the shared base).
+        let staged = at(shared::base(), BLOCK * gdn_conv_chain_tile_stride(D_CONV, n_t));
+        let (d, qk) = (chain.head_dim as usize, 2 * chain.n_k_heads as usize * chain.head_dim as usize);
+        if p.logs & COMMIT_LOG_V != 0 && channel >= qk {
+            let (h, i) = (div_or_zero((channel - qk) as u32, d as u32) as usize, rem_or_zero((channel - qk) as u32, d as u32) as usize);
+            let dst = (p.log_v as *mut f32).add(i + h * p.log_v_head as usize + seq * p.log_v_seq as usize);
+            let mut t = 0;
+            while t < MAX_T {
+                if t < n_t {
+                    *dst.add(t * p.log_v_token as usize) = shared::load_f32(at(staged, t * BLOCK + tid));
+                }
+                t += 1;
+            }
+        }
     }
 }
 
@@ -907,11 +963,17 @@ unsafe fn gdn_conv_chain_commit_block<const D_CONV: usize>(p: &GdnConvChainCommi
     // SAFETY (each call): forwarded from the contract above; n_t ≤ MAX_T.
     unsafe {
         if n_t <= 4 {
-            gdn_conv_chain_commit_tile::<D_CONV, 4>(p, tile, seq)
+            {
+                gdn_conv_chain_commit_tile::<D_CONV, 4, false>(p, tile, seq);
+            }
         } else if n_t <= 8 {
-            gdn_conv_chain_commit_tile::<D_CONV, 8>(p, tile, seq)
+            {
+                gdn_conv_chain_commit_tile::<D_CONV, 8, false>(p, tile, seq);
+            }
         } else {
-            gdn_conv_chain_commit_tile::<D_CONV, GDN_CONV_CHAIN_MAX_TOKENS>(p, tile, seq)
+            {
+                gdn_conv_chain_commit_tile::<D_CONV, GDN_CONV_CHAIN_MAX_TOKENS, false>(p, tile, seq);
+            }
         }
     }
 }

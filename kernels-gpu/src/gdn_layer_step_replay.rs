@@ -69,7 +69,7 @@ use crate::device::shared;
 use crate::device::thread::{block_idx_x, grid_dim_x, sync_threads, thread_idx_x};
 use crate::device::trap;
 use crate::gated_delta_net_replay_verify::replay_verify_item;
-use crate::gdn_conv_chain::gdn_conv_chain_commit_tile;
+use crate::gdn_conv_chain::{gdn_conv_chain_commit_logs, gdn_conv_chain_commit_tile};
 use crate::mmvf::{Accumulation, Bf16, F16F32, F16Half, F32, pair_gate_row_halves};
 
 /// # Safety
@@ -100,10 +100,20 @@ unsafe fn gdn_layer_step_replay<A: Accumulation, const D_CONV: usize>(p: &GdnLay
         // (254 registers at d_conv = 4 against 164 with one body, ptxas 13.5).
         // SAFETY: tile < C / 128 and seq < n_s (host), n_t ≤ 16; all 128 threads call it; the
         // shared memory holds the chain's layout for (D_CONV, n_t).
-        unsafe { gdn_conv_chain_commit_tile::<D_CONV, GDN_CONV_CHAIN_MAX_TOKENS>(&p.chain, tile as usize, seq as usize) };
-        // SAFETY: `item` is block-uniform, after the item's last write; item < GRID_SYNC_FLAGS
-        // (host), published once. The block barrier inside ends the item's shared accesses.
+        // [speed] The step's logs deferred past the publication: nothing in this launch reads
+        // them, and the publication waits for every store before it.
+        let x = unsafe { gdn_conv_chain_commit_tile::<D_CONV, GDN_CONV_CHAIN_MAX_TOKENS, true>(&p.chain, tile as usize, seq as usize) };
+        // SAFETY: `item` is block-uniform, after every write the second phase reads; item <
+        // GRID_SYNC_FLAGS (host), published once. Its block barrier leaves the shared memory as
+        // the tile left it.
         unsafe { publish_item(state, item, target) };
+        // SAFETY: this thread ran the tile with these tokens, and nothing wrote the block's
+        // shared memory since; the logs are read by no item of this launch (host: disjoint from
+        // every verify input).
+        unsafe { gdn_conv_chain_commit_logs::<D_CONV, GDN_CONV_CHAIN_MAX_TOKENS>(&p.chain, tile as usize, seq as usize, x) };
+        // SAFETY: every thread of the block (block-uniform loop): the next item's shared writes
+        // start after every thread read its staged outputs.
+        unsafe { sync_threads() };
         item += grid;
     }
     let columns = items.n_seqs as usize * p.n_tokens as usize;
