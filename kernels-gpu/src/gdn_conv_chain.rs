@@ -678,7 +678,9 @@ pub(crate) unsafe fn gdn_conv_chain_commit_tile<const D_CONV: usize, const MAX_T
 /// \[replay-step\] The logs [`gdn_conv_chain_commit_tile`]`::<_, _, true>` left: this thread's
 /// tokens `x` to the qkv log (`COMMIT_LOG_QKV`) and, for a v channel, its staged conv outputs to
 /// the v log (`COMMIT_LOG_V`) — the same values to the same places as the tile without
-/// deferral stores them, read from the same registers and this thread's own staged slots.
+/// deferral stores them, read from the same registers and this thread's own staged slots. (The
+/// statements repeat the tile's in-place stores: one helper for both changed the standalone
+/// commit entries' machine code, `scripts/same-sass.sh`, so the proven entries keep theirs.)
 ///
 /// # Safety
 /// As [`gdn_conv_chain_commit_tile`] for the same tile and sequence, called by the thread that
