@@ -16,8 +16,9 @@
 //! ([`gdn_layer_step`](crate::gdn_layer_step), its module docs), with two parts changed:
 //! - **Phase 1**, blocks 0, 1, …: items 0 … n_s·C/128 − 1 are the conv chain's tiles *with the
 //!   window commit in front* ([`gdn_conv_chain_commit_tile`], its token slots unrolled to 16: each thread commits its
-//!   channel's window(a) over the committed row, logs its tokens' inputs, runs the chain from
-//!   window(a), and logs its k and v heads), then the 2·H_v·⌈n_t·n_s/2⌉ mat-vec row items
+//!   channel's window(a) over the committed row and runs the chain from window(a); only after
+//!   the tile is published does it log its tokens' inputs and its v channels' outputs,
+//!   [`gdn_conv_chain_commit_logs`]), then the 2·H_v·⌈n_t·n_s/2⌉ mat-vec row items
 //!   (the same [`pair_gate_row_halves`]); each published under its own flag
 //!   ([`LayerStepItems::of_replay`]: the same numbering as the layer step's).
 //! - **Phase 2**, from the grid's last block down: n_s·H_v·4 block items, item i the block
