@@ -379,11 +379,12 @@ fn the_conv_chain_kernel_source_equals_the_cpu_reference_on_the_suite_cases() {
 }
 
 /// \[speed\] The tiled MUL_MAT_VEC_PAIR(_GATE) (`mul_mat_vec_pair_tiles_*`: GDN_LAYER_STEP's
-/// mat-vec items as a grid of their own, `abi::PAIR_TILES_BLOCK` threads a block)
-/// from its own source against the CPU reference, on every GPU suite case of both ops, whatever
-/// their column count (the host launches tiles from `PAIR_TILES_MIN_COLS` columns; a tile clips
-/// its last heads and columns): the launch the op prepares for tiles (`tiles_launch`), every byte
-/// of the memory.
+/// mat-vec items as a grid of their own, `abi::PAIR_TILES_BLOCK` threads a block, and the wide
+/// `mul_mat_vec_pair_tiles_wide_*`, `abi::PAIR_TILES_WIDE_BLOCK`) from their own source against
+/// the CPU reference, each sampled GPU suite case of both ops in both forms, whatever their
+/// column count (the host launches tiles from `PAIR_TILES_MIN_COLS` columns, wide ones where the
+/// grid fits one round of them; a tile clips its last heads and columns): the launch the op
+/// prepares for tiles (`tiles_launch`), every byte of the memory.
 #[test]
 fn the_pair_tiles_kernel_source_equals_the_cpu_reference_on_the_suite_cases() {
     use rgdn::ops::{MulMatVecPair, MulMatVecPairGate};
@@ -406,24 +407,31 @@ fn the_pair_tiles_kernel_source_equals_the_cpu_reference_on_the_suite_cases() {
     let (mut failures, mut n) = (Vec::new(), 0);
     for (k, (name, scenario)) in chosen.iter().enumerate() {
         let landing = landing_of(k);
-        let emulate = |op: &(dyn Op + 'static), host: &HostMemory, emulated: &StepBuffers| {
-            let launch = match (op.downcast_ref::<MulMatVecPairGate>(), op.downcast_ref::<MulMatVecPair>()) {
-                (Some(gate), _) => gate.tiles_launch(host, emulated),
-                (None, Some(pair)) => pair.tiles_launch(host, emulated),
-                (None, None) => return None,
+        for wide in [false, true] {
+            let emulate = |op: &(dyn Op + 'static), host: &HostMemory, emulated: &StepBuffers| {
+                let launch = match (op.downcast_ref::<MulMatVecPairGate>(), op.downcast_ref::<MulMatVecPair>()) {
+                    (Some(gate), _) => gate.tiles_launch(host, emulated, wide),
+                    (None, Some(pair)) => pair.tiles_launch(host, emulated, wide),
+                    (None, None) => return None,
+                };
+                let launch = match launch {
+                    Ok(l) => l,
+                    Err(e) => return Some(Err(e.to_string())),
+                };
+                let Some(&(entry, body, threads)) = mmvf::PAIR_TILES_ENTRIES_EMULATED.iter().find(|(name, ..)| *name == launch.entry)
+                else {
+                    return Some(Err(format!("{}: no emulated body", launch.entry)));
+                };
+                if launch.dims.block != (threads, 1, 1) {
+                    return Some(Err(format!("{}: launched with {:?} threads, its body is for {threads}", launch.entry, launch.dims.block)));
+                }
+                Some(Ok(run_plain(launch, entry, landing, body)))
             };
-            let launch = match launch {
-                Ok(l) => l,
-                Err(e) => return Some(Err(e.to_string())),
-            };
-            let Some(&(entry, body)) = mmvf::PAIR_TILES_ENTRIES_EMULATED.iter().find(|(name, _)| *name == launch.entry) else {
-                return Some(Err(format!("{}: no emulated body", launch.entry)));
-            };
-            Some(Ok(run_plain(launch, entry, landing, body)))
-        };
-        n += 1;
-        if let Err(e) = emulated_scenario(&format!("{name} (copies landing {landing:?})"), scenario, &emulate) {
-            failures.push(e);
+            n += 1;
+            let form = if wide { "wide" } else { "128 threads" };
+            if let Err(e) = emulated_scenario(&format!("{name} ({form}, copies landing {landing:?})"), scenario, &emulate) {
+                failures.push(e);
+            }
         }
     }
     let sampled = if full_tests() { "all" } else { "one in eight" };

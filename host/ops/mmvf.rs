@@ -313,7 +313,9 @@ mod tests {
             }
         }
         // [layer-step] GDN_LAYER_STEP's bounds follow (its own test checks them).
-        assert_eq!(abi::PTX_LAUNCH_BOUNDS[0], ("mul_mat_vec_", 256, 1));
+        assert_eq!(abi::PTX_LAUNCH_BOUNDS[1], ("mul_mat_vec_", 256, 1));
+        // [speed] Only the wide tiled pair's prefix comes before it (first match applies).
+        assert!(abi::PTX_LAUNCH_BOUNDS[0].0.starts_with("mul_mat_vec_pair_tiles_wide_"));
         assert_eq!(abi::mul_mat_vec_block_size(usize::MAX / 4), 256);
     }
 

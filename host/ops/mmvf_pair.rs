@@ -125,14 +125,19 @@ impl MulMatVecPair {
 }
 
 impl MulMatVecPair {
-    /// \[test\] The tiled launch of this pair (the epilogue off), whatever its column count — what
-    /// [`Op::prepare`] launches from [`PAIR_TILES_MIN_COLS`] columns: for running the entry's
-    /// source on the CPU.
-    pub fn tiles_launch(&self, mem: &dyn Memory, addresses: &dyn KernelAddresses) -> Result<PlainLaunch<abi::MulMatVecPairTilesParams>> {
+    /// \[test\] The tiled launch of this pair (the epilogue off), whatever its column count, in
+    /// the wide form or not — what [`Op::prepare`] launches from [`PAIR_TILES_MIN_COLS`] columns:
+    /// for running the entry's source on the CPU.
+    pub fn tiles_launch(
+        &self,
+        mem: &dyn Memory,
+        addresses: &dyn KernelAddresses,
+        wide: bool,
+    ) -> Result<PlainLaunch<abi::MulMatVecPairTilesParams>> {
         let shape = self.check(mem)?;
         let params =
             abi::MulMatVecPairGateParams { pair: self.params(addresses, &shape), epilogue: abi::PAIR_EPILOGUE_NONE, ..Default::default() };
-        Ok(tiles_plain(&shape, params, Overlap::NONE))
+        Ok(tiles_plain(&shape, params, Overlap::NONE, wide))
     }
 
     /// The products' part of the entries' parameters (`shape` from [`MulMatVecPair::check`]).
@@ -171,6 +176,30 @@ pub fn pair_tiles(ncols: usize) -> bool {
     }
 }
 
+/// \[speed\] Whether a tiled pair of `rows` rows and `ncols` columns runs as the wide tiles
+/// (`mul_mat_vec_pair_tiles_wide_*`: 256 threads, each warp one virtual warp's 8 ring iterations
+/// at E = 4096, two blocks a multiprocessor) rather than the 128-thread ones (two virtual warps
+/// a warp, 16 iterations, four blocks a multiprocessor): where every tile of the grid is
+/// resident at once as a wide block (at most `multiprocessors` × 2 tiles). There each block
+/// is a chain a warp runs alone, and half as long a chain is what pays; above it the wide blocks
+/// would run in two or more rounds where the narrow ones run in one. Measured on an H100
+/// (`results/2026-12-06-pair-tiles-256-h100/`): n_s = 16, T = 4 (128 tiles) 5.02 against 6.56 µs,
+/// T = 8 (256 tiles) 6.66 against 7.10; n_s = 64, T = 4 (512 tiles) 12.19 against 10.02.
+/// `RGDN_PAIR_TILES_WIDE` = 0 / 1 forces either for measurements and the suite's forced runs.
+pub fn pair_tiles_wide(rows: usize, ncols: usize, multiprocessors: u32) -> bool {
+    static KNOB: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+    match *KNOB.get_or_init(|| knob("RGDN_PAIR_TILES_WIDE", 0, 1)) {
+        Some(k) => k == 1,
+        None => wide_tiles_fit(rows, ncols, multiprocessors),
+    }
+}
+
+/// The default rule of [`pair_tiles_wide`]: every tile resident at once as a wide block.
+fn wide_tiles_fit(rows: usize, ncols: usize, multiprocessors: u32) -> bool {
+    let tiles = rows.div_ceil(abi::BATCH_ROW_HEADS as usize).saturating_mul(ncols.div_ceil(abi::BATCH_ROW_COLS as usize));
+    tiles <= (multiprocessors as usize).saturating_mul(abi::PAIR_TILES_WIDE_BLOCKS_PER_SM as usize)
+}
+
 /// \[overlap\] The overlap forms of a pair whose input `input` has the columns: with tiles, the
 /// tiles' twin entry that lets the next grid start at its start and may itself start early, and
 /// waits for the grids before it only after all its work — so everything it touches is touched
@@ -183,13 +212,18 @@ fn pair_forms(op: &dyn Op, input: &Tensor) -> Forms {
 }
 
 /// The tiled launch of a validated pair (`params` with its epilogue set) in form `overlap`:
-/// grid (⌈rows/4⌉, ⌈ncols/4⌉), [`abi::PAIR_TILES_BLOCK`] threads, the item's shared memory; with
-/// any overlap the twin entry.
-fn tiles_plain(shape: &MatVecShape, params: abi::MulMatVecPairGateParams, overlap: Overlap) -> PlainLaunch<abi::MulMatVecPairTilesParams> {
+/// grid (⌈rows/4⌉, ⌈ncols/4⌉), [`abi::PAIR_TILES_BLOCK`] threads and its shared memory, or with
+/// `wide` [`abi::PAIR_TILES_WIDE_BLOCK`] threads and theirs; with any overlap the twin entry.
+fn tiles_plain(
+    shape: &MatVecShape,
+    params: abi::MulMatVecPairGateParams,
+    overlap: Overlap,
+    wide: bool,
+) -> PlainLaunch<abi::MulMatVecPairTilesParams> {
     let entry = if overlap == Overlap::NONE {
-        abi::mul_mat_vec_pair_tiles_entry(shape.kind)
+        abi::mul_mat_vec_pair_tiles_entry(shape.kind, wide)
     } else {
-        abi::mul_mat_vec_pair_tiles_overlap_entry(shape.kind)
+        abi::mul_mat_vec_pair_tiles_overlap_entry(shape.kind, wide)
     }
     .expect("checked: the kind has an entry");
     let tiles = abi::MulMatVecPairTilesParams {
@@ -201,21 +235,25 @@ fn tiles_plain(shape: &MatVecShape, params: abi::MulMatVecPairGateParams, overla
         _pad: 0,
     };
     let (heads, cols) = (abi::BATCH_ROW_HEADS as usize, abi::BATCH_ROW_COLS as usize);
-    let dims = LaunchDims::new((shape.rows.div_ceil(heads) as u32, shape.ncols.div_ceil(cols) as u32, 1), (abi::PAIR_TILES_BLOCK, 1, 1))
-        .with_shared_bytes(abi::PAIR_TILES_SHARED_BYTES);
+    let (block, shared) =
+        if wide { (abi::PAIR_TILES_WIDE_BLOCK, abi::PAIR_TILES_WIDE_SHARED_BYTES) } else { (abi::PAIR_TILES_BLOCK, abi::PAIR_TILES_SHARED_BYTES) };
+    let dims =
+        LaunchDims::new((shape.rows.div_ceil(heads) as u32, shape.ncols.div_ceil(cols) as u32, 1), (block, 1, 1)).with_shared_bytes(shared);
     PlainLaunch { entry, dims, params: tiles }
 }
 
 /// [`tiles_plain`] prepared, launched programmatically when `overlap` (validated against the
 /// op's forms) starts early.
 fn tiles_launch(gpu: &Gpu, shape: &MatVecShape, params: abi::MulMatVecPairGateParams, overlap: Overlap) -> Result<PreparedLaunch> {
-    let PlainLaunch { entry, dims, params: tiles } = tiles_plain(shape, params, overlap);
+    let wide = pair_tiles_wide(shape.rows, shape.ncols, gpu.multiprocessors()?);
+    let PlainLaunch { entry, dims, params: tiles } = tiles_plain(shape, params, overlap, wide);
     let args = [KernelArg::Params(ParamBlock::of(&tiles)?)];
     // SAFETY: the caller's `check` proved the pair (and, with the gate epilogue, its views)
     // valid for `rows` rows and `ncols` columns — everything `mmvf::pair_gate_tile` relies on
     // as GDN_LAYER_STEP's mat-vec items do (the same validation); the grid covers them in tiles
     // of 4 heads × 4 columns (the entry clips the last ones), the block is PAIR_TILES_BLOCK (128)
-    // threads with the item's reduction buffer and one ring a warp as dynamic shared memory, and
+    // or, for the wide entry, PAIR_TILES_WIDE_BLOCK (256) threads, with the item's reduction
+    // buffer and one ring a warp as dynamic shared memory (that form's size), and
     // `pair_block` is ggml's block size for E (≤ 256). [overlap] The twin entry runs the same body between its two
     // `griddepcontrol` instructions; launched programmatically only in the form the overlap pass
     // gave the op, which proved that nothing this grid touches is touched by a grid that may run
@@ -390,11 +428,16 @@ impl MulMatVecPairGate {
 
 impl MulMatVecPairGate {
     /// \[test\] The tiled launch of this pair (entry, grid, block, shared bytes, parameters over
-    /// `addresses`), whatever its column count — what [`Op::prepare`] launches from
-    /// [`PAIR_TILES_MIN_COLS`] columns: for running the entry's source on the CPU.
-    pub fn tiles_launch(&self, mem: &dyn Memory, addresses: &dyn KernelAddresses) -> Result<PlainLaunch<abi::MulMatVecPairTilesParams>> {
+    /// `addresses`), whatever its column count, in the wide form or not — what [`Op::prepare`]
+    /// launches from [`PAIR_TILES_MIN_COLS`] columns: for running the entry's source on the CPU.
+    pub fn tiles_launch(
+        &self,
+        mem: &dyn Memory,
+        addresses: &dyn KernelAddresses,
+        wide: bool,
+    ) -> Result<PlainLaunch<abi::MulMatVecPairTilesParams>> {
         let shape = self.check(mem)?;
-        Ok(tiles_plain(&shape, self.params(addresses, &shape), Overlap::NONE))
+        Ok(tiles_plain(&shape, self.params(addresses, &shape), Overlap::NONE, wide))
     }
 
     /// The entries' parameters with the gate epilogue on, for a validated op (`shape` from
@@ -699,9 +742,34 @@ mod tile_rule_tests {
         {
             assert_eq!(pair_tiles(ncols), tiles, "{ncols} columns");
         }
-        // Every kind has a tiles entry.
+        // Every kind has a tiles entry in both forms.
         for kind in 0..4 {
-            assert!(abi::mul_mat_vec_pair_tiles_entry(kind).is_some());
+            for wide in [false, true] {
+                assert!(abi::mul_mat_vec_pair_tiles_entry(kind, wide).is_some());
+                assert!(abi::mul_mat_vec_pair_tiles_overlap_entry(kind, wide).is_some());
+            }
+        }
+    }
+
+    /// \[speed\] The wide tiles where every tile is resident at once as a wide block (two a
+    /// multiprocessor), the 128-thread ones above: with the H100's and H200's 132
+    /// multiprocessors, the 9B's 32 heads (8 head tiles) at n_s = 16, T = 4 (16 column tiles) and
+    /// T = 8 (32) wide, at n_s = 64, T = 4 (64) not; one tile past the round flips it.
+    #[test]
+    fn the_wide_tiles_where_the_grid_fits_one_round_of_them() {
+        for (rows, ncols, sms, wide) in [
+            (32, 64, 132, true),
+            (32, 128, 132, true),
+            (32, 132, 132, true),
+            (32, 133, 132, false),
+            (32, 256, 132, false),
+            (32, 512, 132, false),
+            (32, 64, 8, false),
+            (4, 4, 1, true),
+            (5, 4, 1, true),
+            (9, 4, 1, false),
+        ] {
+            assert_eq!(wide_tiles_fit(rows, ncols, sms), wide, "{rows} rows, {ncols} columns, {sms} multiprocessors");
         }
     }
 }

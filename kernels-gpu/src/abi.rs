@@ -1196,6 +1196,10 @@ param_struct! {
 /// the driver reports) holds every first-phase item at n_t = 8 (320 for 9B) at once. The
 /// d_conv = 5 entries would spill at 168 registers: they keep `.minnctapersm 2`.
 pub const PTX_LAUNCH_BOUNDS: &[(&str, u32, u32)] = &[
+    // [speed] The wide tiled pair: two blocks a multiprocessor (≤ 128 registers), the round the
+    // host's rule for it counts (`ops::mmvf_pair::pair_tiles_wide`). Before the prefix of every
+    // other mat-vec entry: the first prefix that matches applies.
+    ("mul_mat_vec_pair_tiles_wide_", PAIR_TILES_WIDE_BLOCK, PAIR_TILES_WIDE_BLOCKS_PER_SM),
     ("mul_mat_vec_", 32 * MUL_MAT_VEC_MAX_WARPS, 1),
     (entry_name!(gdn_layer_step, f32, 5), GDN_LAYER_STEP_BLOCK, 2),
     (entry_name!(gdn_layer_step, bf16, 5), GDN_LAYER_STEP_BLOCK, 2),
@@ -1325,19 +1329,43 @@ param_struct! {
     }
 }
 
-/// \[speed\] Threads of a `mul_mat_vec_pair_tiles_*` block (GDN_LAYER_STEP's block).
+/// \[speed\] Threads of a `mul_mat_vec_pair_tiles_*` block (GDN_LAYER_STEP's block): each real
+/// thread runs virtual threads `tid` and `tid + 128` of ggml's block one after the other.
 pub const PAIR_TILES_BLOCK: u32 = 128;
 /// \[speed\] Dynamic shared memory of a `mul_mat_vec_pair_tiles_*` block: the item's reduction
 /// buffer, then its operand rings.
 pub const PAIR_TILES_SHARED_BYTES: u32 = BATCH_ROW_REDUCE_BYTES + BATCH_ROW_RING_BYTES;
+/// \[speed\] Threads of a `mul_mat_vec_pair_tiles_wide_*` block: 256, one real thread a virtual
+/// one (ggml's blocks have at most 256), so that each warp streams one virtual warp's iterations
+/// (8 at E = 4096) where the 128-thread block streams two in turn. Shorter per block, two blocks
+/// a multiprocessor instead of four: the host takes it where the tiles fit in one round of those
+/// (`ops::mmvf_pair::pair_tiles_wide`).
+pub const PAIR_TILES_WIDE_BLOCK: u32 = 256;
+/// \[speed\] Resident `mul_mat_vec_pair_tiles_wide_*` blocks a multiprocessor, the entries'
+/// launch bound ([`PTX_LAUNCH_BOUNDS`]): two of 256 threads and 97 KiB of shared memory.
+pub const PAIR_TILES_WIDE_BLOCKS_PER_SM: u32 = 2;
+/// \[speed\] Dynamic shared memory of a `mul_mat_vec_pair_tiles_wide_*` block: the item's
+/// reduction buffer, then its operand rings, one a warp.
+pub const PAIR_TILES_WIDE_SHARED_BYTES: u32 = BATCH_ROW_REDUCE_BYTES + PAIR_TILES_WIDE_BLOCK / 32 * BATCH_ROW_RING_WARP_BYTES;
+const _: () = assert!(
+    PAIR_TILES_BLOCK == 32 * GDN_LAYER_STEP_WARPS
+        && PAIR_TILES_WIDE_BLOCK == 32 * MUL_MAT_VEC_MAX_WARPS
+        && BATCH_ROW_RING_BYTES == GDN_LAYER_STEP_WARPS * BATCH_ROW_RING_WARP_BYTES
+);
 
-/// \[speed\] The tiled MUL_MAT_VEC_PAIR(_GATE) entry for a [`mul_mat_vec_kind`].
-pub const fn mul_mat_vec_pair_tiles_entry(kind: u32) -> Option<&'static str> {
-    Some(match kind {
-        mul_mat_vec_kind::F32 => "mul_mat_vec_pair_tiles_f32",
-        mul_mat_vec_kind::BF16 => "mul_mat_vec_pair_tiles_bf16",
-        mul_mat_vec_kind::F16_HALF => "mul_mat_vec_pair_tiles_f16",
-        mul_mat_vec_kind::F16_F32 => "mul_mat_vec_pair_tiles_f16_f32acc",
+/// \[speed\] The tiled MUL_MAT_VEC_PAIR(_GATE) entry for a [`mul_mat_vec_kind`]: with `wide`
+/// the [`PAIR_TILES_WIDE_BLOCK`]-thread form, else the [`PAIR_TILES_BLOCK`]-thread one (the
+/// same body and bits, `mmvf::pair_gate_tile`).
+pub const fn mul_mat_vec_pair_tiles_entry(kind: u32, wide: bool) -> Option<&'static str> {
+    Some(match (kind, wide) {
+        (mul_mat_vec_kind::F32, false) => "mul_mat_vec_pair_tiles_f32",
+        (mul_mat_vec_kind::BF16, false) => "mul_mat_vec_pair_tiles_bf16",
+        (mul_mat_vec_kind::F16_HALF, false) => "mul_mat_vec_pair_tiles_f16",
+        (mul_mat_vec_kind::F16_F32, false) => "mul_mat_vec_pair_tiles_f16_f32acc",
+        (mul_mat_vec_kind::F32, true) => "mul_mat_vec_pair_tiles_wide_f32",
+        (mul_mat_vec_kind::BF16, true) => "mul_mat_vec_pair_tiles_wide_bf16",
+        (mul_mat_vec_kind::F16_HALF, true) => "mul_mat_vec_pair_tiles_wide_f16",
+        (mul_mat_vec_kind::F16_F32, true) => "mul_mat_vec_pair_tiles_wide_f16_f32acc",
         _ => return None,
     })
 }
@@ -1346,12 +1374,16 @@ pub const fn mul_mat_vec_pair_tiles_entry(kind: u32) -> Option<&'static str> {
 /// the stream's next grid start once every block of it has begun, and each block waits for the
 /// grids before it (`griddepcontrol.wait`) only after its own work — so a grid that waits for
 /// it also waits for every grid it may have overlapped.
-pub const fn mul_mat_vec_pair_tiles_overlap_entry(kind: u32) -> Option<&'static str> {
-    Some(match kind {
-        mul_mat_vec_kind::F32 => "mul_mat_vec_pair_tiles_f32_overlap",
-        mul_mat_vec_kind::BF16 => "mul_mat_vec_pair_tiles_bf16_overlap",
-        mul_mat_vec_kind::F16_HALF => "mul_mat_vec_pair_tiles_f16_overlap",
-        mul_mat_vec_kind::F16_F32 => "mul_mat_vec_pair_tiles_f16_f32acc_overlap",
+pub const fn mul_mat_vec_pair_tiles_overlap_entry(kind: u32, wide: bool) -> Option<&'static str> {
+    Some(match (kind, wide) {
+        (mul_mat_vec_kind::F32, false) => "mul_mat_vec_pair_tiles_f32_overlap",
+        (mul_mat_vec_kind::BF16, false) => "mul_mat_vec_pair_tiles_bf16_overlap",
+        (mul_mat_vec_kind::F16_HALF, false) => "mul_mat_vec_pair_tiles_f16_overlap",
+        (mul_mat_vec_kind::F16_F32, false) => "mul_mat_vec_pair_tiles_f16_f32acc_overlap",
+        (mul_mat_vec_kind::F32, true) => "mul_mat_vec_pair_tiles_wide_f32_overlap",
+        (mul_mat_vec_kind::BF16, true) => "mul_mat_vec_pair_tiles_wide_bf16_overlap",
+        (mul_mat_vec_kind::F16_HALF, true) => "mul_mat_vec_pair_tiles_wide_f16_overlap",
+        (mul_mat_vec_kind::F16_F32, true) => "mul_mat_vec_pair_tiles_wide_f16_f32acc_overlap",
         _ => return None,
     })
 }
@@ -2408,6 +2440,14 @@ const LISTED_ENTRIES: &[EntrySig] = &[
     EntrySig::of::<MulMatVecPairTilesParams>("mul_mat_vec_pair_tiles_bf16_overlap"),
     EntrySig::of::<MulMatVecPairTilesParams>("mul_mat_vec_pair_tiles_f16_overlap"),
     EntrySig::of::<MulMatVecPairTilesParams>("mul_mat_vec_pair_tiles_f16_f32acc_overlap"),
+    EntrySig::of::<MulMatVecPairTilesParams>("mul_mat_vec_pair_tiles_wide_f32"),
+    EntrySig::of::<MulMatVecPairTilesParams>("mul_mat_vec_pair_tiles_wide_bf16"),
+    EntrySig::of::<MulMatVecPairTilesParams>("mul_mat_vec_pair_tiles_wide_f16"),
+    EntrySig::of::<MulMatVecPairTilesParams>("mul_mat_vec_pair_tiles_wide_f16_f32acc"),
+    EntrySig::of::<MulMatVecPairTilesParams>("mul_mat_vec_pair_tiles_wide_f32_overlap"),
+    EntrySig::of::<MulMatVecPairTilesParams>("mul_mat_vec_pair_tiles_wide_bf16_overlap"),
+    EntrySig::of::<MulMatVecPairTilesParams>("mul_mat_vec_pair_tiles_wide_f16_overlap"),
+    EntrySig::of::<MulMatVecPairTilesParams>("mul_mat_vec_pair_tiles_wide_f16_f32acc_overlap"),
     EntrySig::of::<GdnConvChainCommitParams>(entry_name!(gdn_conv_chain_commit_overlap, 3)),
     EntrySig::of::<GdnConvChainCommitParams>(entry_name!(gdn_conv_chain_commit_overlap, 4)),
     EntrySig::of::<GdnConvChainCommitParams>(entry_name!(gdn_conv_chain_commit_overlap, 5)),

@@ -512,7 +512,7 @@ unsafe fn gdn_layer_step_batch<A: Accumulation, const D_CONV: usize>(params: &Gd
                 // item before it ended with a block barrier, and the only copy that can be in
                 // flight, the first second-phase item's state, lands in the first state buffer.
                 unsafe {
-                    pair_gate_tile::<A>(
+                    pair_gate_tile::<A, 4>(
                         &p.gate,
                         first_head,
                         n_heads,

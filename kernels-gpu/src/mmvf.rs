@@ -1158,7 +1158,8 @@ impl TileRing {
     /// The ring of this lane of warp `warp` for an item of rows `rows` and columns `cols`
     /// (their first pairs), n_pairs pairs and `block` virtual threads; `ring` is the warp's
     /// [`abi::BATCH_ROW_RING_WARP_BYTES`], 16-byte aligned. Starts the first `depth` − 1 stages'
-    /// copies.
+    /// copies. With `REAL_WARPS` = 4 (128 threads) the stream is virtual warps `warp` and
+    /// `warp` + 4; with 8 (256 threads) virtual warp `warp` alone.
     ///
     /// # Safety
     /// All 32 lanes of the warp call it together; [`tile_ring_fits`] holds; `rows[rr]` and
@@ -1166,7 +1167,7 @@ impl TileRing {
     /// reads or writes `ring` until the warp's last [`TileRing::partials`] returned; `block` a
     /// multiple of 32, at most 256.
     #[inline(always)]
-    unsafe fn start<A: Accumulation>(
+    unsafe fn start<A: Accumulation, const REAL_WARPS: u32>(
         rows: &[*const A::Pair; TILE_ROWS],
         cols: &[*const F32Pair; TILE_COLS],
         n_pairs: u32,
@@ -1182,7 +1183,8 @@ impl TileRing {
         let pb = Self::pair_bytes::<A>();
         // Iterations of virtual warp vw: k with 32·vw + k·block < n_pairs (none if vw has no threads).
         let iterations = |vw: u32| if 32 * vw < block && 32 * vw < n_pairs { (n_pairs - 32 * vw).div_ceil(block) } else { 0 };
-        let (n_low, n_high) = (iterations(warp), iterations(warp + 4));
+        // With eight real warps each runs its own virtual warp alone (no high half).
+        let (n_low, n_high) = (iterations(warp), if REAL_WARPS == 4 { iterations(warp + 4) } else { 0 });
         let mut wsrc = [core::ptr::null::<u8>(); 4];
         let mut m = 0;
         while m < (TILE_ROWS as u32 * pb / 16) as usize {
@@ -1347,10 +1349,11 @@ const _: () = assert!(abi::BATCH_ROW_VALUES == 32, "each_value! writes out 32 va
 /// [seq-batch] One batched mat-vec item of GDN_LAYER_STEP's first phase: rows of value heads
 /// `first_head … first_head + n_heads − 1` (≤ [`abi::BATCH_ROW_HEADS`]) of both products (alpha
 /// with the gate epilogue, beta_raw with SIGMOID) for the token columns `first_col … first_col +
-/// n_cols − 1` (≤ [`abi::BATCH_ROW_COLS`]), each element computed by a 128-thread block exactly
-/// as a `mul_mat_vec_pair_*` block of `block` threads (ggml's block size for E) computes it:
-/// virtual thread v < `block` runs [`thread_partials_of`]'s loop for every element of the item
-/// ([`tile_partials`]); real thread `tid` runs virtual threads `tid`, then `tid + 128`; each
+/// n_cols − 1` (≤ [`abi::BATCH_ROW_COLS`]), each element computed by a block of `REAL_WARPS`
+/// warps (4: GDN_LAYER_STEP's block; 8: the tiled pair's) exactly as a `mul_mat_vec_pair_*` block
+/// of `block` threads (ggml's block size for E) computes it: virtual thread v < `block` runs
+/// [`thread_partials_of`]'s loop for every element of the item ([`tile_partials`]); real thread
+/// `tid` runs virtual threads `tid`, then (with four real warps) `tid + 128`; each
 /// virtual warp's butterfly of each element, then — with more than one virtual warp — the
 /// butterfly over `buf[element][lane]` (lanes below `block / 32`, +0 above) of [`block_reduce`],
 /// all as 32-value reduce-scatters ([`warp_sum_scattered_32`]: each value's butterfly tree
@@ -1361,16 +1364,16 @@ const _: () = assert!(abi::BATCH_ROW_VALUES == 32, "each_value! writes out 32 va
 /// 0 of the item again and their sums are dropped.
 ///
 /// # Safety
-/// All 128 threads of the block call it together; `gp` is a valid MUL_MAT_VEC_PAIR_GATE (the host
+/// All 32·`REAL_WARPS` threads of the block call it together; `gp` is a valid MUL_MAT_VEC_PAIR_GATE (the host
 /// validated both products for the launch's columns, every head < their rows, the gate views)
 /// whose inputs nobody writes during the launch; `first_head + n_heads` ≤ H_v, `first_col +
 /// n_cols` ≤ the products' columns, 1 ≤ `n_heads`, 1 ≤ `n_cols`; `buf` is the shared address of
-/// [`abi::BATCH_ROW_REDUCE_BYTES`] and `ring` the 16-byte aligned shared address of
-/// [`abi::BATCH_ROW_RING_BYTES`] (disjoint from `buf`) that no other code accesses between the
+/// [`abi::BATCH_ROW_REDUCE_BYTES`] and `ring` the 16-byte aligned shared address of `REAL_WARPS`
+/// × [`abi::BATCH_ROW_RING_WARP_BYTES`] (disjoint from `buf`) that no other code accesses between the
 /// block barrier before this call and the one after it, and no `cp.async` copy of this block
 /// targets then.
 #[inline(always)]
-pub(crate) unsafe fn pair_gate_tile<A: Accumulation>(
+pub(crate) unsafe fn pair_gate_tile<A: Accumulation, const REAL_WARPS: u32>(
     gp: &abi::MulMatVecPairGateParams,
     first_head: u32,
     n_heads: u32,
@@ -1380,9 +1383,13 @@ pub(crate) unsafe fn pair_gate_tile<A: Accumulation>(
     buf: u32,
     ring: u32,
 ) {
+    const { assert!(REAL_WARPS == 4 || REAL_WARPS == 8) };
     let p = &gp.pair;
     let tid = thread_idx_x();
     let (lane, warp) = (tid % 32, tid / 32);
+    // Virtual threads a real thread runs: tid and tid + 128 with four real warps, tid alone with
+    // eight (ggml's blocks have at most 256 threads).
+    let halves: u32 = if REAL_WARPS == 4 { 2 } else { 1 };
     let weight = |product: usize| if product == 0 { (p.weight_0, p.w_row_0) } else { (p.weight_1, p.w_row_1) };
     let mut rows = [core::ptr::null::<A::Pair>(); TILE_ROWS];
     let mut rr = 0;
@@ -1449,19 +1456,21 @@ pub(crate) unsafe fn pair_gate_tile<A: Accumulation>(
         // SAFETY: the whole warp (block-uniform condition); the ring fits (checked); validated,
         // read-only rows and columns (caller); warp `warp`'s part of the rings, which only this
         // warp touches until the barrier after the item (caller).
-        let r = unsafe { TileRing::start::<A>(&rows, &cols, p.n_pairs, block, ring + warp * abi::BATCH_ROW_RING_WARP_BYTES, warp, lane) };
+        let r = unsafe {
+            TileRing::start::<A, REAL_WARPS>(&rows, &cols, p.n_pairs, block, ring + warp * abi::BATCH_ROW_RING_WARP_BYTES, warp, lane)
+        };
         if tid - lane < block {
             // SAFETY: the whole warp; the stream's first n_low iterations (virtual warp `warp`).
             keep(unsafe { r.partials::<A>(0, r.n_low) }, 0, &mut sum);
         }
-        if tid + 128 - lane < block {
+        if halves == 2 && tid + 128 - lane < block {
             // SAFETY: the whole warp; the rest of the stream (virtual warp warp + 4, which exists
             // only if the low one does).
             keep(unsafe { r.partials::<A>(r.n_low, r.n_all - r.n_low) }, 1, &mut sum);
         }
     } else {
         let mut half = 0;
-        while half < 2 {
+        while half < halves {
             let v = tid + 128 * half;
             if v - lane < block {
                 // SAFETY: forwarded from the caller (validated rows and columns, read-only).
@@ -1546,28 +1555,33 @@ mul_mat_vec_entries! {
 
 /// \[speed\] MUL_MAT_VEC_PAIR(_GATE) as tiles (`abi::MulMatVecPairTilesParams`): block (x, y)
 /// runs [`pair_gate_tile`] for heads x·BATCH_ROW_HEADS … and columns y·BATCH_ROW_COLS … (the
-/// last tile of each clipped), each element with the pair's bits.
+/// last tile of each clipped), each element with the pair's bits, with `REAL_WARPS` warps: 4
+/// (`mul_mat_vec_pair_tiles_*`, [`abi::PAIR_TILES_BLOCK`]) or 8 (`mul_mat_vec_pair_tiles_wide_*`,
+/// [`abi::PAIR_TILES_WIDE_BLOCK`]).
 ///
 /// # Safety
 /// The host validated the pair (and the gate views with the epilogue on) for `n_rows` rows and
-/// `n_cols` columns, the grid covers them exactly in tiles, the block has
-/// [`abi::PAIR_TILES_BLOCK`] threads and [`abi::PAIR_TILES_SHARED_BYTES`] of dynamic shared memory
-/// (16-byte aligned), and `pair_block` is ggml's block size for E.
+/// `n_cols` columns, the grid covers them exactly in tiles, the block has 32·`REAL_WARPS`
+/// threads and that form's dynamic shared memory ([`abi::PAIR_TILES_SHARED_BYTES`],
+/// [`abi::PAIR_TILES_WIDE_SHARED_BYTES`]; 16-byte aligned), and `pair_block` is ggml's block
+/// size for E.
 #[inline(always)]
-unsafe fn pair_tiles_block<A: Accumulation>(p: &abi::MulMatVecPairTilesParams) {
+unsafe fn pair_tiles_block<A: Accumulation, const REAL_WARPS: u32>(p: &abi::MulMatVecPairTilesParams) {
     let (first_head, first_col) = (block_idx_x() * abi::BATCH_ROW_HEADS, block_idx_y() * abi::BATCH_ROW_COLS);
     // The grid covers the rows and columns in tiles: first_head < n_rows, first_col < n_cols.
     let n_heads = if p.n_rows - first_head < abi::BATCH_ROW_HEADS { p.n_rows - first_head } else { abi::BATCH_ROW_HEADS };
     let n_cols = if p.n_cols - first_col < abi::BATCH_ROW_COLS { p.n_cols - first_col } else { abi::BATCH_ROW_COLS };
     let buf = shared::base();
     // SAFETY: forwarded from the launch contract above: heads and columns inside the validated
-    // products, all 128 threads, the reduction buffer then the rings in the block's own dynamic
-    // shared memory (no other code, no cp.async into it).
-    unsafe { pair_gate_tile::<A>(&p.gate, first_head, n_heads, first_col, n_cols, p.pair_block, buf, buf + abi::BATCH_ROW_REDUCE_BYTES) }
+    // products, all the block's threads, the reduction buffer then the rings (one a warp) in
+    // the block's own dynamic shared memory (no other code, no cp.async into it).
+    unsafe {
+        pair_gate_tile::<A, REAL_WARPS>(&p.gate, first_head, n_heads, first_col, n_cols, p.pair_block, buf, buf + abi::BATCH_ROW_REDUCE_BYTES)
+    }
 }
 
 macro_rules! pair_tiles_entries {
-    ($($acc:ty => $name:literal, $fn_name:ident, $overlap_name:literal, $overlap_fn:ident;)*) => {$(
+    ($($acc:ty, $warps:literal => $name:literal, $fn_name:ident, $overlap_name:literal, $overlap_fn:ident;)*) => {$(
         /// \[speed\] The tiled pair: [`pair_tiles_block`].
         ///
         /// # Safety
@@ -1576,7 +1590,7 @@ macro_rules! pair_tiles_entries {
         #[unsafe(export_name = $name)]
         pub unsafe extern "ptx-kernel" fn $fn_name(p: abi::MulMatVecPairTilesParams) {
             // SAFETY: forwarded from the launch contract above.
-            unsafe { pair_tiles_block::<$acc>(&p) }
+            unsafe { pair_tiles_block::<$acc, $warps>(&p) }
         }
 
         /// \[overlap\] The tiled pair for programmatic dependent launch: the stream's next grid
@@ -1595,30 +1609,43 @@ macro_rules! pair_tiles_entries {
             // SAFETY: forwarded from the launch contract above.
             unsafe {
                 allow_dependent_launch();
-                pair_tiles_block::<$acc>(&p);
+                pair_tiles_block::<$acc, $warps>(&p);
                 wait_prerequisite_grids();
             }
         }
     )*};
 }
 
-/// \[test\] The tiled pair's entries' host twins (name, body): the same [`pair_tiles_block`], for
-/// running the entries' source on the CPU (`tests/kernel_emulation.rs`).
+/// \[test\] The tiled pair's entries' host twins (name, body, threads a block): the same
+/// [`pair_tiles_block`] in both forms, for running the entries' source on the CPU
+/// (`tests/kernel_emulation.rs`).
 #[cfg(not(target_arch = "nvptx64"))]
-pub const PAIR_TILES_ENTRIES_EMULATED: [(&str, unsafe fn(&abi::MulMatVecPairTilesParams)); 4] = [
-    ("mul_mat_vec_pair_tiles_f32", pair_tiles_block::<F32>),
-    ("mul_mat_vec_pair_tiles_bf16", pair_tiles_block::<Bf16>),
-    ("mul_mat_vec_pair_tiles_f16", pair_tiles_block::<F16Half>),
-    ("mul_mat_vec_pair_tiles_f16_f32acc", pair_tiles_block::<F16F32>),
+pub const PAIR_TILES_ENTRIES_EMULATED: [(&str, unsafe fn(&abi::MulMatVecPairTilesParams), u32); 8] = [
+    ("mul_mat_vec_pair_tiles_f32", pair_tiles_block::<F32, 4>, abi::PAIR_TILES_BLOCK),
+    ("mul_mat_vec_pair_tiles_bf16", pair_tiles_block::<Bf16, 4>, abi::PAIR_TILES_BLOCK),
+    ("mul_mat_vec_pair_tiles_f16", pair_tiles_block::<F16Half, 4>, abi::PAIR_TILES_BLOCK),
+    ("mul_mat_vec_pair_tiles_f16_f32acc", pair_tiles_block::<F16F32, 4>, abi::PAIR_TILES_BLOCK),
+    ("mul_mat_vec_pair_tiles_wide_f32", pair_tiles_block::<F32, 8>, abi::PAIR_TILES_WIDE_BLOCK),
+    ("mul_mat_vec_pair_tiles_wide_bf16", pair_tiles_block::<Bf16, 8>, abi::PAIR_TILES_WIDE_BLOCK),
+    ("mul_mat_vec_pair_tiles_wide_f16", pair_tiles_block::<F16Half, 8>, abi::PAIR_TILES_WIDE_BLOCK),
+    ("mul_mat_vec_pair_tiles_wide_f16_f32acc", pair_tiles_block::<F16F32, 8>, abi::PAIR_TILES_WIDE_BLOCK),
 ];
 
 pair_tiles_entries! {
-    F32 => "mul_mat_vec_pair_tiles_f32", mul_mat_vec_pair_tiles_f32,
+    F32, 4 => "mul_mat_vec_pair_tiles_f32", mul_mat_vec_pair_tiles_f32,
         "mul_mat_vec_pair_tiles_f32_overlap", mul_mat_vec_pair_tiles_f32_overlap;
-    Bf16 => "mul_mat_vec_pair_tiles_bf16", mul_mat_vec_pair_tiles_bf16,
+    Bf16, 4 => "mul_mat_vec_pair_tiles_bf16", mul_mat_vec_pair_tiles_bf16,
         "mul_mat_vec_pair_tiles_bf16_overlap", mul_mat_vec_pair_tiles_bf16_overlap;
-    F16Half => "mul_mat_vec_pair_tiles_f16", mul_mat_vec_pair_tiles_f16,
+    F16Half, 4 => "mul_mat_vec_pair_tiles_f16", mul_mat_vec_pair_tiles_f16,
         "mul_mat_vec_pair_tiles_f16_overlap", mul_mat_vec_pair_tiles_f16_overlap;
-    F16F32 => "mul_mat_vec_pair_tiles_f16_f32acc", mul_mat_vec_pair_tiles_f16_f32acc,
+    F16F32, 4 => "mul_mat_vec_pair_tiles_f16_f32acc", mul_mat_vec_pair_tiles_f16_f32acc,
         "mul_mat_vec_pair_tiles_f16_f32acc_overlap", mul_mat_vec_pair_tiles_f16_f32acc_overlap;
+    F32, 8 => "mul_mat_vec_pair_tiles_wide_f32", mul_mat_vec_pair_tiles_wide_f32,
+        "mul_mat_vec_pair_tiles_wide_f32_overlap", mul_mat_vec_pair_tiles_wide_f32_overlap;
+    Bf16, 8 => "mul_mat_vec_pair_tiles_wide_bf16", mul_mat_vec_pair_tiles_wide_bf16,
+        "mul_mat_vec_pair_tiles_wide_bf16_overlap", mul_mat_vec_pair_tiles_wide_bf16_overlap;
+    F16Half, 8 => "mul_mat_vec_pair_tiles_wide_f16", mul_mat_vec_pair_tiles_wide_f16,
+        "mul_mat_vec_pair_tiles_wide_f16_overlap", mul_mat_vec_pair_tiles_wide_f16_overlap;
+    F16F32, 8 => "mul_mat_vec_pair_tiles_wide_f16_f32acc", mul_mat_vec_pair_tiles_wide_f16_f32acc,
+        "mul_mat_vec_pair_tiles_wide_f16_f32acc_overlap", mul_mat_vec_pair_tiles_wide_f16_f32acc_overlap;
 }
