@@ -123,9 +123,14 @@ RGDN_BATCH_SEQ_ITEMS=0 RGDN_BATCH_ONE_ROW=1 RGDN_SWEEP_FORWARDS=0 RGDN_SWEEP_STR
 RGDN_BATCH_SEQ_ITEMS=1 RGDN_BATCH_SEQ_GROUPS=1 bg ops-seq-items bundle/tests/gpu_ops GDN_LAYER_STEP_BATCH_INVARIANT
 RGDN_BATCH_SEQ_ITEMS=1 RGDN_LAYER_STEP_MAX_GRID=7 RGDN_SWEEP_FORWARDS=0 RGDN_SWEEP_STRIDE=4 bg sweep-seq-items bundle/tests/gpu_sweep
 # [speed] The tiled MUL_MAT_VEC_PAIR(_GATE) entries forced on every pair and pair-gate case (the
-# defaults tile from PAIR_TILES_MIN_COLS columns on; the suite's cases have up to 16), and the
-# replay episodes with them never (RGDN_PAIR_TILES=0).
+# defaults tile from PAIR_TILES_MIN_COLS columns on; the suite's cases have up to 16), in each
+# form (the defaults take the wide one where the grid fits one round of them: the suite's
+# small grids), under memcheck and racecheck in the wide form, and the replay episodes with
+# them never (RGDN_PAIR_TILES=0).
 RGDN_PAIR_TILES=1 bg ops-pair-tiles bundle/tests/gpu_ops MUL_MAT_VEC_PAIR
+RGDN_PAIR_TILES=1 RGDN_PAIR_TILES_WIDE=0 bg ops-pair-tiles-128 bundle/tests/gpu_ops MUL_MAT_VEC_PAIR
+RGDN_PAIR_TILES=1 RGDN_PAIR_TILES_WIDE=1 bg memcheck-pair-tiles-wide compute-sanitizer --tool memcheck --error-exitcode 9 bundle/tests/gpu_ops MUL_MAT_VEC_PAIR_GATE
+RGDN_PAIR_TILES=1 RGDN_PAIR_TILES_WIDE=1 bg racecheck-pair-tiles-wide compute-sanitizer --tool racecheck --error-exitcode 9 bundle/tests/gpu_ops MUL_MAT_VEC_PAIR_GATE
 # (The 9B episodes once, in gpu_replay above: at n_s = 64 each moves gigabytes a step.)
 RGDN_PAIR_TILES=0 RGDN_REPLAY_9B=0 bg replay-pair-rows bundle/tests/gpu_replay
 # [replay] GATED_DELTA_NET_REPLAY_VERIFY with two column groups a warp forced on its suite cases
