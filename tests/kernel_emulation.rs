@@ -423,7 +423,10 @@ fn the_pair_tiles_kernel_source_equals_the_cpu_reference_on_the_suite_cases() {
                     return Some(Err(format!("{}: no emulated body", launch.entry)));
                 };
                 if launch.dims.block != (threads, 1, 1) {
-                    return Some(Err(format!("{}: launched with {:?} threads, its body is for {threads}", launch.entry, launch.dims.block)));
+                    return Some(Err(format!(
+                        "{}: launched with {:?} threads, its body is for {threads}",
+                        launch.entry, launch.dims.block
+                    )));
                 }
                 Some(Ok(run_plain(launch, entry, landing, body)))
             };

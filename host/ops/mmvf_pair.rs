@@ -235,8 +235,11 @@ fn tiles_plain(
         _pad: 0,
     };
     let (heads, cols) = (abi::BATCH_ROW_HEADS as usize, abi::BATCH_ROW_COLS as usize);
-    let (block, shared) =
-        if wide { (abi::PAIR_TILES_WIDE_BLOCK, abi::PAIR_TILES_WIDE_SHARED_BYTES) } else { (abi::PAIR_TILES_BLOCK, abi::PAIR_TILES_SHARED_BYTES) };
+    let (block, shared) = if wide {
+        (abi::PAIR_TILES_WIDE_BLOCK, abi::PAIR_TILES_WIDE_SHARED_BYTES)
+    } else {
+        (abi::PAIR_TILES_BLOCK, abi::PAIR_TILES_SHARED_BYTES)
+    };
     let dims =
         LaunchDims::new((shape.rows.div_ceil(heads) as u32, shape.ncols.div_ceil(cols) as u32, 1), (block, 1, 1)).with_shared_bytes(shared);
     PlainLaunch { entry, dims, params: tiles }

@@ -1576,7 +1576,16 @@ unsafe fn pair_tiles_block<A: Accumulation, const REAL_WARPS: u32>(p: &abi::MulM
     // products, all the block's threads, the reduction buffer then the rings (one a warp) in
     // the block's own dynamic shared memory (no other code, no cp.async into it).
     unsafe {
-        pair_gate_tile::<A, REAL_WARPS>(&p.gate, first_head, n_heads, first_col, n_cols, p.pair_block, buf, buf + abi::BATCH_ROW_REDUCE_BYTES)
+        pair_gate_tile::<A, REAL_WARPS>(
+            &p.gate,
+            first_head,
+            n_heads,
+            first_col,
+            n_cols,
+            p.pair_block,
+            buf,
+            buf + abi::BATCH_ROW_REDUCE_BYTES,
+        )
     }
 }
 
