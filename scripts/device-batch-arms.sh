@@ -10,7 +10,7 @@
 # --clock-control none. BENCH_EXTRA adds bench arguments (e.g. "--replay half") to every arm, an
 # arm's bundle/ARGS its own (e.g. "--fusions conv_chain,pair,gate_pair,state_read": the same
 # binary as another arm, another fusion set). STREAM_PROBE=1 first builds and runs the DRAM
-# byte-mix probe tools/bandwidth/stream_mix.cu (nvcc; its table in stream_mix.txt). Every bundle-plant-NAME.tgz carried runs its GPU suite's layer-step
+# byte-mix probe tools/bandwidth/stream_mix.cu (nvcc; its table in stream_mix.txt). Every bundle-plant-NAME.tgz (or .txz) carried runs its GPU suite's layer-step
 # twins and every third sweep case, each of which must fail. Everything under $OUT/arms/ comes
 # back as arms.tgz beside summary.txt.
 #   run(command="ARMS='old new' NCU_ARM=new bash scripts/device-batch-arms.sh", carry=["arm-old.txz", "arm-new.txz"])
@@ -69,10 +69,11 @@ if [ -n "${NCU_ARM:-}" ]; then
   done
 fi
 export RGDN_SKIP_PARITY=1
-for t in bundle-plant-*.tgz; do
+for t in bundle-plant-*.tgz bundle-plant-*.txz; do
   [ -f "$t" ] || continue
-  n=${t#bundle-plant-}; n=${n%.tgz}
-  mkdir -p "plant-$n" && tar xzf "$t" -C "plant-$n"
+  n=${t#bundle-plant-}; n=${n%.tgz}; n=${n%.txz}
+  mkdir -p "plant-$n"
+  case $t in *.txz) untar_xz "$t" "plant-$n" ;; *) tar xzf "$t" -C "plant-$n" ;; esac
   timeout 150 "plant-$n/bundle/tests/gpu_ops" GDN_LAYER_STEP_VS > "$o/plant-$n-ops.log" 2>&1
   echo "plant $n ops (must fail): exit $? $(grep -E '^GPU suite' "$o/plant-$n-ops.log" | tail -1)" >> "$s"
   RGDN_SWEEP_FORWARDS=0 RGDN_SWEEP_STRIDE=3 timeout 150 "plant-$n/bundle/tests/gpu_sweep" > "$o/plant-$n-sweep.log" 2>&1

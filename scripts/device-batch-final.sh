@@ -18,11 +18,15 @@
 # Everything under $OUT/final/ comes back as one archive, final.tgz, beside summary.txt (the
 # device returns a handful of files per call).
 #   run(command="bash scripts/device-batch-final.sh", carry=["bundle.tgz", "bundle-plant-seqrow.tgz", "bundle-candle.tgz", "bundle-kindplant.tgz"])
+#   (bundle.txz and bundle-plant-NAME.txz, xz, are taken as well)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
-[ -d bundle ] || tar xzf bundle.tgz
+[ -d bundle ] || { [ -f bundle.txz ] && python3 -c 'import tarfile; tarfile.open("bundle.txz").extractall(".")'; } || tar xzf bundle.tgz
 for t in bundle-plant-*.tgz; do [ -f "$t" ] || continue; n=${t#bundle-plant-}; n=${n%.tgz}; mkdir -p "plant-$n" && tar xzf "$t" -C "plant-$n"; done
+# xz plants (`bundle-plant-NAME.txz`: a fifth of the gzip size, where the tree leaves little of
+# the 64 MiB carry), through Python's tarfile where the machine has no xz binary.
+for t in bundle-plant-*.txz; do [ -f "$t" ] || continue; n=${t#bundle-plant-}; n=${n%.txz}; mkdir -p "plant-$n" && python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$t" "plant-$n"; done
 [ -f bundle-candle.tgz ] && tar xzf bundle-candle.tgz
 export PATH="$PATH:/usr/local/cuda/bin" RGDN_REQUIRE_GPU=1
 o=${OUT:-bundle/out}/final

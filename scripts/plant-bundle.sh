@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# [layer-step] Builds bundle-plant-NAME.tgz for scripts/device-plants.sh: the GPU sweep, the
+# [layer-step] Builds bundle-plant-NAME.txz for scripts/device-plants.sh: the GPU sweep, the
 # GPU suite and [replay] the GPU replay episodes built from HEAD with one planted change (a
 # patch), in a worktree of its own with a cargo target directory of its own, so that no plant
 # build can reuse another's PTX (session 6 lost a device call to that: two plant worktrees
@@ -60,6 +60,8 @@ PY
 [ -n "${PLANT_FILTER:-}" ] && echo "$PLANT_FILTER" > "$out/bundle/FILTER"
 # Variables the plant's runs get (e.g. a knob that forces the planted path on every case).
 [ -n "${PLANT_ENV:-}" ] && echo "$PLANT_ENV" > "$out/bundle/ENV"
-tar czf "$root/bundle-plant-$name.tgz" -C "$out" bundle
+# xz (scripts/device-batch-final.sh takes .txz plants): a fifth of gzip's size, which the 64 MiB
+# carry needs now that the tree itself is over 50 MB (session 41: 9.0 MB gzip, 1.7 MB xz).
+tar cf - -C "$out" bundle | xz -9 -T2 > "$root/bundle-plant-$name.txz"
 rm -rf "$out"
-echo "bundle-plant-$name.tgz: $(wc -c < "$root/bundle-plant-$name.tgz") bytes"
+echo "bundle-plant-$name.txz: $(wc -c < "$root/bundle-plant-$name.txz") bytes"
