@@ -198,9 +198,11 @@ impl GatedDeltaNetReplayVerify {
 /// one after the other (its index loads, addresses and token staging paid once for 16 columns)
 /// instead of one: the grid then has half the blocks, each twice as long, which pays only when it
 /// has many waves of them (H_v·n_s = 1024 is 2048 two-group blocks, 2.6 waves of the H200's 792
-/// resident ones at six a multiprocessor; the 9B's n_s = 64 is 5.2). Not measured yet: the arms
-/// `g1` / `g2` of the device scripts are for that. `RGDN_REPLAY_VERIFY_GROUPS` = 1 / 2 forces
-/// either for measurements.
+/// resident ones at six a multiprocessor; the 9B's n_s = 64 is 5.2). Measured there on the H200
+/// (`results/2026-12-06-rv-prefetch-ahead-h200/`, the replay step at a = T/2): one group a warp
+/// 116.38 µs at T = 4 and 172.04 at T = 8, two groups 113.18 and 162.21; the threshold itself
+/// (below n_s = 64) is not measured. `RGDN_REPLAY_VERIFY_GROUPS` = 1 / 2 forces either for
+/// measurements.
 pub const REPLAY_VERIFY_TWO_GROUPS_MIN_HEAD_SEQS: usize = 1024;
 
 /// The column groups a replay-verify warp runs for `heads_x_seqs` = H_v·n_s: the default rule, or
