@@ -43,6 +43,17 @@ timeout 120 bundle/rgdn bench --no-progress --quick --seqs 1,16 --modes t16 --re
 echo "t16 (--replay half): exit $?" >> "$s"
 sed -n '/per layer step/,/^$/p' "$o/t16.txt" | awk 'NF == 11 && $1 ~ /^[0-9]+$/ {print "t16: n_s "$1" T "$2" a "$3" snapshots "$4" µs, replay "$7" µs"}' >> "$s"
 grep -E "^GPU:|16-byte" "$o/stream_mix.txt" >> "$s"
+# NCU1=1: ncu of the two one-launch layer steps at n_s = 1, T = 1 (issue 26's last n_s = 1 gap:
+# the replay step, a = 0, slower than the snapshot step though it writes no state), about 60 s.
+if [ "${NCU1:-0}" = 1 ]; then
+  for kernel in gdn_layer_step_f32_d4 gdn_layer_step_replay_f32_d4; do
+    timeout 120 ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \
+      --section WarpStateStats --section SchedulerStats --print-details all -k "regex:^$kernel\$" -s 2 -c 1 \
+      bundle/rgdn bench --no-progress --quick --seqs 1 --modes decode --replay half --layers 2 --rounds 1 > "$o/ncu-$kernel-n1-decode.txt" 2>&1
+    echo "ncu $kernel n_s=1 decode: exit $?" >> "$s"
+    grep -E "Duration|DRAM Throughput|Achieved Occupancy|Registers Per|Grid Size|Issued Warp|No Eligible|Warp Cycles Per Issued|Dynamic Shared" "$o/ncu-$kernel-n1-decode.txt" | head -12 >> "$s"
+  done
+fi
 # The reports' JSON and plots stay on the machine: the logs hold every figure.
 tar czf "${OUT:-bundle/out}/targets.tgz" -C "$o" --exclude='*.json' --exclude='*.png' --exclude='*.svg' .
 cp "$s" "${OUT:-bundle/out}/summary.txt"
