@@ -709,22 +709,14 @@ fn the_layer_step_kernel_source_equals_the_cpu_reference_on_the_suite_cases() {
 /// One scenario holding a GDN_LAYER_STEP_REPLAY, the step emulated from the kernel's own source
 /// on `blocks` blocks (the scenario's other ops by their reference), against the CPU reference of
 /// the whole scenario: every byte of every buffer.
-/// `four_column_groups` forces the second phase's items (None: the host's rule).
-fn replay_step_case(
-    name: &str,
-    scenario: &Scenario,
-    blocks: u32,
-    landing: Landing,
-    pace: Pace,
-    four_column_groups: Option<bool>,
-) -> Result<(), String> {
+fn replay_step_case(name: &str, scenario: &Scenario, blocks: u32, landing: Landing, pace: Pace) -> Result<(), String> {
     use rgdn::ops::GdnLayerStepReplay;
     let emulate = |op: &(dyn Op + 'static), host: &HostMemory, emulated: &StepBuffers| {
         let step = op.downcast_ref::<GdnLayerStepReplay>()?;
         // The readiness state: zero, as a fresh allocation.
         let mut sync = vec![0u64; abi::GRID_SYNC_BYTES / 8];
         let state = sync.as_mut_ptr() as u64;
-        Some(step.launch_with_groups(host, emulated, state, four_column_groups).map_err(|e| e.to_string()).map(|launch| {
+        Some(step.launch(host, emulated, state).map_err(|e| e.to_string()).map(|launch| {
             let p: abi::GdnLayerStepReplayParams = same_abi(&launch.params);
             let body = gdn_layer_step_replay::ENTRIES_EMULATED
                 .iter()
@@ -756,8 +748,7 @@ fn replay_step_case(
 /// from (the fusion pass with every fusion on a built replay layer: random logs and accepted
 /// counts 0 … T, one to four sequences in their own cells, n_t 1–16, two shapes), on grids of
 /// one, three and five blocks (block 0 held until the others wait on most), its copies landing
-/// at the wait and at the issue, the second phase's items as the host's rule picks them (four-column
-/// groups at one sequence) and once more in the other form: every byte of every buffer.
+/// at the wait and at the issue: every byte of every buffer.
 #[test]
 fn the_replay_step_kernel_source_equals_the_cpu_reference_on_replay_layers() {
     use rgdn::fusion::{Options, compile, sweep};
@@ -791,18 +782,10 @@ fn the_replay_step_kernel_source_equals_the_cpu_reference_on_replay_layers() {
             tolerance: rgdn::suite::Tolerance::BitExact,
             exact_nan_payloads: false,
         };
-        // The host's rule on every launch, then the other form on the first launch's grid.
-        let rule = rgdn::ops::gdn_layer_step_replay::replay_step_four_column_groups(n_s);
-        let forms = launches.iter().map(|&l| (l, None)).chain([(launches[0], Some(!rule))]);
-        for ((blocks, landing, pace), forced) in forms {
+        for &(blocks, landing, pace) in &launches {
             n += 1;
-            let columns = if forced.unwrap_or(rule) { 4 } else { 8 };
-            let name = format!(
-                "replay step (H_k = {}, n_s = {n_s}, n_t = {n_t}, {blocks} blocks, {landing:?}, {pace:?}, {columns}-column items{})",
-                shape.n_k_heads,
-                if forced.is_some() { ", forced" } else { "" }
-            );
-            let result = replay_step_case(&name, &scenario, blocks, landing, pace, forced);
+            let name = format!("replay step (H_k = {}, n_s = {n_s}, n_t = {n_t}, {blocks} blocks, {landing:?}, {pace:?})", shape.n_k_heads);
+            let result = replay_step_case(&name, &scenario, blocks, landing, pace);
             if let Err(e) = result {
                 failures.push(e);
             }
@@ -822,7 +805,7 @@ fn the_replay_step_kernel_source_equals_the_cpu_reference_on_replay_layers() {
         }
         suite_cases += 1;
         n += 1;
-        let result = replay_step_case(&c.name, &scenario, 3, Landing::AtWait, Pace::BlockZeroLast, None);
+        let result = replay_step_case(&c.name, &scenario, 3, Landing::AtWait, Pace::BlockZeroLast);
         if let Err(e) = result {
             failures.push(e);
         }
@@ -1063,16 +1046,7 @@ fn every_perturbed_replay_step_the_host_accepts_runs_to_its_reference() {
     let r = perturbed_trials(&valid, &fields, &replacements, 24, check, oracle, 3, |trial, how, op| {
         let scenario =
             Scenario { mem: mem.clone(), ops: vec![Box::new(op)], tolerance: rgdn::suite::Tolerance::BitExact, exact_nan_payloads: false };
-        // Each form of the second phase's items on every other trial.
-        let four = trial % 2 == 1;
-        replay_step_case(
-            &format!("trial {trial} ({how}, four-column items {four})"),
-            &scenario,
-            3,
-            landing_of(trial),
-            Pace::BlockZeroLast,
-            Some(four),
-        )
+        replay_step_case(&format!("trial {trial} ({how})"), &scenario, 3, landing_of(trial), Pace::BlockZeroLast)
     });
     println!(
         "perturbed replay steps: {} trials, {} accepted ({} distinct, {} of them emulated against their reference), refusals by kind: {:?}",

@@ -54,22 +54,6 @@ pub struct GdnLayerStepReplay {
     pub gdn: GatedDeltaNetReplayVerify,
 }
 
-/// \[speed\] Whether the replay step's second phase runs four-column groups, one a warp (the
-/// single-sequence layer step's unit: n_s·H_v·32 warps), rather than the replay-verify's blocks of
-/// eight-column warps (n_s·H_v·16): at one sequence, where the eight-column items are one block a
-/// multiprocessor and the step's last phase is latency-bound (session 42's ncu on an H100,
-/// `results/2026-12-07-h100-lazy-commit-sizing/`: at T = 1 the replay step issued 0.13 warps a
-/// scheduler against the snapshot step's 0.20). `RGDN_REPLAY_STEP_GROUPS` = 4 / 8 forces either
-/// for measurements (read once per process, as the other launch knobs).
-pub fn replay_step_four_column_groups(n_seqs: usize) -> bool {
-    static KNOB: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
-    match *KNOB.get_or_init(|| super::knob("RGDN_REPLAY_STEP_GROUPS", 4, 8)) {
-        Some(4) => true,
-        Some(8) => false,
-        _ => n_seqs == 1,
-    }
-}
-
 /// The sizes a valid [`GdnLayerStepReplay`] runs with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReplayStepShape {
@@ -93,7 +77,7 @@ pub struct ReplayStepLaunch {
     pub params: abi::GdnLayerStepReplayParams,
     /// Work items of the first phase.
     pub first_phase_items: u32,
-    /// Block items of the second phase (n_s·H_v·4, or n_s·H_v·D/16 in four-column groups).
+    /// Block items of the second phase (n_s·H_v·4).
     pub second_phase_items: u32,
 }
 
@@ -244,8 +228,7 @@ impl GdnLayerStepReplay {
             });
         }
         let shape = ReplayStepShape { chain: chain_shape, products, replay, verify };
-        // Both forms' item counts fit u32 (the four-column one is the larger).
-        self.items(&shape, true)?;
+        self.items(&shape)?;
         if verify.n_heads == 0 || verify.n_key_heads == 0 {
             return Err(Error::Invalid { op: OP, what: "no value heads or no key heads".into() });
         }
@@ -276,12 +259,15 @@ impl GdnLayerStepReplay {
         }
     }
 
-    /// (first-phase items, second-phase block items), checked to fit u32: n_s·H_v·4 replay-verify
-    /// blocks, or with `four_column_groups` n_s·H_v·D/16 blocks of four four-column groups.
-    fn items(&self, shape: &ReplayStepShape, four_column_groups: bool) -> Result<(u32, u32)> {
+    /// (first-phase items, second-phase block items), checked to fit u32.
+    fn items(&self, shape: &ReplayStepShape) -> Result<(u32, u32)> {
         let first = own_items(&shape.chain, &shape.verify)?;
-        let per_head = if four_column_groups { abi::REPLAY_STEP_GROUP_ITEMS_PER_HEAD } else { abi::REPLAY_STEP_ITEMS_PER_HEAD };
-        let second = check::product(OP, "v", "second-phase block items", &[shape.verify.n_seqs, shape.verify.n_heads, per_head as usize])?;
+        let second = check::product(
+            OP,
+            "v",
+            "second-phase block items n_s·H_v·4",
+            &[shape.verify.n_seqs, shape.verify.n_heads, abi::REPLAY_STEP_ITEMS_PER_HEAD as usize],
+        )?;
         Ok((check::fits_u32(OP, "first-phase work items", first)?, check::fits_u32(OP, "second-phase work items", second)?))
     }
 
@@ -290,22 +276,7 @@ impl GdnLayerStepReplay {
     /// [`Op::prepare`] launches this on a co-resident grid; the kernel emulation runs the same
     /// entry's source on the CPU.
     pub fn launch(&self, mem: &dyn Memory, addresses: &dyn KernelAddresses, sync_state: u64) -> Result<ReplayStepLaunch> {
-        self.launch_with_groups(mem, addresses, sync_state, None)
-    }
-
-    /// [test] [`Self::launch`] with the second phase's items forced: `Some(true)` four-column
-    /// groups, `Some(false)` the replay-verify's eight-column blocks, None the host's rule
-    /// ([`replay_step_four_column_groups`]) — what the knob `RGDN_REPLAY_STEP_GROUPS` forces,
-    /// without reading it: the kernel emulation runs both.
-    pub fn launch_with_groups(
-        &self,
-        mem: &dyn Memory,
-        addresses: &dyn KernelAddresses,
-        sync_state: u64,
-        four_column_groups: Option<bool>,
-    ) -> Result<ReplayStepLaunch> {
         let shape = self.check(mem)?;
-        let four_column_groups = four_column_groups.unwrap_or_else(|| replay_step_four_column_groups(shape.verify.n_seqs));
         let (kind, d_conv, n_t) = (shape.products.kind, shape.chain.d_conv, shape.chain.n_tokens);
         let entry = abi::gdn_layer_step_replay_entry(kind, d_conv)
             .ok_or_else(|| Error::Unsupported { op: OP, what: format!("mat-vec kind {kind} with d_conv = {d_conv} has no entry") })?;
@@ -315,7 +286,7 @@ impl GdnLayerStepReplay {
             return Err(Error::Unsupported { op: OP, what: "a conv chain without a window commit (GDN_LAYER_STEP runs it)".into() });
         };
         let rv = self.gdn.params(&(shape.replay, shape.verify), addresses);
-        let (first_phase_items, second_phase_items) = self.items(&shape, four_column_groups)?;
+        let (first_phase_items, second_phase_items) = self.items(&shape)?;
         // Validated: H_v, C/128, n_t and n_s fit u32 (the items do).
         let params = abi::GdnLayerStepReplayParams {
             chain,
@@ -327,7 +298,7 @@ impl GdnLayerStepReplay {
             n_chain_tiles: (shape.chain.n_channels / abi::GDN_CONV_CHAIN_BLOCK as usize) as u32,
             n_tokens: n_t as u32,
             n_seqs: shape.verify.n_seqs as u32,
-            four_column_groups: four_column_groups as u32,
+            _pad: 0,
         };
         Ok(ReplayStepLaunch {
             entry,

@@ -1738,36 +1738,17 @@ pub const fn gdn_layer_step_replay_entry(kind: u32, d_conv: usize) -> Option<&'s
 /// first phase ([`gdn_layer_step_shared_bytes`]: the conv chain's tile — the commit tile's is
 /// the same layout — or a row item's reduction and staging) or a second-phase item's
 /// (GATED_DELTA_NET_REPLAY_VERIFY's block with one group a warp,
-/// [`replay_verify_shared_bytes`], or four four-column groups, [`replay_step_group_shared_bytes`]),
-/// whichever is largest: a block barrier between items.
+/// [`replay_verify_shared_bytes`]), whichever is larger: a block barrier between items.
 pub const fn gdn_layer_step_replay_shared_bytes(d_conv: usize, n_tokens: usize, log_tokens: usize) -> u32 {
     let first = gdn_layer_step_shared_bytes(d_conv, n_tokens);
     let second = replay_verify_shared_bytes(n_tokens, log_tokens, 1);
-    let groups = replay_step_group_shared_bytes(log_tokens);
-    let most = if first > second { first } else { second };
-    if most > groups { most } else { groups }
+    if first > second { first } else { second }
 }
 
 /// \[replay\] GDN_LAYER_STEP_REPLAY: second-phase block items per (sequence, value head), each
 /// GATED_DELTA_NET_REPLAY_VERIFY's block (h, s, z) with one column group a warp
 /// ([`replay_verify_grid_z`]`(1)` = 4: 32 columns a block).
 pub const REPLAY_STEP_ITEMS_PER_HEAD: u32 = replay_verify_grid_z(1);
-
-/// \[replay\] GDN_LAYER_STEP_REPLAY with four-column groups (`four_column_groups` = 1):
-/// second-phase block items per (sequence, value head), each four warps of one four-column group
-/// (D/4 groups a head, as the single-sequence layer step's second phase).
-pub const REPLAY_STEP_GROUP_ITEMS_PER_HEAD: u32 = GDN_LAYER_STEP_GROUPS_PER_HEAD / GDN_LAYER_STEP_WARPS;
-
-/// \[replay\] GDN_LAYER_STEP_REPLAY's second phase in four-column groups: shared bytes of one
-/// item for a log of `log_tokens` — the verify's stage in the single-sequence layer step's layout
-/// ([`GDN_LAYER_STEP_TOKEN_STAGE_BYTES`]), the log's (512 bytes of the key head's k row and
-/// four warps' 32 bytes of v, g, β a logged token), then [`REPLAY_VERIFY_READ_PAST_BYTES`] (the
-/// verify's loop reads "token n_t" with the same loads as the others, never using what it reads).
-pub const fn replay_step_group_shared_bytes(log_tokens: usize) -> u32 {
-    GDN_LAYER_STEP_TOKEN_STAGE_BYTES
-        + log_tokens as u32 * (GDN_HEAD_DIM as u32 * 4 + GDN_LAYER_STEP_WARPS * layer_step_stage_warp_token_bytes(1))
-        + REPLAY_VERIFY_READ_PAST_BYTES
-}
 
 param_struct! {
     /// \[replay\] GDN_LAYER_STEP_REPLAY's parameters, passed by value: the three fused ops' own
@@ -1793,11 +1774,8 @@ param_struct! {
         pub n_tokens: u32,
         /// n_s: sequences, each with its own items.
         pub n_seqs: u32,
-        /// The second phase's items: 0 — GATED_DELTA_NET_REPLAY_VERIFY's blocks of four
-        /// eight-column warps ([`REPLAY_STEP_ITEMS_PER_HEAD`] a head); 1 — four-column groups, one
-        /// a warp ([`REPLAY_STEP_GROUP_ITEMS_PER_HEAD`] blocks a head: the single-sequence layer
-        /// step's second-phase unit), the host's choice at one sequence.
-        pub four_column_groups: u32,
+        /// Zero; makes the size a multiple of 8.
+        pub _pad: u32,
     }
 }
 

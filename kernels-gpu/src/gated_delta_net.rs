@@ -680,7 +680,7 @@ pub(crate) fn stage_slots(layout: WarpGroups, base: u32, warp: u32, t: u32) -> (
 /// # Safety
 /// As [`issue_token_copies`]; all 128 threads of the block call it together.
 #[inline(always)]
-pub(crate) unsafe fn stage_tokens(layout: WarpGroups, src: TokenSource, n_tokens: usize, warp: u32, base: u32) {
+unsafe fn stage_tokens(layout: WarpGroups, src: TokenSource, n_tokens: usize, warp: u32, base: u32) {
     // SAFETY: forwarded to the caller.
     unsafe { issue_token_copies(layout, src, n_tokens, warp, base) };
     shared::wait_async_copies();

@@ -64,8 +64,7 @@ use crate::device::thread::{
 use crate::device::trap;
 use crate::device::warp::{shfl_idx, warp_sum_eight_scattered, warp_sum_sixteen_scattered_lane_ordered};
 use crate::gated_delta_net::{
-    HeadViews, ROWS_PER_LANE, WarpGroups, decay, delta, group_recurrence, issue_token_copies, lane_dot, load_lane_coherent, stage_slots,
-    stage_tokens, token_update, update,
+    HeadViews, ROWS_PER_LANE, WarpGroups, decay, delta, issue_token_copies, lane_dot, load_lane_coherent, stage_slots, update,
 };
 use crate::gated_delta_net_replay::{LogSource, LoggedColumns, columns_token_update, replay_indices_broadcast, replay_indices_load};
 
@@ -115,34 +114,12 @@ fn log_slots(base: u32, log_tokens: u32, warp_token_bytes: u32, warp: u32, t: u3
 /// the area holds `log_tokens` tokens ([`abi::REPLAY_VERIFY_LOG_TOKEN_BYTES`] each) and no
 /// thread reads or writes it before the block barrier after this thread's wait.
 #[inline(always)]
-pub(crate) unsafe fn issue_log_copies(log: LogSource, a: u32, log_tokens: u32, warp: u32, base: u32, columns: u32) {
-    // SAFETY: forwarded to the caller (the layout of `columns` = 8·G).
-    unsafe { issue_log_copies_at(log, a, log_tokens, warp, base, columns, stage_bytes_of(columns)) }
-}
-
-/// [replay] [`issue_log_copies`] for a warp's `columns` (4, 8 or 16) with `warp_token_bytes` a
-/// (warp, token) ([`abi::layer_step_stage_warp_token_bytes`]`(columns / 4)`): the four-column
-/// groups of GDN_LAYER_STEP_REPLAY at one sequence ([`replay_verify_group_item`]) stage their
-/// log in the single-sequence layer step's (warp, token) size, 32 bytes.
-///
-/// # Safety
-/// As [`issue_log_copies`], the area holding `log_tokens` tokens of 512 + 4·`warp_token_bytes`
-/// bytes each, `columns` + 2 ≤ 32 and 4·(`columns` + 2) ≤ `warp_token_bytes`.
-#[inline(always)]
-pub(crate) unsafe fn issue_log_copies_at(
-    mut log: LogSource,
-    a: u32,
-    log_tokens: u32,
-    warp: u32,
-    base: u32,
-    columns: u32,
-    warp_token_bytes: u32,
-) {
+pub(crate) unsafe fn issue_log_copies(mut log: LogSource, a: u32, log_tokens: u32, warp: u32, base: u32, columns: u32) {
     let lane = log.lane;
     let tid = 32 * warp + lane;
     let mut t = 0u32;
     while t < a {
-        let (k_at, mine) = log_slots(base, log_tokens, warp_token_bytes, warp, t);
+        let (k_at, mine) = log_slots(base, log_tokens, stage_bytes_of(columns), warp, t);
         // SAFETY: token t < a of the validated log views, element tid < D of its k row, the
         // warp's columns col + lane (lane < columns ≤ 16), its g and β (caller); the slots lie inside the
         // area (t < log_tokens, warp < 4), each written by this thread only.
@@ -579,145 +556,6 @@ pub(crate) unsafe fn replay_verify_item<const WAIT: bool>(
         }
         s = load_group(warp_col0 + C * group as usize);
     }
-}
-
-/// \[replay\] A second-phase item of GDN_LAYER_STEP_REPLAY in four-column groups (the host's
-/// choice at one sequence, `four_column_groups`): warp `warp` runs column group `group` —
-/// columns `4·group … 4·group + 3` of value head `head`, sequence `seq` —, the single-sequence
-/// layer step's second-phase unit ([`run_group_at`](crate::gated_delta_net::run_group_at)): twice
-/// the warps of [`replay_verify_item`]'s eight-column ones, each with half the columns. For each
-/// column, GATED_DELTA_NET_REPLAY's warp (its [`token_update`] on each logged token t < a, the
-/// column's own warp sum, then its store of the state to row `dest_rows[s]`) and then
-/// GATED_DELTA_NET_FROM_CACHE's warp on the state in registers
-/// ([`group_recurrence`]`::<4, 8>`, `n_slots` = 0: every `out` element, no state slot) — the
-/// one-warp-per-column kernels' operations, operands and order for every column, as
-/// [`replay_verify_item`]; only independent operations of different columns interleave. The
-/// replay and its commit run before `ready`, as there.
-///
-/// Shared memory from its base: the verify's stage in the single-sequence layout
-/// ([`WarpGroups::ONE`], [`abi::GDN_LAYER_STEP_TOKEN_STAGE_BYTES`]), then the log's (512 bytes of
-/// k and four warps' 32 of v, g, β a logged token), then [`abi::REPLAY_VERIFY_READ_PAST_BYTES`]:
-/// [`abi::replay_step_group_shared_bytes`].
-///
-/// Why the cache may be read and written: as [`replay_verify_item`] — element (i, col, h) of the
-/// row read or written is read by exactly one thread (lane i mod 32 of the warp running column
-/// col's group), once, before that thread's only store of it.
-///
-/// # Safety
-/// As [`replay_verify_item`]`::<true>` for the block's four warps running groups
-/// `4·q … 4·q + 3` of (head, seq) (warp w group 4·q + w, q < D/16), every thread of the block
-/// calling it together; `ready` called once by every thread as there; the block's shared memory
-/// holds [`abi::replay_step_group_shared_bytes`]`(T_log)` bytes and is this item's alone.
-#[inline(always)]
-pub(crate) unsafe fn replay_verify_group_item(
-    p: &abi::GatedDeltaNetReplayVerifyParams,
-    head: u32,
-    seq: u32,
-    group: u32,
-    warp: u32,
-    lane: u32,
-    ready: impl FnOnce(),
-) {
-    const COLUMNS: usize = GDN_LAYER_STEP_GROUP_COLUMNS as usize;
-    let r = &p.replay;
-    let lane_usize = lane as usize;
-    // SAFETY: head < H_v, seq < n_s of the validated verify views (launch contract).
-    let h = unsafe { HeadViews::at(&p.verify, head, seq) };
-    let (head, seq) = (head as usize, seq as usize);
-    // SAFETY: this lane's own; seq < n_s: elements of the validated index views, each a count or
-    // a row of the cache, never written.
-    let indices = unsafe { replay_indices_load(r, seq, lane) };
-    // SAFETY: the whole warp (caller), each lane with its own load.
-    let (a, source, dest) = unsafe { replay_indices_broadcast(indices) };
-    if a > r.n_tokens {
-        // The host validated a ≤ T_log; a violated contract aborts the launch.
-        trap();
-    }
-    // The host validated n_key_heads ≥ 1 (`checked_rem` keeps a panic path out of the PTX).
-    let Some(key_head) = (head as u32).checked_rem(r.n_key_heads) else { trap() };
-    let cache = r.cache as usize as *mut f32;
-    let row_stride = r.cache_row as usize;
-    // The row the replay reads, or with a = 0 the row the verify reads.
-    let read_row = cache.wrapping_add((if a > 0 { source } else { dest }) as usize * row_stride);
-    let col0 = group as usize * COLUMNS;
-    // Column col0's elements in a row's head block start here; column col0 + j at + j·D.
-    let column0 = (head * GDN_HEAD_DIM + col0) * GDN_HEAD_DIM;
-    let mut s = [[0.0f32; ROWS_PER_LANE]; COLUMNS];
-    let mut j = 0;
-    while j < COLUMNS {
-        // SAFETY: this lane's elements (i, col0 + j, head) of the row, inside the validated cache
-        // view; read before this thread's only store of them, and no other thread writes them.
-        s[j] = unsafe { load_lane_coherent(read_row.wrapping_add(column0 + j * GDN_HEAD_DIM), lane_usize) };
-        j += 1;
-    }
-    let stage = shared::base();
-    let log_stage = stage + abi::GDN_LAYER_STEP_TOKEN_STAGE_BYTES;
-    let warp_token_bytes = abi::layer_step_stage_warp_token_bytes(1);
-    let log = LogSource {
-        k: r.k.at(key_head as usize, seq),
-        v: r.v.at(head, seq),
-        g: r.g.at(head, seq),
-        beta: r.beta.at(head, seq),
-        lane,
-        col: col0 as u32,
-        k_token: r.k.token as usize,
-        v_token: r.v.token as usize,
-        g_token: r.g.token as usize,
-        beta_token: r.beta.token as usize,
-    };
-    // SAFETY: tokens < a ≤ T_log of the validated log views, the warp's four columns; the log's
-    // area after the verify's holds T_log tokens of 512 + 4·32 bytes (the item's shared bytes);
-    // 4·(4 + 2) ≤ 32.
-    unsafe { issue_log_copies_at(log, a, r.n_tokens, warp, log_stage, COLUMNS as u32, warp_token_bytes) };
-    shared::wait_async_copies();
-    // SAFETY: every thread of the block is here (a is the block's, no early exit); after it
-    // each thread's copies are visible to the whole block.
-    unsafe { sync_threads() };
-    if a > 0 {
-        // The replay: each logged token t < a on each column, GATED_DELTA_NET_REPLAY's
-        // `token_update` (γ = expf(g) once a token, the same value for every column).
-        let mut t = 0;
-        while t < a {
-            let (k_at, mine) = log_slots(log_stage, r.n_tokens, warp_token_bytes, warp, t);
-            let mut k = [0.0; ROWS_PER_LANE];
-            let mut i = 0;
-            while i < ROWS_PER_LANE {
-                // SAFETY: token t's staged k row (the copies waited for, a barrier since).
-                k[i] = unsafe { shared::load_f32(k_at + 4 * (32 * i as u32 + lane)) };
-                i += 1;
-            }
-            // SAFETY: the warp's staged g and β after its four v (8-byte aligned: `mine` is a
-            // multiple of 32 from the 16-byte aligned base).
-            let (g, beta) = unsafe { shared::load_f32x2(mine + 4 * COLUMNS as u32) };
-            let gamma = decay(g);
-            let mut j = 0;
-            while j < COLUMNS {
-                // SAFETY: column j's staged v; the whole warp runs the same trip counts (a is the
-                // block's) with no early exit.
-                unsafe { token_update(&mut s[j], &k, shared::load_f32(mine + 4 * j as u32), gamma, beta) };
-                j += 1;
-            }
-            t += 1;
-        }
-        let dest_row = cache.wrapping_add(dest as usize * row_stride);
-        let mut j = 0;
-        while j < COLUMNS {
-            // SAFETY: this lane's elements (i, col0 + j, head) of row `dest`, inside the validated
-            // cache view, written by this thread only (see above).
-            unsafe { store_f32x4_stride32(dest_row, (column0 + j * GDN_HEAD_DIM + lane_usize) as u32, &s[j]) };
-            j += 1;
-        }
-    }
-    // The verify's inputs are other blocks' first-phase outputs: the readiness wait (its acquire
-    // and block barrier), then their staging into the verify's area, which no thread touched.
-    ready();
-    // SAFETY: the block's four warps with four consecutive groups of one head (caller), after
-    // `ready`: the inputs written and visible, the area free; tokens < n_t ≤ 16.
-    unsafe { stage_tokens(WarpGroups::ONE, h.token_source(lane_usize, col0), h.n_tokens, warp, stage) };
-    // SAFETY: staged above for this warp's group; the columns' `out` elements written by this
-    // warp only (n_slots = 0: no slot); the whole warp is here; "token n_t"'s loads stay inside
-    // the item's shared bytes (the log's area and the pad follow the stage).
-    unsafe { group_recurrence::<COLUMNS, { 2 * COLUMNS }>(WarpGroups::ONE, &h, s, col0, stage, warp, lane, 0) };
 }
 
 /// Entry point; see the module docs.

@@ -63,13 +63,13 @@
 
 use crate::abi::{
     GDN_CONV_CHAIN_MAX_TOKENS, GDN_LAYER_STEP_COLS, GDN_LAYER_STEP_WARPS, GdnLayerStepReplayParams, LayerStepItems,
-    REPLAY_STEP_GROUP_ITEMS_PER_HEAD, REPLAY_STEP_ITEMS_PER_HEAD,
+    REPLAY_STEP_ITEMS_PER_HEAD,
 };
 use crate::device::grid::{arrive, close_launch, grid_target, publish_item, wait_items};
 use crate::device::shared;
 use crate::device::thread::{block_idx_x, grid_dim_x, sync_threads, thread_idx_x};
 use crate::device::trap;
-use crate::gated_delta_net_replay_verify::{replay_verify_group_item, replay_verify_item};
+use crate::gated_delta_net_replay_verify::replay_verify_item;
 use crate::gdn_conv_chain::{gdn_conv_chain_commit_logs, gdn_conv_chain_commit_tile};
 use crate::mmvf::{Accumulation, Bf16, F16F32, F16Half, F32, pair_gate_row_halves};
 
@@ -139,36 +139,25 @@ unsafe fn gdn_layer_step_replay<A: Accumulation, const D_CONV: usize>(p: &GdnLay
     }
     // SAFETY: every thread of the block, once, after its last publication.
     unsafe { arrive(state) };
-    // ---- Phase 2: GATED_DELTA_NET_REPLAY_VERIFY's blocks (or, `four_column_groups`, four
-    // four-column groups a block), from the grid's last block down. ----
-    let four_columns = p.four_column_groups != 0;
-    let per_head = if four_columns { REPLAY_STEP_GROUP_ITEMS_PER_HEAD } else { REPLAY_STEP_ITEMS_PER_HEAD };
-    let per_seq = p.n_heads * per_head;
+    // ---- Phase 2: GATED_DELTA_NET_REPLAY_VERIFY's blocks, from the grid's last block down. ----
+    let per_seq = p.n_heads * REPLAY_STEP_ITEMS_PER_HEAD;
     let block_items = items.n_seqs * per_seq;
     let mut item = grid - 1 - block;
     while item < block_items {
         // H_v ≥ 1 here (an item exists); a violated contract aborts the launch.
         let (Some(seq), Some(in_seq)) = (item.checked_div(per_seq), item.checked_rem(per_seq)) else { trap() };
-        let (head, z) = (in_seq / per_head, in_seq % per_head);
+        let (head, z) = (in_seq / REPLAY_STEP_ITEMS_PER_HEAD, in_seq % REPLAY_STEP_ITEMS_PER_HEAD);
         // The host proved these waits cover every writer of the head's verify inputs.
         let read = items.item_read_by(seq, head, lane, trap);
         // SAFETY: every thread of the block (the item is block-uniform); each awaited item <
         // the first-phase items, published by its block, and this block published and arrived.
         let ready = || unsafe { wait_items(state, read, target) };
-        if four_columns {
-            // SAFETY: the block's warps run groups 4·z … 4·z + 3 of (head, seq) (z < D/16), every
-            // thread of the block here; `ready` as below; the shared memory holds the four-column
-            // item's bytes (`gdn_layer_step_replay_shared_bytes` includes them) and is this
-            // item's (a barrier after the previous item).
-            unsafe { replay_verify_group_item(&p.rv, head, seq, z * GDN_LAYER_STEP_WARPS + warp, warp, lane, ready) };
-        } else {
-            // SAFETY: block (head, seq, z) of the validated replay-verify with one group a warp
-            // (z < 4 = replay_verify_grid_z(1)), every thread of the block here; once `ready`
-            // returned its verify inputs are written and visible and nothing writes them any
-            // more (module docs); the replay's log, counts and rows are written by no item
-            // (host); the shared memory is this item's (a barrier after the previous item).
-            unsafe { replay_verify_item::<true>(&p.rv, head, seq, z, warp, lane, 1, ready) };
-        }
+        // SAFETY: block (head, seq, z) of the validated replay-verify with one group a warp
+        // (z < 4 = replay_verify_grid_z(1)), every thread of the block here; once `ready`
+        // returned its verify inputs are written and visible and nothing writes them any more
+        // (module docs); the replay's log, counts and rows are written by no item (host); the
+        // shared memory is this item's (a barrier after the previous item).
+        unsafe { replay_verify_item::<true>(&p.rv, head, seq, z, warp, lane, 1, ready) };
         item += grid;
         if item < block_items {
             // SAFETY: every thread of the block (block-uniform loop): the next item's copies
