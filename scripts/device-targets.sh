@@ -33,14 +33,18 @@ runs=(
 for round in $(seq 1 "${ROUNDS:-1}"); do
   for r in "${runs[@]}"; do
     IFS='|' read -r name env args <<< "$r"
+    # TARGET_RUNS (names, e.g. "half"): only those runs, and no T = 16 run unless named "t16".
+    [ -n "${TARGET_RUNS:-}" ] && [[ " $TARGET_RUNS " != *" $name "* ]] && continue
     # shellcheck disable=SC2086 # the arguments are words
     timeout 150 env $env bundle/rgdn bench --no-progress --quick $args --out "$o/$name-$round" > "$o/$name-$round.txt" 2>&1
     echo "$name round $round ($env $args): exit $?" >> "$s"
     sed -n '/per layer step/,/^$/p' "$o/$name-$round.txt" | awk -v a="$name-$round" 'NF == 11 && $1 ~ /^[0-9]+$/ {print a": n_s "$1" T "$2" a "$3" snapshots "$4" µs, replay "$7" µs"}' >> "$s"
   done
 done
+if [ -z "${TARGET_RUNS:-}" ] || [[ " $TARGET_RUNS " == *" t16 "* ]]; then
 timeout 120 bundle/rgdn bench --no-progress --quick --seqs 1,16 --modes t16 --replay half --out "$o/t16" > "$o/t16.txt" 2>&1
 echo "t16 (--replay half): exit $?" >> "$s"
+fi
 sed -n '/per layer step/,/^$/p' "$o/t16.txt" | awk 'NF == 11 && $1 ~ /^[0-9]+$/ {print "t16: n_s "$1" T "$2" a "$3" snapshots "$4" µs, replay "$7" µs"}' >> "$s"
 grep -E "^GPU:|16-byte" "$o/stream_mix.txt" >> "$s"
 # NCU1=1: ncu of the two one-launch layer steps at n_s = 1, T = 1 (issue 26's last n_s = 1 gap:
