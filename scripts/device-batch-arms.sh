@@ -10,7 +10,8 @@
 # --clock-control none. BENCH_EXTRA adds bench arguments (e.g. "--replay half") to every arm, an
 # arm's bundle/ARGS its own (e.g. "--fusions conv_chain,pair,gate_pair,state_read": the same
 # binary as another arm, another fusion set). STREAM_PROBE=1 first builds and runs the DRAM
-# byte-mix probe tools/bandwidth/stream_mix.cu (nvcc; its table in stream_mix.txt). Every bundle-plant-NAME.tgz (or .txz) carried runs its GPU suite's layer-step
+# byte-mix probe tools/bandwidth/stream_mix.cu (nvcc; its table in stream_mix.txt). CHECK runs
+# each arm's `rgdn check CHECK` (below). Every bundle-plant-NAME.tgz (or .txz) carried runs its GPU suite's layer-step
 # twins and every third sweep case, each of which must fail. Everything under $OUT/arms/ comes
 # back as arms.tgz beside summary.txt.
 #   run(command="ARMS='old new' NCU_ARM=new bash scripts/device-batch-arms.sh", carry=["arm-old.txz", "arm-new.txz"])
@@ -48,6 +49,15 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
     sed -n '/per layer step/,/^$/p' "$o/$a-$round.txt" | awk -v a="$a-$round" 'NF == 11 && $1 ~ /^[0-9]+$/ {print a": n_s "$1" T "$2" a "$3" snapshots "$4" µs, replay "$7" µs"; next} NF > 5 && $1 ~ /^[0-9]+$/ {print a": n_s "$1" T "$2" "$5" µs"}' >> "$s"
   done
 done
+# CHECK (a `rgdn check` filter, e.g. GDN_CONV_CHAIN): every arm's own binary runs those op-suite
+# cases on the GPU, each bit-exact against its CPU reference (an experiment arm's correctness in
+# the call that times it).
+if [ -n "${CHECK:-}" ]; then
+  for a in $arms; do
+    timeout 150 "arm/$a/bundle/rgdn" check "$CHECK" > "$o/check-$a.txt" 2>&1
+    echo "check $a ($CHECK): exit $? $(grep -E '^total' "$o/check-$a.txt" | tr -s ' ')" >> "$s"
+  done
+fi
 if [ -n "${NCU_ARM:-}" ]; then
   for kernel in ${NCU_KERNELS:-gdn_layer_step_batch}; do
   for shape in ${NCU_SHAPES:-64:mtp3}; do
