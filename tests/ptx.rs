@@ -39,10 +39,11 @@ fn kernels_have_no_panic_paths() {
 fn gdn_conv_chain_entries_use_no_local_memory() {
     let ptx = rgdn::kernels::PTX;
     for d in rgdn::kernels::abi::GDN_CONV_CHAIN_WIDTHS {
-        let entry = rgdn::kernels::abi::gdn_conv_chain_entry(d).unwrap();
-        let body = entry_body(ptx, entry);
-        for local in ["__local_depot", ".local", "%SPL"] {
-            assert!(!body.contains(local), "{entry} uses local memory (`{local}` in its PTX)");
+        for entry in rgdn::kernels::abi::gdn_conv_chain_entries(d).unwrap() {
+            let body = entry_body(ptx, entry);
+            for local in ["__local_depot", ".local", "%SPL"] {
+                assert!(!body.contains(local), "{entry} uses local memory (`{local}` in its PTX)");
+            }
         }
     }
 }

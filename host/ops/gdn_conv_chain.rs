@@ -162,7 +162,7 @@ impl GdnConvChain {
         let [d_conv, n_channels, ..] = self.weight.ne();
         check::shape(OP, "weight", &self.weight, [d_conv, n_channels, 1, 1])?;
         check::rows_contiguous(OP, "weight", &self.weight)?;
-        if abi::gdn_conv_chain_entry(d_conv).is_none() {
+        if abi::gdn_conv_chain_entries(d_conv).is_none() {
             return Err(Error::Unsupported {
                 op: OP,
                 what: format!("d_conv = {d_conv} (kernels exist for {:?})", abi::GDN_CONV_CHAIN_WIDTHS),
@@ -433,7 +433,7 @@ impl GdnConvChain {
         let dims = LaunchDims::new((blocks, shape.n_seqs as u32, 1), (abi::GDN_CONV_CHAIN_BLOCK, 1, 1))
             .with_shared_bytes(abi::gdn_conv_chain_shared_bytes(shape.d_conv, shape.n_tokens));
         let (entry, params) = match self.commit_params(params, addresses) {
-            None => (abi::gdn_conv_chain_entry(shape.d_conv), ConvChainParams::Chain(params)),
+            None => (abi::gdn_conv_chain_entry(shape.d_conv, shape.n_tokens), ConvChainParams::Chain(params)),
             Some(with_commit) if overlap.lets_next_start => {
                 (abi::gdn_conv_chain_commit_overlap_entry(shape.d_conv), ConvChainParams::Commit(with_commit))
             }

@@ -109,6 +109,15 @@ macro_rules! entry_name {
     (gdn_conv_chain, 5) => {
         "gdn_conv_chain_f32_d5"
     };
+    (gdn_conv_chain_t4, 3) => {
+        "gdn_conv_chain_f32_d3_t4"
+    };
+    (gdn_conv_chain_t4, 4) => {
+        "gdn_conv_chain_f32_d4_t4"
+    };
+    (gdn_conv_chain_t4, 5) => {
+        "gdn_conv_chain_f32_d5_t4"
+    };
     (gdn_conv_chain_commit, 3) => {
         "gdn_conv_chain_commit_f32_d3"
     };
@@ -1008,14 +1017,31 @@ pub const GDN_CONV_CHAIN_WIDTHS: [usize; 3] = [3, 4, 5];
 /// block holds whole heads).
 pub const GDN_CONV_CHAIN_HEAD_DIMS: [usize; 3] = [32, 64, 128];
 
-/// The GDN_CONV_CHAIN entry for `d_conv` taps.
-pub const fn gdn_conv_chain_entry(d_conv: usize) -> Option<&'static str> {
-    Some(match d_conv {
-        3 => entry_name!(gdn_conv_chain, 3),
-        4 => entry_name!(gdn_conv_chain, 4),
-        5 => entry_name!(gdn_conv_chain, 5),
+/// The GDN_CONV_CHAIN entry for `d_conv` taps and `n_tokens` tokens: `gdn_conv_chain_f32_d*_t4`
+/// (4 token slots) for n_tokens ≤ 2, else `gdn_conv_chain_f32_d*` (16 slots, any n_tokens ≤ 16).
+/// [speed] Measured in one H100 call, same binary otherwise
+/// (`results/2026-12-07-chain-token-slots/`, session 45): the 4-slot entry took the chain from
+/// 12.94 to 8.78 µs at n_s = 64, T = 1 and from 13.98 to 13.62 at T = 2, but was slower at T = 3
+/// and 4 (17.15 against 16.93, 21.23 against 20.66): there the kernel is bound by DRAM, not by
+/// its issue, and an 8-slot entry gained nothing at T = 5 … 8 either.
+pub const fn gdn_conv_chain_entry(d_conv: usize, n_tokens: usize) -> Option<&'static str> {
+    Some(match (d_conv, n_tokens) {
+        (3, 0..=2) => entry_name!(gdn_conv_chain_t4, 3),
+        (4, 0..=2) => entry_name!(gdn_conv_chain_t4, 4),
+        (5, 0..=2) => entry_name!(gdn_conv_chain_t4, 5),
+        (3, _) => entry_name!(gdn_conv_chain, 3),
+        (4, _) => entry_name!(gdn_conv_chain, 4),
+        (5, _) => entry_name!(gdn_conv_chain, 5),
         _ => return None,
     })
+}
+
+/// Every GDN_CONV_CHAIN entry for `d_conv` taps, by its token slots (4, 16).
+pub const fn gdn_conv_chain_entries(d_conv: usize) -> Option<[&'static str; 2]> {
+    match (gdn_conv_chain_entry(d_conv, 1), gdn_conv_chain_entry(d_conv, GDN_CONV_CHAIN_MAX_TOKENS)) {
+        (Some(a), Some(b)) => Some([a, b]),
+        _ => None,
+    }
 }
 
 /// \[replay\] `GdnConvChainCommitParams::logs`: the step's conv inputs to `log_out`.
@@ -2429,6 +2455,9 @@ const LISTED_ENTRIES: &[EntrySig] = &[
     EntrySig::of::<GdnConvChainParams>(entry_name!(gdn_conv_chain, 3)),
     EntrySig::of::<GdnConvChainParams>(entry_name!(gdn_conv_chain, 4)),
     EntrySig::of::<GdnConvChainParams>(entry_name!(gdn_conv_chain, 5)),
+    EntrySig::of::<GdnConvChainParams>(entry_name!(gdn_conv_chain_t4, 3)),
+    EntrySig::of::<GdnConvChainParams>(entry_name!(gdn_conv_chain_t4, 4)),
+    EntrySig::of::<GdnConvChainParams>(entry_name!(gdn_conv_chain_t4, 5)),
     EntrySig::of::<MulMatVecPairTilesParams>("mul_mat_vec_pair_tiles_f32"),
     EntrySig::of::<MulMatVecPairTilesParams>("mul_mat_vec_pair_tiles_bf16"),
     EntrySig::of::<MulMatVecPairTilesParams>("mul_mat_vec_pair_tiles_f16"),

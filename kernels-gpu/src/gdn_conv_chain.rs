@@ -83,6 +83,44 @@ struct RowWriter {
 }
 
 impl RowWriter {
+    /// The block's writer of its slice (channels `c0` …) of any cache row, from the tile at
+    /// `tile`: thread tid stores slice floats f = k·128 + tid (channel f / state_len, slot
+    /// f % state_len).
+    #[inline(always)]
+    fn new<const D_CONV: usize>(p: &GdnConvChainParams, c0: usize, tile: u32, stride: usize) -> RowWriter {
+        let state_len = D_CONV - 1;
+        let tid = thread_idx_x() as usize;
+        let mut tile_at = [0usize; 4];
+        let mut k = 0;
+        while k < state_len {
+            tile_at[k] = old_slot::<D_CONV>(k, tid, stride);
+            k += 1;
+        }
+        RowWriter { cache: p.cache as *mut f32, cache_row: p.cache_row as usize, slice_off: c0 * state_len, tile, tile_at, state_len, tid }
+    }
+
+    /// Writes one row `(row, offset)`: [`RowWriter::write`]'s loads and stores for one row.
+    ///
+    /// # Safety
+    /// As [`RowWriter::write`].
+    #[inline(always)]
+    unsafe fn write_one(&self, (row, offset): (usize, usize)) {
+        let mut v = [0.0f32; 4];
+        let mut k = 0;
+        while k < self.state_len {
+            // SAFETY: as in `write`.
+            v[k] = unsafe { shared::load_f32(at(self.tile, self.tile_at[k] + offset)) };
+            k += 1;
+        }
+        // SAFETY: forwarded to the caller; the slice lies inside the row (channels < C).
+        let dst = unsafe { self.cache.add(row * self.cache_row + self.slice_off) };
+        let mut k = 0;
+        while k < self.state_len {
+            unsafe { *dst.add(k * BLOCK + self.tid) = v[k] };
+            k += 1;
+        }
+    }
+
     /// Writes a group of rows `(row, offset)`.
     ///
     /// # Safety
@@ -140,11 +178,11 @@ fn conv_chunk<const D_CONV: usize>(cols: &[f32; 4 + GDN_CONV_CHAIN_MAX_TOKENS], 
 
 /// What a tile reads from global memory for one sequence — phase 1's loads, issued before any
 /// shared store (a generic load may not move above a shared store, so the order is kept by
-/// hand): the channel's n_t tokens (+0 past n_t) and the block's slice of the source row
-/// (slice float k·128 + tid for k < d_conv − 1).
+/// hand): the channel's n_t ≤ `MAX_T` tokens (+0 past n_t) and the block's slice of the source
+/// row (slice float k·128 + tid for k < d_conv − 1).
 #[derive(Clone, Copy)]
-pub(crate) struct TileInputs {
-    x: [f32; GDN_CONV_CHAIN_MAX_TOKENS],
+pub(crate) struct TileInputs<const MAX_T: usize> {
+    x: [f32; MAX_T],
     old: [f32; 4],
 }
 
@@ -178,14 +216,19 @@ pub(crate) unsafe fn tile_source_row(p: &GdnConvChainParams, seq: usize) -> usiz
 }
 
 /// Phase 1's global loads of tile `tile` for sequence `seq` ([`TileInputs`]): its tokens from
-/// qkv (contiguous across the block's threads for each t) and, GET_ROWS of the sequence's
-/// source row `src_row` ([`tile_source_row`]), the block's slice of it, coalesced.
+/// qkv (contiguous across the block's threads for each t; `MAX_T` token slots) and, GET_ROWS of
+/// the sequence's source row `src_row` ([`tile_source_row`]), the block's slice of it, coalesced.
 ///
 /// # Safety
 /// As [`gdn_conv_chain_tile`] (`tile` < C/128, `seq` < n_s of a validated op, `src_row` its
-/// source row).
+/// source row, n_t ≤ `MAX_T`).
 #[inline(always)]
-pub(crate) unsafe fn tile_loads<const D_CONV: usize>(p: &GdnConvChainParams, tile: usize, seq: usize, src_row: usize) -> TileInputs {
+pub(crate) unsafe fn tile_loads<const D_CONV: usize, const MAX_T: usize>(
+    p: &GdnConvChainParams,
+    tile: usize,
+    seq: usize,
+    src_row: usize,
+) -> TileInputs<MAX_T> {
     let state_len = D_CONV - 1;
     let n_t = p.n_tokens as usize;
     let tid = thread_idx_x() as usize;
@@ -193,9 +236,9 @@ pub(crate) unsafe fn tile_loads<const D_CONV: usize>(p: &GdnConvChainParams, til
     // SAFETY (all loads): the host validated the source index of every sequence < n_s, and the
     // views for channels < C, n_t tokens and n_s sequences.
     let qkv = unsafe { (p.qkv as *const f32).add(seq * p.qkv_seq as usize + c0 + tid) };
-    let mut x = [0.0f32; GDN_CONV_CHAIN_MAX_TOKENS];
+    let mut x = [0.0f32; MAX_T];
     let mut t = 0;
-    while t < GDN_CONV_CHAIN_MAX_TOKENS {
+    while t < MAX_T {
         if t < n_t {
             x[t] = unsafe { *qkv.add(t * p.qkv_token as usize) };
         }
@@ -212,24 +255,43 @@ pub(crate) unsafe fn tile_loads<const D_CONV: usize>(p: &GdnConvChainParams, til
 }
 
 /// The conv chain of channel tile `tile` (channels `tile·128 … tile·128+127`) of sequence `seq`,
-/// run by the calling block: phases 1–4 of the module docs. GDN_CONV_CHAIN runs tile
-/// `%ctaid.x` of sequence `%ctaid.y`; [layer-step] GDN_LAYER_STEP runs tiles as work items of its
-/// first phase (same body).
+/// run by the calling block: phases 1–4 of the module docs, every loop over the tokens running
+/// through `MAX_T` ≥ n_t slots. GDN_CONV_CHAIN runs tile `%ctaid.x` of sequence `%ctaid.y` with
+/// 4 slots for n_t ≤ 2, else 16 ([`gdn_conv_chain_block`]); [layer-step]
+/// GDN_LAYER_STEP runs tiles as work items of its first phase (same body, 16 slots).
 ///
 /// # Safety
 /// See the module docs: the host validated every view and index for C/128 tiles (`tile` one of
 /// them) and n_s sequences (`seq` one of them); the block has 128 threads, all of which call
 /// this together, and its dynamic shared memory holds at least
 /// `gdn_conv_chain_shared_bytes(D_CONV, n_tokens)` that no other code accesses until every
-/// thread has returned (a caller running several tiles puts a block barrier between them).
+/// thread has returned (a caller running several tiles puts a block barrier between them);
+/// n_t ≤ `MAX_T` ≤ 16.
 #[inline(always)]
-pub(crate) unsafe fn gdn_conv_chain_tile<const D_CONV: usize>(p: &GdnConvChainParams, tile: usize, seq: usize) {
+pub(crate) unsafe fn gdn_conv_chain_tile<const D_CONV: usize, const MAX_T: usize>(p: &GdnConvChainParams, tile: usize, seq: usize) {
     // SAFETY: forwarded to the caller.
     unsafe {
         let w = tile_weights::<D_CONV>(p, tile);
-        let inputs = tile_loads::<D_CONV>(p, tile, seq, tile_source_row(p, seq));
-        tile_compute::<D_CONV>(p, tile, seq, inputs, &w, shared::base());
+        let inputs = tile_loads::<D_CONV, MAX_T>(p, tile, seq, tile_source_row(p, seq));
+        tile_compute::<D_CONV, MAX_T>(p, tile, seq, inputs, &w, shared::base());
     }
+}
+
+/// GDN_CONV_CHAIN's block (tile `%ctaid.x`, sequence `%ctaid.y`) with `MAX_T` token slots:
+/// the `_t4` entries and the plain one (any n_t ≤ 16), which the host picks by n_t
+/// (`abi::gdn_conv_chain_entry`: `_t4` for n_t ≤ 2, where it measured faster). [speed] At 16
+/// slots whatever n_t, a short step's block spent most of its issue on the empty slots'
+/// addresses and predicates (H100 ncu, n_s = 64, T = 1: 548 instructions a warp, most of them
+/// integer and predicate work, 0.84 issued a scheduler). Every entry computes the same values
+/// with the same operations; only the unrolled bound differs, and a one-row step's row is
+/// stored once instead of four times (`tile_row_alone`), so the bits do not.
+///
+/// # Safety
+/// As [`gdn_conv_chain_tile`] for this block, with n_t ≤ `MAX_T`.
+#[inline(always)]
+unsafe fn gdn_conv_chain_block<const D_CONV: usize, const MAX_T: usize>(p: &GdnConvChainParams) {
+    // SAFETY: forwarded from the contract above.
+    unsafe { gdn_conv_chain_tile::<D_CONV, MAX_T>(p, block_idx_x() as usize, block_idx_y() as usize) }
 }
 
 /// [seq-batch] Tile `tile` of sequences `first_seq … first_seq + n_seqs − 1`, side by side: in
@@ -385,16 +447,17 @@ fn old_slot<const D_CONV: usize>(k: usize, tid: usize, stride: usize) -> usize {
 /// # Safety
 /// As [`gdn_conv_chain_tile`]; `inputs` are [`tile_loads`]`(p, tile, seq)` and `w`
 /// [`tile_weights`]`(p, tile)`; no thread of the block reads or writes the shared area between
-/// the block barrier before this call and its return.
+/// the block barrier before this call and its return; n_t ≤ `MAX_T`.
 #[inline(always)]
-unsafe fn tile_compute<const D_CONV: usize>(
+unsafe fn tile_compute<const D_CONV: usize, const MAX_T: usize>(
     p: &GdnConvChainParams,
     tile: usize,
     seq: usize,
-    inputs: TileInputs,
+    inputs: TileInputs<MAX_T>,
     w: &[f32; D_CONV],
     tile_base: u32,
 ) {
+    const { assert!(MAX_T <= GDN_CONV_CHAIN_MAX_TOKENS, "the columns hold up to 16 tokens") };
     const { assert!(D_CONV >= 2 && D_CONV <= 5, "the state arrays hold up to 4 columns") };
     let state_len = D_CONV - 1;
     let n_t = p.n_tokens as usize;
@@ -416,7 +479,7 @@ unsafe fn tile_compute<const D_CONV: usize>(
         k += 1;
     }
     let mut t = 0;
-    while t < GDN_CONV_CHAIN_MAX_TOKENS {
+    while t < MAX_T {
         if t < n_t {
             unsafe { shared::store_f32(at(my_row, state_len + t), x[t]) };
         }
@@ -426,8 +489,16 @@ unsafe fn tile_compute<const D_CONV: usize>(
     unsafe { sync_threads() };
 
     // ---- Phase 2: the snapshot rows (first, so that the stores drain while the conv computes). ----
-    // SAFETY: the tile is complete (barrier above).
-    unsafe { tile_rows::<D_CONV>(p, c0, seq, tile, stride) };
+    // SAFETY: the tile is complete (barrier above). [speed] A step of one row (decode, R = 0)
+    // writes it alone in the short-step arms of GDN_CONV_CHAIN (`tile_rows` writes groups of
+    // four, repeating it); the 16-slot body keeps the layer step's proven machine code.
+    unsafe {
+        if MAX_T < GDN_CONV_CHAIN_MAX_TOKENS && p.n_rows == 1 {
+            tile_row_alone::<D_CONV>(p, c0, seq, tile, stride)
+        } else {
+            tile_rows::<D_CONV>(p, c0, seq, tile, stride)
+        }
+    };
 
     // ---- Phase 3: SSM_CONV + SiLU of this thread's tile row. The row's columns come from
     // registers (the old state from the tile, the tokens still held from phase 1). ----
@@ -437,8 +508,9 @@ unsafe fn tile_compute<const D_CONV: usize>(
         cols[j] = unsafe { shared::load_f32(at(my_row, j)) };
         j += 1;
     }
+    // Columns past MAX_T stay +0 (n_t ≤ MAX_T).
     let mut t = 0;
-    while t < GDN_CONV_CHAIN_MAX_TOKENS {
+    while t < MAX_T {
         cols[state_len + t] = x[t];
         t += 1;
     }
@@ -734,17 +806,7 @@ pub(crate) unsafe fn gdn_conv_chain_commit_logs<const D_CONV: usize, const MAX_T
 /// (128·`stride` floats) is complete and visible to every thread (after a block barrier).
 #[inline(always)]
 unsafe fn tile_rows<const D_CONV: usize>(p: &GdnConvChainParams, c0: usize, seq: usize, tile: u32, stride: usize) {
-    let state_len = D_CONV - 1;
-    let tid = thread_idx_x() as usize;
-    // Thread tid stores slice floats f = k·128 + tid: channel cl = f / state_len, slot jj.
-    let mut tile_at = [0usize; 4];
-    let mut k = 0;
-    while k < state_len {
-        tile_at[k] = old_slot::<D_CONV>(k, tid, stride);
-        k += 1;
-    }
-    let rows =
-        RowWriter { cache: p.cache as *mut f32, cache_row: p.cache_row as usize, slice_off: c0 * state_len, tile, tile_at, state_len, tid };
+    let rows = RowWriter::new::<D_CONV>(p, c0, tile, stride);
     // Literal indices into the parameter tables (a runtime index would copy the parameter block
     // to local memory); `tests/ptx.rs` checks that these entries use no local memory. In a group
     // that reaches past n_rows, the missing rows repeat row 0 — the same values to the same
@@ -770,6 +832,19 @@ unsafe fn tile_rows<const D_CONV: usize>(p: &GdnConvChainParams, c0: usize, seq:
     }
     write_rows!(0: [0 1 2 3] 4: [4 5 6 7] 8: [8 9 10 11] 12: [12 13 14 15]);
     const _: () = assert!(GDN_CONV_CHAIN_MAX_ROWS == 16 && ROW_GROUP == 4, "write_rows! lists 4 groups of 4 rows");
+}
+
+/// Phase 2 of a step of one row (n_rows = 1: decode, R = 0): window(`offsets[0]`) of the tile
+/// to the block's slice of cache row `rows[0] + seq`, as [`tile_rows`] writes it (which writes
+/// it four times, as a group of four that repeats it: the same values to the same places).
+///
+/// # Safety
+/// As [`tile_rows`], with n_rows = 1.
+#[inline(always)]
+unsafe fn tile_row_alone<const D_CONV: usize>(p: &GdnConvChainParams, c0: usize, seq: usize, tile: u32, stride: usize) {
+    // SAFETY: row 0 < n_rows is a validated row and offsets[0] ≤ n_t; the tile is complete
+    // (caller).
+    unsafe { RowWriter::new::<D_CONV>(p, c0, tile, stride).write_one((p.rows[0] as usize + seq, p.offsets[0] as usize)) };
 }
 
 /// Phase 3: SSM_CONV + SiLU of channel `c` of sequence `seq`, token by token as `ssm_conv` walks
@@ -914,29 +989,30 @@ unsafe fn tile_norms_copying_k(
 }
 
 macro_rules! gdn_conv_chain_entries {
-    ($table:ident; $($name:ident = $d:tt;)*) => {
+    ($table:ident; $($name:ident = $kind:ident, $d:tt, $max_t:expr;)*) => {
         $(
-        /// Entry point; see the module docs.
+        /// Entry point; see the module docs and [`gdn_conv_chain_block`] (its token slots).
         ///
         /// # Safety
-        /// See the module docs: the host validates every view, index and row before launching.
+        /// See the module docs: the host validates every view, index and row before launching,
+        /// and picks the entry whose token slots hold n_t.
         #[cfg(target_arch = "nvptx64")]
-        #[unsafe(export_name = crate::abi::entry_name!(gdn_conv_chain, $d))]
+        #[unsafe(export_name = crate::abi::entry_name!($kind, $d))]
         pub unsafe extern "ptx-kernel" fn $name(p: GdnConvChainParams) {
             // SAFETY: forwarded from the launch contract above.
-            unsafe { gdn_conv_chain_tile::<$d>(&p, block_idx_x() as usize, block_idx_y() as usize) }
+            unsafe { gdn_conv_chain_block::<$d, { $max_t }>(&p) }
         }
         )*
         /// [test] These entries' bodies on the host (`tests/kernel_emulation.rs`: the same source
         /// over a host `device` module), by entry name.
         #[cfg(not(target_arch = "nvptx64"))]
         pub const $table: &[(&str, unsafe fn(&GdnConvChainParams))] = &[$(
-            (crate::abi::entry_name!(gdn_conv_chain, $d), {
+            (crate::abi::entry_name!($kind, $d), {
                 /// # Safety
                 /// The entry's contract (above), on an emulated launch.
                 unsafe fn body(p: &GdnConvChainParams) {
                     // SAFETY: forwarded from the contract above.
-                    unsafe { gdn_conv_chain_tile::<$d>(p, block_idx_x() as usize, block_idx_y() as usize) }
+                    unsafe { gdn_conv_chain_block::<$d, { $max_t }>(p) }
                 }
                 body
             }),
@@ -946,9 +1022,12 @@ macro_rules! gdn_conv_chain_entries {
 
 gdn_conv_chain_entries! {
     ENTRIES_EMULATED;
-    gdn_conv_chain_f32_d3 = 3;
-    gdn_conv_chain_f32_d4 = 4;
-    gdn_conv_chain_f32_d5 = 5;
+    gdn_conv_chain_f32_d3 = gdn_conv_chain, 3, GDN_CONV_CHAIN_MAX_TOKENS;
+    gdn_conv_chain_f32_d4 = gdn_conv_chain, 4, GDN_CONV_CHAIN_MAX_TOKENS;
+    gdn_conv_chain_f32_d5 = gdn_conv_chain, 5, GDN_CONV_CHAIN_MAX_TOKENS;
+    gdn_conv_chain_f32_d3_t4 = gdn_conv_chain_t4, 3, 4;
+    gdn_conv_chain_f32_d4_t4 = gdn_conv_chain_t4, 4, 4;
+    gdn_conv_chain_f32_d5_t4 = gdn_conv_chain_t4, 5, 4;
 }
 
 /// \[replay\] The commit entries' body: block (tile, seq) with the token slots a thread runs

@@ -168,7 +168,7 @@
 
 use crate::abi::{
     BATCH_CONV_SOURCE_ROWS_OFFSET, BATCH_PARAMS_BYTES, BATCH_ROW_REDUCE_BYTES, BATCH_SOURCE_ROWS_OFFSET, BATCH_STATE_BYTES_PER_GROUP,
-    BATCH_TARGET_OFFSET, BATCH_WALK_OFFSET, BatchCursor, BatchItem, GDN_LAYER_STEP_BLOCK, GDN_LAYER_STEP_COLS,
+    BATCH_TARGET_OFFSET, BATCH_WALK_OFFSET, BatchCursor, BatchItem, GDN_CONV_CHAIN_MAX_TOKENS, GDN_LAYER_STEP_BLOCK, GDN_LAYER_STEP_COLS,
     GDN_LAYER_STEP_GROUPS_PER_HEAD, GDN_LAYER_STEP_WARPS, GdnLayerStepParams, LayerStepItems, LayerStepSchedule, ScheduleWalk,
     batch_conv_round_seqs, batch_rows_offset, batch_scratch_offset, batch_second_stage_offset, div_ceil_or_zero,
 };
@@ -248,7 +248,7 @@ unsafe fn gdn_layer_step<A: Accumulation, const D_CONV: usize, const PAIRS: bool
         let (seq, tile) = items.tile_item(item, trap);
         // SAFETY: tile < C / 128 and seq < n_s (host); all 128 threads call it; the shared
         // memory is the chain's layout for (D_CONV, n_t).
-        unsafe { gdn_conv_chain_tile::<D_CONV>(&p.chain, tile as usize, seq as usize) };
+        unsafe { gdn_conv_chain_tile::<D_CONV, GDN_CONV_CHAIN_MAX_TOKENS>(&p.chain, tile as usize, seq as usize) };
         // SAFETY: `item` is block-uniform, so every thread is here, after its last write of the
         // item; item < GRID_SYNC_FLAGS (host), published once (items are b, b + G, …). The
         // block barrier inside also ends the item's shared-memory accesses.
