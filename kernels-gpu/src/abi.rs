@@ -1019,7 +1019,7 @@ pub const GDN_CONV_CHAIN_HEAD_DIMS: [usize; 3] = [32, 64, 128];
 
 /// The GDN_CONV_CHAIN entry for `d_conv` taps and `n_tokens` tokens: `gdn_conv_chain_f32_d*_t4`
 /// (4 token slots) for n_tokens ≤ 2, else `gdn_conv_chain_f32_d*` (16 slots, any n_tokens ≤ 16).
-/// [speed] Measured in one H100 call, same binary otherwise
+/// \[speed\] Measured in one H100 call, same binary otherwise
 /// (`results/2026-12-07-chain-token-slots/`, session 45): the 4-slot entry took the chain from
 /// 12.94 to 8.78 µs at n_s = 64, T = 1 and from 13.98 to 13.62 at T = 2, but was slower at T = 3
 /// and 4 (17.15 against 16.93, 21.23 against 20.66): there the kernel is bound by DRAM, not by
