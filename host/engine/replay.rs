@@ -207,9 +207,19 @@ impl ReplayStep {
         self.accepted.len()
     }
 
+    /// A hand-built step with no accepted count has no sequence: an [`Error::Invalid`] (as
+    /// [`ReplayCells::prepare`] says), not a one-sequence step.
+    fn check_some_sequence(&self) -> Result<()> {
+        if self.n_seqs() == 0 {
+            return Err(Error::Invalid { op: OP, what: format!("0 sequences (1 ..= {})", crate::layer::MAX_SEQS) });
+        }
+        Ok(())
+    }
+
     /// The ggml-view step: T tokens, R = 0, M cells, sequence s reading and committing cell
     /// `kv_head + s`.
     pub fn step(&self) -> Result<Step> {
+        self.check_some_sequence()?;
         // Saturating: a hand-built step's cells past usize::MAX are refused by `validate`.
         let others: Vec<(usize, usize)> = (1..self.n_seqs()).map(|s| (self.kv_head.saturating_add(s), 0)).collect();
         let step = Step { cells: self.cells, kv_head: self.kv_head, src_cell: self.kv_head, ..Step::new(self.n_tokens, 0) }
@@ -226,6 +236,7 @@ impl ReplayStep {
     /// ([`ReplayCells::new`]) or (T + 1)·n_s ≤ 17·256; a hand-built one (the fields are public)
     /// with a count above T or a value past I32 is a typed error.
     pub fn index_values(&self) -> Result<[Vec<i32>; 3]> {
+        self.check_some_sequence()?;
         let n_s = self.n_seqs();
         let as_i32 = |arg: &'static str, what: &dyn Fn() -> String, v: Option<usize>| {
             v.and_then(|v| i32::try_from(v).ok()).ok_or_else(|| Error::Overflow { op: OP, arg, what: what() })
@@ -884,6 +895,10 @@ mod tests {
         assert!(matches!(ReplayStep { kv_head: usize::MAX, ..good.clone() }.index_values(), Err(Error::Overflow { arg: "kv_head", .. })));
         assert!(matches!(ReplayStep { kv_head: i32::MAX as usize, ..good.clone() }.index_values(), Err(Error::Overflow { .. })));
         assert_eq!(good.index_values().unwrap(), [vec![0, 1], vec![4, 4], vec![0, 1]]);
+        // A hand-built step with no sequence: not a one-sequence step, and no index values.
+        let empty = ReplayStep { accepted: vec![], ..good.clone() };
+        assert!(matches!(empty.step(), Err(Error::Invalid { what, .. }) if what.contains("0 sequences")), "{:?}", empty.step());
+        assert!(matches!(empty.index_values(), Err(Error::Invalid { what, .. }) if what.contains("0 sequences")));
         // Commits: lengths, range, duplicates, counts.
         assert!(matches!(book.commit_steps(&[0], &[]), Err(Error::Invalid { .. })));
         assert!(matches!(book.commit_steps(&[0, 4], &[1, 0]), Err(Error::IndexOutOfRange { arg: "cells", position: 1, .. })));
